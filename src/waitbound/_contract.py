@@ -1,0 +1,466 @@
+"""Profiles: a provider's waiting contract as a checked state table.
+
+A profile says where a status body keeps its state, which values mean pending,
+succeeded, partial, failed, canceled or expired, and where results, errors, counts
+and poll hints live. Values are classified by lookup only: nothing is inferred from a
+field's name, and a value in no list is ``unknown``. The table is validated when it
+is loaded (no unknown key, no value in two lists, a state source present, every
+expression compiles), so a bad profile fails before any request is sent.
+
+Expressions are JMESPath (https://jmespath.org/specification.html) over the parsed
+JSON body. The ``done`` / ``error`` / ``result`` trio follows AIP-151
+(google.longrunning.Operation).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Final
+
+import jmespath
+import jmespath.exceptions
+import jmespath.parser
+
+from waitbound._errors import ProfileError
+from waitbound._json import JSON, JSONScalar
+
+__all__ = [
+    "Classification",
+    "Counts",
+    "Profile",
+    "Reading",
+    "load_profile",
+    "parse_profile",
+]
+
+
+class Classification(StrEnum):
+    """What one status answer says about the job."""
+
+    PENDING = "pending"
+    SUCCEEDED = "succeeded"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    EXPIRED = "expired"
+    UNKNOWN = "unknown"
+
+
+STATE_LISTS: Final = ("pending", "succeeded", "partial", "failed", "canceled", "expired")
+EXPRESSION_KEYS: Final = (
+    "state",
+    "done",
+    "job_id",
+    "result",
+    "error",
+    "progress",
+    "poll_hint",
+    "poll_hint_ms",
+    "next_check_at",
+    "expires_at",
+    "cancelable",
+    "throttled",
+    "result_url",
+    "result_id",
+    "cancel_url",
+)
+OTHER_KEYS: Final = (
+    "name",
+    "description",
+    "docs",
+    "require_on_success",
+    "http_status_states",
+    "counts",
+    "hint_headers",
+    "result_url_template",
+    "request_id_headers",
+)
+KNOWN_KEYS: Final = frozenset((*STATE_LISTS, *EXPRESSION_KEYS, *OTHER_KEYS))
+DEFAULT_REQUEST_ID_HEADERS: Final = ("x-request-id", "request-id", "x-ms-request-id")
+HINT_UNITS: Final = {"s": 1.0, "ms": 0.001}
+
+_ValueKey = tuple[str, object]
+
+
+def _value_key(value: object) -> _ValueKey | None:
+    """Key a state value by JSON type, so ``true`` never matches ``1``."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return ("number", float(value))
+    if isinstance(value, str):
+        return ("string", value)
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Counts:
+    """Per-item counts a provider reports for a batch; ``None`` means not reported."""
+
+    succeeded: int | None = None
+    failed: int | None = None
+    total: int | None = None
+
+    def as_json(self) -> dict[str, JSON]:
+        """Return the counts as a JSON object."""
+        return {"succeeded": self.succeeded, "failed": self.failed, "total": self.total}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reading:
+    """What a profile reads from one status body.
+
+    Attributes:
+        classification: the class of the state, or ``None`` when the body has no
+            state at all (the state expression gave null).
+        state: the provider's own state value (a JSON scalar), or ``None``.
+        missing_required: the ``require_on_success`` expressions that were null.
+        throttled: the body matched the profile's ``throttled`` expression.
+        poll_hint_s: the body's poll hint in seconds as given (unvalidated), or ``None``.
+        next_check_at: the body's next-check time as given (unvalidated), or ``None``.
+        expires_at: the body's own expiry time, when it parses as RFC 3339.
+    """
+
+    classification: Classification | None
+    state: JSONScalar = None
+    job_id: str | None = None
+    result: JSON = None
+    error: JSON = None
+    progress: JSON = None
+    counts: Counts | None = None
+    missing_required: tuple[str, ...] = ()
+    throttled: bool = False
+    poll_hint_s: JSON = None
+    next_check_at: JSON = None
+    expires_at: datetime | None = None
+    result_url: str | None = None
+    result_id: str | None = None
+    cancel_url: str | None = None
+    cancelable: bool | None = None
+
+
+def is_present(value: JSON) -> bool:
+    """Tell whether a read value counts as present: not null, not ``""``, ``[]`` or ``{}``."""
+    return value is not None and value not in ("", [], {})
+
+
+def parse_rfc3339(value: object) -> datetime | None:
+    """Parse an RFC 3339 time with a zone offset (``Z`` allowed); ``None`` if it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Profile:
+    """A provider's state table, validated and compiled.
+
+    Build one with :func:`parse_profile` (a mapping) or :func:`load_profile` (a JSON
+    or TOML file). ``source`` is the validated data as given; it is what a store
+    persists and what docs print.
+    """
+
+    name: str
+    source: Mapping[str, JSON]
+    states: Mapping[_ValueKey, Classification] = field(repr=False)
+    expressions: Mapping[str, jmespath.parser.ParsedResult] = field(repr=False)
+    require_on_success: tuple[tuple[str, jmespath.parser.ParsedResult], ...] = field(repr=False)
+    count_expressions: Mapping[str, tuple[jmespath.parser.ParsedResult, ...]] = field(repr=False)
+    http_status_states: Mapping[int, Classification]
+    hint_headers: tuple[tuple[str, float], ...]
+    request_id_headers: tuple[str, ...]
+    result_url_template: str | None
+
+    def classify_value(self, value: object) -> Classification:
+        """Classify one state value by lookup; a value in no list is ``UNKNOWN``."""
+        key = _value_key(value)
+        return self.states.get(key, Classification.UNKNOWN) if key else Classification.UNKNOWN
+
+    def _search(self, key: str, body: JSON) -> JSON:
+        expression = self.expressions.get(key)
+        return None if expression is None else _safe_search(expression, body)
+
+    def read(self, body: JSON) -> Reading:
+        """Read the state and every named field from one parsed status body.
+
+        The state comes from ``state`` when the profile has it, else from ``done``
+        (AIP-151: ``done`` true with an ``error`` means failed, without one succeeded;
+        ``done`` false or absent means pending).
+        """
+        classification: Classification | None
+        state: JSONScalar = None
+        error = self._search("error", body)
+        if "state" in self.expressions:
+            raw_state = self._search("state", body)
+            if raw_state is None:
+                classification = None
+            else:
+                state = raw_state if not isinstance(raw_state, list | dict) else str(raw_state)
+                classification = self.classify_value(raw_state)
+        elif "done" in self.expressions:
+            done = self._search("done", body)
+            state = done if isinstance(done, bool) else None
+            if done is True:
+                failed = is_present(error)
+                classification = Classification.FAILED if failed else Classification.SUCCEEDED
+            elif done is False or done is None:
+                classification = Classification.PENDING
+            else:
+                classification = Classification.UNKNOWN
+        else:
+            classification = None
+        cancelable = self._search("cancelable", body)
+        return Reading(
+            classification=classification,
+            state=state,
+            job_id=_text(self._search("job_id", body)),
+            result=self._search("result", body),
+            error=error,
+            progress=self._search("progress", body),
+            counts=self._counts(body),
+            missing_required=tuple(
+                text
+                for text, expression in self.require_on_success
+                if _safe_search(expression, body) is None
+            ),
+            throttled=bool(self._search("throttled", body)),
+            poll_hint_s=self._poll_hint(body),
+            next_check_at=self._search("next_check_at", body),
+            expires_at=parse_rfc3339(self._search("expires_at", body)),
+            result_url=_text(self._search("result_url", body)),
+            result_id=_text(self._search("result_id", body)),
+            cancel_url=_text(self._search("cancel_url", body)),
+            cancelable=cancelable if isinstance(cancelable, bool) else None,
+        )
+
+    def _poll_hint(self, body: JSON) -> JSON:
+        hint = self._search("poll_hint", body)
+        if hint is not None:
+            return hint
+        hint_ms = self._search("poll_hint_ms", body)
+        if isinstance(hint_ms, int | float) and not isinstance(hint_ms, bool):
+            return hint_ms / 1000
+        return hint_ms
+
+    def _counts(self, body: JSON) -> Counts | None:
+        if not self.count_expressions:
+            return None
+        values: dict[str, int | None] = {}
+        for name, expressions in self.count_expressions.items():
+            parts = [_safe_search(expression, body) for expression in expressions]
+            ints = [p for p in parts if isinstance(p, int) and not isinstance(p, bool) and p >= 0]
+            values[name] = sum(ints) if ints else None
+        return Counts(**values)
+
+
+def _safe_search(expression: jmespath.parser.ParsedResult, body: JSON) -> JSON:
+    """Evaluate *expression*; a JMESPath type error (e.g. a function on null) reads as null."""
+    try:
+        value: JSON = expression.search(body)
+    except jmespath.exceptions.JMESPathError:
+        return None
+    return value
+
+
+def _text(value: JSON) -> str | None:
+    if value is None or isinstance(value, list | dict):
+        return None
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _compile(where: str, key: str, expression: object) -> jmespath.parser.ParsedResult:
+    if not isinstance(expression, str) or not expression.strip():
+        raise ProfileError(f"{where}: {key} must be a JMESPath expression string")
+    try:
+        return jmespath.compile(expression)
+    except jmespath.exceptions.JMESPathError as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ProfileError(
+            f"{where}: {key} = {expression!r} is not a valid JMESPath expression ({first_line})"
+        ) from None
+
+
+def parse_profile(data: object, *, name: str = "inline") -> Profile:
+    """Validate and compile a profile from a mapping in the profile format.
+
+    Args:
+        data: the profile's keys (see the architecture page, "Profile files").
+        name: what error messages and records call the profile.
+
+    Raises:
+        ProfileError: an unknown key, a value in two lists, no state source
+            (``state``, ``done`` or ``http_status_states``), a list state without any
+            value list, an expression that does not compile, or a wrong type.
+    """
+    where = f"profile {name}"
+    if not isinstance(data, Mapping):
+        raise ProfileError(
+            f"{where}: expected an object of profile keys, got {type(data).__name__}"
+        )
+    unknown = sorted(set(data) - KNOWN_KEYS)
+    if unknown:
+        raise ProfileError(
+            f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(KNOWN_KEYS))})"
+        )
+    if not any(key in data for key in ("state", "done", "http_status_states")):
+        raise ProfileError(
+            f"{where}: no state source; give 'state', 'done' or 'http_status_states'"
+        )
+
+    states: dict[_ValueKey, Classification] = {}
+    listed: dict[_ValueKey, str] = {}
+    for list_name in STATE_LISTS:
+        values = data.get(list_name, [])
+        if not isinstance(values, list):
+            raise ProfileError(f"{where}: {list_name} must be a list of state values")
+        for value in values:
+            key = _value_key(value)
+            if key is None:
+                raise ProfileError(
+                    f"{where}: {list_name} holds {value!r}; state values are strings, "
+                    "numbers or booleans"
+                )
+            if key in listed:
+                raise ProfileError(
+                    f"{where}: state value {value!r} is in both {listed[key]} and {list_name}"
+                )
+            listed[key] = list_name
+            states[key] = Classification(list_name)
+    if "state" in data and not states:
+        raise ProfileError(
+            f"{where}: 'state' is given but no value list "
+            f"({', '.join(STATE_LISTS)}); every value would be unknown"
+        )
+
+    expressions = {key: _compile(where, key, data[key]) for key in EXPRESSION_KEYS if key in data}
+    required = data.get("require_on_success", [])
+    if not isinstance(required, list):
+        raise ProfileError(f"{where}: require_on_success must be a list of expressions")
+    require_on_success = tuple(
+        (str(text), _compile(where, "require_on_success", text)) for text in required
+    )
+    return Profile(
+        name=name,
+        source=dict(data),
+        states=states,
+        expressions=expressions,
+        require_on_success=require_on_success,
+        count_expressions=_parse_counts(where, data.get("counts")),
+        http_status_states=_parse_http_status_states(where, data.get("http_status_states")),
+        hint_headers=_parse_hint_headers(where, data.get("hint_headers")),
+        request_id_headers=_parse_header_names(where, data.get("request_id_headers")),
+        result_url_template=_parse_template(where, data),
+    )
+
+
+def _parse_counts(
+    where: str, counts: object
+) -> dict[str, tuple[jmespath.parser.ParsedResult, ...]]:
+    if counts is None:
+        return {}
+    if not isinstance(counts, Mapping):
+        raise ProfileError(f"{where}: counts must be an object with succeeded / failed / total")
+    extra = sorted(set(counts) - {"succeeded", "failed", "total"})
+    if extra:
+        raise ProfileError(
+            f"{where}: counts has unknown key {extra[0]!r} (known: failed, succeeded, total)"
+        )
+    parsed: dict[str, tuple[jmespath.parser.ParsedResult, ...]] = {}
+    for key, value in counts.items():
+        items = value if isinstance(value, list) else [value]
+        parsed[key] = tuple(_compile(where, f"counts.{key}", item) for item in items)
+    return parsed
+
+
+def _parse_http_status_states(where: str, table: object) -> dict[int, Classification]:
+    if table is None:
+        return {}
+    if not isinstance(table, Mapping):
+        raise ProfileError(f"{where}: http_status_states must map HTTP status codes to classes")
+    parsed: dict[int, Classification] = {}
+    allowed = [c.value for c in Classification if c is not Classification.UNKNOWN]
+    for code, value in table.items():
+        if not str(code).isdigit() or not 100 <= int(code) <= 599:
+            raise ProfileError(f"{where}: http_status_states key {code!r} is not an HTTP status")
+        if value not in allowed:
+            raise ProfileError(
+                f"{where}: http_status_states[{code}] = {value!r}; expected one of "
+                f"{', '.join(allowed)}"
+            )
+        parsed[int(code)] = Classification(value)
+    return parsed
+
+
+def _parse_hint_headers(where: str, table: object) -> tuple[tuple[str, float], ...]:
+    if table is None:
+        return ()
+    if not isinstance(table, Mapping):
+        raise ProfileError(f"{where}: hint_headers must map header names to 's' or 'ms'")
+    parsed = []
+    for header, unit in table.items():
+        if unit not in HINT_UNITS:
+            raise ProfileError(
+                f"{where}: hint_headers[{header!r}] = {unit!r}; expected 's' or 'ms'"
+            )
+        parsed.append((str(header).lower(), HINT_UNITS[unit]))
+    return tuple(parsed)
+
+
+def _parse_header_names(where: str, names: object) -> tuple[str, ...]:
+    if names is None:
+        return DEFAULT_REQUEST_ID_HEADERS
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ProfileError(f"{where}: request_id_headers must be a list of header names")
+    return tuple(n.lower() for n in names)
+
+
+def _parse_template(where: str, data: Mapping[str, object]) -> str | None:
+    template = data.get("result_url_template")
+    if template is None:
+        if "result_id" in data:
+            raise ProfileError(f"{where}: result_id needs result_url_template to build the URL")
+        return None
+    if not isinstance(template, str) or "{result_id}" not in template:
+        raise ProfileError(f"{where}: result_url_template must be a string with {{result_id}}")
+    if "result_id" not in data:
+        raise ProfileError(f"{where}: result_url_template needs result_id to fill it")
+    return template
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Load a profile from a JSON (``.json``) or TOML (``.toml``) file.
+
+    Raises:
+        ProfileError: the file cannot be read or parsed, or the table is invalid
+            (see :func:`parse_profile`).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"profile file {path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"profile file {path}: not UTF-8 text") from None
+    try:
+        if path.suffix.lower() == ".toml":
+            data: object = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ProfileError(f"profile file {path}: not valid {_kind(path)} ({exc})") from None
+    name = data.get("name") if isinstance(data, dict) else None
+    return parse_profile(data, name=name if isinstance(name, str) else path.stem)
+
+
+def _kind(path: Path) -> str:
+    return "TOML" if path.suffix.lower() == ".toml" else "JSON"

@@ -1,0 +1,138 @@
+"""The error tree: one root, three branches.
+
+::
+
+    WaitboundError
+    ├── OutcomeError                 the operation ended without success
+    │   ├── JobFailedError           the provider said the job did not succeed
+    │   │                            (failed, completed_with_errors, canceled, expired)
+    │   └── StoppedWaitingError      we stopped without a terminal answer
+    │       ├── TimedOutError        deadline_exceeded; the job may still be running
+    │       └── EscalatedError       a person must decide (``reason`` says why)
+    ├── UsageError (ValueError)      you misused the API or gave bad configuration
+    │   ├── ProfileError             a profile (state table) that cannot be used
+    │   └── ScenarioError            a simulator scenario that cannot be used
+    └── StoreError                   the durable store refused or failed
+        ├── ConflictError            a compare-and-swap write lost (another writer won)
+        ├── OperationNotFoundError   no operation with that id  (also a UsageError)
+        └── SchemaVersionError       the store was written by a newer waitbound
+
+Errors carry structured fields, so no caller has to parse a message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from waitbound._outcome import Outcome
+
+__all__ = [
+    "ConflictError",
+    "EscalatedError",
+    "JobFailedError",
+    "OperationNotFoundError",
+    "OutcomeError",
+    "ProfileError",
+    "ScenarioError",
+    "SchemaVersionError",
+    "StoppedWaitingError",
+    "StoreError",
+    "TimedOutError",
+    "UsageError",
+    "WaitboundError",
+]
+
+
+class WaitboundError(Exception):
+    """Root of every error waitbound raises on purpose."""
+
+
+class OutcomeError(WaitboundError):
+    """The operation reached an outcome other than ``succeeded``.
+
+    Attributes:
+        outcome: the full :class:`~waitbound.Outcome` (operation id, reason,
+            provider state, job id, budgets used, last HTTP status, error).
+    """
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        detail = f" ({outcome.reason})" if outcome.reason else ""
+        super().__init__(
+            f"operation {outcome.operation_id}: {outcome.outcome}{detail}"
+            + (f"; job {outcome.job_id}" if outcome.job_id else "")
+        )
+
+    @property
+    def operation_id(self) -> str:
+        """Our id of the operation."""
+        return self.outcome.operation_id
+
+    @property
+    def reason(self) -> str | None:
+        """The machine-readable reason, or ``None`` when the outcome needs none."""
+        return self.outcome.reason
+
+
+class JobFailedError(OutcomeError):
+    """The provider reported a terminal state that is not a full success."""
+
+
+class StoppedWaitingError(OutcomeError):
+    """We stopped waiting without a terminal answer; the job id is kept."""
+
+
+class TimedOutError(StoppedWaitingError):
+    """The deadline passed (reason ``deadline_exceeded``); the job may still run."""
+
+
+class EscalatedError(StoppedWaitingError):
+    """The wait stopped and asks for a decision; ``reason`` says why."""
+
+
+class UsageError(WaitboundError, ValueError):
+    """The API was misused, or configuration is invalid.
+
+    The message is one line that names the problem and what to do.
+    """
+
+
+class ProfileError(UsageError):
+    """A profile (state table) was refused when loaded."""
+
+
+class ScenarioError(UsageError):
+    """A simulator scenario file was refused when loaded."""
+
+
+class StoreError(WaitboundError):
+    """The durable store refused a write or could not be used."""
+
+
+class ConflictError(StoreError):
+    """A versioned write lost a compare-and-swap: another writer changed the record.
+
+    Attributes:
+        operation_id: the operation whose record changed under us.
+        expected_version: the version the writer had read.
+    """
+
+    def __init__(self, operation_id: str, expected_version: int) -> None:
+        self.operation_id = operation_id
+        self.expected_version = expected_version
+        super().__init__(
+            f"operation {operation_id} changed since version {expected_version}; reload it"
+        )
+
+
+class OperationNotFoundError(StoreError, UsageError):
+    """No operation with this id exists in the store."""
+
+    def __init__(self, operation_id: str) -> None:
+        self.operation_id = operation_id
+        super().__init__(f"no operation with id {operation_id!r} in the store")
+
+
+class SchemaVersionError(StoreError):
+    """The store (or a record in it) was written by a newer waitbound."""

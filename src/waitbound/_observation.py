@@ -1,0 +1,53 @@
+"""What one request returned: an HTTP answer or a transport failure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+
+from waitbound._contract import Profile
+from waitbound._json import JSON
+from waitbound._record import RequestKind
+
+__all__ = ["HINT_HEADERS", "Observation", "kept_header_names"]
+
+HINT_HEADERS: Final = ("retry-after", "retry-after-ms", "x-ms-retry-after-ms")
+
+
+def kept_header_names(profile: Profile) -> frozenset[str]:
+    """The response headers an observation keeps (lower-case): hints and request ids.
+
+    Every other header is dropped before anything is stored.
+    """
+    hint_headers = (name for name, _ in profile.hint_headers)
+    return frozenset((*HINT_HEADERS, *hint_headers, *profile.request_id_headers))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Observation:
+    """One request's answer, as the core sees it.
+
+    Attributes:
+        kind: ``"status"`` or ``"result"``.
+        at: when the answer (or the failure) arrived, aware UTC.
+        http_status: the HTTP status code, or ``None`` on a transport failure.
+        headers: the kept headers only (see :func:`kept_header_names`), lower-case names.
+        body: the parsed JSON body; a text body that is not JSON is kept only for
+            result requests, as a string.
+        body_problem: why the body could not be used (not JSON, over the size cap).
+        transport_error: a timeout or connection failure, in words; ``None`` otherwise.
+        request_id: the provider's request id, from the profile's request-id headers.
+        elapsed_s: seconds the request took.
+    """
+
+    kind: RequestKind
+    at: datetime
+    http_status: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: JSON = None
+    body_problem: str | None = None
+    transport_error: str | None = None
+    request_id: str | None = None
+    elapsed_s: float = 0.0

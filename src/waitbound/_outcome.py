@@ -1,0 +1,151 @@
+"""The public outcome vocabulary: exactly one honest answer per operation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+from waitbound._errors import EscalatedError, JobFailedError, TimedOutError
+from waitbound._json import JSON, JSONScalar
+
+__all__ = ["ESCALATION_OPTIONS", "Outcome", "OutcomeKind", "Reason"]
+
+
+class OutcomeKind(StrEnum):
+    """How an operation ended."""
+
+    SUCCEEDED = "succeeded"
+    """Terminal success; every required result field validated."""
+    COMPLETED_WITH_ERRORS = "completed_with_errors"
+    """Terminal and partially successful; counts reported."""
+    FAILED = "failed"
+    """The provider reported a terminal failure; its error is preserved."""
+    CANCELED = "canceled"
+    """Terminal without success; never resubmitted automatically."""
+    EXPIRED = "expired"
+    """Terminal without success; never resubmitted automatically."""
+    TIMED_OUT = "timed_out"
+    """Reason ``deadline_exceeded``; the job may still be running."""
+    ESCALATED = "escalated"
+    """Stopped without a terminal answer; ``reason`` says why."""
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI exit code: 0 succeeded; 1 other terminal; 3 timed out or escalated."""
+        if self is OutcomeKind.SUCCEEDED:
+            return 0
+        if self in (OutcomeKind.TIMED_OUT, OutcomeKind.ESCALATED):
+            return 3
+        return 1
+
+
+class Reason(StrEnum):
+    """Machine-readable reason for ``timed_out`` and ``escalated``."""
+
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    REQUEST_BUDGET_EXHAUSTED = "request_budget_exhausted"
+    PROVIDER_FAILURE = "provider_failure"
+    RATE_LIMITED = "rate_limited"
+    UNKNOWN_STATE = "unknown_state"
+    AUTHORIZATION_DENIED = "authorization_denied"
+    CONTRADICTION = "contradiction"
+    INTEGRATION_FAILURE = "integration_failure"
+
+
+ESCALATION_OPTIONS: Final[Mapping[Reason, tuple[str, ...]]] = {
+    Reason.REQUEST_BUDGET_EXHAUSTED: ("extend_budget", "abandon"),
+    Reason.PROVIDER_FAILURE: ("extend_budget", "abandon"),
+    Reason.RATE_LIMITED: ("extend_budget", "abandon"),
+    Reason.UNKNOWN_STATE: ("treat_as_pending", "mark_failed", "abandon"),
+    Reason.AUTHORIZATION_DENIED: ("retry_with_new_credentials", "abandon"),
+    Reason.CONTRADICTION: ("mark_succeeded", "mark_failed", "abandon"),
+    Reason.INTEGRATION_FAILURE: ("fix_profile_and_resume", "abandon"),
+}
+"""The bounded choices a person may take on an escalation, by reason."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """The answer to one wait.
+
+    Attributes:
+        operation_id: our id of the operation.
+        outcome: how it ended.
+        reason: why it stopped, for ``timed_out`` and ``escalated``; else ``None``.
+        provider_state: the last state value the provider reported, or ``None``.
+        job_id: the provider's job id, when known (always kept on a timeout).
+        status_requests_used: status requests sent (each one counted).
+        transport_failures_used: 5xx answers, timeouts and connection errors counted.
+        rate_limited_used: throttled answers counted.
+        result_requests_used: result-endpoint requests sent.
+        elapsed_seconds: seconds from the operation's creation to its end.
+        last_http_status: the last HTTP status seen, or ``None``.
+        request_id: the provider's request id of the last answer, or ``None``.
+        result: the result (inline JSON) for a success, else ``None``.
+        error: the provider's error, or our description of why we stopped.
+        counts: per-item counts, when the profile names them.
+        options: for ``escalated``, the bounded choices left to a person.
+    """
+
+    operation_id: str
+    outcome: OutcomeKind
+    reason: Reason | None = None
+    provider_state: JSONScalar = None
+    job_id: str | None = None
+    status_requests_used: int = 0
+    transport_failures_used: int = 0
+    rate_limited_used: int = 0
+    result_requests_used: int = 0
+    elapsed_seconds: float = 0.0
+    last_http_status: int | None = None
+    request_id: str | None = None
+    result: JSON = None
+    error: JSON = None
+    counts: Mapping[str, JSON] | None = None
+    options: tuple[str, ...] = field(default=())
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the outcome is ``succeeded``."""
+        return self.outcome is OutcomeKind.SUCCEEDED
+
+    def raise_for_outcome(self) -> Outcome:
+        """Return ``self`` when it succeeded; raise otherwise.
+
+        Raises:
+            JobFailedError: failed, completed_with_errors, canceled or expired.
+            TimedOutError: timed_out.
+            EscalatedError: escalated (see ``reason`` and ``options``).
+        """
+        match self.outcome:
+            case OutcomeKind.SUCCEEDED:
+                return self
+            case OutcomeKind.TIMED_OUT:
+                raise TimedOutError(self)
+            case OutcomeKind.ESCALATED:
+                raise EscalatedError(self)
+            case _:
+                raise JobFailedError(self)
+
+    def as_json(self) -> dict[str, JSON]:
+        """Return the outcome as the JSON object ``waitbound wait --json`` prints."""
+        return {
+            "operation_id": self.operation_id,
+            "outcome": self.outcome.value,
+            "reason": self.reason.value if self.reason else None,
+            "provider_state": self.provider_state,
+            "job_id": self.job_id,
+            "status_requests_used": self.status_requests_used,
+            "transport_failures_used": self.transport_failures_used,
+            "rate_limited_used": self.rate_limited_used,
+            "result_requests_used": self.result_requests_used,
+            "elapsed_seconds": round(self.elapsed_seconds, 3),
+            "last_http_status": self.last_http_status,
+            "request_id": self.request_id,
+            "result": self.result,
+            "error": self.error,
+            "counts": dict(self.counts) if self.counts is not None else None,
+            "options": list(self.options),
+        }

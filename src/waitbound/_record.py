@@ -1,0 +1,251 @@
+"""The durable record of one operation, and the policy it was created with.
+
+A record is a frozen value; every change is ``dataclasses.replace`` and every write
+is checked against ``version`` (compare-and-swap). It is stored as versioned JSON
+(``RECORD_SCHEMA``) holding only allowlisted fields: no raw headers, no secrets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Final, Literal
+
+from waitbound._clock import utc
+from waitbound._contract import Profile, parse_profile
+from waitbound._errors import SchemaVersionError, StoreError, UsageError
+from waitbound._json import JSON, JSONScalar
+from waitbound._outcome import ESCALATION_OPTIONS, Outcome, OutcomeKind, Reason
+from waitbound._schedule import DelaySource
+
+__all__ = ["RECORD_SCHEMA", "Phase", "Policy", "Record", "RequestKind"]
+
+RECORD_SCHEMA: Final = 1
+RequestKind = Literal["status", "result"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """The limits and pacing of one wait. Durations are in seconds.
+
+    Attributes:
+        deadline_s: from creation to the deadline (``deadline_at``).
+        max_requests: requests the operation may send in total (status requests,
+            plus result-endpoint requests, which spend the same budget).
+        max_transport_failures: 5xx answers, timeouts and connection errors tolerated;
+            one more escalates ``provider_failure``.
+        max_rate_limited: throttled answers (429, a throttling body) tolerated; one
+            more escalates ``rate_limited``.
+        base_delay_s: backoff base; ``max_delay_s``: backoff cap.
+        min_delay_s: the floor for every delay; ``None`` means ``min(1, base_delay_s)``.
+        not_found_grace_s: how long a 404 (or a body without a state) is read as
+            "not visible yet" before the job was ever seen.
+        request_timeout_s: the timeout of one request (never more than the time left).
+        confirm_window_s: how long a success without its required fields is re-checked.
+        confirm_max_requests: how many more status requests that re-check may send.
+        hint_jitter: the upward jitter added to provider hints (a fraction, 0.1 = 10 %).
+        lease_s: how long a worker's lease outlives the request it holds it for.
+
+    Raises:
+        UsageError: a value out of range (durations must be finite and positive).
+    """
+
+    deadline_s: float = 600.0
+    max_requests: int = 30
+    max_transport_failures: int = 3
+    max_rate_limited: int = 5
+    base_delay_s: float = 5.0
+    max_delay_s: float = 120.0
+    min_delay_s: float | None = None
+    not_found_grace_s: float = 30.0
+    request_timeout_s: float = 30.0
+    confirm_window_s: float = 5.0
+    confirm_max_requests: int = 2
+    hint_jitter: float = 0.1
+    lease_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("deadline_s", "base_delay_s", "max_delay_s", "request_timeout_s", "lease_s"):
+            _check_number(name, getattr(self, name), positive=True)
+        for name in ("not_found_grace_s", "confirm_window_s", "hint_jitter"):
+            _check_number(name, getattr(self, name), positive=False)
+        if self.min_delay_s is not None:
+            _check_number("min_delay_s", self.min_delay_s, positive=False)
+        for name in ("max_requests",):
+            _check_int(name, getattr(self, name), minimum=1)
+        for name in ("max_transport_failures", "max_rate_limited", "confirm_max_requests"):
+            _check_int(name, getattr(self, name), minimum=0)
+        if self.max_delay_s < self.base_delay_s:
+            raise UsageError(
+                f"max_delay_s ({self.max_delay_s:g}) is below base_delay_s "
+                f"({self.base_delay_s:g}); raise the cap or lower the base"
+            )
+
+    @property
+    def floor_s(self) -> float:
+        """The smallest delay ever scheduled, in seconds."""
+        return self.min_delay_s if self.min_delay_s is not None else min(1.0, self.base_delay_s)
+
+
+def _check_number(name: str, value: object, *, positive: bool) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):  # type: ignore[operator]
+        need = "a positive" if positive else "a non-negative"
+        raise UsageError(f"{name} must be {need} number of seconds, got {value!r}")
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise UsageError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+
+
+class Phase(StrEnum):
+    """Where an operation is in its life."""
+
+    WAITING = "waiting"
+    """Polling the status endpoint."""
+    FETCHING_RESULT = "fetching_result"
+    """Terminal success seen; fetching the result endpoint (once)."""
+    DONE = "done"
+    """An outcome is recorded; nothing more is sent."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Record:
+    """Our durable record of waiting on one job. Instants are aware UTC.
+
+    ``in_flight`` names a request that was reserved (counted and persisted) but
+    whose answer is not recorded yet; after a crash it stays counted.
+    """
+
+    operation_id: str
+    profile: Profile
+    policy: Policy
+    status_url: str
+    created_at: datetime
+    deadline_at: datetime
+    next_poll_at: datetime
+    result_url: str | None = None
+    job_id: str | None = None
+    phase: Phase = Phase.WAITING
+    outcome: OutcomeKind | None = None
+    reason: Reason | None = None
+    settled_outcome: OutcomeKind | None = None
+    provider_state: JSONScalar = None
+    progress: JSON = None
+    last_http_status: int | None = None
+    last_request_id: str | None = None
+    last_observed_at: datetime | None = None
+    job_seen_at: datetime | None = None
+    delay_source: DelaySource | None = None
+    attempt: int = 0
+    status_requests_used: int = 0
+    transport_failures_used: int = 0
+    rate_limited_used: int = 0
+    result_requests_used: int = 0
+    success_seen_at: datetime | None = None
+    confirm_requests_used: int = 0
+    in_flight: RequestKind | None = None
+    result: JSON = None
+    error: JSON = None
+    counts: dict[str, JSON] | None = None
+    finished_at: datetime | None = None
+    result_fetched_at: datetime | None = None
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    version: int = 0
+
+    @property
+    def requests_used(self) -> int:
+        """Requests sent so far against ``policy.max_requests`` (status + result)."""
+        return self.status_requests_used + self.result_requests_used
+
+    @property
+    def is_finished(self) -> bool:
+        """Whether an outcome is recorded."""
+        return self.outcome is not None
+
+    def to_outcome(self) -> Outcome:
+        """Return the public :class:`Outcome` of a finished record.
+
+        Raises:
+            UsageError: the record has no outcome yet.
+        """
+        if self.outcome is None:
+            raise UsageError(f"operation {self.operation_id} is still waiting; no outcome yet")
+        end = self.finished_at or self.last_observed_at or self.created_at
+        return Outcome(
+            operation_id=self.operation_id,
+            outcome=self.outcome,
+            reason=self.reason,
+            provider_state=self.provider_state,
+            job_id=self.job_id,
+            status_requests_used=self.status_requests_used,
+            transport_failures_used=self.transport_failures_used,
+            rate_limited_used=self.rate_limited_used,
+            result_requests_used=self.result_requests_used,
+            elapsed_seconds=max(0.0, (end - self.created_at).total_seconds()),
+            last_http_status=self.last_http_status,
+            request_id=self.last_request_id,
+            result=self.result,
+            error=self.error,
+            counts=self.counts,
+            options=ESCALATION_OPTIONS.get(self.reason, ()) if self.reason else (),
+        )
+
+    def to_json(self) -> dict[str, JSON]:
+        """Encode the record as versioned JSON (``schema`` = :data:`RECORD_SCHEMA`)."""
+        data: dict[str, JSON] = {"schema": RECORD_SCHEMA}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name == "profile":
+                data["profile"] = {"name": value.name, "table": dict(value.source)}
+            elif item.name == "policy":
+                data["policy"] = asdict(value)
+            elif isinstance(value, datetime):
+                data[item.name] = value.isoformat()
+            else:
+                data[item.name] = value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSON]) -> Record:
+        """Decode a record written by :meth:`to_json`.
+
+        Raises:
+            SchemaVersionError: written by a newer waitbound (upgrade waitbound).
+        """
+        schema = data.get("schema")
+        if not isinstance(schema, int):
+            raise StoreError(f"a stored record has no valid schema number ({schema!r})")
+        if schema > RECORD_SCHEMA:
+            raise SchemaVersionError(
+                f"operation record schema {schema!r} is newer than this waitbound "
+                f"understands ({RECORD_SCHEMA}); upgrade waitbound to read it"
+            )
+        values: dict[str, object] = {}
+        for item in fields(cls):
+            if item.name not in data:
+                continue
+            raw = data[item.name]
+            if item.name == "profile":
+                assert isinstance(raw, dict)
+                values["profile"] = parse_profile(raw["table"], name=str(raw["name"]))
+            elif item.name == "policy":
+                assert isinstance(raw, dict)
+                values["policy"] = Policy(**raw)  # type: ignore[arg-type]
+            elif raw is not None and item.name.endswith("_at"):
+                values[item.name] = utc(datetime.fromisoformat(str(raw)))
+            else:
+                values[item.name] = raw
+        record = cls(**values)  # type: ignore[arg-type]
+        return replace(
+            record,
+            phase=Phase(record.phase),
+            outcome=OutcomeKind(record.outcome) if record.outcome else None,
+            reason=Reason(record.reason) if record.reason else None,
+            settled_outcome=OutcomeKind(record.settled_outcome) if record.settled_outcome else None,
+            delay_source=DelaySource(record.delay_source) if record.delay_source else None,
+        )

@@ -1,0 +1,97 @@
+"""Test doubles: a virtual clock whose sleeps advance time and are recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+
+import httpx
+
+from waitbound import Observation
+
+START = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class FakeClock:
+    """Virtual time: ``sleep`` advances it and records each sleep in seconds."""
+
+    def __init__(self, start: datetime = START) -> None:
+        self._now = start
+        self._mono = 1000.0
+        self.sleeps: list[float] = []
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def advance(self, seconds: float) -> None:
+        self._now += timedelta(seconds=seconds)
+        self._mono += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.advance(seconds)
+
+    async def async_sleep(self, seconds: float) -> None:
+        self.sleep(seconds)
+
+
+Answer = tuple[int, object] | tuple[int, object, Mapping[str, str]] | Exception
+
+
+class ScriptedProvider:
+    """An ``httpx.MockTransport`` handler serving scripted answers per path, in order.
+
+    The last answer repeats. Each request can take ``latency_s`` of virtual time.
+    """
+
+    def __init__(
+        self,
+        clock: FakeClock,
+        script: Mapping[str, Sequence[Answer]],
+        *,
+        latency_s: float = 0.0,
+    ) -> None:
+        self.clock = clock
+        self.script = {path: list(answers) for path, answers in script.items()}
+        self.latency_s = latency_s
+        self.requests: list[tuple[str, datetime]] = []
+        self.seen_headers: list[Mapping[str, str]] = []
+        self.timeouts: list[float | None] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        self.requests.append((path, self.clock.now()))
+        self.seen_headers.append(dict(request.headers))
+        self.timeouts.append(request.extensions.get("timeout", {}).get("read"))
+        self.clock.advance(self.latency_s)
+        answers = self.script[path]
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        code, body, *rest = answer
+        headers = dict(rest[0]) if rest else {}
+        if body is None:
+            return httpx.Response(code, headers=headers)
+        return httpx.Response(code, json=body, headers=headers)
+
+    def count(self, path: str) -> int:
+        return sum(1 for p, _ in self.requests if p == path)
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(self))
+
+    def async_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.MockTransport(self))
+
+
+def gaps(times: list[datetime]) -> list[float]:
+    """Seconds between consecutive instants."""
+    return [(b - a).total_seconds() for a, b in pairwise(times)]
+
+
+Handler = Callable[[httpx.Request], httpx.Response]
+__all__ = ["START", "Answer", "FakeClock", "Handler", "Observation", "ScriptedProvider", "gaps"]
