@@ -1,0 +1,80 @@
+"""The Store protocol every backend implements, and what they share."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Protocol
+
+from waitbound._audit import AuditEvent, StoredAuditEvent
+from waitbound._errors import StoreError
+from waitbound._json import JSON, canonical_json
+from waitbound._record import Record
+
+__all__ = ["Store", "bumped", "decode_record", "encode_record"]
+
+
+class Store(Protocol):
+    """Durable operations and their audit logs.
+
+    Every write is a compare-and-swap on ``Record.version`` and appends its audit
+    events in the same transaction, so the log never disagrees with the record.
+    """
+
+    def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
+        """Store a new operation (its ``version`` becomes 1) with its first events.
+
+        Raises:
+            UsageError: an operation with this id exists already.
+        """
+        ...
+
+    def get(self, operation_id: str) -> Record | None:
+        """Return the operation, or ``None`` when there is none with this id."""
+        ...
+
+    def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
+        """Write *record* if the stored version still equals ``record.version``.
+
+        Returns:
+            The record as stored, with ``version`` incremented.
+
+        Raises:
+            ConflictError: another writer changed the record since it was read.
+        """
+        ...
+
+    def audit(self, operation_id: str) -> list[StoredAuditEvent]:
+        """Return the operation's audit events in order (empty when there are none)."""
+        ...
+
+    def close(self) -> None:
+        """Release the store's resources."""
+        ...
+
+
+def encode_record(record: Record) -> str:
+    """Encode a record as the versioned JSON text stores keep."""
+    return canonical_json(record.to_json())
+
+
+def decode_record(text: str) -> Record:
+    """Decode a record stored by :func:`encode_record`.
+
+    Raises:
+        SchemaVersionError: written by a newer waitbound.
+        StoreError: the stored text is not a record.
+    """
+    try:
+        data: JSON = json.loads(text)
+    except ValueError as exc:
+        raise StoreError(f"a stored record is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise StoreError("a stored record is not a JSON object")
+    return Record.from_json(data)
+
+
+def bumped(record: Record) -> Record:
+    """The record as it is after a successful write."""
+    return replace(record, version=record.version + 1)

@@ -1,0 +1,226 @@
+"""The embedded default store: one SQLite file (stdlib ``sqlite3``, WAL mode).
+
+Records are rows with typed columns for what is queried (phase, next poll time,
+lease) and a versioned JSON document for the rest. Audit events are rows in the same
+database, appended in the same ``BEGIN IMMEDIATE`` transaction as the record change.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Final
+
+from waitbound._audit import GENESIS_HASH, AuditEvent, StoredAuditEvent, seal_all
+from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
+from waitbound._record import Record
+from waitbound.stores._protocol import bumped, decode_record, encode_record
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+SCHEMA_VERSION: Final = 1
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS operations (
+    operation_id     TEXT PRIMARY KEY,
+    version          INTEGER NOT NULL,
+    phase            TEXT NOT NULL,
+    outcome          TEXT,
+    next_poll_at     TEXT NOT NULL,
+    lease_owner      TEXT,
+    lease_expires_at TEXT,
+    created_at       TEXT NOT NULL,
+    data             TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS operations_due ON operations (phase, next_poll_at);
+CREATE TABLE IF NOT EXISTS audit_events (
+    operation_id TEXT NOT NULL REFERENCES operations (operation_id),
+    seq          INTEGER NOT NULL,
+    at           TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    summary      TEXT NOT NULL,
+    data         TEXT NOT NULL,
+    prev_hash    TEXT NOT NULL,
+    hash         TEXT NOT NULL,
+    PRIMARY KEY (operation_id, seq)
+);
+"""
+
+
+class SQLiteStore:
+    """A :class:`~waitbound.stores.Store` in one SQLite file.
+
+    Args:
+        path: the database file; its folder is created when missing.
+        timeout_s: how long a write waits for another process's lock, in seconds.
+
+    Raises:
+        StoreError: the file cannot be opened or is not a waitbound store.
+        SchemaVersionError: the file was written by a newer waitbound.
+    """
+
+    def __init__(self, path: str | Path, *, timeout_s: float = 30.0) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"store {self.path}: cannot open it ({_why(exc)})") from None
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except BaseException as exc:
+            self._db.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise StoreError(
+                    f"store {self.path}: cannot use it as a SQLite store ({exc})"
+                ) from None
+            raise
+
+    def _migrate(self) -> None:
+        (found,) = self._db.execute("PRAGMA user_version").fetchone()
+        if found > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"store {self.path} has schema {found}, newer than this waitbound "
+                f"understands ({SCHEMA_VERSION}); upgrade waitbound to use it"
+            )
+        if found < SCHEMA_VERSION:
+            with self._transaction() as db:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
+        """See :meth:`Store.create`."""
+        stored = bumped(record)
+        try:
+            with self._transaction() as db:
+                db.execute(
+                    "INSERT INTO operations (operation_id, version, phase, outcome, next_poll_at,"
+                    " lease_owner, lease_expires_at, created_at, data)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*_columns(stored), stored.created_at.isoformat(), encode_record(stored)),
+                )
+                self._append(db, stored.operation_id, events, last_seq=0, last_hash=GENESIS_HASH)
+        except sqlite3.IntegrityError:
+            raise UsageError(f"operation {record.operation_id!r} exists already") from None
+        return stored
+
+    def get(self, operation_id: str) -> Record | None:
+        """See :meth:`Store.get`."""
+        row = self._db.execute(
+            "SELECT data FROM operations WHERE operation_id = ?", (operation_id,)
+        ).fetchone()
+        return decode_record(row[0]) if row else None
+
+    def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
+        """See :meth:`Store.save`."""
+        stored = bumped(record)
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE operations SET version = ?, phase = ?, outcome = ?, next_poll_at = ?,"
+                " lease_owner = ?, lease_expires_at = ?, data = ?"
+                " WHERE operation_id = ? AND version = ?",
+                (
+                    *_columns(stored)[1:],
+                    encode_record(stored),
+                    record.operation_id,
+                    record.version,
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise ConflictError(record.operation_id, record.version)
+            last = db.execute(
+                "SELECT seq, hash FROM audit_events WHERE operation_id = ?"
+                " ORDER BY seq DESC LIMIT 1",
+                (record.operation_id,),
+            ).fetchone()
+            last_seq, last_hash = last if last else (0, GENESIS_HASH)
+            self._append(db, record.operation_id, events, last_seq=last_seq, last_hash=last_hash)
+        return stored
+
+    @staticmethod
+    def _append(
+        db: sqlite3.Connection,
+        operation_id: str,
+        events: Sequence[AuditEvent],
+        *,
+        last_seq: int,
+        last_hash: str,
+    ) -> None:
+        db.executemany(
+            "INSERT INTO audit_events (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    s.operation_id,
+                    s.seq,
+                    s.event.at.isoformat(),
+                    s.event.kind,
+                    s.event.summary,
+                    json.dumps(dict(s.event.data), sort_keys=True),
+                    s.prev_hash,
+                    s.hash,
+                )
+                for s in seal_all(operation_id, events, last_seq=last_seq, last_hash=last_hash)
+            ],
+        )
+
+    def audit(self, operation_id: str) -> list[StoredAuditEvent]:
+        """See :meth:`Store.audit`."""
+        rows = self._db.execute(
+            "SELECT seq, at, kind, summary, data, prev_hash, hash FROM audit_events"
+            " WHERE operation_id = ? ORDER BY seq",
+            (operation_id,),
+        ).fetchall()
+        return [
+            StoredAuditEvent(
+                operation_id=operation_id,
+                seq=seq,
+                event=AuditEvent(
+                    at=datetime.fromisoformat(at), kind=kind, summary=summary, data=json.loads(data)
+                ),
+                prev_hash=prev_hash,
+                hash=digest,
+            )
+            for seq, at, kind, summary, data, prev_hash, digest in rows
+        ]
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self._db.close()
+
+
+def _why(exc: BaseException) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+
+
+def _columns(record: Record) -> tuple[object, ...]:
+    return (
+        record.operation_id,
+        record.version,
+        record.phase.value,
+        record.outcome.value if record.outcome else None,
+        record.next_poll_at.isoformat(),
+        record.lease_owner,
+        record.lease_expires_at.isoformat() if record.lease_expires_at else None,
+    )
