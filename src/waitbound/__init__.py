@@ -1,0 +1,79 @@
+"""waitbound: bounded, durable, auditable waiting on long-running operations.
+
+Point it at a provider's status endpoint with a profile (the provider's state
+table) and a policy (deadline, budgets, pacing); get back exactly one honest
+:class:`Outcome`. See ``README.md`` and ``docs/``.
+"""
+
+from waitbound._audit import AuditEvent, StoredAuditEvent, verify_chain
+from waitbound._clock import Clock, SystemClock
+from waitbound._contract import Classification, Counts, Profile, load_profile, parse_profile
+from waitbound._driver import Operation, new_operation_id, wait, wait_async
+from waitbound._errors import (
+    ConflictError,
+    EscalatedError,
+    JobFailedError,
+    OperationNotFoundError,
+    OutcomeError,
+    ProfileError,
+    ScenarioError,
+    SchemaVersionError,
+    StoppedWaitingError,
+    StoreError,
+    TimedOutError,
+    UsageError,
+    WaitboundError,
+)
+from waitbound._observation import Observation
+from waitbound._outcome import Outcome, OutcomeKind, Reason
+from waitbound._record import Phase, Policy, Record
+from waitbound._schedule import DelaySource, parse_retry_after
+from waitbound.stores import MemoryStore, SQLiteStore, Store, open_store
+from waitbound.transports import HttpSettings
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AuditEvent",
+    "Classification",
+    "Clock",
+    "ConflictError",
+    "Counts",
+    "DelaySource",
+    "EscalatedError",
+    "HttpSettings",
+    "JobFailedError",
+    "MemoryStore",
+    "Observation",
+    "Operation",
+    "OperationNotFoundError",
+    "Outcome",
+    "OutcomeError",
+    "OutcomeKind",
+    "Phase",
+    "Policy",
+    "Profile",
+    "ProfileError",
+    "Reason",
+    "Record",
+    "SQLiteStore",
+    "ScenarioError",
+    "SchemaVersionError",
+    "StoppedWaitingError",
+    "Store",
+    "StoreError",
+    "StoredAuditEvent",
+    "SystemClock",
+    "TimedOutError",
+    "UsageError",
+    "WaitboundError",
+    "__version__",
+    "load_profile",
+    "new_operation_id",
+    "open_store",
+    "parse_profile",
+    "parse_retry_after",
+    "verify_chain",
+    "wait",
+    "wait_async",
+]

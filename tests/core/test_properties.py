@@ -1,0 +1,140 @@
+"""Budget invariants under any sequence of answers (hypothesis)."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+from email.utils import format_datetime
+
+import httpx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.fakes import FakeClock
+from waitbound import MemoryStore, Operation, OutcomeKind, Policy, parse_profile, wait
+
+URL = "http://provider.test/status"
+PROFILE = parse_profile(
+    {
+        "state": "status",
+        "pending": ["running"],
+        "succeeded": ["done"],
+        "failed": ["failed"],
+        "require_on_success": ["output"],
+        "result": "output",
+        "poll_hint": "poll_after",
+    }
+)
+
+BODIES = st.sampled_from(
+    [
+        {"status": "running"},
+        {"status": "running", "poll_after": 7},
+        {"status": "running", "poll_after": "soon"},
+        {"status": "done", "output": {"ok": 1}},
+        {"status": "done"},
+        {"status": "failed", "error": "E"},
+        {"status": "mystery"},
+        {"unrelated": True},
+    ]
+)
+ANSWERS = st.fixed_dictionaries(
+    {
+        "code": st.sampled_from([200, 200, 200, 202, 404, 429, 500, 503, 0]),
+        "body": BODIES,
+        "retry_after": st.one_of(
+            st.none(), st.integers(0, 400).map(str), st.just("junk"), st.integers(0, 90)
+        ),
+        "latency_s": st.sampled_from([0.0, 0.2, 3.0, 40.0]),
+    }
+)
+POLICIES = st.builds(
+    Policy,
+    deadline_s=st.sampled_from([5.0, 60.0, 600.0]),
+    max_requests=st.integers(1, 12),
+    max_transport_failures=st.integers(0, 3),
+    max_rate_limited=st.integers(0, 3),
+    base_delay_s=st.sampled_from([0.5, 1.0, 5.0]),
+    max_delay_s=st.sampled_from([5.0, 30.0]),
+    request_timeout_s=st.sampled_from([2.0, 30.0]),
+)
+
+
+class Provider:
+    """Serves the drawn answers in order (the last repeats), honouring request timeouts."""
+
+    def __init__(self, clock: FakeClock, answers: list[dict[str, object]]) -> None:
+        self.clock = clock
+        self.answers = answers
+        self.log: list[tuple[datetime, datetime, bool, dict[str, object]]] = []
+        """(sent, answered, whether an HTTP answer was delivered, the drawn answer)"""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        sent = self.clock.now()
+        answer = self.answers[min(len(self.log), len(self.answers) - 1)]
+        timeout = request.extensions["timeout"]["read"]
+        latency = float(answer["latency_s"])  # type: ignore[arg-type]
+        if latency > timeout:
+            self.clock.advance(timeout)
+            self.log.append((sent, self.clock.now(), False, answer))
+            raise httpx.ReadTimeout("timed out")
+        self.clock.advance(latency)
+        headers = {}
+        hint = answer["retry_after"]
+        if isinstance(hint, int):
+            hint = format_datetime(self.clock.now() + timedelta(seconds=hint), usegmt=True)
+        if hint is not None:
+            headers["Retry-After"] = str(hint)
+        code = int(answer["code"])  # type: ignore[call-overload]
+        self.log.append((sent, self.clock.now(), code != 0, answer))
+        if code == 0:
+            raise httpx.RemoteProtocolError("dropped")
+        return httpx.Response(code, json=answer["body"], headers=headers)
+
+
+def _retry_after_s(answer: dict[str, object]) -> float | None:
+    hint = answer["retry_after"]
+    if isinstance(hint, str) and hint.isdigit():
+        return float(hint)
+    if isinstance(hint, int):
+        return float(hint) - 1  # an HTTP-date loses sub-second precision
+    return None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(answers=st.lists(ANSWERS, min_size=1, max_size=15), policy=POLICIES, seed=st.integers())
+def test_no_answer_sequence_breaks_a_budget(
+    answers: list[dict[str, object]], policy: Policy, seed: int
+) -> None:
+    """Whatever the provider says: within the request budget, nothing sent at or after the
+    deadline, never earlier than a Retry-After, success only with its required field."""
+    clock = FakeClock()
+    provider = Provider(clock, answers)
+    store = MemoryStore()
+    outcome = wait(
+        Operation(status_url=URL, profile=PROFILE, policy=policy),
+        store=store,
+        client=httpx.Client(transport=httpx.MockTransport(provider)),
+        clock=clock,
+        sleep=clock.sleep,
+        rng=random.Random(seed),
+    )
+    record = store.get(outcome.operation_id)
+    assert record is not None
+    deadline = record.deadline_at
+    assert len(provider.log) <= policy.max_requests
+    assert outcome.status_requests_used == len(provider.log)
+    assert all(sent < deadline for sent, _, _, _ in provider.log)
+    assert record.finished_at is not None
+    assert record.finished_at <= deadline
+    assert outcome.transport_failures_used <= policy.max_transport_failures + 1
+    assert outcome.rate_limited_used <= policy.max_rate_limited + 1
+    for (_, answered, delivered, answer), (next_sent, _, _, _) in zip(
+        provider.log, provider.log[1:], strict=False
+    ):
+        minimum = _retry_after_s(answer)
+        if minimum is not None and delivered:
+            assert (next_sent - answered).total_seconds() >= minimum - 1e-6
+    if outcome.outcome is OutcomeKind.SUCCEEDED:
+        assert outcome.result == {"ok": 1}
+    assert outcome.outcome in set(OutcomeKind)

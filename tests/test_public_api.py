@@ -1,0 +1,111 @@
+"""The public doors: each package's ``__all__`` agrees with what it defines, all documented.
+
+In the manner of httpx ``tests/test_exported_members.py``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from types import ModuleType
+
+import pytest
+
+import waitbound
+import waitbound.sim
+import waitbound.stores
+
+PACKAGES = [waitbound, waitbound.stores, waitbound.sim]
+IDS = [m.__name__ for m in PACKAGES]
+
+
+def _ours(value: object) -> bool:
+    """A class or function defined inside the waitbound package."""
+    if not (inspect.isclass(value) or inspect.isfunction(value)):
+        return False
+    module = getattr(value, "__module__", "") or ""
+    return module == "waitbound" or module.startswith("waitbound.")
+
+
+def _exported(module: ModuleType) -> list[tuple[str, object]]:
+    return [(name, getattr(module, name)) for name in module.__all__]
+
+
+def _docstring(name: str, value: object) -> str:
+    """The object's own docstring; a dataclass's generated signature does not count."""
+    raw = vars(value).get("__doc__") if inspect.isclass(value) else inspect.getdoc(value)
+    text = (raw or "").strip()
+    if inspect.isclass(value) and text.startswith(f"{name}("):
+        return ""  # dataclasses write "Name(field: type, ...)" when there is no docstring
+    return text
+
+
+@pytest.mark.parametrize("module", PACKAGES, ids=IDS)
+def test_all_is_sorted(module: ModuleType) -> None:
+    """__all__ is in sorted order."""
+    assert list(module.__all__) == sorted(module.__all__)
+
+
+@pytest.mark.parametrize("module", PACKAGES, ids=IDS)
+def test_all_has_no_duplicates(module: ModuleType) -> None:
+    """No name appears twice in __all__."""
+    names = list(module.__all__)
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+@pytest.mark.parametrize("module", PACKAGES, ids=IDS)
+def test_every_name_in_all_exists(module: ModuleType) -> None:
+    """Every name in __all__ is an attribute of the package."""
+    assert [name for name in module.__all__ if not hasattr(module, name)] == []
+
+
+@pytest.mark.parametrize("module", PACKAGES, ids=IDS)
+def test_every_public_class_and_function_is_in_all(module: ModuleType) -> None:
+    """Each public class or function of ours at the package's top level is listed in __all__."""
+    public = {
+        name for name, value in vars(module).items() if not name.startswith("_") and _ours(value)
+    }
+    assert sorted(public - set(module.__all__)) == []
+
+
+@pytest.mark.parametrize("module", PACKAGES, ids=IDS)
+def test_all_exports_only_public_names(module: ModuleType) -> None:
+    """__all__ holds no private name except the dunder ``__version__``."""
+    private = [n for n in module.__all__ if n.startswith("_") and n != "__version__"]
+    assert private == []
+
+
+@pytest.mark.parametrize("module", PACKAGES, ids=IDS)
+def test_every_exported_class_and_function_has_a_docstring(module: ModuleType) -> None:
+    """Every class and function a package exports has its own docstring."""
+    exported = [(name, value) for name, value in _exported(module) if _ours(value)]
+    assert exported, "no classes or functions exported"
+    assert [name for name, value in exported if not _docstring(name, value)] == []
+
+
+def test_version_is_exported_and_a_string() -> None:
+    """waitbound.__version__ is a dotted version string listed in __all__."""
+    assert "__version__" in waitbound.__all__
+    assert isinstance(waitbound.__version__, str)
+    assert waitbound.__version__.count(".") >= 1
+
+
+def test_docstring_check_rejects_a_generated_dataclass_doc() -> None:
+    """The docstring check does not accept what @dataclass writes for an undocumented class."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Undocumented:
+        value: int
+
+    @dataclass
+    class Documented:
+        """Has words."""
+
+        value: int
+
+    def bare() -> None:
+        pass
+
+    assert _docstring("Undocumented", Undocumented) == ""
+    assert _docstring("Documented", Documented) == "Has words."
+    assert _docstring("bare", bare) == ""
