@@ -1,0 +1,283 @@
+"""The simulator on real loopback HTTP: serving order, templates, drops, delays and the log."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from waitbound._errors import UsageError
+from waitbound.sim import Simulator, parse_scenario
+
+
+@contextmanager
+def serving(
+    endpoints: Mapping[str, object], log_path: Path | None = None
+) -> Iterator[tuple[Simulator, httpx.Client]]:
+    """Serve ``endpoints`` and yield the simulator with a client bound to it."""
+    scenario = parse_scenario({"id": "t", "endpoints": endpoints})
+    with (
+        Simulator(scenario, log_path=log_path) as sim,
+        httpx.Client(base_url=sim.base_url, timeout=5) as client,
+    ):
+        yield sim, client
+
+
+def _ms(at: datetime) -> datetime:
+    return at.replace(microsecond=at.microsecond // 1000 * 1000)
+
+
+def test_entries_in_order_with_repeat_and_last_forever() -> None:
+    """Entries are served in order, each ``repeat`` times, and the last one forever."""
+    status = [
+        {"code": 200, "body": "a", "repeat": 2},
+        {"code": 201, "body": "b"},
+        {"code": 202, "body": "c"},
+    ]
+    with serving({"status": status}) as (sim, client):
+        answers = [client.get("/status") for _ in range(6)]
+    assert [r.json() for r in answers] == ["a", "a", "b", "c", "c", "c"]
+    assert [r.status_code for r in answers] == [200, 200, 201, 202, 202, 202]
+    assert [e.index for e in sim.log()] == [0, 0, 1, 2, 2, 2]
+
+
+def test_after_s_holds_the_previous_entry() -> None:
+    """An entry with after_s is served only once that long after the first request."""
+    status = [{"code": 200, "body": "early"}, {"code": 200, "body": "late", "after_s": 0.3}]
+    with serving({"status": status}) as (sim, client):
+        started = time.monotonic()
+        held = [client.get("/status").json() for _ in range(3)]
+        time.sleep(max(0.0, started + 0.35 - time.monotonic()))
+        late = [client.get("/status").json() for _ in range(2)]
+    assert held == ["early", "early", "early"]
+    assert late == ["late", "late"]
+    assert [e.index for e in sim.log()] == [0, 0, 0, 1, 1]
+    assert sim.log()[3].at_s >= 0.3
+
+
+def test_cursors_are_per_endpoint() -> None:
+    """Each endpoint has its own cursor; /jobs serves ``submit``."""
+    endpoints = {
+        "status": [{"code": 200, "body": "s0"}, {"code": 200, "body": "s1"}],
+        "result": [{"code": 409, "body": "r0"}, {"code": 200, "body": "r1"}],
+        "submit": [{"code": 202, "body": "j0"}],
+    }
+    with serving(endpoints) as (sim, client):
+        bodies = [client.post(p).json() for p in ("/status", "/result", "/jobs", "/status")]
+        bodies.append(client.get("/result").json())
+    assert bodies == ["s0", "r0", "j0", "s1", "r1"]
+    assert [sim.count(name) for name in ("status", "result", "submit", "cancel")] == [2, 2, 1, 0]
+
+
+def test_templates_expand_in_body_headers_and_raw() -> None:
+    """{base_url}, {now±Ns}, {http_date±Ns} and {start+Ns} expand; other braces stay."""
+    body = {
+        "url": "{base_url}/result",
+        "eta": "{now+3s}",
+        "past": ["{now-1.5s}", {"t": "{now}"}],
+        "fixed": "{start+10s}",
+        "keep": '{not_a_template} {now+3} {"a": 1}',
+        "n": 5,
+    }
+    endpoints = {
+        "status": [{"code": 200, "body": body, "headers": {"Retry-After": "{http_date+60s}"}}],
+        "result": [{"code": 200, "raw": "at {base_url} {now+0.5s}"}],
+    }
+    with serving(endpoints) as (sim, client):
+        before = datetime.now(UTC)
+        first = client.get("/status")
+        second = client.get("/status")
+        raw = client.get("/result")
+        after = datetime.now(UTC)
+    got = first.json()
+    assert got["url"] == f"{sim.base_url}/result"
+    assert _ms(before) + timedelta(seconds=3) <= datetime.fromisoformat(got["eta"])
+    assert datetime.fromisoformat(got["eta"]) <= after + timedelta(seconds=3)
+    assert got["eta"].endswith("Z")
+    past = datetime.fromisoformat(got["past"][0])
+    assert _ms(before) - timedelta(seconds=1.5) <= past <= after - timedelta(seconds=1.5)
+    assert _ms(before) <= datetime.fromisoformat(got["past"][1]["t"]) <= after
+    start = sim.log()[0].at
+    assert datetime.fromisoformat(got["fixed"]) == _ms(start) + timedelta(seconds=10)
+    assert second.json()["fixed"] == got["fixed"]
+    assert got["keep"] == '{not_a_template} {now+3} {"a": 1}'
+    assert got["n"] == 5
+    retry_at = email.utils.parsedate_to_datetime(first.headers["Retry-After"])
+    assert before.replace(microsecond=0) + timedelta(seconds=60) <= retry_at
+    assert retry_at <= after + timedelta(seconds=60)
+    text, stamp = raw.text.rsplit(" ", 1)
+    assert text == f"at {sim.base_url}"
+    assert datetime.fromisoformat(stamp) >= _ms(before) + timedelta(seconds=0.5)
+
+
+def test_drop_closes_the_connection_without_a_response() -> None:
+    """A drop closes the connection unanswered; it is logged with code None and counted."""
+    status = [{"code": 200, "body": "ok"}, {"drop": True}]
+    with serving({"status": status}) as (sim, client):
+        assert client.get("/status").json() == "ok"
+        for _ in range(2):
+            with pytest.raises(httpx.RemoteProtocolError):
+                client.get("/status")
+        assert client.get("/_sim/log").status_code == 200
+    assert [e.code for e in sim.log()] == [200, None, None]
+    assert sim.count("status") == 3
+
+
+def test_delay_s_waits_before_answering() -> None:
+    """delay_s makes the server wait that long before answering."""
+    with serving({"status": [{"code": 200, "body": "slow", "delay_s": 0.2}]}) as (sim, client):
+        started = time.monotonic()
+        assert client.get("/status").json() == "slow"
+        assert time.monotonic() - started >= 0.2
+    entry = sim.log()[0]
+    assert entry.answered_at_s - entry.at_s >= 0.2
+
+
+def test_null_body_is_an_empty_response() -> None:
+    """A null body sends no content and no Content-Type; 204 carries no Content-Length."""
+    endpoints = {"status": [{"code": 204, "body": None}], "result": [{"code": 200}]}
+    with serving(endpoints) as (_, client):
+        empty = client.get("/status")
+        also_empty = client.get("/result")
+    assert (empty.status_code, empty.content) == (204, b"")
+    assert "content-type" not in empty.headers
+    assert "content-length" not in empty.headers
+    assert (also_empty.content, also_empty.headers["content-length"]) == (b"", "0")
+
+
+def test_raw_is_served_as_text_and_headers_are_sent() -> None:
+    """raw is sent as-is as text/plain; custom headers are sent and may set Content-Type."""
+    endpoints = {
+        "status": [{"code": 200, "raw": "{not json", "headers": {"X-Id": "j-1"}}],
+        "result": [{"code": 200, "raw": "<a/>", "headers": {"content-type": "application/xml"}}],
+    }
+    with serving(endpoints) as (_, client):
+        text = client.get("/status")
+        xml = client.get("/result")
+    assert (text.text, text.headers["content-type"]) == ("{not json", "text/plain; charset=utf-8")
+    assert text.headers["x-id"] == "j-1"
+    assert text.headers["content-length"] == "9"
+    assert (xml.text, xml.headers["content-type"]) == ("<a/>", "application/xml")
+
+
+def test_unknown_path_and_empty_endpoint_answer_404() -> None:
+    """An unknown path or an endpoint without entries answers 404 and is logged."""
+    with serving({"status": [{"code": 200, "body": "ok"}], "cancel": []}) as (sim, client):
+        unknown = client.delete("/nope?x=1")
+        cancel = client.post("/cancel", json={"reason": "test"})
+        assert client.get("/status").json() == "ok"
+    for answer in (unknown, cancel):
+        assert (answer.status_code, answer.json()) == (404, {"error": "no such endpoint"})
+    logged = [(e.method, e.path, e.endpoint, e.index, e.code) for e in sim.log()]
+    assert logged[:2] == [
+        ("DELETE", "/nope?x=1", None, None, 404),
+        ("POST", "/cancel", "cancel", None, 404),
+    ]
+    assert sim.count("cancel") == 1
+
+
+def test_any_method_is_accepted() -> None:
+    """Any HTTP method is served on an endpoint path; HEAD gets headers only."""
+    with serving({"submit": [{"code": 201, "body": {"id": "j"}}]}) as (sim, client):
+        codes = [client.request(m, "/jobs").status_code for m in ("PUT", "PATCH", "FROB")]
+        head = client.head("/jobs")
+    assert codes == [201, 201, 201]
+    assert (head.status_code, head.content, head.headers["content-length"]) == (201, b"", "11")
+    assert [e.method for e in sim.log()] == ["PUT", "PATCH", "FROB", "HEAD"]
+
+
+def test_log_entries_measure_from_the_first_request() -> None:
+    """at_s starts at 0.0 on the first request of any path and only grows; at is aware UTC."""
+    with serving({"status": [{"code": 200}]}) as (sim, client):
+        before = datetime.now(UTC)
+        client.get("/elsewhere")
+        for _ in range(3):
+            client.get("/status")
+    log = sim.log()
+    assert log[0].at_s == 0.0
+    assert [e.at_s for e in log] == sorted(e.at_s for e in log)
+    assert all(e.answered_at_s >= e.at_s for e in log)
+    assert all(e.at.tzinfo is UTC and e.at >= before for e in log)
+    assert abs((log[-1].at - log[0].at).total_seconds() - log[-1].at_s) < 0.05
+
+
+def test_sim_log_endpoint_lists_entries_unlogged() -> None:
+    """GET /_sim/log answers the log as JSON and is neither logged nor counted."""
+    with serving({"status": [{"code": 200, "body": "ok"}]}) as (sim, client):
+        client.get("/status")
+        client.get("/status")
+        listing = client.get("/_sim/log").json()
+        assert client.get("/_sim/log").json() == listing
+    assert listing == [entry.to_json() for entry in sim.log()]
+    assert [item["code"] for item in listing] == [200, 200]
+    assert listing[0]["at"].endswith("Z")
+    assert sim.count("status") == 2
+
+
+def test_log_path_gets_one_json_line_per_request(tmp_path: Path) -> None:
+    """With log_path, each request is appended as one JSON line and flushed at once."""
+    path = tmp_path / "requests.jsonl"
+    with serving({"status": [{"code": 200}, {"drop": True}]}, log_path=path) as (sim, client):
+        client.get("/status")
+        first_line = path.read_text(encoding="utf-8")
+        with pytest.raises(httpx.RemoteProtocolError):
+            client.get("/status")
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert json.loads(first_line) == lines[0]
+    assert lines == [entry.to_json() for entry in sim.log()]
+    assert set(lines[0]) == {
+        *("method", "path", "endpoint", "index", "code", "at_s", "at", "answered_at_s")
+    }
+    assert lines[1]["code"] is None
+
+
+def test_concurrent_requests_follow_the_order() -> None:
+    """Concurrent requests still see each entry exactly ``repeat`` times."""
+    status = [{"code": 200, "body": 0, "repeat": 5}, {"code": 200, "body": 1, "repeat": 5}]
+    status.append({"code": 200, "body": 2})
+    bodies: list[int] = []
+    with serving({"status": status}) as (sim, _):
+
+        def fetch() -> None:
+            with urllib.request.urlopen(f"{sim.base_url}/status") as answer:
+                bodies.append(json.load(answer))
+
+        threads = [threading.Thread(target=fetch) for _ in range(20)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert sorted(bodies) == [0] * 5 + [1] * 5 + [2] * 10
+
+
+def test_serve_forever_returns_when_stopped() -> None:
+    """serve_forever() blocks until stop() is called, then the port is closed."""
+    sim = Simulator(parse_scenario({"id": "t", "endpoints": {"status": [{"code": 200}]}}))
+    threading.Timer(0.1, sim.stop).start()
+    sim.serve_forever()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{sim.base_url}/status")
+
+
+def test_misuse_raises_usage_error() -> None:
+    """A non-loopback host, base_url before start, a second start, or an unknown count fail."""
+    scenario = parse_scenario({"id": "t", "endpoints": {}})
+    with pytest.raises(UsageError, match="loopback"):
+        Simulator(scenario, host="0.0.0.0")
+    sim = Simulator(scenario)
+    with pytest.raises(UsageError, match="not started"):
+        _ = sim.base_url
+    with sim:
+        with pytest.raises(UsageError, match="already started"):
+            sim.start()
+        with pytest.raises(UsageError, match="unknown endpoint 'jobs'"):
+            sim.count("jobs")
