@@ -1,0 +1,5 @@
+"""``python -m waitbound`` runs the command line."""
+
+from waitbound.cli import main
+
+main()
