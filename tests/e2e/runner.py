@@ -1,0 +1,138 @@
+"""Run a scenario end to end: the real simulator on loopback, the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from waitbound.sim import RequestLogEntry, Simulator, load_scenario
+
+_WAIT_FLAGS = {
+    "deadline_s": "--deadline",
+    "max_requests": "--max-requests",
+    "base_delay_s": "--base-delay",
+    "max_delay_s": "--max-delay",
+    "min_delay_s": "--min-delay",
+    "max_transport_failures": "--max-transport-failures",
+    "max_rate_limited": "--max-rate-limited",
+    "not_found_grace_s": "--not-found-grace",
+    "request_timeout_s": "--request-timeout",
+}
+
+
+def cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m waitbound ARGS`` and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "waitbound", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def wait_args(
+    settings: dict[str, object], base_url: str, workdir: Path, scenario_dir: Path
+) -> list[str]:
+    """Translate a scenario's ``wait`` settings into ``waitbound wait`` arguments.
+
+    ``profile`` is an inline profile object, or a file path relative to the scenario.
+    """
+    profile = settings["profile"]
+    if isinstance(profile, str):
+        profile_path = scenario_dir / profile
+    else:
+        profile_path = workdir / "profile.json"
+        profile_path.write_text(json.dumps(profile))
+    args = [f"{base_url}/status", "--profile", str(profile_path), "--json"]
+    for key, flag in _WAIT_FLAGS.items():
+        if key in settings:
+            args += [flag, f"{settings[key]}s" if key.endswith("_s") else str(settings[key])]
+    if settings.get("result"):
+        args += ["--result-url", f"{base_url}/result"]
+    return args
+
+
+@dataclass
+class CaseRun:
+    """What one end-to-end run produced."""
+
+    outcome: dict[str, object]
+    exit_code: int
+    stderr: str
+    elapsed_s: float
+    log: list[RequestLogEntry]
+
+    def count(self, endpoint: str) -> int:
+        return sum(1 for entry in self.log if entry.endpoint == endpoint)
+
+    def status_times(self) -> list[float]:
+        return [entry.at_s for entry in self.log if entry.endpoint == "status"]
+
+
+def run_scenario(path: Path, workdir: Path, *extra: str) -> CaseRun:
+    """Serve the scenario, run ``waitbound wait`` on it, and collect everything."""
+    scenario = load_scenario(path)
+    with Simulator(scenario) as simulator:
+        args = wait_args(dict(scenario.wait), simulator.base_url, workdir, path.parent)
+        args += ["--store", str(workdir / "store.db"), *extra]
+        started = time.monotonic()
+        done = cli("wait", *args)
+        elapsed = time.monotonic() - started
+        log = simulator.log()
+    assert done.stdout.strip(), f"no JSON on stdout; stderr: {done.stderr}"
+    return CaseRun(
+        outcome=json.loads(done.stdout),
+        exit_code=done.returncode,
+        stderr=done.stderr,
+        elapsed_s=elapsed,
+        log=log,
+    )
+
+
+def unmet(run: CaseRun, expect: dict[str, object]) -> list[str]:
+    """Every ``expect`` key the run did not meet, in words (empty when all are met)."""
+    problems = []
+    statuses = run.count("status")
+    checks: dict[str, tuple[object, bool]] = {
+        "outcome": (run.outcome["outcome"], run.outcome["outcome"] == expect.get("outcome")),
+        "reason": (run.outcome["reason"], run.outcome["reason"] == expect.get("reason")),
+        "max_status_requests": (statuses, statuses <= expect.get("max_status_requests", 0)),  # type: ignore[operator]
+        "min_status_requests": (statuses, statuses >= expect.get("min_status_requests", 0)),  # type: ignore[operator]
+        "result_requests": (
+            run.count("result"),
+            run.count("result") == expect.get("result_requests"),
+        ),
+        "cancel_requests": (
+            run.count("cancel"),
+            run.count("cancel") == expect.get("cancel_requests"),
+        ),
+        "max_elapsed_s": (run.elapsed_s, run.elapsed_s <= expect.get("max_elapsed_s", 0)),  # type: ignore[operator]
+        "job_id": (run.outcome["job_id"], run.outcome["job_id"] == expect.get("job_id")),
+        "last_http_status": (
+            run.outcome["last_http_status"],
+            run.outcome["last_http_status"] == expect.get("last_http_status"),
+        ),
+    }
+    for key, (got, ok) in checks.items():
+        if key in expect and not ok:
+            problems.append(f"{key}: expected {expect[key]!r}, got {got!r}")
+    times = run.status_times()
+    for gap in expect.get("min_gap_s", []):  # type: ignore[attr-defined]
+        k, seconds = gap["after_request"], gap["seconds"]
+        if len(times) <= k:
+            problems.append(f"min_gap_s: no status request {k + 1}")
+        elif times[k] - times[k - 1] < seconds:
+            problems.append(
+                f"min_gap_s: {times[k] - times[k - 1]:.3f}s between status requests {k} and "
+                f"{k + 1}, expected at least {seconds}s"
+            )
+    return problems

@@ -1,0 +1,30 @@
+"""Every handed case and canonical scenario, end to end: real CLI, real simulator, loopback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.runner import run_scenario, unmet
+
+HERE = Path(__file__).resolve().parent.parent
+EXAMPLES = HERE.parent / "examples"
+SCENARIOS = [
+    *sorted((HERE / "cases").glob("*.json")),
+    *sorted((HERE / "scenarios").glob("*.json")),
+    EXAMPLES / "slow-transcode.json",
+]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_scenario_reaches_expected_outcome(path: Path, tmp_path: Path) -> None:
+    """`waitbound wait --json` meets every expectation the scenario file states."""
+    expect = json.loads(path.read_text())["expect"]
+    run = run_scenario(path, tmp_path)
+    assert unmet(run, expect) == [], run.stderr
+    assert run.exit_code == {"succeeded": 0, "timed_out": 3, "escalated": 3}.get(
+        str(run.outcome["outcome"]), 1
+    )
