@@ -16,7 +16,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Final
 from urllib.parse import urlsplit
@@ -69,6 +69,25 @@ def new_operation_id() -> str:
 
 def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _holder_is_gone(owner: str | None) -> bool:
+    """Whether a lease holder ran on this machine in a process that no longer exists.
+
+    Such a lease (left by a killed ``waitbound wait``) need not be waited out. A holder
+    on another machine, or one that cannot be checked, is presumed alive until expiry.
+    """
+    host, _, rest = (owner or "").partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def check_url(url: str, what: str) -> str:
@@ -185,7 +204,11 @@ def _drive(
         record = store.get(operation_id)
         if record is None:
             raise OperationNotFoundError(operation_id)
-        match plan(record, clock.now(), owner=owner):
+        now = clock.now()
+        leased = record.lease_expires_at is not None and record.lease_expires_at > now
+        if leased and _holder_is_gone(record.lease_owner):
+            record = replace(record, lease_expires_at=now)
+        match plan(record, now, owner=owner):
             case Finished(record=done):
                 return done.to_outcome()
             case Finish(transition=finish):
