@@ -293,6 +293,8 @@ def _describe(observation: Observation, reading: Reading | None, after: Record) 
     text = f"{head} answered HTTP {observation.http_status}"
     if reading is not None and reading.classification is not None:
         text += f": state {reading.state!r} ({reading.classification.value})"
+        if reading.progress is not None:
+            text += f", progress {json.dumps(reading.progress)[:40]}"
     return text + (f" [request id {observation.request_id}]" if observation.request_id else "")
 
 
