@@ -12,11 +12,20 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from waitbound._errors import StoreError
 from waitbound._json import JSON, canonical_json
 
-__all__ = ["GENESIS_HASH", "AuditEvent", "StoredAuditEvent", "seal", "seal_all", "verify_chain"]
+__all__ = [
+    "GENESIS_HASH",
+    "AuditEvent",
+    "StoredAuditEvent",
+    "redact_url",
+    "seal",
+    "seal_all",
+    "verify_chain",
+]
 
 GENESIS_HASH = "0" * 64
 
@@ -99,3 +108,12 @@ def verify_chain(events: Sequence[StoredAuditEvent]) -> None:
                 f"{stored.seq}: it was changed, removed or reordered"
             )
         prev = stored.hash
+
+
+def redact_url(url: str) -> str:
+    """The URL without user info or query string (which may carry credentials)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")

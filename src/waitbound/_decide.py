@@ -1,0 +1,486 @@
+"""Deciding what one answer means: an outcome, or when to look again.
+
+Pure functions (see the rules atop ``_controller.py``): each takes the record with
+the answer's bookkeeping applied, the observation and a ``random.Random``, and
+returns a :data:`Step`: the record after the decision plus the audit event that
+explains it. The HTTP meaning of an answer, the classification details and the
+outcome rules are stated in ``docs/waiting.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from datetime import datetime, timedelta
+from urllib.parse import urljoin, urlsplit
+
+from waitbound._audit import redact_url
+from waitbound._contract import Classification, Counts, Reading, is_present
+from waitbound._json import JSON
+from waitbound._observation import Observation
+from waitbound._outcome import OutcomeKind, Reason
+from waitbound._record import Phase, Record
+from waitbound._schedule import DelaySource, backoff_delay_s, hinted_delay_s, read_hints
+
+__all__ = [
+    "THROTTLE_FACTOR",
+    "Step",
+    "deadline_reached",
+    "decide_result",
+    "decide_status",
+    "escalate",
+    "seconds_between",
+]
+
+THROTTLE_FACTOR = 4.0
+"""A throttle without a hint backs off at least this many times the current delay."""
+
+_KEPT_BODY_CHARS = 2000
+"""How much of a contradicting or unusable response is kept in the outcome's error."""
+
+Step = tuple[Record, str, str, dict[str, JSON]]
+"""(record after the decision, event kind, summary, extra event data)."""
+
+
+def seconds_between(start: datetime, end: datetime) -> float:
+    """Seconds from *start* to *end*, never negative."""
+    return max(0.0, (end - start).total_seconds())
+
+
+def decide_status(
+    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+) -> Step:
+    """Decide what a status answer means (the table in ``docs/waiting.md``).
+
+    Args:
+        record: the record with the answer's bookkeeping applied.
+        observation: the answer.
+        reading: what the profile read from its JSON body, or ``None``.
+        rng: draws the jitter of the next delay.
+    """
+    now = observation.at
+    code = observation.http_status
+    if observation.transport_error is not None or code is None:
+        return _provider_trouble(record, observation, reading, rng)
+    mapped = record.profile.http_status_states.get(code)
+    if mapped is not None:
+        return _classified(record, observation, mapped, reading, rng)
+    if code in (401, 403):
+        return escalate(
+            record,
+            now,
+            Reason.AUTHORIZATION_DENIED,
+            f"the status URL answered HTTP {code}; check the credentials (not retried)",
+            response=observation.body,
+        )
+    if code == 429 or (reading is not None and reading.throttled):
+        return _throttled(record, observation, reading, rng)
+    if code >= 500:
+        return _provider_trouble(record, observation, reading, rng)
+    if code in (404, 410) or (200 <= code < 300 and reading and reading.classification is None):
+        what = f"HTTP {code}" if code in (404, 410) else "a body without a state"
+        if record.job_seen_at is None and seconds_between(record.created_at, now) < (
+            record.policy.not_found_grace_s
+        ):
+            return _schedule(record, observation, reading, rng, note=f"{what}: not visible yet")
+        seen = "after the job was seen" if record.job_seen_at else "past the not-found grace"
+        return escalate(
+            record,
+            now,
+            Reason.INTEGRATION_FAILURE,
+            f"the status URL answered {what} {seen}; the contract does not explain it",
+            response=observation.body,
+        )
+    if not 200 <= code < 300:
+        return escalate(
+            record,
+            now,
+            Reason.INTEGRATION_FAILURE,
+            f"the status URL answered HTTP {code}"
+            + (f" with {observation.body_problem}" if observation.body_problem else "")
+            + ", which the profile does not explain",
+            response=observation.body,
+        )
+    if reading is None:
+        problem = observation.body_problem or "an empty body"
+        return escalate(
+            record,
+            now,
+            Reason.INTEGRATION_FAILURE,
+            f"the status URL answered HTTP {code} with {problem}",
+        )
+    assert reading.classification is not None
+    return _classified(record, observation, reading.classification, reading, rng)
+
+
+def _classified(
+    record: Record,
+    observation: Observation,
+    classification: Classification,
+    reading: Reading | None,
+    rng: random.Random,
+) -> Step:
+    now = observation.at
+    if reading is not None:
+        record = replace(
+            record,
+            provider_state=reading.state,
+            progress=reading.progress if reading.progress is not None else record.progress,
+            job_id=record.job_id or reading.job_id,
+        )
+    record = replace(record, job_seen_at=record.job_seen_at or now)
+    error = reading.error if reading is not None else None
+    match classification:
+        case Classification.PENDING:
+            record = replace(record, success_seen_at=None, confirm_requests_used=0)
+            if reading is not None and reading.expires_at and now > reading.expires_at:
+                return escalate(
+                    record,
+                    now,
+                    Reason.CONTRADICTION,
+                    f"the job is still {reading.state!r} after its own expiry time "
+                    f"{reading.expires_at.isoformat()}",
+                    response=observation.body,
+                )
+            return _schedule(record, observation, reading, rng)
+        case Classification.SUCCEEDED | Classification.PARTIAL:
+            return _settle(record, observation, classification, reading, rng)
+        case Classification.FAILED:
+            return _terminal(record, now, OutcomeKind.FAILED, error=error)
+        case Classification.CANCELED:
+            return _terminal(record, now, OutcomeKind.CANCELED, error=error)
+        case Classification.EXPIRED:
+            return _terminal(record, now, OutcomeKind.EXPIRED, error=error)
+        case _:
+            return escalate(
+                record,
+                now,
+                Reason.UNKNOWN_STATE,
+                f"state {record.provider_state!r} is in none of the lists of profile "
+                f"{record.profile.name}; not guessing what it means",
+                response=observation.body,
+            )
+
+
+def _settle(
+    record: Record,
+    observation: Observation,
+    classification: Classification,
+    reading: Reading | None,
+    rng: random.Random,
+) -> Step:
+    """A terminal success or partial success: validate it, then fetch or finish."""
+    now = observation.at
+    policy = record.policy
+    if reading is not None and reading.missing_required:
+        seen_at = record.success_seen_at or now
+        confirms = record.confirm_requests_used + (record.success_seen_at is not None)
+        window_over = record.success_seen_at is not None and (
+            seconds_between(seen_at, now) >= policy.confirm_window_s
+        )
+        if confirms >= policy.confirm_max_requests or window_over:
+            return escalate(
+                record,
+                now,
+                Reason.CONTRADICTION,
+                f"the job reported {reading.state!r} without "
+                f"{', '.join(reading.missing_required)} after {confirms} confirmation request(s)",
+                response=observation.body,
+            )
+        record = replace(record, success_seen_at=seen_at, confirm_requests_used=confirms)
+        return _schedule(
+            record,
+            observation,
+            reading,
+            rng,
+            note=f"success without {', '.join(reading.missing_required)}; confirming",
+            confirming=True,
+        )
+    error = reading.error if reading is not None else None
+    counts = reading.counts if reading is not None else None
+    if classification is Classification.SUCCEEDED and is_present(error):
+        return _terminal(record, now, OutcomeKind.FAILED, error=error, counts=counts)
+    outcome = (
+        OutcomeKind.COMPLETED_WITH_ERRORS
+        if classification is Classification.PARTIAL
+        else OutcomeKind.SUCCEEDED
+    )
+    if counts is not None and counts.failed:
+        outcome = OutcomeKind.FAILED if counts.succeeded == 0 else OutcomeKind.COMPLETED_WITH_ERRORS
+    if outcome is OutcomeKind.FAILED:
+        return _terminal(record, now, outcome, error=error, counts=counts)
+    result_url = _result_url(record, reading)
+    if isinstance(result_url, ValueError):
+        return escalate(record, now, Reason.INTEGRATION_FAILURE, str(result_url))
+    if result_url is None:
+        result = reading.result if reading is not None else None
+        return _terminal(record, now, outcome, result=result, error=error, counts=counts)
+    record = replace(
+        record,
+        phase=Phase.FETCHING_RESULT,
+        settled_outcome=outcome,
+        result_url=result_url,
+        error=error,
+        counts=counts.as_json() if counts else None,
+        next_poll_at=now,
+        delay_source=None,
+        attempt=0,
+    )
+    return (
+        record,
+        "result_due",
+        f"terminal {outcome.value}; fetching the result from {redact_url(result_url)} once",
+        {"result_url": redact_url(result_url)},
+    )
+
+
+def _result_url(record: Record, reading: Reading | None) -> str | ValueError | None:
+    """The result URL: given, or read from the body; relative resolves against the status URL."""
+    candidate = record.result_url
+    profile = record.profile
+    if candidate is None and reading is not None:
+        if reading.result_url:
+            candidate = reading.result_url
+        elif reading.result_id and profile.result_url_template:
+            candidate = profile.result_url_template.replace("{result_id}", reading.result_id)
+    if candidate is None:
+        return None
+    url = urljoin(record.status_url, candidate)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return ValueError(f"the result URL {candidate!r} is not an http(s) URL")
+    return url
+
+
+def decide_result(record: Record, observation: Observation, rng: random.Random) -> Step:
+    """Decide what a result-endpoint answer means: 409/425 not ready, 2xx the result."""
+    now = observation.at
+    code = observation.http_status
+    if observation.transport_error is not None or code is None or code >= 500:
+        return _provider_trouble(record, observation, None, rng)
+    if code in (401, 403):
+        return escalate(
+            record, now, Reason.AUTHORIZATION_DENIED, f"the result URL answered HTTP {code}"
+        )
+    if code == 429:
+        return _throttled(record, observation, None, rng)
+    if code in (409, 425):
+        return _schedule(record, observation, None, rng, note=f"result not ready (HTTP {code})")
+    if 200 <= code < 300 and observation.body_problem is None:
+        outcome = record.settled_outcome or OutcomeKind.SUCCEEDED
+        record = replace(record, result_fetched_at=now)
+        return _terminal(record, now, outcome, result=observation.body, error=record.error)
+    problem = observation.body_problem or f"HTTP {code}"
+    return escalate(
+        record,
+        now,
+        Reason.INTEGRATION_FAILURE,
+        f"the result URL answered {problem}",
+        response=observation.body,
+    )
+
+
+def _throttled(
+    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+) -> Step:
+    used = record.rate_limited_used + 1
+    record = replace(record, rate_limited_used=used)
+    if used > record.policy.max_rate_limited:
+        return escalate(
+            record,
+            observation.at,
+            Reason.RATE_LIMITED,
+            f"throttled {used} times; the rate-limit budget is {record.policy.max_rate_limited}",
+        )
+    return _schedule(record, observation, reading, rng, note="throttled", throttle=True)
+
+
+def _provider_trouble(
+    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+) -> Step:
+    what = observation.transport_error or f"HTTP {observation.http_status}"
+    used = record.transport_failures_used + 1
+    record = replace(record, transport_failures_used=used)
+    if used > record.policy.max_transport_failures:
+        return escalate(
+            record,
+            observation.at,
+            Reason.PROVIDER_FAILURE,
+            f"{what}; {used} transport failures (budget {record.policy.max_transport_failures}); "
+            f"the job's state could not be learned (last known {record.provider_state!r})",
+        )
+    return _schedule(
+        record,
+        observation,
+        reading,
+        rng,
+        note=f"provider trouble ({what})",
+        demanded=observation.http_status == 503,
+    )
+
+
+def _schedule(
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    rng: random.Random,
+    *,
+    note: str = "",
+    throttle: bool = False,
+    demanded: bool = False,
+    confirming: bool = False,
+) -> Step:
+    """Set ``next_poll_at`` from hints, backoff and jitter; stop if it lands past the deadline.
+
+    A valid hint is a minimum (raised to the floor, then jittered upward only). Without
+    one: local backoff; a throttle multiplies it by :data:`THROTTLE_FACTOR`; a
+    confirmation re-check fits its requests inside the confirmation window.
+    """
+    now = observation.at
+    policy = record.policy
+    floor = policy.floor_s
+    hint, invalid = read_hints(observation.headers, reading, record.profile, now=now)
+    if hint is not None:
+        minimum = max(hint.delay_s, floor)
+        delay = hinted_delay_s(minimum, jitter=policy.hint_jitter, rng=rng)
+        source = hint.source
+        demanded = demanded or throttle
+    else:
+        minimum = floor
+        delay = backoff_delay_s(
+            record.attempt,
+            base_delay_s=policy.base_delay_s,
+            max_delay_s=policy.max_delay_s,
+            rng=rng,
+        )
+        if throttle:
+            delay *= THROTTLE_FACTOR
+            minimum = delay
+            demanded = True
+        if confirming:
+            delay = min(delay, policy.confirm_window_s / (policy.confirm_max_requests + 1))
+        delay = max(delay, floor)
+        source = DelaySource.LOCAL_BACKOFF
+    record = replace(record, attempt=record.attempt + 1)
+    extra: dict[str, JSON] = {
+        "invalid_hints": [
+            {"origin": bad.origin, "value": bad.value, "problem": bad.problem} for bad in invalid
+        ]
+    }
+    if hint is not None:
+        extra["hint"] = {"origin": hint.origin, "delay_s": hint.delay_s}
+    earliest = now + timedelta(seconds=minimum)
+    if earliest >= record.deadline_at:
+        told = (
+            f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
+        )
+        if demanded:
+            record, kind, summary, more = escalate(
+                record,
+                now,
+                Reason.RATE_LIMITED,
+                f"{note or 'throttled'}: {told}, past the deadline",
+            )
+        else:
+            record, kind, summary, more = deadline_reached(
+                record, now, f"; {told}, past the deadline"
+            )
+        return record, kind, summary, extra | more
+    next_poll_at = min(now + timedelta(seconds=delay), record.deadline_at)
+    record = replace(record, next_poll_at=next_poll_at, delay_source=source)
+    ignored = (
+        "; ignored " + ", ".join(f"{b.origin} {b.value!r}" for b in invalid) if invalid else ""
+    )
+    summary = (
+        f"{note + '; ' if note else ''}next request in {seconds_between(now, next_poll_at):.3g}s "
+        f"({source.value}){ignored}"
+    )
+    return record, "scheduled", summary, extra
+
+
+def deadline_reached(record: Record, now: datetime, why: str = "") -> Step:
+    """The deadline is reached (or no request fits before it).
+
+    A job whose terminal success was seen is never reported timed out: when only its
+    result could not be fetched in time, that is a contradiction between endpoints.
+    """
+    if record.phase is Phase.FETCHING_RESULT:
+        return escalate(
+            record,
+            now,
+            Reason.CONTRADICTION,
+            "the status endpoint reported success, but the result endpoint was not ready "
+            f"before the deadline{why}",
+        )
+    return _timed_out(record, now, why)
+
+
+def _timed_out(record: Record, now: datetime, why: str = "") -> Step:
+    detail = (
+        f"the deadline {record.deadline_at.isoformat()} was reached{why}; the job may still run"
+    )
+    return _finish(record, now, OutcomeKind.TIMED_OUT, Reason.DEADLINE_EXCEEDED, detail=detail)
+
+
+def escalate(
+    record: Record, now: datetime, reason: Reason, detail: str, *, response: JSON = None
+) -> Step:
+    """Stop with ``escalated``: *reason*, *detail* in words, and the response kept (bounded)."""
+    return _finish(record, now, OutcomeKind.ESCALATED, reason, detail=detail, response=response)
+
+
+def _terminal(
+    record: Record,
+    now: datetime,
+    outcome: OutcomeKind,
+    *,
+    result: JSON = None,
+    error: JSON = None,
+    counts: Counts | None = None,
+) -> Step:
+    if counts is not None:
+        record = replace(record, counts=counts.as_json())
+    record = replace(record, result=result, error=error if is_present(error) else None)
+    return _finish(record, now, outcome, None)
+
+
+def _finish(
+    record: Record,
+    now: datetime,
+    outcome: OutcomeKind,
+    reason: Reason | None,
+    *,
+    detail: str | None = None,
+    response: JSON = None,
+) -> Step:
+    if detail is not None:
+        error: dict[str, JSON] = {"reason": reason.value if reason else None, "detail": detail}
+        if response is not None:
+            error["response"] = _bounded(response)
+        if record.error is not None:
+            error["provider_error"] = record.error
+        record = replace(record, error=error)
+    record = replace(
+        record,
+        phase=Phase.DONE,
+        outcome=outcome,
+        reason=reason,
+        finished_at=now,
+        delay_source=None,
+    )
+    summary = f"outcome {outcome.value}" + (f" ({reason.value})" if reason else "")
+    if detail:
+        summary += f": {detail}"
+    return (
+        record,
+        "finished",
+        summary,
+        {"outcome": outcome.value, "reason": reason.value if reason else None},
+    )
+
+
+def _bounded(value: JSON) -> JSON:
+    """Keep a response whole when small, else its first characters as text."""
+    text = json.dumps(value, ensure_ascii=False)
+    return value if len(text) <= _KEPT_BODY_CHARS else text[:_KEPT_BODY_CHARS] + "…"
