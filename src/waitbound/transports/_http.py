@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Final
 from urllib.parse import urljoin, urlsplit
 
@@ -58,77 +57,112 @@ def _origin(url: str) -> tuple[str, str | None, int | None]:
     return parts.scheme, parts.hostname, parts.port or default
 
 
-def _next_url(url: str, response: httpx.Response) -> str | None:
-    """The same-origin redirect target, or ``None`` when *response* is no redirect."""
-    if not response.has_redirect_location:
-        return None
-    return urljoin(url, response.headers["location"])
+class _Exchange:
+    """The bookkeeping of one request, without I/O: redirect hops, total time, body cap."""
 
+    def __init__(
+        self,
+        request: Request,
+        headers: Mapping[str, str],
+        profile: Profile,
+        clock: Clock,
+        settings: HttpSettings,
+    ) -> None:
+        self.request = request
+        self.url = request.url
+        self.headers = {"user-agent": USER_AGENT, "accept": "application/json", **headers}
+        self.profile = profile
+        self.clock = clock
+        self.settings = settings
+        self.start = clock.monotonic()
+        self.body = bytearray()
+        self.problem: str | None = None
 
-def _timeout(settings: HttpSettings, timeout_s: float) -> httpx.Timeout:
-    return httpx.Timeout(timeout_s, connect=min(settings.connect_timeout_s, timeout_s))
+    def hops(self) -> range:
+        return range(self.settings.max_redirects + 1)
 
+    def _elapsed_s(self) -> float:
+        return self.clock.monotonic() - self.start
 
-def _headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {"user-agent": USER_AGENT, "accept": "application/json", **headers}
+    def timeout(self) -> httpx.Timeout:
+        """The timeout of the next hop: whatever is left of the total."""
+        left = self.request.timeout_s - self._elapsed_s()
+        if left <= 0:
+            raise _TooSlow
+        return httpx.Timeout(left, connect=min(self.settings.connect_timeout_s, left))
 
+    def redirected(self, response: httpx.Response, hops: int) -> bool:
+        """Whether to follow *response* to the next hop (same origin, within the hop limit)."""
+        if not response.has_redirect_location:
+            return False
+        target = urljoin(self.url, response.headers["location"])
+        if _origin(target) != _origin(self.url):
+            self.problem = f"a redirect to another origin ({_origin(target)[1]}), not followed"
+        elif hops >= self.settings.max_redirects:
+            self.problem = f"more than {self.settings.max_redirects} redirects"
+        else:
+            self.url = target
+            return True
+        return False
 
-def _observation(
-    request: Request,
-    response: httpx.Response,
-    body: bytes,
-    *,
-    problem: str | None,
-    profile: Profile,
-    at: datetime,
-    elapsed_s: float,
-) -> Observation:
-    kept = kept_header_names(profile)
-    headers = {k.lower(): v for k, v in response.headers.items() if k.lower() in kept}
-    request_id = next((headers[h] for h in profile.request_id_headers if h in headers), None)
-    parsed: JSON = None
-    if problem is None and body.strip():
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            if request.kind == "result":
-                parsed = body.decode("utf-8", errors="replace")
-            else:
-                problem = "a body that is not JSON"
-    return Observation(
-        kind=request.kind,
-        at=at,
-        http_status=response.status_code,
-        headers=headers,
-        body=parsed,
-        body_problem=problem,
-        request_id=request_id[:200] if request_id else None,
-        elapsed_s=elapsed_s,
-    )
+    def take(self, chunk: bytes) -> bool:
+        """Add a body chunk; ``True`` when the cap is passed and reading must stop.
 
+        Raises:
+            _TooSlow: the total timeout passed while the body was arriving.
+        """
+        self.body += chunk
+        if self._elapsed_s() > self.request.timeout_s:
+            raise _TooSlow
+        if len(self.body) > self.settings.max_body_bytes:
+            self.problem = f"a body larger than {self.settings.max_body_bytes} bytes"
+            return True
+        return False
 
-def _failure(request: Request, exc: Exception, *, at: datetime, elapsed_s: float) -> Observation:
-    if isinstance(exc, httpx.TimeoutException | _TooSlow):
-        what = f"no answer within {request.timeout_s:.3g}s (timeout)"
-    elif isinstance(exc, httpx.RemoteProtocolError):
-        what = "the connection closed without a complete response"
-    elif isinstance(exc, httpx.ConnectError):
-        what = "could not connect"
-    else:
-        what = f"transport error ({type(exc).__name__})"
-    return Observation(kind=request.kind, at=at, transport_error=what, elapsed_s=elapsed_s)
+    def done(self, response: httpx.Response) -> Observation:
+        """The observation of a complete HTTP answer."""
+        kept = kept_header_names(self.profile)
+        headers = {k.lower(): v for k, v in response.headers.items() if k.lower() in kept}
+        request_id = next(
+            (headers[h] for h in self.profile.request_id_headers if h in headers), None
+        )
+        parsed: JSON = None
+        problem = self.problem
+        if problem is None and self.body.strip():
+            try:
+                parsed = json.loads(self.body)
+            except ValueError:
+                if self.request.kind == "result":
+                    parsed = self.body.decode("utf-8", errors="replace")
+                else:
+                    problem = "a body that is not JSON"
+        return Observation(
+            kind=self.request.kind,
+            at=self.clock.now(),
+            http_status=response.status_code,
+            headers=headers,
+            body=parsed,
+            body_problem=problem,
+            request_id=request_id[:200] if request_id else None,
+            elapsed_s=self._elapsed_s(),
+        )
 
-
-def _redirect_problem(url: str, target: str, hops: int, settings: HttpSettings) -> str | None:
-    if _origin(target) != _origin(url):
-        return f"a redirect to another origin ({_origin(target)[1]}), not followed"
-    if hops >= settings.max_redirects:
-        return f"more than {settings.max_redirects} redirects"
-    return None
-
-
-def _too_large(settings: HttpSettings) -> str:
-    return f"a body larger than {settings.max_body_bytes} bytes"
+    def failed(self, exc: Exception) -> Observation:
+        """The observation of a transport failure, described without the URL."""
+        if isinstance(exc, httpx.TimeoutException | _TooSlow):
+            what = f"no answer within {self.request.timeout_s:.3g}s (timeout)"
+        elif isinstance(exc, httpx.RemoteProtocolError):
+            what = "the connection closed without a complete response"
+        elif isinstance(exc, httpx.ConnectError):
+            what = "could not connect"
+        else:
+            what = f"transport error ({type(exc).__name__})"
+        return Observation(
+            kind=self.request.kind,
+            at=self.clock.now(),
+            transport_error=what,
+            elapsed_s=self._elapsed_s(),
+        )
 
 
 def send_sync(
@@ -145,41 +179,21 @@ def send_sync(
     Never raises for HTTP or transport trouble: a timeout, a dropped connection or
     a refused connection becomes an observation with ``transport_error``.
     """
-    start = clock.monotonic()
-    url = request.url
+    exchange = _Exchange(request, headers, profile, clock, settings)
     try:
-        for hops in range(settings.max_redirects + 1):
-            left = request.timeout_s - (clock.monotonic() - start)
-            if left <= 0:
-                raise _TooSlow
+        for hops in exchange.hops():
             with client.stream(
-                "GET", url, headers=_headers(headers), timeout=_timeout(settings, left)
+                "GET", exchange.url, headers=exchange.headers, timeout=exchange.timeout()
             ) as response:
-                target = _next_url(url, response)
-                problem = target and _redirect_problem(url, target, hops, settings)
-                if target and not problem:
-                    url = target
+                if exchange.redirected(response, hops):
                     continue
-                body = bytearray()
                 for chunk in response.iter_bytes():
-                    body += chunk
-                    if clock.monotonic() - start > request.timeout_s:
-                        raise _TooSlow
-                    if len(body) > settings.max_body_bytes:
-                        problem = _too_large(settings)
+                    if exchange.take(chunk):
                         break
-                return _observation(
-                    request,
-                    response,
-                    bytes(body),
-                    problem=problem or None,
-                    profile=profile,
-                    at=clock.now(),
-                    elapsed_s=clock.monotonic() - start,
-                )
+                return exchange.done(response)
     except (httpx.HTTPError, _TooSlow) as exc:
-        return _failure(request, exc, at=clock.now(), elapsed_s=clock.monotonic() - start)
-    raise AssertionError("unreachable: the redirect loop always returns")
+        return exchange.failed(exc)
+    raise AssertionError("unreachable: the last hop always returns")
 
 
 async def send_async(
@@ -192,38 +206,18 @@ async def send_async(
     settings: HttpSettings = HttpSettings(),
 ) -> Observation:
     """Send *request* with an async client and observe the answer (see :func:`send_sync`)."""
-    start = clock.monotonic()
-    url = request.url
+    exchange = _Exchange(request, headers, profile, clock, settings)
     try:
-        for hops in range(settings.max_redirects + 1):
-            left = request.timeout_s - (clock.monotonic() - start)
-            if left <= 0:
-                raise _TooSlow
+        for hops in exchange.hops():
             async with client.stream(
-                "GET", url, headers=_headers(headers), timeout=_timeout(settings, left)
+                "GET", exchange.url, headers=exchange.headers, timeout=exchange.timeout()
             ) as response:
-                target = _next_url(url, response)
-                problem = target and _redirect_problem(url, target, hops, settings)
-                if target and not problem:
-                    url = target
+                if exchange.redirected(response, hops):
                     continue
-                body = bytearray()
                 async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if clock.monotonic() - start > request.timeout_s:
-                        raise _TooSlow
-                    if len(body) > settings.max_body_bytes:
-                        problem = _too_large(settings)
+                    if exchange.take(chunk):
                         break
-                return _observation(
-                    request,
-                    response,
-                    bytes(body),
-                    problem=problem or None,
-                    profile=profile,
-                    at=clock.now(),
-                    elapsed_s=clock.monotonic() - start,
-                )
+                return exchange.done(response)
     except (httpx.HTTPError, _TooSlow) as exc:
-        return _failure(request, exc, at=clock.now(), elapsed_s=clock.monotonic() - start)
-    raise AssertionError("unreachable: the redirect loop always returns")
+        return exchange.failed(exc)
+    raise AssertionError("unreachable: the last hop always returns")
