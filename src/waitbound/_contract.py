@@ -23,11 +23,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final
 
-import jmespath
-import jmespath.exceptions
-import jmespath.parser
-
+from waitbound._actions import CancelContract, SubmitContract, parse_cancel, parse_submit
 from waitbound._errors import ProfileError
+from waitbound._jmes import Expression, compile_expression, search
 from waitbound._json import JSON, JSONScalar
 
 __all__ = [
@@ -35,6 +33,7 @@ __all__ = [
     "Counts",
     "Profile",
     "Reading",
+    "ResultReading",
     "load_profile",
     "parse_profile",
 ]
@@ -49,10 +48,20 @@ class Classification(StrEnum):
     FAILED = "failed"
     CANCELED = "canceled"
     EXPIRED = "expired"
+    SKIPPED = "skipped"
+    """The provider skipped the run: the outcome is ``canceled`` with reason ``skipped``."""
     UNKNOWN = "unknown"
 
 
-STATE_LISTS: Final = ("pending", "succeeded", "partial", "failed", "canceled", "expired")
+STATE_LISTS: Final = (
+    "pending",
+    "succeeded",
+    "partial",
+    "failed",
+    "canceled",
+    "expired",
+    "skipped",
+)
 EXPRESSION_KEYS: Final = (
     "state",
     "done",
@@ -69,6 +78,9 @@ EXPRESSION_KEYS: Final = (
     "result_url",
     "result_id",
     "cancel_url",
+    "output_error",
+    "usage",
+    "errors_url",
 )
 OTHER_KEYS: Final = (
     "name",
@@ -80,6 +92,8 @@ OTHER_KEYS: Final = (
     "hint_headers",
     "result_url_template",
     "request_id_headers",
+    "submit",
+    "cancel",
 )
 KNOWN_KEYS: Final = frozenset((*STATE_LISTS, *EXPRESSION_KEYS, *OTHER_KEYS))
 DEFAULT_REQUEST_ID_HEADERS: Final = ("x-request-id", "request-id", "x-ms-request-id")
@@ -143,6 +157,24 @@ class Reading:
     result_id: str | None = None
     cancel_url: str | None = None
     cancelable: bool | None = None
+    output_error: JSON = None
+    usage: JSON = None
+    errors_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultReading:
+    """What a profile reads from a result document (the result endpoint's body).
+
+    Attributes:
+        output: the ``result`` expression's value, or the whole document without one.
+        output_error: a present value means the job failed, whatever the output says.
+        usage: the provider's usage report; ``None`` stays ``None`` (unknown, not 0).
+    """
+
+    output: JSON
+    output_error: JSON = None
+    usage: JSON = None
 
 
 def is_present(value: JSON) -> bool:
@@ -173,13 +205,15 @@ class Profile:
     name: str
     source: Mapping[str, JSON]
     states: Mapping[_ValueKey, Classification] = field(repr=False)
-    expressions: Mapping[str, jmespath.parser.ParsedResult] = field(repr=False)
-    require_on_success: tuple[tuple[str, jmespath.parser.ParsedResult], ...] = field(repr=False)
-    count_expressions: Mapping[str, tuple[jmespath.parser.ParsedResult, ...]] = field(repr=False)
+    expressions: Mapping[str, Expression] = field(repr=False)
+    require_on_success: tuple[tuple[str, Expression], ...] = field(repr=False)
+    count_expressions: Mapping[str, tuple[Expression, ...]] = field(repr=False)
     http_status_states: Mapping[int, Classification]
     hint_headers: tuple[tuple[str, float], ...]
     request_id_headers: tuple[str, ...]
     result_url_template: str | None
+    submit: SubmitContract | None = None
+    cancel: CancelContract = field(default_factory=CancelContract)
 
     def classify_value(self, value: object) -> Classification:
         """Classify one state value by lookup; a value in no list is ``UNKNOWN``."""
@@ -188,7 +222,7 @@ class Profile:
 
     def _search(self, key: str, body: JSON) -> JSON:
         expression = self.expressions.get(key)
-        return None if expression is None else _safe_search(expression, body)
+        return None if expression is None else search(expression, body)
 
     def read(self, body: JSON) -> Reading:
         """Read the state and every named field from one parsed status body.
@@ -231,7 +265,7 @@ class Profile:
             missing_required=tuple(
                 text
                 for text, expression in self.require_on_success
-                if _safe_search(expression, body) is None
+                if search(expression, body) is None
             ),
             throttled=bool(self._search("throttled", body)),
             poll_hint_s=self._poll_hint(body),
@@ -241,6 +275,24 @@ class Profile:
             result_id=_text(self._search("result_id", body)),
             cancel_url=_text(self._search("cancel_url", body)),
             cancelable=cancelable if isinstance(cancelable, bool) else None,
+            output_error=self._search("output_error", body),
+            usage=self._search("usage", body),
+            errors_url=_text(self._search("errors_url", body)),
+        )
+
+    def read_result(self, document: JSON) -> ResultReading:
+        """Read the output, output error and usage from a result endpoint's body.
+
+        A text body (not JSON) is the output as it is.
+        """
+        if isinstance(document, str) or "result" not in self.expressions:
+            output = document
+        else:
+            output = self._search("result", document)
+        return ResultReading(
+            output=output,
+            output_error=self._search("output_error", document),
+            usage=self._search("usage", document),
         )
 
     def _poll_hint(self, body: JSON) -> JSON:
@@ -257,37 +309,16 @@ class Profile:
             return None
         values: dict[str, int | None] = {}
         for name, expressions in self.count_expressions.items():
-            parts = [_safe_search(expression, body) for expression in expressions]
+            parts = [search(expression, body) for expression in expressions]
             ints = [p for p in parts if isinstance(p, int) and not isinstance(p, bool) and p >= 0]
             values[name] = sum(ints) if ints else None
         return Counts(**values)
-
-
-def _safe_search(expression: jmespath.parser.ParsedResult, body: JSON) -> JSON:
-    """Evaluate *expression*; a JMESPath type error (e.g. a function on null) reads as null."""
-    try:
-        value: JSON = expression.search(body)
-    except jmespath.exceptions.JMESPathError:
-        return None
-    return value
 
 
 def _text(value: JSON) -> str | None:
     if value is None or isinstance(value, list | dict):
         return None
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def _compile(where: str, key: str, expression: object) -> jmespath.parser.ParsedResult:
-    if not isinstance(expression, str) or not expression.strip():
-        raise ProfileError(f"{where}: {key} must be a JMESPath expression string")
-    try:
-        return jmespath.compile(expression)
-    except jmespath.exceptions.JMESPathError as exc:
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ProfileError(
-            f"{where}: {key} = {expression!r} is not a valid JMESPath expression ({first_line})"
-        ) from None
 
 
 def parse_profile(data: object, *, name: str = "inline") -> Profile:
@@ -342,12 +373,14 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
             f"({', '.join(STATE_LISTS)}); every value would be unknown"
         )
 
-    expressions = {key: _compile(where, key, data[key]) for key in EXPRESSION_KEYS if key in data}
+    expressions = {
+        key: compile_expression(where, key, data[key]) for key in EXPRESSION_KEYS if key in data
+    }
     required = data.get("require_on_success", [])
     if not isinstance(required, list):
         raise ProfileError(f"{where}: require_on_success must be a list of expressions")
     require_on_success = tuple(
-        (str(text), _compile(where, "require_on_success", text)) for text in required
+        (str(text), compile_expression(where, "require_on_success", text)) for text in required
     )
     return Profile(
         name=name,
@@ -360,12 +393,12 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         hint_headers=_parse_hint_headers(where, data.get("hint_headers")),
         request_id_headers=_parse_header_names(where, data.get("request_id_headers")),
         result_url_template=_parse_template(where, data),
+        submit=parse_submit(where, data.get("submit")),
+        cancel=parse_cancel(where, data.get("cancel")),
     )
 
 
-def _parse_counts(
-    where: str, counts: object
-) -> dict[str, tuple[jmespath.parser.ParsedResult, ...]]:
+def _parse_counts(where: str, counts: object) -> dict[str, tuple[Expression, ...]]:
     if counts is None:
         return {}
     if not isinstance(counts, Mapping):
@@ -375,10 +408,10 @@ def _parse_counts(
         raise ProfileError(
             f"{where}: counts has unknown key {extra[0]!r} (known: failed, succeeded, total)"
         )
-    parsed: dict[str, tuple[jmespath.parser.ParsedResult, ...]] = {}
+    parsed: dict[str, tuple[Expression, ...]] = {}
     for key, value in counts.items():
         items = value if isinstance(value, list) else [value]
-        parsed[key] = tuple(_compile(where, f"counts.{key}", item) for item in items)
+        parsed[key] = tuple(compile_expression(where, f"counts.{key}", item) for item in items)
     return parsed
 
 
