@@ -24,14 +24,18 @@ import json
 import random
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from urllib.parse import urljoin
 
 from waitbound._audit import AuditEvent, redact_url
 from waitbound._contract import Reading
 from waitbound._decide import (
     Step,
     deadline_reached,
+    decide_cancel,
+    decide_errors,
     decide_result,
     decide_status,
+    decide_submit,
     escalate,
     seconds_between,
 )
@@ -49,6 +53,7 @@ __all__ = [
     "Sleep",
     "Transition",
     "audit_event",
+    "cancel_url",
     "created_event",
     "observe",
     "plan",
@@ -57,11 +62,15 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Request:
-    """One request to send: ``GET url`` with a total timeout in seconds."""
+    """One request to send: ``method url`` with a total timeout in seconds.
+
+    A ``submit`` request's body and headers come from the caller, never the record.
+    """
 
     kind: RequestKind
     url: str
     timeout_s: float
+    method: str = "GET"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,19 +133,40 @@ def audit_event(record: Record, at: datetime, kind: str, summary: str, **extra: 
 def created_event(record: Record) -> AuditEvent:
     """The first audit event of a new operation."""
     policy = record.policy
+    if record.status_url is not None:
+        what = f"waiting on {redact_url(record.status_url)}"
+    else:
+        what = f"submitting {record.submit_method} {redact_url(record.submit_url or '')}"
+        if record.idempotency_key:
+            what += f" (idempotency key {record.idempotency_key})"
     return audit_event(
         record,
         record.created_at,
         "created",
-        f"waiting on {redact_url(record.status_url)} with profile {record.profile.name}: "
-        f"deadline {record.deadline_at.isoformat()}, at most {policy.max_requests} requests",
-        status_url=redact_url(record.status_url),
+        f"{what} with profile {record.profile.name}: deadline "
+        f"{record.deadline_at.isoformat()}, at most {policy.max_requests} requests",
+        status_url=redact_url(record.status_url) if record.status_url else None,
+        submit_fingerprint=record.submit_fingerprint,
         deadline_at=record.deadline_at.isoformat(),
     )
 
 
-def plan(record: Record, now: datetime, *, owner: str) -> Decision:
+def cancel_url(record: Record) -> str | None:
+    """The cancel URL: named by a receipt, a status body or the caller, else the template."""
+    return record.cancel_url or record.profile.cancel.url(
+        status_url=record.status_url, job_id=record.job_id
+    )
+
+
+def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False) -> Decision:
     """Decide the next action for *record* at *now*, for the worker *owner*.
+
+    Args:
+        record: the stored record.
+        now: the current time.
+        owner: the worker's lease owner id.
+        can_submit: the caller holds the submission's body and headers, so an
+            operation in the ``submitting`` phase can be sent.
 
     Returns:
         :class:`Finished` (nothing to do), :class:`Finish` (an outcome reached
@@ -162,8 +192,15 @@ def plan(record: Record, now: datetime, *, owner: str) -> Decision:
                 "(the process stopped); that request stays counted",
             )
         )
+    if record.phase is Phase.SUBMITTING:
+        return _plan_submit(record, now, owner, notes, can_submit=can_submit)
+    cancel_at = cancel_url(record)
     if now >= record.deadline_at:
+        if record.cancel_on_deadline and not record.cancel_requests_used and cancel_at:
+            return _reserve(record, now, owner, notes, "cancel", cancel_at)
         return _finish_early(record, now, notes, deadline_reached(record, now))
+    if record.cancel_due and cancel_at:
+        return _reserve(record, now, owner, notes, "cancel", cancel_at)
     if record.requests_used >= record.policy.max_requests:
         detail = (
             f"all {record.policy.max_requests} requests of the budget are used "
@@ -178,7 +215,39 @@ def plan(record: Record, now: datetime, *, owner: str) -> Decision:
     if now < record.next_poll_at:
         until = min(record.next_poll_at, record.deadline_at)
         return Sleep(until=until, seconds=seconds_between(now, until))
-    return _reserve(record, now, owner, notes)
+    match record.phase:
+        case Phase.FETCHING_RESULT:
+            return _reserve(record, now, owner, notes, "result", record.result_url or "")
+        case Phase.FETCHING_ERRORS:
+            return _reserve(record, now, owner, notes, "errors", record.errors_url or "")
+        case _:
+            return _reserve(record, now, owner, notes, "status", record.status_url or "")
+
+
+def _plan_submit(
+    record: Record, now: datetime, owner: str, notes: list[AuditEvent], *, can_submit: bool
+) -> Decision:
+    """The submission: sent once; again only with its idempotency key after no answer."""
+    if record.submit_attempts and not record.idempotency_key:
+        why = "its answer was never recorded (the process stopped)"
+    elif record.submit_attempts >= record.max_submit_attempts:
+        why = f"no answer after {record.submit_attempts} attempt(s)"
+    elif not can_submit:
+        why = "its body and headers are not at hand (they are never stored)"
+    else:
+        if now >= record.deadline_at:
+            return _finish_early(record, now, notes, deadline_reached(record, now))
+        if now < record.next_poll_at:
+            until = min(record.next_poll_at, record.deadline_at)
+            return Sleep(until=until, seconds=seconds_between(now, until))
+        url = record.submit_url or ""
+        return _reserve(record, now, owner, notes, "submit", url, method=record.submit_method)
+    key = f" (idempotency key {record.idempotency_key})" if record.idempotency_key else ""
+    detail = (
+        f"the submission cannot be sent again: {why}; it may have created a job. "
+        f"Check with the provider, or submit again with the same idempotency key{key}"
+    )
+    return _finish_early(record, now, notes, escalate(record, now, Reason.PROVIDER_FAILURE, detail))
 
 
 def _finish_early(record: Record, now: datetime, notes: list[AuditEvent], step: Step) -> Finish:
@@ -187,31 +256,55 @@ def _finish_early(record: Record, now: datetime, notes: list[AuditEvent], step: 
     return Finish(transition=Transition(record=done, events=events))
 
 
-def _reserve(record: Record, now: datetime, owner: str, notes: list[AuditEvent]) -> Send:
+_COUNTERS: dict[RequestKind, str] = {
+    "submit": "submit_attempts",
+    "status": "status_requests_used",
+    "result": "result_requests_used",
+    "errors": "result_requests_used",
+    "cancel": "cancel_requests_used",
+}
+"""Which counter each kind of request is reserved against (persisted before sending)."""
+
+
+def _reserve(  # noqa: PLR0917 - the same six values at every call site
+    record: Record,
+    now: datetime,
+    owner: str,
+    notes: list[AuditEvent],
+    kind: RequestKind,
+    url: str,
+    *,
+    method: str | None = None,
+) -> Send:
     policy = record.policy
-    kind: RequestKind = "result" if record.phase is Phase.FETCHING_RESULT else "status"
-    url = record.result_url if kind == "result" and record.result_url else record.status_url
-    timeout_s = min(policy.request_timeout_s, seconds_between(now, record.deadline_at))
+    left_s = seconds_between(now, record.deadline_at)
+    # A cancel at the deadline (--cancel-on-deadline) still gets a short timeout.
+    timeout_s = min(policy.request_timeout_s, left_s if kind != "cancel" else policy.lease_s)
+    if kind == "cancel":
+        method = record.profile.cancel.method
+    counter = _COUNTERS[kind]
     reserved = replace(
         record,
         in_flight=kind,
-        status_requests_used=record.status_requests_used + (kind == "status"),
-        result_requests_used=record.result_requests_used + (kind == "result"),
         lease_owner=owner,
         lease_expires_at=now + timedelta(seconds=timeout_s + policy.lease_s),
+        **{counter: getattr(record, counter) + 1},
     )
     late_s = seconds_between(record.next_poll_at, now)
-    summary = (
-        f"reserved {kind} request {reserved.requests_used} of {policy.max_requests} "
-        f"(timeout {timeout_s:.3g}s)"
-        + (f"; {late_s:.3g}s later than planned" if late_s > 1 else "")
+    budget = (
+        f" {reserved.requests_used} of {policy.max_requests}"
+        if kind in ("status", "result", "errors")
+        else ""
+    )
+    summary = f"reserved {kind} request{budget} (timeout {timeout_s:.3g}s)" + (
+        f"; {late_s:.3g}s later than planned" if late_s > 1 and kind == "status" else ""
     )
     event = audit_event(
         reserved, now, "reserved", summary, request=kind, timeout_s=round(timeout_s, 3)
     )
     return Send(
         transition=Transition(record=reserved, events=(*notes, event)),
-        request=Request(kind=kind, url=url, timeout_s=timeout_s),
+        request=Request(kind=kind, url=url, timeout_s=timeout_s, method=method or "GET"),
     )
 
 
@@ -241,10 +334,24 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
         last_request_id=observation.request_id,
     )
     reading = _read(base, observation)
-    if observation.kind == "result":
-        step = decide_result(base, observation, rng)
-    else:
-        step = decide_status(base, observation, reading, rng)
+    if reading is not None:
+        base = replace(
+            base,
+            cancelable=reading.cancelable,
+            cancel_url=base.cancel_url or _absolute(base, reading.cancel_url),
+            errors_url=_absolute(base, reading.errors_url) or base.errors_url,
+        )
+    match observation.kind:
+        case "submit":
+            step = decide_submit(base, observation, rng)
+        case "result":
+            step = decide_result(base, observation, rng)
+        case "errors":
+            step = decide_errors(base, observation)
+        case "cancel":
+            step = decide_cancel(base, observation)
+        case _:
+            step = decide_status(base, observation, reading, rng)
     after, kind, summary, extra = step
     observed = audit_event(
         after,
@@ -263,6 +370,10 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
     )
 
 
+def _absolute(record: Record, url: str | None) -> str | None:
+    return urljoin(record.status_url or "", url) if url else None
+
+
 def _read(record: Record, observation: Observation) -> Reading | None:
     if observation.kind != "status" or observation.body_problem is not None:
         return None
@@ -272,7 +383,7 @@ def _read(record: Record, observation: Observation) -> Reading | None:
 
 
 def _describe(observation: Observation, reading: Reading | None, after: Record) -> str:
-    n = after.status_requests_used if observation.kind == "status" else after.result_requests_used
+    n = getattr(after, _COUNTERS[observation.kind])
     head = f"{observation.kind} request {n}"
     if observation.transport_error:
         return f"{head} failed: {observation.transport_error}"

@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from urllib.parse import urljoin, urlsplit
 
+from waitbound._actions import SubmitContract
 from waitbound._audit import redact_url
 from waitbound._contract import Classification, Counts, Reading, is_present
 from waitbound._json import JSON
@@ -27,8 +28,11 @@ __all__ = [
     "THROTTLE_FACTOR",
     "Step",
     "deadline_reached",
+    "decide_cancel",
+    "decide_errors",
     "decide_result",
     "decide_status",
+    "decide_submit",
     "escalate",
     "seconds_between",
 ]
@@ -152,6 +156,8 @@ def _classified(
             return _terminal(record, now, OutcomeKind.CANCELED, error=error)
         case Classification.EXPIRED:
             return _terminal(record, now, OutcomeKind.EXPIRED, error=error)
+        case Classification.SKIPPED:
+            return _terminal(record, now, OutcomeKind.CANCELED, error=error, reason=Reason.SKIPPED)
         case _:
             return escalate(
                 record,
@@ -214,8 +220,20 @@ def _settle(
     if isinstance(result_url, ValueError):
         return escalate(record, now, Reason.INTEGRATION_FAILURE, str(result_url))
     if result_url is None:
-        result = reading.result if reading is not None else None
-        return _terminal(record, now, outcome, result=result, error=error, counts=counts)
+        if reading is not None and is_present(reading.output_error):
+            return _terminal(
+                record, now, OutcomeKind.FAILED, error=reading.output_error, counts=counts,
+                usage=reading.usage,
+            )  # fmt: skip
+        return _complete(
+            record,
+            now,
+            outcome,
+            result=reading.result if reading is not None else None,
+            error=error,
+            counts=counts,
+            usage=reading.usage if reading is not None else None,
+        )
     record = replace(
         record,
         phase=Phase.FETCHING_RESULT,
@@ -246,7 +264,7 @@ def _result_url(record: Record, reading: Reading | None) -> str | ValueError | N
             candidate = profile.result_url_template.replace("{result_id}", reading.result_id)
     if candidate is None:
         return None
-    url = urljoin(record.status_url, candidate)
+    url = urljoin(record.status_url or "", candidate)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return ValueError(f"the result URL {candidate!r} is not an http(s) URL")
@@ -268,9 +286,20 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
     if code in (409, 425):
         return _schedule(record, observation, None, rng, note=f"result not ready (HTTP {code})")
     if 200 <= code < 300 and observation.body_problem is None:
-        outcome = record.settled_outcome or OutcomeKind.SUCCEEDED
+        document = record.profile.read_result(observation.body)
         record = replace(record, result_fetched_at=now)
-        return _terminal(record, now, outcome, result=observation.body, error=record.error)
+        if is_present(document.output_error):
+            return _terminal(
+                record, now, OutcomeKind.FAILED, error=document.output_error, usage=document.usage
+            )
+        return _complete(
+            record,
+            now,
+            record.settled_outcome or OutcomeKind.SUCCEEDED,
+            result=document.output,
+            error=record.error,
+            usage=document.usage,
+        )
     problem = observation.body_problem or f"HTTP {code}"
     return escalate(
         record,
@@ -438,11 +467,164 @@ def _terminal(
     result: JSON = None,
     error: JSON = None,
     counts: Counts | None = None,
+    usage: JSON = None,
+    reason: Reason | None = None,
 ) -> Step:
     if counts is not None:
         record = replace(record, counts=counts.as_json())
-    record = replace(record, result=result, error=error if is_present(error) else None)
-    return _finish(record, now, outcome, None)
+    record = replace(record, result=result, error=error if is_present(error) else None, usage=usage)
+    return _finish(record, now, outcome, reason)
+
+
+def _complete(
+    record: Record,
+    now: datetime,
+    outcome: OutcomeKind,
+    *,
+    result: JSON,
+    error: JSON,
+    usage: JSON,
+    counts: Counts | None = None,
+) -> Step:
+    """A (partial) success with its result: finish, or first fetch the errors page once."""
+    if outcome is OutcomeKind.COMPLETED_WITH_ERRORS and record.errors_url:
+        record = replace(
+            record,
+            phase=Phase.FETCHING_ERRORS,
+            settled_outcome=outcome,
+            result=result,
+            error=error if is_present(error) else None,
+            usage=usage,
+            counts=counts.as_json() if counts is not None else record.counts,
+            next_poll_at=now,
+            delay_source=None,
+            attempt=0,
+        )
+        summary = (
+            "completed with errors; fetching the first page of errors from "
+            f"{redact_url(record.errors_url or '')} once"
+        )
+        return record, "errors_due", summary, {}
+    return _terminal(record, now, outcome, result=result, error=error, counts=counts, usage=usage)
+
+
+def decide_errors(record: Record, observation: Observation) -> Step:
+    """Keep the first page of per-item errors (bounded); the outcome stands either way."""
+    code = observation.http_status
+    if code is not None and 200 <= code < 300 and observation.body_problem is None:
+        errors: JSON = _bounded(observation.body)
+    else:
+        problem = observation.transport_error or observation.body_problem or f"HTTP {code}"
+        errors = {"problem": f"the errors URL answered {problem}"}
+    record = replace(record, errors=errors)
+    return _finish(
+        record, observation.at, record.settled_outcome or OutcomeKind.COMPLETED_WITH_ERRORS, None
+    )
+
+
+def decide_cancel(record: Record, observation: Observation) -> Step:
+    """Record the provider's answer to a cancel; the status endpoint decides the outcome."""
+    now = observation.at
+    code = observation.http_status
+    answer = observation.transport_error or f"HTTP {code}"
+    record = replace(record, cancel_due=False)
+    if now >= record.deadline_at:
+        return _timed_out(record, now, f"; cancel requested at the deadline ({answer})")
+    accepted = code is not None and 200 <= code < 300
+    if accepted:
+        record = replace(record, next_poll_at=now, delay_source=None, attempt=0)
+    verdict = "accepted" if accepted else "not accepted"
+    summary = f"cancel {verdict} ({answer}); the status endpoint will tell how the job ends"
+    return record, "cancel_answered", summary, {"http_status": code, "accepted": accepted}
+
+
+def decide_submit(record: Record, observation: Observation, rng: random.Random) -> Step:
+    """Read the receipt; a submission is repeated only with its idempotency key after no answer.
+
+    Raises nothing: every answer becomes a step (waiting, a retry, or an outcome).
+    """
+    now = observation.at
+    code = observation.http_status
+    if observation.transport_error is not None or code is None or code >= 500:
+        what = observation.transport_error or f"HTTP {code}"
+        record = replace(record, transport_failures_used=record.transport_failures_used + 1)
+        if record.idempotency_key and record.submit_attempts < record.max_submit_attempts:
+            return _schedule(
+                record,
+                observation,
+                None,
+                rng,
+                note=f"no answer to the submission ({what}); sending it again with the "
+                "same idempotency key",
+                demanded=code == 503,
+            )
+        key = f" with idempotency key {record.idempotency_key}" if record.idempotency_key else ""
+        return escalate(
+            record,
+            now,
+            Reason.PROVIDER_FAILURE,
+            f"no answer to the submission ({what}) after {record.submit_attempts} attempt(s)"
+            f"{key}; it may have created a job",
+        )
+    if code in (401, 403):
+        return escalate(
+            record,
+            now,
+            Reason.AUTHORIZATION_DENIED,
+            f"the submission answered HTTP {code}",
+            response=observation.body,
+        )
+    if code == 429:
+        return escalate(
+            record,
+            now,
+            Reason.RATE_LIMITED,
+            "the submission was throttled (HTTP 429): no job was created; submit again later",
+            response=observation.body,
+        )
+    if not (200 <= code < 300 or code == 303):
+        return _terminal(
+            record,
+            now,
+            OutcomeKind.FAILED,
+            error={"http_status": code, "response": _bounded(observation.body)},
+        )
+    contract = record.profile.submit or SubmitContract()
+    receipt = contract.read(
+        method=record.submit_method or "POST",
+        request_url=record.submit_url or "",
+        headers=observation.headers,
+        body=observation.body,
+    )
+    if receipt.status_url is None or urlsplit(receipt.status_url).scheme not in ("http", "https"):
+        places = ", ".join(contract.status_url_headers) + " headers, the receipt body"
+        return escalate(
+            record,
+            now,
+            Reason.INTEGRATION_FAILURE,
+            f"the submission answered HTTP {code} but named no status resource "
+            f"(looked at: {places}); not guessing a URL",
+            response=observation.body,
+        )
+    record = replace(
+        record,
+        phase=Phase.WAITING,
+        status_url=receipt.status_url,
+        job_id=record.job_id or receipt.job_id,
+        result_url=record.result_url or receipt.result_url,
+        cancel_url=record.cancel_url or receipt.cancel_url,
+        attempt=0,
+    )
+    hint = Reading(classification=None, poll_hint_s=receipt.poll_hint)
+    job = f" job {receipt.job_id}" if receipt.job_id else ""
+    return _schedule(
+        record,
+        observation,
+        hint,
+        rng,
+        note=f"submitted:{job} status at {redact_url(receipt.status_url)} "
+        f"(from the {receipt.status_url_origin})",
+    )
 
 
 def _finish(

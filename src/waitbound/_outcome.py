@@ -42,7 +42,7 @@ class OutcomeKind(StrEnum):
 
 
 class Reason(StrEnum):
-    """Machine-readable reason for ``timed_out`` and ``escalated``."""
+    """Machine-readable reason for ``timed_out``, ``escalated`` (and ``canceled``: ``skipped``)."""
 
     DEADLINE_EXCEEDED = "deadline_exceeded"
     REQUEST_BUDGET_EXHAUSTED = "request_budget_exhausted"
@@ -52,6 +52,8 @@ class Reason(StrEnum):
     AUTHORIZATION_DENIED = "authorization_denied"
     CONTRADICTION = "contradiction"
     INTEGRATION_FAILURE = "integration_failure"
+    SKIPPED = "skipped"
+    """With ``canceled``: the provider skipped the run (it never ran)."""
 
 
 ESCALATION_OPTIONS: Final[Mapping[Reason, tuple[str, ...]]] = {
@@ -86,6 +88,8 @@ class Outcome:
         result: the result (inline JSON) for a success, else ``None``.
         error: the provider's error, or our description of why we stopped.
         counts: per-item counts, when the profile names them.
+        usage: the provider's usage report; ``None`` when it gave none (unknown, not 0).
+        errors: the first page of per-item errors, when the provider names an errors URL.
         options: for ``escalated``, the bounded choices left to a person.
     """
 
@@ -104,6 +108,8 @@ class Outcome:
     result: JSON = None
     error: JSON = None
     counts: Mapping[str, JSON] | None = None
+    usage: JSON = None
+    errors: JSON = None
     options: tuple[str, ...] = field(default=())
 
     @property
@@ -147,5 +153,7 @@ class Outcome:
             "result": self.result,
             "error": self.error,
             "counts": dict(self.counts) if self.counts is not None else None,
+            "usage": self.usage,
+            "errors": self.errors,
             "options": list(self.options),
         }

@@ -23,7 +23,7 @@ from waitbound._schedule import DelaySource
 __all__ = ["RECORD_SCHEMA", "Phase", "Policy", "Record", "RequestKind"]
 
 RECORD_SCHEMA: Final = 1
-RequestKind = Literal["status", "result"]
+RequestKind = Literal["submit", "status", "result", "errors", "cancel"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,10 +104,14 @@ def _check_int(name: str, value: object, *, minimum: int) -> None:
 class Phase(StrEnum):
     """Where an operation is in its life."""
 
+    SUBMITTING = "submitting"
+    """The job request is recorded; its receipt is not (yet)."""
     WAITING = "waiting"
     """Polling the status endpoint."""
     FETCHING_RESULT = "fetching_result"
     """Terminal success seen; fetching the result endpoint (once)."""
+    FETCHING_ERRORS = "fetching_errors"
+    """Completed with errors; fetching the first page of the errors (once)."""
     DONE = "done"
     """An outcome is recorded; nothing more is sent."""
 
@@ -123,12 +127,20 @@ class Record:
     operation_id: str
     profile: Profile
     policy: Policy
-    status_url: str
+    status_url: str | None
     created_at: datetime
     deadline_at: datetime
     next_poll_at: datetime
     result_url: str | None = None
+    cancel_url: str | None = None
+    errors_url: str | None = None
     job_id: str | None = None
+    submit_method: str | None = None
+    submit_url: str | None = None
+    submit_fingerprint: str | None = None
+    idempotency_key: str | None = None
+    submit_attempts: int = 0
+    max_submit_attempts: int = 1
     phase: Phase = Phase.WAITING
     outcome: OutcomeKind | None = None
     reason: Reason | None = None
@@ -148,9 +160,18 @@ class Record:
     success_seen_at: datetime | None = None
     confirm_requests_used: int = 0
     in_flight: RequestKind | None = None
+    cancelable: bool | None = None
+    cancel_on_deadline: bool = False
+    cancel_due: bool = False
+    cancel_requests_used: int = 0
+    cancel_requested_at: datetime | None = None
+    cancel_requested_by: str | None = None
+    cancel_reason: str | None = None
     result: JSON = None
     error: JSON = None
     counts: dict[str, JSON] | None = None
+    usage: JSON = None
+    errors: JSON = None
     finished_at: datetime | None = None
     result_fetched_at: datetime | None = None
     lease_owner: str | None = None
@@ -192,6 +213,8 @@ class Record:
             result=self.result,
             error=self.error,
             counts=self.counts,
+            usage=self.usage,
+            errors=self.errors,
             options=ESCALATION_OPTIONS.get(self.reason, ()) if self.reason else (),
         )
 

@@ -279,7 +279,11 @@ def test_result_is_fetched_once_after_success_and_409_means_not_ready() -> None:
     result = run(
         {
             "/status": [RUNNING, (200, {"status": "done"})],
-            "/result": [(409, {"error": "not ready"}), (425, None), (200, {"rows": [1, 2]})],
+            "/result": [
+                (409, {"error": "not ready"}),
+                (425, None),
+                (200, {"output": {"rows": [1, 2]}, "usage": None}),
+            ],
         },
         result_url="http://provider.test/result",
         base_delay_s=1,
@@ -304,9 +308,10 @@ def test_result_url_from_body_resolves_against_the_status_url() -> None:
 
 
 def test_result_url_template_builds_the_url_from_an_id() -> None:
-    """result_id + result_url_template name the result endpoint."""
+    """result_id + result_url_template name the result endpoint; without a result
+    expression the whole result body is the result."""
     profile = {
-        **PROFILE,
+        **{key: value for key, value in PROFILE.items() if key != "result"},
         "result_id": "output_file_id",
         "result_url_template": "/files/{result_id}/content",
     }

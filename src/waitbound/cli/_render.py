@@ -34,7 +34,7 @@ def record_summary(record: Record) -> list[str]:
     policy = record.policy
     lines = [
         f"operation {record.operation_id}  profile {record.profile.name}",
-        f"  status URL   {record.status_url.split('?')[0]}",
+        f"  status URL   {(record.status_url or '(not known yet)').split('?')[0]}",
         f"  created      {_time(record.created_at)}   deadline {_time(record.deadline_at)}",
         f"  requests     {record.requests_used}/{policy.max_requests}   transport failures "
         f"{record.transport_failures_used}/{policy.max_transport_failures}   rate limited "

@@ -1,0 +1,223 @@
+"""The submit and cancel parts of a provider's contract.
+
+Submit: where the answer to the job request (the *receipt*) names the job id and the
+status, result and cancel URLs, in the profile's precedence: the status headers
+(``Azure-AsyncOperation``, ``Operation-Location``, ``Location`` by default), then the
+receipt body's fields, then a declared URL template. A URL is never guessed: a
+receipt that names no status resource is an integration failure. Relative URLs
+resolve against the request URL.
+
+Cancel: the documented cancellation action (method and URL), allowed only when the
+last status answer said the job is cancelable or the profile declares it always
+cancelable before a terminal state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import urljoin
+
+from waitbound._errors import ProfileError
+from waitbound._jmes import Expression, compile_expression, search
+from waitbound._json import JSON
+
+__all__ = ["CancelContract", "Receipt", "SubmitContract", "parse_cancel", "parse_submit"]
+
+SUBMIT_EXPRESSIONS: Final = ("job_id", "status_url", "result_url", "cancel_url", "poll_hint")
+SUBMIT_KEYS: Final = frozenset(
+    (
+        *SUBMIT_EXPRESSIONS,
+        "status_url_headers",
+        "status_url_template",
+        "idempotency_header",
+        "final_get",
+    )
+)
+DEFAULT_STATUS_URL_HEADERS: Final = ("azure-asyncoperation", "operation-location", "location")
+CANCEL_KEYS: Final = frozenset(("method", "url_template", "always"))
+FINAL_GET_SOURCES: Final = ("request_url", "location")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Receipt:
+    """What a submit answer named. URLs are absolute; ``None`` means not named."""
+
+    job_id: str | None = None
+    status_url: str | None = None
+    status_url_origin: str | None = None
+    result_url: str | None = None
+    cancel_url: str | None = None
+    poll_hint: JSON = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitContract:
+    """How to read a receipt.
+
+    Attributes:
+        status_url_headers: response headers naming the status URL, in precedence order.
+        expressions: ``job_id``, ``status_url``, ``result_url``, ``cancel_url``,
+            ``poll_hint`` (seconds) over the receipt body.
+        status_url_template: a documented status URL with ``{job_id}``.
+        idempotency_header: where the provider accepts an idempotency key; ``None``
+            means it accepts none.
+        final_get: HTTP method → where the resource is fetched once after success
+            (``"request_url"`` or ``"location"``), for patterns that require it.
+    """
+
+    status_url_headers: tuple[str, ...] = DEFAULT_STATUS_URL_HEADERS
+    expressions: Mapping[str, Expression] = field(default_factory=dict, repr=False)
+    status_url_template: str | None = None
+    idempotency_header: str | None = None
+    final_get: Mapping[str, str] = field(default_factory=dict)
+
+    def read(
+        self, *, method: str, request_url: str, headers: Mapping[str, str], body: JSON
+    ) -> Receipt:
+        """Read a receipt: ids and URLs from the places this contract names.
+
+        Args:
+            method: the submit request's method.
+            request_url: the submit request's URL (relative URLs resolve against it).
+            headers: the answer's headers, names lower-cased.
+            body: the answer's parsed JSON body, or ``None``.
+        """
+
+        def text(key: str) -> str | None:
+            expression = self.expressions.get(key)
+            value = search(expression, body) if expression is not None else None
+            return None if value is None or isinstance(value, list | dict) else str(value)
+
+        def absolute(url: str | None) -> str | None:
+            return urljoin(request_url, url) if url else None
+
+        job_id = text("job_id")
+        status_url, origin = None, None
+        for name in self.status_url_headers:
+            if headers.get(name):
+                status_url, origin = headers[name], f"{name} header"
+                break
+        if status_url is None and text("status_url"):
+            status_url, origin = text("status_url"), "receipt body"
+        if status_url is None and self.status_url_template and job_id:
+            status_url, origin = self.status_url_template.replace("{job_id}", job_id), "template"
+        result_url = text("result_url")
+        source = self.final_get.get(method.upper())
+        if result_url is None and source == "request_url":
+            result_url = request_url
+        elif result_url is None and source == "location":
+            result_url = headers.get("location")
+        expression = self.expressions.get("poll_hint")
+        return Receipt(
+            job_id=job_id,
+            status_url=absolute(status_url),
+            status_url_origin=origin,
+            result_url=absolute(result_url),
+            cancel_url=absolute(text("cancel_url")),
+            poll_hint=search(expression, body) if expression is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelContract:
+    """The documented cancellation action.
+
+    Attributes:
+        method: the HTTP method (``POST`` unless the provider documents another).
+        url_template: the cancel URL with ``{job_id}`` / ``{status_url}``; relative
+            resolves against the status URL. ``None``: only a cancel URL named by a
+            receipt, a status body or ``--cancel-url`` is used.
+        always: the provider documents cancel as allowed in every non-terminal state.
+    """
+
+    method: str = "POST"
+    url_template: str | None = None
+    always: bool = False
+
+    def url(self, *, status_url: str | None, job_id: str | None) -> str | None:
+        """The cancel URL from the template, or ``None`` when it cannot be filled."""
+        template = self.url_template
+        if template is None or status_url is None:
+            return None
+        if "{job_id}" in template:
+            if not job_id:
+                return None
+            template = template.replace("{job_id}", job_id)
+        return urljoin(status_url, template.replace("{status_url}", status_url))
+
+
+def parse_submit(where: str, data: object) -> SubmitContract | None:
+    """Validate the profile's ``submit`` object.
+
+    Raises:
+        ProfileError: an unknown key, a wrong type or an expression that does not compile.
+    """
+    if data is None:
+        return None
+    section = _section(where, "submit", data, SUBMIT_KEYS)
+    headers = section.get("status_url_headers", list(DEFAULT_STATUS_URL_HEADERS))
+    if not isinstance(headers, list) or not all(isinstance(h, str) and h for h in headers):
+        raise ProfileError(f"{where}: submit.status_url_headers must be a list of header names")
+    template = _optional_text(where, "submit.status_url_template", section)
+    if template is not None and "{job_id}" not in template:
+        raise ProfileError(f"{where}: submit.status_url_template must contain {{job_id}}")
+    final_get = section.get("final_get", {})
+    if not isinstance(final_get, Mapping) or any(
+        v not in FINAL_GET_SOURCES for v in final_get.values()
+    ):
+        raise ProfileError(
+            f"{where}: submit.final_get must map HTTP methods to 'request_url' or 'location'"
+        )
+    return SubmitContract(
+        status_url_headers=tuple(h.lower() for h in headers),
+        expressions={
+            key: compile_expression(where, f"submit.{key}", section[key])
+            for key in SUBMIT_EXPRESSIONS
+            if key in section
+        },
+        status_url_template=template,
+        idempotency_header=_optional_text(where, "submit.idempotency_header", section),
+        final_get={str(k).upper(): str(v) for k, v in final_get.items()},
+    )
+
+
+def parse_cancel(where: str, data: object) -> CancelContract:
+    """Validate the profile's ``cancel`` object (absent: POST, no template, not always).
+
+    Raises:
+        ProfileError: an unknown key or a wrong type.
+    """
+    if data is None:
+        return CancelContract()
+    section = _section(where, "cancel", data, CANCEL_KEYS)
+    method = section.get("method", "POST")
+    if method not in ("POST", "DELETE", "PUT", "PATCH"):
+        raise ProfileError(f"{where}: cancel.method must be POST, DELETE, PUT or PATCH")
+    always = section.get("always", False)
+    if not isinstance(always, bool):
+        raise ProfileError(f"{where}: cancel.always must be true or false")
+    return CancelContract(
+        method=str(method),
+        url_template=_optional_text(where, "cancel.url_template", section),
+        always=always,
+    )
+
+
+def _section(where: str, name: str, data: object, known: frozenset[str]) -> Mapping[str, object]:
+    if not isinstance(data, Mapping):
+        raise ProfileError(f"{where}: {name} must be an object")
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ProfileError(
+            f"{where}: {name} has unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})"
+        )
+    return data
+
+
+def _optional_text(where: str, key: str, section: Mapping[str, object]) -> str | None:
+    value = section.get(key.rpartition(".")[2])
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ProfileError(f"{where}: {key} must be a non-empty string")
+    return value
