@@ -12,7 +12,6 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from urllib.parse import urlsplit
 
 from waitbound._errors import StoreError
 from waitbound._json import JSON, canonical_json
@@ -21,7 +20,6 @@ __all__ = [
     "GENESIS_HASH",
     "AuditEvent",
     "StoredAuditEvent",
-    "redact_url",
     "seal",
     "seal_all",
     "verify_chain",
@@ -93,11 +91,19 @@ def seal_all(
     return sealed
 
 
-def verify_chain(events: Sequence[StoredAuditEvent]) -> None:
+def verify_chain(
+    events: Sequence[StoredAuditEvent], *, head: tuple[int, str] | None = None
+) -> None:
     """Check that *events* (one operation's, in order) form an unbroken chain.
 
+    Args:
+        events: the stored events, in order.
+        head: the ``(audit_seq, audit_head)`` the operation's record names; when
+            given, the chain must end exactly there (so removed last events show).
+
     Raises:
-        StoreError: the first event whose number, link or hash does not match.
+        StoreError: the first event whose number, link or hash does not match, or a
+            chain that ends before or after the record's head.
     """
     prev = GENESIS_HASH
     for expected_seq, stored in enumerate(events, start=1):
@@ -108,12 +114,9 @@ def verify_chain(events: Sequence[StoredAuditEvent]) -> None:
                 f"{stored.seq}: it was changed, removed or reordered"
             )
         prev = stored.hash
-
-
-def redact_url(url: str) -> str:
-    """The URL without user info or query string (which may carry credentials)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")
+    if head is not None and head != (len(events), prev):
+        operation = events[0].operation_id if events else "?"
+        raise StoreError(
+            f"audit log of operation {operation} ends at event {len(events)}, but its record "
+            f"names event {head[0]}: events were removed or added"
+        )

@@ -15,6 +15,8 @@ JSON body. The ``done`` / ``error`` / ``result`` trio follows AIP-151
 from __future__ import annotations
 
 import json
+import math
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -107,7 +109,11 @@ def _value_key(value: object) -> _ValueKey | None:
     if isinstance(value, bool):
         return ("bool", value)
     if isinstance(value, int | float):
-        return ("number", float(value))
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond float range keeps its exact value
+            return ("number", value)
+        return ("number", number) if math.isfinite(number) else None
     if isinstance(value, str):
         return ("string", value)
     return None
@@ -343,6 +349,12 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         raise ProfileError(
             f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(KNOWN_KEYS))})"
         )
+    try:
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ProfileError(f"{where}: every value must be plain JSON ({exc})") from None
+    if "name" in data and not isinstance(data["name"], str):
+        raise ProfileError(f"{where}: name must be a string")
     if not any(key in data for key in ("state", "done", "http_status_states")):
         raise ProfileError(
             f"{where}: no state source; give 'state', 'done' or 'http_status_states'"
@@ -359,12 +371,15 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
             if key is None:
                 raise ProfileError(
                     f"{where}: {list_name} holds {value!r}; state values are strings, "
-                    "numbers or booleans"
+                    "finite numbers or booleans"
                 )
             if key in listed:
-                raise ProfileError(
-                    f"{where}: state value {value!r} is in both {listed[key]} and {list_name}"
+                where_else = (
+                    f"twice in {list_name}"
+                    if listed[key] == list_name
+                    else f"in both {listed[key]} and {list_name}"
                 )
+                raise ProfileError(f"{where}: state value {value!r} is {where_else}")
             listed[key] = list_name
             states[key] = Classification(list_name)
     if "state" in data and not states:
@@ -423,7 +438,7 @@ def _parse_http_status_states(where: str, table: object) -> dict[int, Classifica
     parsed: dict[int, Classification] = {}
     allowed = [c.value for c in Classification if c is not Classification.UNKNOWN]
     for code, value in table.items():
-        if not str(code).isdigit() or not 100 <= int(code) <= 599:
+        if not re.fullmatch(r"[1-5][0-9][0-9]", str(code)):
             raise ProfileError(f"{where}: http_status_states key {code!r} is not an HTTP status")
         if value not in allowed:
             raise ProfileError(
@@ -441,7 +456,7 @@ def _parse_hint_headers(where: str, table: object) -> tuple[tuple[str, float], .
         raise ProfileError(f"{where}: hint_headers must map header names to 's' or 'ms'")
     parsed = []
     for header, unit in table.items():
-        if unit not in HINT_UNITS:
+        if not isinstance(unit, str) or unit not in HINT_UNITS:
             raise ProfileError(
                 f"{where}: hint_headers[{header!r}] = {unit!r}; expected 's' or 'ms'"
             )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
+from waitbound._actions import DEFAULT_STATUS_URL_HEADERS
 from waitbound._contract import Profile
 from waitbound._json import JSON
 from waitbound._record import RequestKind
@@ -22,7 +23,16 @@ def kept_header_names(profile: Profile) -> frozenset[str]:
     Every other header is dropped before anything is stored.
     """
     hint_headers = (name for name, _ in profile.hint_headers)
-    return frozenset((*HINT_HEADERS, *hint_headers, *profile.request_id_headers))
+    receipt_headers = profile.submit.status_url_headers if profile.submit else ()
+    return frozenset(
+        (
+            *HINT_HEADERS,
+            *hint_headers,
+            *profile.request_id_headers,
+            *DEFAULT_STATUS_URL_HEADERS,
+            *receipt_headers,
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

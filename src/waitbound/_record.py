@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final, Literal
 
+from waitbound._audit import GENESIS_HASH
 from waitbound._clock import utc
 from waitbound._contract import Profile, parse_profile
 from waitbound._errors import SchemaVersionError, StoreError, UsageError
@@ -73,6 +74,11 @@ class Policy:
             _check_number(name, getattr(self, name), positive=False)
         if self.min_delay_s is not None:
             _check_number("min_delay_s", self.min_delay_s, positive=False)
+            if self.min_delay_s > self.max_delay_s:
+                raise UsageError(
+                    f"min_delay_s ({self.min_delay_s:g}) is above max_delay_s "
+                    f"({self.max_delay_s:g}); the floor must not exceed the cap"
+                )
         for name in ("max_requests",):
             _check_int(name, getattr(self, name), minimum=1)
         for name in ("max_transport_failures", "max_rate_limited", "confirm_max_requests"):
@@ -89,11 +95,17 @@ class Policy:
         return self.min_delay_s if self.min_delay_s is not None else min(1.0, self.base_delay_s)
 
 
+MAX_DURATION_S: Final = 366 * 24 * 3600.0
+"""No duration may exceed a year (a deadline further away is a scheduling job, not a wait)."""
+
+
 def _check_number(name: str, value: object, *, positive: bool) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < 0 or (positive and value == 0):  # type: ignore[operator]
         need = "a positive" if positive else "a non-negative"
         raise UsageError(f"{name} must be {need} number of seconds, got {value!r}")
+    if name.endswith("_s") and value > MAX_DURATION_S:  # type: ignore[operator]
+        raise UsageError(f"{name} must be at most a year ({MAX_DURATION_S:g} s), got {value!r}")
 
 
 def _check_int(name: str, value: object, *, minimum: int) -> None:
@@ -176,6 +188,8 @@ class Record:
     result_fetched_at: datetime | None = None
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
+    audit_seq: int = 0
+    audit_head: str = GENESIS_HASH
     version: int = 0
 
     @property

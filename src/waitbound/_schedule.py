@@ -46,6 +46,8 @@ __all__ = [
 ]
 
 _DELAY_SECONDS: Final = re.compile(r"[0-9]+")
+MAX_HINT_S: Final = 366 * 24 * 3600.0
+"""A hint longer than a year is read as a year: past any deadline, never an overflow."""
 _MS_HEADERS: Final = ("retry-after-ms", "x-ms-retry-after-ms")
 
 
@@ -114,7 +116,7 @@ def parse_retry_after(value: str, *, now: datetime) -> float:
     """
     text = value.strip()
     if _DELAY_SECONDS.fullmatch(text):
-        return float(int(text))
+        return min(float(text), MAX_HINT_S)
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
@@ -203,9 +205,10 @@ def read_hints(
     for origin, raw, source, parse in candidates:
         try:
             delay = parse(raw)
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             invalid.append(InvalidHint(origin=origin, value=str(raw)[:80], problem=str(exc)))
             continue
+        delay = min(delay, MAX_HINT_S)
         return Hint(delay_s=delay, source=source, origin=origin), tuple(invalid)
     return None, tuple(invalid)
 

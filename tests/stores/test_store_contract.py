@@ -165,7 +165,12 @@ def test_create_returns_version_one_and_get_returns_it(store: Store) -> None:
     record = make_record()
     created = store.create(record, events("created"))
     assert created.version == 1
-    assert created.to_json() == replace(record, version=1).to_json()
+    head = store.audit("op-1")[-1]
+    assert (created.audit_seq, created.audit_head) == (head.seq, head.hash)
+    assert (
+        created.to_json()
+        == replace(record, version=1, audit_seq=head.seq, audit_head=head.hash).to_json()
+    )
     got = store.get("op-1")
     assert got is not None
     assert got.to_json() == created.to_json()
@@ -244,7 +249,12 @@ def test_save_with_current_version_bumps_it(store: Store) -> None:
     changed = replace(created, provider_state="running", status_requests_used=1)
     saved = store.save(changed, events("observed", start_s=1))
     assert saved.version == 2
-    assert saved.to_json() == replace(changed, version=2).to_json()
+    head = store.audit("op-1")[-1]
+    assert head.seq == 2
+    assert (
+        saved.to_json()
+        == replace(changed, version=2, audit_seq=head.seq, audit_head=head.hash).to_json()
+    )
     got = store.get("op-1")
     assert got is not None
     assert got.to_json() == saved.to_json()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import platformdirs
 
+from waitbound import _errors
 from waitbound.stores._protocol import Store
 from waitbound.stores.memory import MemoryStore
 from waitbound.stores.sqlite import SQLiteStore
@@ -39,8 +40,10 @@ def open_store(spec: str | Path | None = None) -> Store:
         StoreError: the store cannot be opened.
         SchemaVersionError: the store was written by a newer waitbound.
     """
-    if spec is None or str(spec) == "":
-        return SQLiteStore(default_store_path())
+    if spec is None:
+        spec = default_store_path()
+    if str(spec).strip() == "":
+        raise _errors.UsageError("the store path is empty; give a file path or 'memory:'")
     if str(spec) == "memory:":
         return MemoryStore()
     return SQLiteStore(Path(spec))

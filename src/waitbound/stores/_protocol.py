@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from waitbound._audit import AuditEvent, StoredAuditEvent
+from waitbound._audit import AuditEvent, StoredAuditEvent, seal_all
 from waitbound._errors import StoreError
 from waitbound._json import JSON, canonical_json
 from waitbound._record import Record
 
-__all__ = ["Store", "bumped", "decode_record", "encode_record"]
+__all__ = ["Store", "advance", "decode_record", "encode_record"]
 
 
 class Store(Protocol):
@@ -72,9 +72,24 @@ def decode_record(text: str) -> Record:
         raise StoreError(f"a stored record is not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise StoreError("a stored record is not a JSON object")
-    return Record.from_json(data)
+    try:
+        return Record.from_json(data)
+    except (TypeError, KeyError, ValueError, AssertionError) as exc:
+        if isinstance(exc, StoreError):
+            raise
+        raise StoreError(f"a stored record is damaged ({type(exc).__name__}: {exc})") from None
 
 
-def bumped(record: Record) -> Record:
-    """The record as it is after a successful write."""
-    return replace(record, version=record.version + 1)
+def advance(record: Record, events: Sequence[AuditEvent]) -> tuple[Record, list[StoredAuditEvent]]:
+    """The record as it is after a successful write, and its events sealed onto its chain.
+
+    The record carries the chain's head (``audit_seq``, ``audit_head``), written in the
+    same transaction as the events, so removing the last events is detected too.
+    """
+    sealed = seal_all(
+        record.operation_id, events, last_seq=record.audit_seq, last_hash=record.audit_head
+    )
+    stored = replace(record, version=record.version + 1)
+    if sealed:
+        stored = replace(stored, audit_seq=sealed[-1].seq, audit_head=sealed[-1].hash)
+    return stored, sealed

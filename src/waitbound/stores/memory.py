@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from waitbound._audit import GENESIS_HASH, AuditEvent, StoredAuditEvent, seal_all
+from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._errors import ConflictError, UsageError
 from waitbound._record import Record
-from waitbound.stores._protocol import bumped, decode_record, encode_record
+from waitbound.stores._protocol import advance, decode_record, encode_record
 
 __all__ = ["MemoryStore"]
 
@@ -30,11 +30,9 @@ class MemoryStore:
         with self._lock:
             if record.operation_id in self._records:
                 raise UsageError(f"operation {record.operation_id!r} exists already")
-            stored = bumped(record)
+            stored, sealed = advance(record, events)
             self._records[record.operation_id] = (stored.version, encode_record(stored))
-            self._events[record.operation_id] = seal_all(
-                record.operation_id, events, last_seq=0, last_hash=GENESIS_HASH
-            )
+            self._events[record.operation_id] = sealed
             return stored
 
     def get(self, operation_id: str) -> Record | None:
@@ -49,13 +47,9 @@ class MemoryStore:
             entry = self._records.get(record.operation_id)
             if entry is None or entry[0] != record.version:
                 raise ConflictError(record.operation_id, record.version)
-            stored = bumped(record)
+            stored, sealed = advance(record, events)
             self._records[record.operation_id] = (stored.version, encode_record(stored))
-            chain = self._events[record.operation_id]
-            last_seq, last_hash = (chain[-1].seq, chain[-1].hash) if chain else (0, GENESIS_HASH)
-            chain.extend(
-                seal_all(record.operation_id, events, last_seq=last_seq, last_hash=last_hash)
-            )
+            self._events[record.operation_id].extend(sealed)
             return stored
 
     def audit(self, operation_id: str) -> list[StoredAuditEvent]:

@@ -15,10 +15,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from waitbound._audit import GENESIS_HASH, AuditEvent, StoredAuditEvent, seal_all
+from waitbound._audit import AuditEvent, StoredAuditEvent
+from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
 from waitbound._record import Record
-from waitbound.stores._protocol import bumped, decode_record, encode_record
+from waitbound.stores._protocol import advance, decode_record, encode_record
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -101,17 +102,32 @@ class SQLiteStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
+        with self._damage():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    @contextmanager
+    def _damage(self) -> Iterator[None]:
+        """Turn a database failure (a damaged or foreign file, a full disk) into one line."""
         try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
+            yield
+        except sqlite3.IntegrityError:
             raise
-        self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreError(f"store {self.path}: {exc}") from None
+        except (ValueError, TypeError, KeyError) as exc:
+            if isinstance(exc, StoreError | UsageError):
+                raise
+            raise StoreError(f"store {self.path}: a stored value is damaged ({exc})") from None
 
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.create`."""
-        stored = bumped(record)
+        stored, sealed = advance(record, events)
         try:
             with self._transaction() as db:
                 db.execute(
@@ -120,21 +136,22 @@ class SQLiteStore:
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (*_columns(stored), stored.created_at.isoformat(), encode_record(stored)),
                 )
-                self._append(db, stored.operation_id, events, last_seq=0, last_hash=GENESIS_HASH)
+                self._append(db, sealed)
         except sqlite3.IntegrityError:
             raise UsageError(f"operation {record.operation_id!r} exists already") from None
         return stored
 
     def get(self, operation_id: str) -> Record | None:
         """See :meth:`Store.get`."""
-        row = self._db.execute(
-            "SELECT data FROM operations WHERE operation_id = ?", (operation_id,)
-        ).fetchone()
-        return decode_record(row[0]) if row else None
+        with self._damage():
+            row = self._db.execute(
+                "SELECT data FROM operations WHERE operation_id = ?", (operation_id,)
+            ).fetchone()
+            return decode_record(row[0]) if row else None
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save`."""
-        stored = bumped(record)
+        stored, sealed = advance(record, events)
         with self._transaction() as db:
             cursor = db.execute(
                 "UPDATE operations SET version = ?, phase = ?, outcome = ?, next_poll_at = ?,"
@@ -149,24 +166,11 @@ class SQLiteStore:
             )
             if cursor.rowcount != 1:
                 raise ConflictError(record.operation_id, record.version)
-            last = db.execute(
-                "SELECT seq, hash FROM audit_events WHERE operation_id = ?"
-                " ORDER BY seq DESC LIMIT 1",
-                (record.operation_id,),
-            ).fetchone()
-            last_seq, last_hash = last if last else (0, GENESIS_HASH)
-            self._append(db, record.operation_id, events, last_seq=last_seq, last_hash=last_hash)
+            self._append(db, sealed)
         return stored
 
     @staticmethod
-    def _append(
-        db: sqlite3.Connection,
-        operation_id: str,
-        events: Sequence[AuditEvent],
-        *,
-        last_seq: int,
-        last_hash: str,
-    ) -> None:
+    def _append(db: sqlite3.Connection, sealed: Sequence[StoredAuditEvent]) -> None:
         db.executemany(
             "INSERT INTO audit_events (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -181,29 +185,33 @@ class SQLiteStore:
                     s.prev_hash,
                     s.hash,
                 )
-                for s in seal_all(operation_id, events, last_seq=last_seq, last_hash=last_hash)
+                for s in sealed
             ],
         )
 
     def audit(self, operation_id: str) -> list[StoredAuditEvent]:
         """See :meth:`Store.audit`."""
-        rows = self._db.execute(
-            "SELECT seq, at, kind, summary, data, prev_hash, hash FROM audit_events"
-            " WHERE operation_id = ? ORDER BY seq",
-            (operation_id,),
-        ).fetchall()
-        return [
-            StoredAuditEvent(
-                operation_id=operation_id,
-                seq=seq,
-                event=AuditEvent(
-                    at=datetime.fromisoformat(at), kind=kind, summary=summary, data=json.loads(data)
-                ),
-                prev_hash=prev_hash,
-                hash=digest,
-            )
-            for seq, at, kind, summary, data, prev_hash, digest in rows
-        ]
+        with self._damage():
+            rows = self._db.execute(
+                "SELECT seq, at, kind, summary, data, prev_hash, hash FROM audit_events"
+                " WHERE operation_id = ? ORDER BY seq",
+                (operation_id,),
+            ).fetchall()
+            return [
+                StoredAuditEvent(
+                    operation_id=operation_id,
+                    seq=seq,
+                    event=AuditEvent(
+                        at=utc(datetime.fromisoformat(at)),
+                        kind=kind,
+                        summary=summary,
+                        data=json.loads(data),
+                    ),
+                    prev_hash=prev_hash,
+                    hash=digest,
+                )
+                for seq, at, kind, summary, data, prev_hash, digest in rows
+            ]
 
     def close(self) -> None:
         """Close the database connection."""

@@ -17,7 +17,6 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import urljoin, urlsplit
 
 import httpx
 
@@ -26,6 +25,7 @@ from waitbound._contract import Profile
 from waitbound._controller import Request
 from waitbound._json import JSON
 from waitbound._observation import Observation, kept_header_names
+from waitbound._urls import origin, resolve
 
 __all__ = ["HttpSettings", "send_async", "send_sync"]
 
@@ -49,12 +49,6 @@ class HttpSettings:
 
 class _TooSlow(Exception):
     """The total request timeout passed while the body was still arriving."""
-
-
-def _origin(url: str) -> tuple[str, str | None, int | None]:
-    parts = urlsplit(url)
-    default = {"http": 80, "https": 443}.get(parts.scheme)
-    return parts.scheme, parts.hostname, parts.port or default
 
 
 class _Exchange:
@@ -95,9 +89,16 @@ class _Exchange:
         """Whether to follow *response* to the next hop (same origin, within the hop limit)."""
         if not response.has_redirect_location:
             return False
-        target = urljoin(self.url, response.headers["location"])
-        if _origin(target) != _origin(self.url):
-            self.problem = f"a redirect to another origin ({_origin(target)[1]}), not followed"
+        try:
+            target = resolve(self.url, response.headers["location"])
+            elsewhere = origin(target) != origin(self.url)
+        except ValueError as exc:
+            self.problem = f"a redirect to a URL that cannot be used ({exc})"
+            return False
+        if self.request.kind == "submit":
+            return False  # a submission is never sent twice; its 3xx is the answer
+        if elsewhere:
+            self.problem = f"a redirect to another origin ({origin(target)[1]}), not followed"
         elif hops >= self.settings.max_redirects:
             self.problem = f"more than {self.settings.max_redirects} redirects"
         else:
@@ -131,6 +132,8 @@ class _Exchange:
         if problem is None and self.body.strip():
             try:
                 parsed = json.loads(self.body)
+            except RecursionError:
+                problem = "a body nested too deeply to read"
             except ValueError:
                 if self.request.kind == "result":
                     parsed = self.body.decode("utf-8", errors="replace")
@@ -172,6 +175,7 @@ def send_sync(
     headers: Mapping[str, str],
     profile: Profile,
     clock: Clock,
+    content: bytes | None = None,
     settings: HttpSettings = HttpSettings(),
 ) -> Observation:
     """Send *request* with a blocking client and observe the answer.
@@ -183,7 +187,11 @@ def send_sync(
     try:
         for hops in exchange.hops():
             with client.stream(
-                "GET", exchange.url, headers=exchange.headers, timeout=exchange.timeout()
+                request.method,
+                exchange.url,
+                headers=exchange.headers,
+                content=content,
+                timeout=exchange.timeout(),
             ) as response:
                 if exchange.redirected(response, hops):
                     continue
@@ -203,6 +211,7 @@ async def send_async(
     headers: Mapping[str, str],
     profile: Profile,
     clock: Clock,
+    content: bytes | None = None,
     settings: HttpSettings = HttpSettings(),
 ) -> Observation:
     """Send *request* with an async client and observe the answer (see :func:`send_sync`)."""
@@ -210,7 +219,11 @@ async def send_async(
     try:
         for hops in exchange.hops():
             async with client.stream(
-                "GET", exchange.url, headers=exchange.headers, timeout=exchange.timeout()
+                request.method,
+                exchange.url,
+                headers=exchange.headers,
+                content=content,
+                timeout=exchange.timeout(),
             ) as response:
                 if exchange.redirected(response, hops):
                     continue
