@@ -8,7 +8,17 @@ table) and a policy (deadline, budgets, pacing); get back exactly one honest
 from waitbound._audit import AuditEvent, StoredAuditEvent, verify_chain
 from waitbound._clock import Clock, SystemClock
 from waitbound._contract import Classification, Counts, Profile, load_profile, parse_profile
-from waitbound._driver import Operation, new_operation_id, wait, wait_async
+from waitbound._driver import (
+    Operation,
+    Submission,
+    cancel,
+    cancel_async,
+    new_operation_id,
+    submit,
+    submit_async,
+    wait,
+    wait_async,
+)
 from waitbound._errors import (
     ConflictError,
     EscalatedError,
@@ -63,16 +73,21 @@ __all__ = [
     "Store",
     "StoreError",
     "StoredAuditEvent",
+    "Submission",
     "SystemClock",
     "TimedOutError",
     "UsageError",
     "WaitboundError",
     "__version__",
+    "cancel",
+    "cancel_async",
     "load_profile",
     "new_operation_id",
     "open_store",
     "parse_profile",
     "parse_retry_after",
+    "submit",
+    "submit_async",
     "verify_chain",
     "wait",
     "wait_async",

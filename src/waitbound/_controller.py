@@ -24,9 +24,8 @@ import json
 import random
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from urllib.parse import urljoin
 
-from waitbound._audit import AuditEvent, redact_url
+from waitbound._audit import AuditEvent
 from waitbound._contract import Reading
 from waitbound._decide import (
     Step,
@@ -39,10 +38,11 @@ from waitbound._decide import (
     escalate,
     seconds_between,
 )
-from waitbound._json import JSON
+from waitbound._json import JSON, show
 from waitbound._observation import Observation
 from waitbound._outcome import Reason
 from waitbound._record import Phase, Record, RequestKind
+from waitbound._urls import redact_url, resolve
 
 __all__ = [
     "Decision",
@@ -58,6 +58,10 @@ __all__ = [
     "observe",
     "plan",
 ]
+
+
+LEASE_RECHECK_S = 1.0
+"""While another worker holds the lease, the record is read again this often (seconds)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,18 +181,19 @@ def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False)
         return Finished(record=record)
     leased_by_other = record.lease_owner not in (None, owner)
     if leased_by_other and record.lease_expires_at and now < record.lease_expires_at:
-        return Sleep(
-            until=record.lease_expires_at, seconds=seconds_between(now, record.lease_expires_at)
-        )
+        # Look again soon: the holder usually finishes long before its lease expires.
+        until = min(record.lease_expires_at, now + timedelta(seconds=LEASE_RECHECK_S))
+        return Sleep(until=until, seconds=seconds_between(now, until))
     notes: list[AuditEvent] = []
     if record.in_flight is not None:
+        lost = record.in_flight
         record = replace(record, in_flight=None, lease_owner=None, lease_expires_at=None)
         notes.append(
             audit_event(
                 record,
                 now,
                 "answer_lost",
-                f"the answer to the last {record.in_flight} request was never recorded "
+                f"the answer to the last {lost} request was never recorded "
                 "(the process stopped); that request stays counted",
             )
         )
@@ -204,7 +209,7 @@ def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False)
     if record.requests_used >= record.policy.max_requests:
         detail = (
             f"all {record.policy.max_requests} requests of the budget are used "
-            f"without a terminal answer (last state {record.provider_state!r})"
+            f"without a terminal answer (last state {show(record.provider_state)})"
         )
         return _finish_early(
             record,
@@ -371,7 +376,13 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
 
 
 def _absolute(record: Record, url: str | None) -> str | None:
-    return urljoin(record.status_url or "", url) if url else None
+    """A URL named by a status body, resolved; one that cannot be used is ignored."""
+    if not url:
+        return None
+    try:
+        return resolve(record.status_url or "", url)
+    except ValueError:
+        return None
 
 
 def _read(record: Record, observation: Observation) -> Reading | None:
@@ -389,7 +400,7 @@ def _describe(observation: Observation, reading: Reading | None, after: Record) 
         return f"{head} failed: {observation.transport_error}"
     text = f"{head} answered HTTP {observation.http_status}"
     if reading is not None and reading.classification is not None:
-        text += f": state {reading.state!r} ({reading.classification.value})"
+        text += f": state {show(reading.state)} ({reading.classification.value})"
         if reading.progress is not None:
             text += f", progress {json.dumps(reading.progress)[:40]}"
     return text + (f" [request id {observation.request_id}]" if observation.request_id else "")

@@ -13,16 +13,15 @@ import json
 import random
 from dataclasses import replace
 from datetime import datetime, timedelta
-from urllib.parse import urljoin, urlsplit
 
 from waitbound._actions import SubmitContract
-from waitbound._audit import redact_url
 from waitbound._contract import Classification, Counts, Reading, is_present
-from waitbound._json import JSON
+from waitbound._json import JSON, show
 from waitbound._observation import Observation
 from waitbound._outcome import OutcomeKind, Reason
 from waitbound._record import Phase, Record
 from waitbound._schedule import DelaySource, backoff_delay_s, hinted_delay_s, read_hints
+from waitbound._urls import redact_url, resolve
 
 __all__ = [
     "THROTTLE_FACTOR",
@@ -137,13 +136,20 @@ def _classified(
     error = reading.error if reading is not None else None
     match classification:
         case Classification.PENDING:
-            record = replace(record, success_seen_at=None, confirm_requests_used=0)
+            if record.success_seen_at is not None:
+                return escalate(
+                    record,
+                    now,
+                    Reason.CONTRADICTION,
+                    f"the job reported success, then {show(reading.state if reading else None)}",
+                    response=observation.body,
+                )
             if reading is not None and reading.expires_at and now > reading.expires_at:
                 return escalate(
                     record,
                     now,
                     Reason.CONTRADICTION,
-                    f"the job is still {reading.state!r} after its own expiry time "
+                    f"the job is still {show(reading.state)} after its own expiry time "
                     f"{reading.expires_at.isoformat()}",
                     response=observation.body,
                 )
@@ -163,7 +169,7 @@ def _classified(
                 record,
                 now,
                 Reason.UNKNOWN_STATE,
-                f"state {record.provider_state!r} is in none of the lists of profile "
+                f"state {show(record.provider_state)} is in none of the lists of profile "
                 f"{record.profile.name}; not guessing what it means",
                 response=observation.body,
             )
@@ -190,7 +196,7 @@ def _settle(
                 record,
                 now,
                 Reason.CONTRADICTION,
-                f"the job reported {reading.state!r} without "
+                f"the job reported {show(reading.state)} without "
                 f"{', '.join(reading.missing_required)} after {confirms} confirmation request(s)",
                 response=observation.body,
             )
@@ -264,11 +270,10 @@ def _result_url(record: Record, reading: Reading | None) -> str | ValueError | N
             candidate = profile.result_url_template.replace("{result_id}", reading.result_id)
     if candidate is None:
         return None
-    url = urljoin(record.status_url or "", candidate)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return ValueError(f"the result URL {candidate!r} is not an http(s) URL")
-    return url
+    try:
+        return resolve(record.status_url or "", candidate)
+    except ValueError as exc:
+        return ValueError(f"the result URL {candidate[:200]!r} cannot be used ({exc})")
 
 
 def decide_result(record: Record, observation: Observation, rng: random.Random) -> Step:
@@ -337,7 +342,7 @@ def _provider_trouble(
             observation.at,
             Reason.PROVIDER_FAILURE,
             f"{what}; {used} transport failures (budget {record.policy.max_transport_failures}); "
-            f"the job's state could not be learned (last known {record.provider_state!r})",
+            f"the job's state could not be learned (last known {show(record.provider_state)})",
         )
     return _schedule(
         record,
@@ -446,9 +451,14 @@ def deadline_reached(record: Record, now: datetime, why: str = "") -> Step:
 
 
 def _timed_out(record: Record, now: datetime, why: str = "") -> Step:
-    detail = (
-        f"the deadline {record.deadline_at.isoformat()} was reached{why}; the job may still run"
-    )
+    if now >= record.deadline_at:
+        detail = f"the deadline {record.deadline_at.isoformat()} was reached{why}"
+    else:
+        detail = (
+            f"stopped before the deadline {record.deadline_at.isoformat()}: the next request "
+            f"may not be sent before it{why}"
+        )
+    detail += "; the job may still run"
     return _finish(record, now, OutcomeKind.TIMED_OUT, Reason.DEADLINE_EXCEEDED, detail=detail)
 
 
@@ -596,7 +606,18 @@ def decide_submit(record: Record, observation: Observation, rng: random.Random) 
         headers=observation.headers,
         body=observation.body,
     )
-    if receipt.status_url is None or urlsplit(receipt.status_url).scheme not in ("http", "https"):
+    if receipt.status_url is not None:
+        try:
+            resolve(receipt.status_url, receipt.status_url)
+        except ValueError as exc:
+            return escalate(
+                record,
+                now,
+                Reason.INTEGRATION_FAILURE,
+                f"the receipt's status URL cannot be used ({exc})",
+                response=observation.body,
+            )
+    else:
         places = ", ".join(contract.status_url_headers) + " headers, the receipt body"
         return escalate(
             record,

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from waitbound.sim import RequestLogEntry, Simulator, load_scenario
+from waitbound.sim import RequestLogEntry, Scenario, Simulator, load_scenario
 
 _WAIT_FLAGS = {
     "deadline_s": "--deadline",
@@ -52,13 +52,28 @@ def wait_args(
     else:
         profile_path = workdir / "profile.json"
         profile_path.write_text(json.dumps(profile))
-    args = [f"{base_url}/status", "--profile", str(profile_path), "--json"]
+    args = ["--profile", str(profile_path), "--json"]
     for key, flag in _WAIT_FLAGS.items():
         if key in settings:
             args += [flag, f"{settings[key]}s" if key.endswith("_s") else str(settings[key])]
     if settings.get("result"):
         args += ["--result-url", f"{base_url}/result"]
     return args
+
+
+def command(scenario: Scenario, base_url: str, workdir: Path, scenario_dir: Path) -> list[str]:
+    """``run METHOD {base_url}/jobs`` when the scenario scripts a submit endpoint, else
+    ``wait {base_url}/status``; then the scenario's ``wait`` settings."""
+    settings = dict(scenario.wait)
+    head = ["wait", f"{base_url}/status"]
+    if scenario.endpoints["submit"]:
+        head = ["run", str(settings.get("submit_method", "POST")), f"{base_url}/jobs"]
+        if "submit_body" in settings:
+            body = workdir / "body.json"
+            body.write_text(json.dumps(settings["submit_body"]))
+            head += ["--body", str(body)]
+    rest = {k: v for k, v in settings.items() if k not in ("submit_method", "submit_body")}
+    return [*head, *wait_args(rest, base_url, workdir, scenario_dir)]
 
 
 @dataclass
@@ -82,10 +97,10 @@ def run_scenario(path: Path, workdir: Path, *extra: str) -> CaseRun:
     """Serve the scenario, run ``waitbound wait`` on it, and collect everything."""
     scenario = load_scenario(path)
     with Simulator(scenario) as simulator:
-        args = wait_args(dict(scenario.wait), simulator.base_url, workdir, path.parent)
+        args = command(scenario, simulator.base_url, workdir, path.parent)
         args += ["--store", str(workdir / "store.db"), *extra]
         started = time.monotonic()
-        done = cli("wait", *args)
+        done = cli(*args)
         elapsed = time.monotonic() - started
         log = simulator.log()
     assert done.stdout.strip(), f"no JSON on stdout; stderr: {done.stderr}"

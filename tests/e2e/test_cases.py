@@ -15,6 +15,7 @@ SCENARIOS = [
     *sorted((HERE / "cases").glob("*.json")),
     *sorted((HERE / "scenarios").glob("*.json")),
     EXAMPLES / "slow-transcode.json",
+    *sorted((HERE.parent / "src/waitbound/profiles/scenarios").glob("*.json")),
 ]
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import click
 
 from waitbound._errors import OutcomeError, StoreError, UsageError, WaitboundError
-from waitbound.cli._app import cli
+from waitbound.cli._app import Interrupted, cli
 
 __all__ = ["cli", "main"]
 
@@ -30,12 +30,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except click.ClickException as exc:
         return _fail(exc.format_message().splitlines()[0], 2)
-    except click.Abort:
-        return _fail("aborted", 130)
-    except KeyboardInterrupt:
-        return _fail(
-            "interrupted; the operation is saved: run again with --operation-id to resume", 130
-        )
+    except Interrupted as exc:
+        return _fail(str(exc), 130)
+    except (click.Abort, KeyboardInterrupt):
+        return _fail("interrupted", 130)
     except (UsageError, StoreError) as exc:
         return _fail(str(exc), 2)
     except OutcomeError as exc:

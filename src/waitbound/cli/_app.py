@@ -6,18 +6,35 @@ import json
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any, BinaryIO, TypeVar
 
 import click
 from rich.console import Console
 
 import waitbound
-from waitbound import AuditEvent, Operation, Policy, Profile, Store, UsageError
+from waitbound import (
+    AuditEvent,
+    Operation,
+    Outcome,
+    Policy,
+    Profile,
+    Record,
+    Store,
+    Submission,
+    UsageError,
+    WaitboundError,
+)
 from waitbound._json import JSON
+from waitbound._urls import redact_url
 from waitbound.cli._params import duration, parse_header, split_values
-from waitbound.cli._render import record_summary, story_line
+from waitbound.cli._render import printable, record_summary, story_line
+from waitbound.profiles import builtin_names, builtin_profile, resolve_profile
+
+_T = TypeVar("_T")
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 _INLINE_LISTS = ("pending", "succeeded", "partial", "failed", "canceled", "expired")
 _INLINE_PATHS = {
@@ -42,11 +59,12 @@ def cli(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
-def _profile(profile_file: Path | None, inline: dict[str, object]) -> Profile:
+def _profile(profile_spec: str | None, inline: dict[str, object]) -> Profile:
+    """The profile: a file or built-in name, with inline flags replacing its keys."""
     table: dict[str, JSON] = {}
     name = "inline"
-    if profile_file is not None:
-        loaded = waitbound.load_profile(profile_file)
+    if profile_spec is not None:
+        loaded = resolve_profile(profile_spec)
         table, name = dict(loaded.source), loaded.name
     for option, key in _INLINE_PATHS.items():
         if inline.get(option) is not None:
@@ -58,7 +76,7 @@ def _profile(profile_file: Path | None, inline: dict[str, object]) -> Profile:
     if inline.get("require"):
         table["require_on_success"] = list(inline["require"])  # type: ignore[call-overload]
     if not table:
-        raise UsageError("no profile: give --profile FILE or --state-path with value lists")
+        raise UsageError("no profile: give --profile FILE|NAME or --state-path with value lists")
     return waitbound.parse_profile(table, name=name)
 
 
@@ -72,142 +90,49 @@ def _flag_names(message: str) -> str:
     )
 
 
-def _open(store: str | None) -> Store:
-    return waitbound.open_store(store)
+def _policy(options: dict[str, object]) -> Policy:
+    names = {
+        "deadline": "deadline_s",
+        "max_requests": "max_requests",
+        "max_transport_failures": "max_transport_failures",
+        "max_rate_limited": "max_rate_limited",
+        "base_delay": "base_delay_s",
+        "max_delay": "max_delay_s",
+        "min_delay": "min_delay_s",
+        "not_found_grace": "not_found_grace_s",
+        "request_timeout": "request_timeout_s",
+    }
+    try:
+        return Policy(**{field: options.pop(flag) for flag, field in names.items()})  # type: ignore[arg-type]
+    except UsageError as exc:
+        raise UsageError(_flag_names(str(exc))) from None
 
 
 class _Progress:
     """Story lines on stderr as events are persisted (when stderr is a terminal)."""
 
-    def __init__(self, enabled: bool) -> None:
-        self.console = Console(stderr=True, highlight=False) if enabled else None
+    def __init__(self, enabled: bool | None) -> None:
+        show = sys.stderr.isatty() if enabled is None else enabled
+        self.console = Console(stderr=True, highlight=False) if show else None
 
     def __call__(self, event: AuditEvent) -> None:
         if self.console is not None:
             self.console.print(story_line(event), markup=False, soft_wrap=True)
 
+    def note(self, text: str) -> None:
+        if self.console is not None:
+            self.console.print(text, markup=False, soft_wrap=True)
 
-@cli.command()
-@click.argument("status_url", required=False)
-@click.option(
-    "--profile",
-    "profile_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Profile (state table) file, JSON or TOML.",
-)
-@click.option("--state-path", help="JMESPath to the state value in the status body.")
-@click.option("--pending", help="Comma-separated pending state values.")
-@click.option("--succeeded", help="Comma-separated succeeded state values.")
-@click.option("--partial", help="Comma-separated partial-success state values.")
-@click.option("--failed", help="Comma-separated failed state values.")
-@click.option("--canceled", help="Comma-separated canceled state values.")
-@click.option("--expired", help="Comma-separated expired state values.")
-@click.option(
-    "--require", multiple=True, help="JMESPath that must be non-null on success (repeatable)."
-)
-@click.option("--result-path", help="JMESPath to the inline result.")
-@click.option("--error-path", help="JMESPath to the provider's error.")
-@click.option("--job-id-path", help="JMESPath to the provider's job id.")
-@click.option("--poll-hint-path", help="JMESPath to a poll hint in seconds.")
-@click.option("--result-url", help="Result endpoint, fetched once after a terminal success.")
-@click.option(
-    "--deadline", callback=duration, default="10m", show_default=True, help="e.g. 90s, 10m, 1h."
-)
-@click.option("--max-requests", type=click.IntRange(min=1), default=30, show_default=True)
-@click.option("--max-transport-failures", type=click.IntRange(min=0), default=3, show_default=True)
-@click.option("--max-rate-limited", type=click.IntRange(min=0), default=5, show_default=True)
-@click.option("--base-delay", callback=duration, default="5s", show_default=True)
-@click.option("--max-delay", callback=duration, default="120s", show_default=True)
-@click.option(
-    "--min-delay", callback=duration, default=None, help="Delay floor [default: min(1s, base)]."
-)
-@click.option("--not-found-grace", callback=duration, default="30s", show_default=True)
-@click.option("--request-timeout", callback=duration, default="30s", show_default=True)
-@click.option(
-    "--header", "headers", multiple=True, help="'Name: value', sent, never stored (repeatable)."
-)
-@click.option("--operation-id", help="Our id for the operation; an existing one is resumed.")
-@click.option("--store", help=_STORE_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-@click.option(
-    "--progress/--quiet", default=None, help="Story lines on stderr [default: if a terminal]."
-)
-def wait(  # noqa: PLR0917 - click passes every option
-    status_url: str | None,
-    profile_file: Path | None,
-    result_url: str | None,
-    deadline: float,
-    max_requests: int,
-    max_transport_failures: int,
-    max_rate_limited: int,
-    base_delay: float,
-    max_delay: float,
-    min_delay: float | None,
-    not_found_grace: float,
-    request_timeout: float,
-    headers: Sequence[str],
-    operation_id: str | None,
-    store: str | None,
-    as_json: bool,
-    progress: bool | None,
-    **inline: object,
-) -> int:
-    """Wait on STATUS_URL until the job has one honest outcome.
 
-    Exit codes: 0 succeeded; 1 completed_with_errors, failed, canceled or expired;
-    3 timed_out or escalated; 2 a usage or configuration error (nothing stored).
-    Resume an operation with --operation-id alone (its stored deadline and budgets apply).
-    """
-    sent_headers = dict(parse_header(h) for h in headers)
-    operation = None
-    if status_url is not None:
-        try:
-            policy = Policy(
-                deadline_s=deadline,
-                max_requests=max_requests,
-                max_transport_failures=max_transport_failures,
-                max_rate_limited=max_rate_limited,
-                base_delay_s=base_delay,
-                max_delay_s=max_delay,
-                min_delay_s=min_delay,
-                not_found_grace_s=not_found_grace,
-                request_timeout_s=request_timeout,
-            )
-        except UsageError as exc:
-            raise UsageError(_flag_names(str(exc))) from None
-        operation = Operation(
-            status_url=status_url,
-            profile=_profile(profile_file, inline),
-            policy=policy,
-            result_url=result_url,
+class Interrupted(WaitboundError):
+    """Ctrl-C or SIGTERM while driving an operation; the record is saved."""
+
+    def __init__(self, operation_id: str) -> None:
+        self.operation_id = operation_id
+        super().__init__(
+            f"interrupted; operation {operation_id} is saved: resume it with "
+            f"'waitbound wait --operation-id {operation_id}'"
         )
-    elif operation_id is None:
-        raise UsageError("give a STATUS_URL to wait on, or --operation-id to resume")
-    show = sys.stderr.isatty() if progress is None else progress
-    opened = _open(store)
-    try:
-        _stop_on_sigterm()
-        outcome = waitbound.wait(
-            operation,
-            operation_id=operation_id,
-            store=opened,
-            headers=sent_headers,
-            on_event=_Progress(show),
-        )
-    finally:
-        opened.close()
-    if as_json:
-        click.echo(json.dumps(outcome.as_json(), ensure_ascii=False))
-    else:
-        reason = f" ({outcome.reason.value})" if outcome.reason else ""
-        click.echo(f"{outcome.operation_id}: {outcome.outcome.value}{reason}")
-        if outcome.job_id:
-            click.echo(f"job id: {outcome.job_id}")
-        if outcome.error is not None:
-            click.echo(f"error: {json.dumps(outcome.error, ensure_ascii=False)[:500]}")
-        if outcome.result is not None:
-            click.echo(f"result: {json.dumps(outcome.result, ensure_ascii=False)[:2000]}")
-    return outcome.outcome.exit_code
 
 
 def _stop_on_sigterm() -> None:
@@ -219,13 +144,361 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _drive(operation_id: str, store: str | None, action: Callable[[Store], _T]) -> _T:
+    """Open the store, run *action* on it, close it; Ctrl-C says how to resume."""
+    opened = waitbound.open_store(store)
+    _stop_on_sigterm()
+    try:
+        return action(opened)
+    except KeyboardInterrupt:
+        raise Interrupted(operation_id) from None
+    finally:
+        opened.close()
+
+
+def _print_outcome(outcome: Outcome, as_json: bool) -> int:
+    if as_json:
+        click.echo(json.dumps(outcome.as_json(), ensure_ascii=False))
+    else:
+        reason = f" ({outcome.reason.value})" if outcome.reason else ""
+        click.echo(f"{outcome.operation_id}: {outcome.outcome.value}{reason}")
+        for label, value, limit in (
+            ("job id", outcome.job_id, 200),
+            ("error", outcome.error, 500),
+            ("counts", outcome.counts, 500),
+            ("usage", outcome.usage, 500),
+            ("result", outcome.result, 2000),
+        ):
+            if value is not None:
+                text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+                click.echo(f"{label}: {printable(text[:limit])}")
+    return outcome.outcome.exit_code
+
+
+def _options(*decorators: Callable[[_F], _F]) -> Callable[[_F], _F]:
+    def apply(function: _F) -> _F:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+PROFILE_OPTIONS = _options(
+    click.option("--profile", "profile_spec", help="Profile file (JSON/TOML) or built-in name."),
+    click.option("--state-path", help="JMESPath to the state value in the status body."),
+    click.option("--pending", help="Comma-separated pending state values."),
+    click.option("--succeeded", help="Comma-separated succeeded state values."),
+    click.option("--partial", help="Comma-separated partial-success state values."),
+    click.option("--failed", help="Comma-separated failed state values."),
+    click.option("--canceled", help="Comma-separated canceled state values."),
+    click.option("--expired", help="Comma-separated expired state values."),
+    click.option("--require", multiple=True, help="JMESPath non-null on success (repeatable)."),
+    click.option("--result-path", help="JMESPath to the result in the result document."),
+    click.option("--error-path", help="JMESPath to the provider's error."),
+    click.option("--job-id-path", help="JMESPath to the provider's job id."),
+    click.option("--poll-hint-path", help="JMESPath to a poll hint in seconds."),
+)
+POLICY_OPTIONS = _options(
+    click.option("--deadline", callback=duration, default="10m", show_default=True),
+    click.option("--max-requests", type=click.IntRange(min=1), default=30, show_default=True),
+    click.option(
+        "--max-transport-failures", type=click.IntRange(min=0), default=3, show_default=True
+    ),
+    click.option("--max-rate-limited", type=click.IntRange(min=0), default=5, show_default=True),
+    click.option("--base-delay", callback=duration, default="5s", show_default=True),
+    click.option("--max-delay", callback=duration, default="120s", show_default=True),
+    click.option("--min-delay", callback=duration, help="Delay floor [default: min(1s, base)]."),
+    click.option("--not-found-grace", callback=duration, default="30s", show_default=True),
+    click.option("--request-timeout", callback=duration, default="30s", show_default=True),
+    click.option("--result-url", help="Result endpoint, fetched once after a terminal success."),
+    click.option("--cancel-url", help="Cancel endpoint, when no receipt or profile names one."),
+    click.option(
+        "--cancel-on-deadline", is_flag=True, help="Send one cancel when the deadline passes."
+    ),
+)
+RUN_OPTIONS = _options(
+    click.option("--header", "headers", multiple=True, help="'Name: value': sent, never stored."),
+    click.option("--operation-id", help="Our id for the operation; an existing one is resumed."),
+    click.option("--store", help=_STORE_HELP),
+    click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout."),
+    click.option(
+        "--progress/--quiet", default=None, help="Story lines on stderr [default: if a terminal]."
+    ),
+)
+SUBMIT_OPTIONS = _options(
+    click.argument(
+        "method", type=click.Choice(["POST", "PUT", "PATCH", "DELETE", "GET"], case_sensitive=False)
+    ),
+    click.argument("url"),
+    click.option(
+        "--body",
+        "body_file",
+        type=click.File("rb"),
+        help="Request body from FILE, or - for standard input.",
+    ),
+    click.option("--content-type", default="application/json", show_default=True),
+    click.option("--idempotency-key", help="Sent in the profile's idempotency header."),
+    click.option(
+        "--max-submit-attempts",
+        type=click.IntRange(min=1, max=10),
+        default=3,
+        show_default=True,
+        help="With an idempotency key: sends of a submission that got no answer.",
+    ),
+)
+
+
+@cli.command()
+@click.argument("status_url", required=False)
+@PROFILE_OPTIONS
+@POLICY_OPTIONS
+@RUN_OPTIONS
+def wait(  # noqa: PLR0917 - click passes every option
+    status_url: str | None,
+    headers: Sequence[str],
+    operation_id: str | None,
+    store: str | None,
+    as_json: bool,
+    progress: bool | None,
+    result_url: str | None,
+    cancel_url: str | None,
+    cancel_on_deadline: bool,
+    profile_spec: str | None,
+    **options: object,
+) -> int:
+    """Wait on STATUS_URL until the job has one honest outcome.
+
+    Exit codes: 0 succeeded; 1 completed_with_errors, failed, canceled or expired;
+    3 timed_out or escalated; 2 a usage or configuration error (nothing stored).
+    Resume an operation with --operation-id alone (its stored deadline and budgets apply).
+    """
+    sent = dict(parse_header(h) for h in headers)
+    policy = _policy(options)
+    operation = None
+    if status_url is not None:
+        operation = Operation(
+            status_url=status_url,
+            profile=_profile(profile_spec, options),
+            policy=policy,
+            result_url=result_url,
+            cancel_url=cancel_url,
+            cancel_on_deadline=cancel_on_deadline,
+        )
+    elif operation_id is None:
+        raise UsageError("give a STATUS_URL to wait on, or --operation-id to resume")
+    op_id = operation_id or waitbound.new_operation_id()
+    sink = _Progress(progress)
+    sink.note(f"operation {op_id}")
+    outcome = _drive(
+        op_id,
+        store,
+        lambda opened: waitbound.wait(
+            operation, operation_id=op_id, store=opened, headers=sent, on_event=sink
+        ),
+    )
+    return _print_outcome(outcome, as_json)
+
+
+def _submission(  # noqa: PLR0917 - click passes every option
+    method: str,
+    url: str,
+    body_file: BinaryIO | None,
+    content_type: str,
+    idempotency_key: str | None,
+    max_submit_attempts: int,
+    profile_spec: str | None,
+    options: dict[str, object],
+) -> Submission:
+    policy = _policy(options)
+    body = body_file.read() if body_file is not None else b""
+    return Submission(
+        method=method.upper(),
+        url=url,
+        profile=_profile(profile_spec, options),
+        policy=policy,
+        body=body,
+        content_type=content_type if body else None,
+        idempotency_key=idempotency_key,
+        max_submit_attempts=max_submit_attempts,
+        result_url=options.pop("result_url", None),  # type: ignore[arg-type]
+        cancel_url=options.pop("cancel_url", None),  # type: ignore[arg-type]
+        cancel_on_deadline=bool(options.pop("cancel_on_deadline", False)),
+    )
+
+
+def _submitted(record: Record, as_json: bool) -> int:
+    if record.is_finished:
+        return _print_outcome(record.to_outcome(), as_json)
+    receipt: dict[str, JSON] = {
+        "operation_id": record.operation_id,
+        "phase": record.phase.value,
+        "job_id": record.job_id,
+        "status_url": redact_url(record.status_url or ""),
+        "next_poll_at": record.next_poll_at.isoformat(),
+        "idempotency_key": record.idempotency_key,
+        "submit_fingerprint": record.submit_fingerprint,
+    }
+    if as_json:
+        click.echo(json.dumps(receipt, ensure_ascii=False))
+    else:
+        click.echo(f"{record.operation_id}: submitted; job {record.job_id or '(no id)'}")
+        click.echo(f"wait for it: waitbound wait --operation-id {record.operation_id}")
+    return 0
+
+
+@cli.command()
+@SUBMIT_OPTIONS
+@PROFILE_OPTIONS
+@POLICY_OPTIONS
+@RUN_OPTIONS
+def submit(  # noqa: PLR0917 - click passes every option
+    method: str,
+    url: str,
+    body_file: BinaryIO | None,
+    content_type: str,
+    idempotency_key: str | None,
+    max_submit_attempts: int,
+    headers: Sequence[str],
+    operation_id: str | None,
+    store: str | None,
+    as_json: bool,
+    progress: bool | None,
+    profile_spec: str | None,
+    **options: object,
+) -> int:
+    """Send a job request (METHOD URL) once and record its receipt; do not wait.
+
+    The operation is stored before the request is sent. With --json, prints the
+    operation id, job id and status URL. Wait for it with `waitbound wait --operation-id`.
+    """
+    sent = dict(parse_header(h) for h in headers)
+    submission = _submission(
+        method, url, body_file, content_type, idempotency_key, max_submit_attempts,
+        profile_spec, options,
+    )  # fmt: skip
+    op_id = operation_id or waitbound.new_operation_id()
+    sink = _Progress(progress)
+    record = _drive(
+        op_id,
+        store,
+        lambda opened: waitbound.submit(
+            submission, operation_id=op_id, store=opened, headers=sent, on_event=sink
+        ),
+    )
+    return _submitted(record, as_json)
+
+
+@cli.command()
+@SUBMIT_OPTIONS
+@PROFILE_OPTIONS
+@POLICY_OPTIONS
+@RUN_OPTIONS
+def run(  # noqa: PLR0917 - click passes every option
+    method: str,
+    url: str,
+    body_file: BinaryIO | None,
+    content_type: str,
+    idempotency_key: str | None,
+    max_submit_attempts: int,
+    headers: Sequence[str],
+    operation_id: str | None,
+    store: str | None,
+    as_json: bool,
+    progress: bool | None,
+    profile_spec: str | None,
+    **options: object,
+) -> int:
+    """Submit a job (METHOD URL), then wait on it: `submit` and `wait` in one command.
+
+    Same flags as `submit`; same output and exit codes as `wait`.
+    """
+    sent = dict(parse_header(h) for h in headers)
+    submission = _submission(
+        method, url, body_file, content_type, idempotency_key, max_submit_attempts,
+        profile_spec, options,
+    )  # fmt: skip
+    op_id = operation_id or waitbound.new_operation_id()
+    sink = _Progress(progress)
+    sink.note(f"operation {op_id}")
+    record = _drive(
+        op_id,
+        store,
+        lambda opened: waitbound.submit(
+            submission,
+            wait_for_outcome=True,
+            operation_id=op_id,
+            store=opened,
+            headers=sent,
+            on_event=sink,
+        ),
+    )
+    return _print_outcome(record.to_outcome(), as_json)
+
+
+@cli.command(name="cancel")
+@click.argument("operation_id")
+@click.option("--reason", help="Why; kept in the audit log.")
+@click.option("--requested-by", help="Who asks [default: $USER@host].")
+@click.option("--header", "headers", multiple=True, help="'Name: value': sent, never stored.")
+@click.option("--store", help=_STORE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("--progress/--quiet", default=None, help="Story lines on stderr.")
+def cancel_command(  # noqa: PLR0917 - click passes every option
+    operation_id: str,
+    reason: str | None,
+    requested_by: str | None,
+    headers: Sequence[str],
+    store: str | None,
+    as_json: bool,
+    progress: bool | None,
+) -> int:
+    """Cancel an operation's job through its documented cancel action, then wait for it.
+
+    Refused (exit 2) when the job is not cancelable: the last status answer did not
+    say so and the profile does not declare it always cancelable.
+    """
+    sent = dict(parse_header(h) for h in headers)
+    outcome = _drive(
+        operation_id,
+        store,
+        lambda opened: waitbound.cancel(
+            operation_id,
+            reason=reason,
+            requested_by=requested_by,
+            store=opened,
+            headers=sent,
+            on_event=_Progress(progress),
+        ),
+    )
+    return _print_outcome(outcome, as_json)
+
+
+@cli.group(invoke_without_command=True)
+@click.pass_context
+def profiles(ctx: click.Context) -> None:
+    """List the built-in profiles; `profiles show NAME` prints one."""
+    if ctx.invoked_subcommand is None:
+        for name in builtin_names():
+            description = str(builtin_profile(name).source.get("description", ""))
+            click.echo(f"{name:<20} {description.split('. ', maxsplit=1)[0][:76]}")
+
+
+@profiles.command(name="show")
+@click.argument("name")
+def profiles_show(name: str) -> int:
+    """Print the built-in profile NAME as JSON."""
+    click.echo(json.dumps(dict(builtin_profile(name).source), indent=2, ensure_ascii=False))
+    return 0
+
+
 @cli.command()
 @click.argument("operation_id")
 @click.option("--store", help=_STORE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def show(operation_id: str, store: str | None, as_json: bool) -> int:
     """Show an operation's record and its audit story, one line per event."""
-    opened = _open(store)
+    opened = waitbound.open_store(store)
     try:
         record = opened.get(operation_id)
         if record is None:
@@ -234,7 +507,7 @@ def show(operation_id: str, store: str | None, as_json: bool) -> int:
     finally:
         opened.close()
     try:
-        waitbound.verify_chain(events)
+        waitbound.verify_chain(events, head=(record.audit_seq, record.audit_head))
         chain = "intact"
     except waitbound.StoreError as exc:
         chain = f"broken: {exc}"
@@ -287,7 +560,10 @@ def sim(scenario_file: Path, port: int, log_path: Path | None) -> int:
     scenario = load_scenario(scenario_file)
     simulator = Simulator(scenario, port=port, log_path=log_path)
     _stop_on_sigterm()
-    simulator.start()
+    try:
+        simulator.start()
+    except OSError as exc:
+        raise UsageError(f"cannot serve on 127.0.0.1:{port} ({exc.strerror})") from None
     click.echo(f"serving scenario {scenario.id} on {simulator.base_url}", err=False)
     sys.stdout.flush()
     try:

@@ -14,6 +14,9 @@ __all__ = ["duration", "parse_duration", "parse_header", "split_values"]
 _DURATION: Final = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|h)?\s*", re.IGNORECASE)
 _UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FRAMING: Final = frozenset(
+    ("content-length", "transfer-encoding", "host", "connection", "upgrade", "te", "trailer")
+)
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
@@ -55,10 +58,15 @@ def parse_header(text: str) -> tuple[str, str]:
             "expected 'Name: value'; the name is not a valid HTTP field name",
             param_hint="'--header'",
         )
-    if _CONTROL.search(value):
+    if _CONTROL.search(value) or not value.isascii():
         raise click.BadParameter(
-            f"the value of header {name!r} contains a line break or control character "
+            f"the value of header {name!r} must be printable ASCII without line breaks "
             "(RFC 9110 §5.5)",
+            param_hint="'--header'",
+        )
+    if name.lower() in _FRAMING:
+        raise click.BadParameter(
+            f"header {name!r} is set by the HTTP client itself; leave it out",
             param_hint="'--header'",
         )
     return name, value.strip()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from waitbound import AuditEvent, Record
+from waitbound._json import show
+from waitbound._urls import redact_url
 
 
 def _time(value: datetime) -> str:
@@ -15,12 +17,17 @@ def _short_time(text: str) -> str:
     return _time(datetime.fromisoformat(text))[11:]
 
 
+def printable(text: str) -> str:
+    """*text* with control characters escaped: a provider's value cannot forge a line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 def story_line(event: AuditEvent) -> str:
     """One audit event as a line: time, what happened, state, next poll, requests used."""
     data = event.data
-    parts = [f"{_time(event.at)}  {event.kind:<12} {event.summary}"]
+    parts = [f"{_time(event.at)}  {event.kind:<12} {printable(event.summary)}"]
     if data.get("state") is not None:
-        parts.append(f"state {data['state']}")
+        parts.append(f"state {printable(show(data['state']))}")
     next_poll_at = data.get("next_poll_at")
     if isinstance(next_poll_at, str) and event.kind in ("scheduled", "created", "result_due"):
         parts.append(f"next {_short_time(next_poll_at)} ({data.get('delay_source') or 'now'})")
@@ -34,15 +41,16 @@ def record_summary(record: Record) -> list[str]:
     policy = record.policy
     lines = [
         f"operation {record.operation_id}  profile {record.profile.name}",
-        f"  status URL   {(record.status_url or '(not known yet)').split('?')[0]}",
+        f"  status URL   {redact_url(record.status_url or '') or '(not known yet)'}",
         f"  created      {_time(record.created_at)}   deadline {_time(record.deadline_at)}",
         f"  requests     {record.requests_used}/{policy.max_requests}   transport failures "
         f"{record.transport_failures_used}/{policy.max_transport_failures}   rate limited "
         f"{record.rate_limited_used}/{policy.max_rate_limited}",
-        f"  state        {record.provider_state!r}   last HTTP {record.last_http_status}",
+        f"  state        {printable(show(record.provider_state))}   "
+        f"last HTTP {record.last_http_status}",
     ]
     if record.job_id:
-        lines.append(f"  job id       {record.job_id}")
+        lines.append(f"  job id       {printable(record.job_id)}")
     if record.outcome is not None:
         reason = f" ({record.reason.value})" if record.reason else ""
         lines.append(f"  outcome      {record.outcome.value}{reason}")

@@ -25,7 +25,7 @@ from waitbound._json import JSON
 ENDPOINT_PATHS: Mapping[str, str] = MappingProxyType(
     {"status": "/status", "result": "/result", "cancel": "/cancel", "submit": "/jobs"}
 )
-_TOP_KEYS = ("description", "endpoints", "expect", "id", "source", "wait")
+_TOP_KEYS = ("description", "endpoints", "expect", "id", "paths", "source", "wait")
 _ENTRY_KEYS = ("after_s", "body", "code", "delay_s", "drop", "headers", "raw", "repeat")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2 field name
 _T = TypeVar("_T")
@@ -69,6 +69,8 @@ class Scenario:
             entries in serving order (all four present; an empty tuple answers 404).
         wait: the ``waitbound wait`` settings, unvalidated.
         expect: the expected outcome, unvalidated.
+        paths: extra request paths per endpoint (e.g. a provider's own status path
+            ``/v1/batches/batch_1`` served as ``status``), besides the fixed ones.
         raw: the original JSON object.
     """
 
@@ -78,6 +80,7 @@ class Scenario:
     endpoints: Mapping[str, tuple[ResponseEntry, ...]]
     wait: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     expect: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    paths: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     raw: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
 
@@ -185,6 +188,19 @@ def _entry(value: object, where: str, *, first: bool) -> ResponseEntry:
     )
 
 
+def _paths(value: object) -> Mapping[str, tuple[str, ...]]:
+    obj = _object(value, "paths", tuple(ENDPOINT_PATHS))
+    aliases: dict[str, tuple[str, ...]] = {}
+    for name, paths in obj.items():
+        ok = isinstance(paths, list) and all(
+            isinstance(p, str) and p.startswith("/") for p in paths
+        )
+        if not ok:
+            raise _Invalid(f"paths.{name}", "expected an array of paths starting with '/'")
+        aliases[name] = tuple(paths)  # type: ignore[arg-type]
+    return MappingProxyType(aliases)
+
+
 def parse_scenario(data: object, *, source: str = "<scenario>") -> Scenario:
     """Validate a decoded scenario object.
 
@@ -223,6 +239,7 @@ def parse_scenario(data: object, *, source: str = "<scenario>") -> Scenario:
             source=_get(top, "source", str, "") or "",
             endpoints=MappingProxyType(served),
             wait=MappingProxyType(_object(top.get("wait", {}), "wait")),
+            paths=_paths(top.get("paths", {})),
             expect=MappingProxyType(_object(top.get("expect", {}), "expect")),
             raw=MappingProxyType(top),
         )

@@ -113,6 +113,9 @@ class Simulator:
         if not loopback:
             raise UsageError(f"simulator host must be a loopback address, got {host!r}")
         self.scenario = scenario
+        self.routes = dict(_ROUTES) | {
+            path: name for name, paths in scenario.paths.items() for path in paths
+        }
         self._address = (host, port)
         self._log_path = log_path
         self._lock = threading.Lock()
@@ -301,7 +304,7 @@ class _Handler(BaseHTTPRequestHandler):
             listing = [entry.to_json() for entry in sim.log()]
             self._send(200, json.dumps(listing).encode(), {"Content-Type": _JSON})
             return
-        endpoint = _ROUTES.get(path)
+        endpoint = sim.routes.get(path)
         index, at_s = sim._arrive(endpoint, mono, at)
         code: int | None = 404
         if index is None or endpoint is None:

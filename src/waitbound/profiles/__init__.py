@@ -1,0 +1,53 @@
+"""Built-in profiles: providers' documented contracts, shipped as data files.
+
+Each ``NAME.json`` here is a profile in the ordinary format; ``docs/profiles/NAME.md``
+cites the public documentation it follows, and ``scenarios/NAME.json`` reproduces the
+documented lifecycle on the simulator (the tests run it).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from waitbound._contract import Profile, load_profile, parse_profile
+from waitbound._errors import ProfileError
+
+__all__ = ["builtin_names", "builtin_profile", "resolve_profile"]
+
+
+def builtin_names() -> list[str]:
+    """The names of the built-in profiles, sorted."""
+    folder = resources.files(__name__)
+    return sorted(
+        entry.name.removesuffix(".json")
+        for entry in folder.iterdir()
+        if entry.name.endswith(".json")
+    )
+
+
+def builtin_profile(name: str) -> Profile:
+    """Load the built-in profile *name*.
+
+    Raises:
+        ProfileError: there is no built-in profile of that name (the message lists them).
+    """
+    if name not in builtin_names():
+        raise ProfileError(
+            f"no built-in profile named {name!r} (built-in: {', '.join(builtin_names())})"
+        )
+    text = resources.files(__name__).joinpath(f"{name}.json").read_text(encoding="utf-8")
+    return parse_profile(json.loads(text), name=name)
+
+
+def resolve_profile(spec: str | Path) -> Profile:
+    """A profile from a file path (JSON or TOML) or a built-in name.
+
+    Raises:
+        ProfileError: neither a readable profile file nor a built-in name.
+    """
+    path = Path(spec)
+    if path.suffix.lower() in (".json", ".toml") or path.exists():
+        return load_profile(path)
+    return builtin_profile(str(spec))
