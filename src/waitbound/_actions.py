@@ -148,15 +148,19 @@ class CancelContract:
         return urljoin(status_url, template.replace("{status_url}", status_url))
 
 
-def parse_submit(where: str, data: object) -> SubmitContract | None:
-    """Validate the profile's ``submit`` object.
+def parse_submit(where: str, data: object, *, job_id: Expression | None) -> SubmitContract:
+    """Validate the profile's ``submit`` object (absent: the default headers, no template).
+
+    Args:
+        where: names the profile in messages.
+        data: the ``submit`` object, or ``None``.
+        job_id: the profile's own ``job_id`` expression, read from a receipt too unless
+            ``submit.job_id`` says otherwise.
 
     Raises:
         ProfileError: an unknown key, a wrong type or an expression that does not compile.
     """
-    if data is None:
-        return None
-    section = _section(where, "submit", data, SUBMIT_KEYS)
+    section = _section(where, "submit", {} if data is None else data, SUBMIT_KEYS)
     headers = section.get("status_url_headers", list(DEFAULT_STATUS_URL_HEADERS))
     if not isinstance(headers, list) or not all(isinstance(h, str) and h for h in headers):
         raise ProfileError(f"{where}: submit.status_url_headers must be a list of header names")
@@ -170,13 +174,16 @@ def parse_submit(where: str, data: object) -> SubmitContract | None:
         raise ProfileError(
             f"{where}: submit.final_get must map HTTP methods to 'request_url' or 'location'"
         )
+    expressions = {
+        key: compile_expression(where, f"submit.{key}", section[key])
+        for key in SUBMIT_EXPRESSIONS
+        if key in section
+    }
+    if "job_id" not in expressions and job_id is not None:
+        expressions["job_id"] = job_id
     return SubmitContract(
         status_url_headers=tuple(h.lower() for h in headers),
-        expressions={
-            key: compile_expression(where, f"submit.{key}", section[key])
-            for key in SUBMIT_EXPRESSIONS
-            if key in section
-        },
+        expressions=expressions,
         status_url_template=template,
         idempotency_header=_optional_text(where, "submit.idempotency_header", section),
         final_get={str(k).upper(): str(v) for k, v in final_get.items()},

@@ -218,7 +218,7 @@ class Profile:
     hint_headers: tuple[tuple[str, float], ...]
     request_id_headers: tuple[str, ...]
     result_url_template: str | None
-    submit: SubmitContract | None = None
+    submit: SubmitContract = field(default_factory=SubmitContract)
     cancel: CancelContract = field(default_factory=CancelContract)
 
     def classify_value(self, value: object) -> Classification:
@@ -408,7 +408,7 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         hint_headers=_parse_hint_headers(where, data.get("hint_headers")),
         request_id_headers=_parse_header_names(where, data.get("request_id_headers")),
         result_url_template=_parse_template(where, data),
-        submit=parse_submit(where, data.get("submit")),
+        submit=parse_submit(where, data.get("submit"), job_id=expressions.get("job_id")),
         cancel=parse_cancel(where, data.get("cancel")),
     )
 

@@ -14,7 +14,6 @@ import random
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from waitbound._actions import SubmitContract
 from waitbound._contract import Classification, Counts, Reading, is_present
 from waitbound._json import JSON, show
 from waitbound._observation import Observation
@@ -599,7 +598,7 @@ def decide_submit(record: Record, observation: Observation, rng: random.Random) 
             OutcomeKind.FAILED,
             error={"http_status": code, "response": _bounded(observation.body)},
         )
-    contract = record.profile.submit or SubmitContract()
+    contract = record.profile.submit
     receipt = contract.read(
         method=record.submit_method or "POST",
         request_url=record.submit_url or "",

@@ -183,8 +183,7 @@ class Submission:
 
     def key_header(self) -> str | None:
         """The header the idempotency key travels in, or ``None`` without a key."""
-        contract = self.profile.submit
-        named = contract.idempotency_header if contract else None
+        named = self.profile.submit.idempotency_header
         return named or ("Idempotency-Key" if self.idempotency_key else None)
 
 
@@ -285,8 +284,7 @@ def _new_record(
     if isinstance(operation, Operation):
         return replace(record, status_url=operation.status_url, job_id=operation.job_id)
     key = operation.idempotency_key
-    contract = operation.profile.submit
-    if key is None and contract is not None and contract.idempotency_header:
+    if key is None and operation.profile.submit.idempotency_header:
         key = f"wb-{uuid.uuid4().hex}"
     return replace(
         record,

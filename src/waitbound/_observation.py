@@ -23,7 +23,7 @@ def kept_header_names(profile: Profile) -> frozenset[str]:
     Every other header is dropped before anything is stored.
     """
     hint_headers = (name for name, _ in profile.hint_headers)
-    receipt_headers = profile.submit.status_url_headers if profile.submit else ()
+    receipt_headers = profile.submit.status_url_headers
     return frozenset(
         (
             *HINT_HEADERS,
