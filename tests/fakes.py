@@ -61,12 +61,15 @@ class ScriptedProvider:
         self.requests: list[tuple[str, datetime]] = []
         self.seen_headers: list[Mapping[str, str]] = []
         self.timeouts: list[float | None] = []
+        self.sent: list[tuple[str, str, bytes]] = []
+        """(method, path, body) of every request."""
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
         self.requests.append((path, self.clock.now()))
         self.seen_headers.append(dict(request.headers))
         self.timeouts.append(request.extensions.get("timeout", {}).get("read"))
+        self.sent.append((request.method, path, request.read()))
         self.clock.advance(self.latency_s)
         answers = self.script[path]
         answer = answers.pop(0) if len(answers) > 1 else answers[0]
