@@ -100,6 +100,8 @@ OTHER_KEYS: Final = (
 KNOWN_KEYS: Final = frozenset((*STATE_LISTS, *EXPRESSION_KEYS, *OTHER_KEYS))
 DEFAULT_REQUEST_ID_HEADERS: Final = ("x-request-id", "request-id", "x-ms-request-id")
 HINT_UNITS: Final = {"s": 1.0, "ms": 0.001}
+RPC_CANCELLED: Final = 1
+"""google.rpc.Code CANCELLED: an AIP-151 operation canceled by request ends done with it."""
 
 _ValueKey = tuple[str, object]
 
@@ -234,8 +236,9 @@ class Profile:
         """Read the state and every named field from one parsed status body.
 
         The state comes from ``state`` when the profile has it, else from ``done``
-        (AIP-151: ``done`` true with an ``error`` means failed, without one succeeded;
-        ``done`` false or absent means pending).
+        (AIP-151: ``done`` true with an ``error`` means failed — canceled when its
+        ``code`` is 1, google.rpc.Code CANCELLED — without one succeeded; ``done``
+        false or absent means pending).
         """
         classification: Classification | None
         state: JSONScalar = None
@@ -250,7 +253,9 @@ class Profile:
         elif "done" in self.expressions:
             done = self._search("done", body)
             state = done if isinstance(done, bool) else None
-            if done is True:
+            if done is True and isinstance(error, dict) and error.get("code") == RPC_CANCELLED:
+                classification = Classification.CANCELED
+            elif done is True:
                 failed = is_present(error)
                 classification = Classification.FAILED if failed else Classification.SUCCEEDED
             elif done is False or done is None:

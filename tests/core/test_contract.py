@@ -72,6 +72,7 @@ def test_state_is_classified_by_lookup_only(body: object, expected: object) -> N
         ({"name": "op"}, Classification.PENDING),
         ({"done": True, "response": {"x": 1}}, Classification.SUCCEEDED),
         ({"done": True, "error": {"code": 3, "message": "bad"}}, Classification.FAILED),
+        ({"done": True, "error": {"code": 1, "message": "canceled"}}, Classification.CANCELED),
         ({"done": "yes"}, Classification.UNKNOWN),
     ],
 )
