@@ -8,17 +8,7 @@ table) and a policy (deadline, budgets, pacing); get back exactly one honest
 from waitbound._audit import AuditEvent, StoredAuditEvent, verify_chain
 from waitbound._clock import Clock, SystemClock
 from waitbound._contract import Classification, Counts, Profile, load_profile, parse_profile
-from waitbound._driver import (
-    Operation,
-    Submission,
-    cancel,
-    cancel_async,
-    new_operation_id,
-    submit,
-    submit_async,
-    wait,
-    wait_async,
-)
+from waitbound._driver import cancel, cancel_async, submit, submit_async, wait, wait_async
 from waitbound._errors import (
     ConflictError,
     EscalatedError,
@@ -35,6 +25,7 @@ from waitbound._errors import (
     WaitboundError,
 )
 from waitbound._observation import Observation
+from waitbound._operation import Operation, Submission, new_operation_id
 from waitbound._outcome import Outcome, OutcomeKind, Reason
 from waitbound._record import Phase, Policy, Record
 from waitbound._schedule import DelaySource, parse_retry_after

@@ -28,16 +28,13 @@ from datetime import datetime, timedelta
 from waitbound._audit import AuditEvent
 from waitbound._contract import Reading
 from waitbound._decide import (
-    Step,
-    deadline_reached,
     decide_cancel,
     decide_errors,
     decide_result,
     decide_status,
     decide_submit,
-    escalate,
-    seconds_between,
 )
+from waitbound._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._json import JSON, show
 from waitbound._observation import Observation
 from waitbound._outcome import Reason

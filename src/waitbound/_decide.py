@@ -9,12 +9,21 @@ outcome rules are stated in ``docs/waiting.md``.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 from waitbound._contract import Classification, Counts, Reading, is_present
+from waitbound._finish import (
+    Step,
+    bounded,
+    deadline_reached,
+    escalate,
+    finish,
+    seconds_between,
+    terminal,
+    timed_out,
+)
 from waitbound._json import JSON, show
 from waitbound._observation import Observation
 from waitbound._outcome import OutcomeKind, Reason
@@ -24,30 +33,15 @@ from waitbound._urls import redact_url, resolve
 
 __all__ = [
     "THROTTLE_FACTOR",
-    "Step",
-    "deadline_reached",
     "decide_cancel",
     "decide_errors",
     "decide_result",
     "decide_status",
     "decide_submit",
-    "escalate",
-    "seconds_between",
 ]
 
 THROTTLE_FACTOR = 4.0
 """A throttle without a hint backs off at least this many times the current delay."""
-
-_KEPT_BODY_CHARS = 2000
-"""How much of a contradicting or unusable response is kept in the outcome's error."""
-
-Step = tuple[Record, str, str, dict[str, JSON]]
-"""(record after the decision, event kind, summary, extra event data)."""
-
-
-def seconds_between(start: datetime, end: datetime) -> float:
-    """Seconds from *start* to *end*, never negative."""
-    return max(0.0, (end - start).total_seconds())
 
 
 def decide_status(
@@ -156,13 +150,13 @@ def _classified(
         case Classification.SUCCEEDED | Classification.PARTIAL:
             return _settle(record, observation, classification, reading, rng)
         case Classification.FAILED:
-            return _terminal(record, now, OutcomeKind.FAILED, error=error)
+            return terminal(record, now, OutcomeKind.FAILED, error=error)
         case Classification.CANCELED:
-            return _terminal(record, now, OutcomeKind.CANCELED, error=error)
+            return terminal(record, now, OutcomeKind.CANCELED, error=error)
         case Classification.EXPIRED:
-            return _terminal(record, now, OutcomeKind.EXPIRED, error=error)
+            return terminal(record, now, OutcomeKind.EXPIRED, error=error)
         case Classification.SKIPPED:
-            return _terminal(record, now, OutcomeKind.CANCELED, error=error, reason=Reason.SKIPPED)
+            return terminal(record, now, OutcomeKind.CANCELED, error=error, reason=Reason.SKIPPED)
         case _:
             return escalate(
                 record,
@@ -211,7 +205,7 @@ def _settle(
     error = reading.error if reading is not None else None
     counts = reading.counts if reading is not None else None
     if classification is Classification.SUCCEEDED and is_present(error):
-        return _terminal(record, now, OutcomeKind.FAILED, error=error, counts=counts)
+        return terminal(record, now, OutcomeKind.FAILED, error=error, counts=counts)
     outcome = (
         OutcomeKind.COMPLETED_WITH_ERRORS
         if classification is Classification.PARTIAL
@@ -220,13 +214,13 @@ def _settle(
     if counts is not None and counts.failed:
         outcome = OutcomeKind.FAILED if counts.succeeded == 0 else OutcomeKind.COMPLETED_WITH_ERRORS
     if outcome is OutcomeKind.FAILED:
-        return _terminal(record, now, outcome, error=error, counts=counts)
+        return terminal(record, now, outcome, error=error, counts=counts)
     result_url = _result_url(record, reading)
     if isinstance(result_url, ValueError):
         return escalate(record, now, Reason.INTEGRATION_FAILURE, str(result_url))
     if result_url is None:
         if reading is not None and is_present(reading.output_error):
-            return _terminal(
+            return terminal(
                 record, now, OutcomeKind.FAILED, error=reading.output_error, counts=counts,
                 usage=reading.usage,
             )  # fmt: skip
@@ -293,7 +287,7 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
         document = record.profile.read_result(observation.body)
         record = replace(record, result_fetched_at=now)
         if is_present(document.output_error):
-            return _terminal(
+            return terminal(
                 record, now, OutcomeKind.FAILED, error=document.output_error, usage=document.usage
             )
         return _complete(
@@ -432,59 +426,6 @@ def _schedule(
     return record, "scheduled", summary, extra
 
 
-def deadline_reached(record: Record, now: datetime, why: str = "") -> Step:
-    """The deadline is reached (or no request fits before it).
-
-    A job whose terminal success was seen is never reported timed out: when only its
-    result could not be fetched in time, that is a contradiction between endpoints.
-    """
-    if record.phase is Phase.FETCHING_RESULT:
-        return escalate(
-            record,
-            now,
-            Reason.CONTRADICTION,
-            "the status endpoint reported success, but the result endpoint was not ready "
-            f"before the deadline{why}",
-        )
-    return _timed_out(record, now, why)
-
-
-def _timed_out(record: Record, now: datetime, why: str = "") -> Step:
-    if now >= record.deadline_at:
-        detail = f"the deadline {record.deadline_at.isoformat()} was reached{why}"
-    else:
-        detail = (
-            f"stopped before the deadline {record.deadline_at.isoformat()}: the next request "
-            f"may not be sent before it{why}"
-        )
-    detail += "; the job may still run"
-    return _finish(record, now, OutcomeKind.TIMED_OUT, Reason.DEADLINE_EXCEEDED, detail=detail)
-
-
-def escalate(
-    record: Record, now: datetime, reason: Reason, detail: str, *, response: JSON = None
-) -> Step:
-    """Stop with ``escalated``: *reason*, *detail* in words, and the response kept (bounded)."""
-    return _finish(record, now, OutcomeKind.ESCALATED, reason, detail=detail, response=response)
-
-
-def _terminal(
-    record: Record,
-    now: datetime,
-    outcome: OutcomeKind,
-    *,
-    result: JSON = None,
-    error: JSON = None,
-    counts: Counts | None = None,
-    usage: JSON = None,
-    reason: Reason | None = None,
-) -> Step:
-    if counts is not None:
-        record = replace(record, counts=counts.as_json())
-    record = replace(record, result=result, error=error if is_present(error) else None, usage=usage)
-    return _finish(record, now, outcome, reason)
-
-
 def _complete(
     record: Record,
     now: datetime,
@@ -514,19 +455,19 @@ def _complete(
             f"{redact_url(record.errors_url or '')} once"
         )
         return record, "errors_due", summary, {}
-    return _terminal(record, now, outcome, result=result, error=error, counts=counts, usage=usage)
+    return terminal(record, now, outcome, result=result, error=error, counts=counts, usage=usage)
 
 
 def decide_errors(record: Record, observation: Observation) -> Step:
     """Keep the first page of per-item errors (bounded); the outcome stands either way."""
     code = observation.http_status
     if code is not None and 200 <= code < 300 and observation.body_problem is None:
-        errors: JSON = _bounded(observation.body)
+        errors: JSON = bounded(observation.body)
     else:
         problem = observation.transport_error or observation.body_problem or f"HTTP {code}"
         errors = {"problem": f"the errors URL answered {problem}"}
     record = replace(record, errors=errors)
-    return _finish(
+    return finish(
         record, observation.at, record.settled_outcome or OutcomeKind.COMPLETED_WITH_ERRORS, None
     )
 
@@ -538,7 +479,7 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
     answer = observation.transport_error or f"HTTP {code}"
     record = replace(record, cancel_due=False)
     if now >= record.deadline_at:
-        return _timed_out(record, now, f"; cancel requested at the deadline ({answer})")
+        return timed_out(record, now, f"; cancel requested at the deadline ({answer})")
     accepted = code is not None and 200 <= code < 300
     if accepted:
         record = replace(record, next_poll_at=now, delay_source=None, attempt=0)
@@ -592,11 +533,11 @@ def decide_submit(record: Record, observation: Observation, rng: random.Random) 
             response=observation.body,
         )
     if not (200 <= code < 300 or code == 303):
-        return _terminal(
+        return terminal(
             record,
             now,
             OutcomeKind.FAILED,
-            error={"http_status": code, "response": _bounded(observation.body)},
+            error={"http_status": code, "response": bounded(observation.body)},
         )
     contract = record.profile.submit
     receipt = contract.read(
@@ -645,44 +586,3 @@ def decide_submit(record: Record, observation: Observation, rng: random.Random) 
         note=f"submitted:{job} status at {redact_url(receipt.status_url)} "
         f"(from the {receipt.status_url_origin})",
     )
-
-
-def _finish(
-    record: Record,
-    now: datetime,
-    outcome: OutcomeKind,
-    reason: Reason | None,
-    *,
-    detail: str | None = None,
-    response: JSON = None,
-) -> Step:
-    if detail is not None:
-        error: dict[str, JSON] = {"reason": reason.value if reason else None, "detail": detail}
-        if response is not None:
-            error["response"] = _bounded(response)
-        if record.error is not None:
-            error["provider_error"] = record.error
-        record = replace(record, error=error)
-    record = replace(
-        record,
-        phase=Phase.DONE,
-        outcome=outcome,
-        reason=reason,
-        finished_at=now,
-        delay_source=None,
-    )
-    summary = f"outcome {outcome.value}" + (f" ({reason.value})" if reason else "")
-    if detail:
-        summary += f": {detail}"
-    return (
-        record,
-        "finished",
-        summary,
-        {"outcome": outcome.value, "reason": reason.value if reason else None},
-    )
-
-
-def _bounded(value: JSON) -> JSON:
-    """Keep a response whole when small, else its first characters as text."""
-    text = json.dumps(value, ensure_ascii=False)
-    return value if len(text) <= _KEPT_BODY_CHARS else text[:_KEPT_BODY_CHARS] + "…"

@@ -13,17 +13,13 @@ on another origin that a provider's answer pointed at.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
-import re
 import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
-from typing import Final
+from dataclasses import dataclass, replace
 
 import anyio
 import httpx
@@ -37,33 +33,19 @@ from waitbound._controller import (
     Request,
     Send,
     Sleep,
-    audit_event,
-    cancel_url,
-    created_event,
     observe,
     plan,
 )
-from waitbound._errors import ConflictError, OperationNotFoundError, UsageError
+from waitbound._errors import ConflictError, OperationNotFoundError
 from waitbound._observation import Observation
+from waitbound._operation import Operation, Submission, open_operation, request_cancel
 from waitbound._outcome import Outcome
-from waitbound._record import Phase, Policy, Record
-from waitbound._urls import checked_url, origin, redact_url
+from waitbound._record import Phase, Record
+from waitbound._urls import origin
 from waitbound.stores import Store, open_store
 from waitbound.transports import HttpSettings, send_async, send_sync
 
-__all__ = [
-    "Operation",
-    "Submission",
-    "cancel",
-    "cancel_async",
-    "new_operation_id",
-    "submit",
-    "submit_async",
-    "wait",
-    "wait_async",
-]
-
-_OPERATION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+__all__ = ["cancel", "cancel_async", "submit", "submit_async", "wait", "wait_async"]
 
 EventSink = Callable[[AuditEvent], None]
 
@@ -78,11 +60,6 @@ class _Send:
     request: Request
     headers: Mapping[str, str]
     content: bytes | None
-
-
-def new_operation_id() -> str:
-    """Return a fresh operation id: ``op_`` and 20 random hex digits."""
-    return f"op_{uuid.uuid4().hex[:20]}"
 
 
 def _owner() -> str:
@@ -106,195 +83,6 @@ def _holder_is_gone(owner: str | None) -> bool:
     except OSError:
         return False
     return False
-
-
-def check_url(url: str, what: str) -> str:
-    """Return *url* when it is an absolute http(s) URL with a host and no credentials.
-
-    Raises:
-        UsageError: it is not.
-    """
-    try:
-        return checked_url(url)
-    except ValueError as exc:
-        raise UsageError(f"{what} {redact_url(url)!r} cannot be used ({exc})") from None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Operation:
-    """What to wait on: the status endpoint and the contract that reads it.
-
-    Attributes:
-        status_url: the status endpoint (absolute http or https URL).
-        profile: the provider's state table.
-        policy: deadline, budgets and pacing (seconds).
-        result_url: fetched once after a terminal success; ``None`` means the
-            result is read inline (the profile's ``result``) or from the profile's
-            ``result_url`` / ``result_url_template``.
-        cancel_url: the cancel action's URL, when no receipt or profile names it.
-        cancel_on_deadline: send one cancel request when the deadline passes.
-        job_id: the provider's job id, when the caller knows it.
-    """
-
-    status_url: str
-    profile: Profile
-    policy: Policy = field(default_factory=Policy)
-    result_url: str | None = None
-    cancel_url: str | None = None
-    cancel_on_deadline: bool = False
-    job_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Submission:
-    """A job request to send (once), then wait on.
-
-    Attributes:
-        method: the HTTP method, e.g. ``POST``.
-        url: the submit endpoint (absolute http or https URL).
-        profile: the provider's contract; its ``submit`` part says where the
-            receipt names the job id and the status URL.
-        policy: deadline (counted from the submission), budgets and pacing.
-        body: the request body (never stored; only its fingerprint is).
-        content_type: sent as ``Content-Type`` with a body.
-        idempotency_key: sent in the profile's idempotency header (generated when
-            the profile names one and this is ``None``).
-        max_submit_attempts: with an idempotency key, how many times a submission
-            without an answer (a timeout, a dropped connection, a 5xx) may be sent.
-        result_url, cancel_url, cancel_on_deadline: as in :class:`Operation`.
-    """
-
-    method: str
-    url: str
-    profile: Profile
-    policy: Policy = field(default_factory=Policy)
-    body: bytes = b""
-    content_type: str | None = "application/json"
-    idempotency_key: str | None = None
-    max_submit_attempts: int = 3
-    result_url: str | None = None
-    cancel_url: str | None = None
-    cancel_on_deadline: bool = False
-
-    def fingerprint(self) -> str:
-        """``sha256`` over method, URL and body: what identifies the request in the record."""
-        digest = hashlib.sha256(f"{self.method.upper()}\n{self.url}\n".encode() + self.body)
-        return f"sha256:{digest.hexdigest()}"
-
-    def key_header(self) -> str | None:
-        """The header the idempotency key travels in, or ``None`` without a key."""
-        named = self.profile.submit.idempotency_header
-        return named or ("Idempotency-Key" if self.idempotency_key else None)
-
-
-def _check_id(operation_id: str | None) -> None:
-    if operation_id is not None and not _OPERATION_ID.fullmatch(operation_id):
-        raise UsageError(
-            f"operation id {operation_id[:40]!r} must be 1-128 letters, digits, "
-            "'.', '_', ':' or '-'"
-        )
-
-
-def _resume(store: Store, existing: Record, clock: Clock) -> Record:
-    if existing.is_finished:
-        return existing
-    event = audit_event(
-        existing,
-        clock.now(),
-        "resumed",
-        f"resumed: {existing.requests_used} of {existing.policy.max_requests} requests "
-        f"used, deadline {existing.deadline_at.isoformat()}",
-    )
-    try:
-        return store.save(existing, [event])
-    except ConflictError:  # another process moved it on; its record is as good
-        return store.get(existing.operation_id) or existing
-
-
-def _create(store: Store, record: Record, clock: Clock) -> Record:
-    try:
-        return store.create(record, [created_event(record)])
-    except UsageError:  # created a moment ago by a process started with the same id
-        existing = store.get(record.operation_id)
-        if existing is None:
-            raise
-        return _resume(store, existing, clock)
-
-
-def open_operation(
-    store: Store,
-    operation: Operation | Submission | None,
-    *,
-    operation_id: str | None,
-    clock: Clock,
-) -> Record:
-    """Create the operation's record, or load it to resume.
-
-    An existing record keeps its own profile, policy, deadline, counters and next
-    poll time: a restart never resets a budget. *operation* may be ``None`` only to
-    resume.
-
-    Raises:
-        UsageError: a bad id or URL, a resume whose status URL or request differs
-            from the stored one, or an unknown id without an *operation* to create.
-    """
-    _check_id(operation_id)
-    if isinstance(operation, Operation):
-        check_url(operation.status_url, "status URL")
-    elif isinstance(operation, Submission):
-        check_url(operation.url, "submit URL")
-    for extra, what in (("result_url", "result URL"), ("cancel_url", "cancel URL")):
-        url = getattr(operation, extra, None)
-        if url is not None:
-            check_url(url, what)
-    existing = store.get(operation_id) if operation_id else None
-    if existing is not None:
-        if isinstance(operation, Operation) and operation.status_url != existing.status_url:
-            raise UsageError(
-                f"operation {operation_id} waits on another status URL; "
-                "resume it without a URL, or use a new --operation-id"
-            )
-        if isinstance(operation, Submission) and (
-            operation.fingerprint() != existing.submit_fingerprint
-        ):
-            raise UsageError(
-                f"operation {operation_id} was created by another request; use a new --operation-id"
-            )
-        return _resume(store, existing, clock)
-    if operation is None:
-        raise OperationNotFoundError(operation_id or "")
-    return _create(store, _new_record(operation, operation_id, clock.now()), clock)
-
-
-def _new_record(
-    operation: Operation | Submission, operation_id: str | None, now: datetime
-) -> Record:
-    record = Record(
-        operation_id=operation_id or new_operation_id(),
-        profile=operation.profile,
-        policy=operation.policy,
-        status_url=None,
-        result_url=operation.result_url,
-        cancel_url=operation.cancel_url,
-        cancel_on_deadline=operation.cancel_on_deadline,
-        created_at=now,
-        deadline_at=now + timedelta(seconds=operation.policy.deadline_s),
-        next_poll_at=now,
-    )
-    if isinstance(operation, Operation):
-        return replace(record, status_url=operation.status_url, job_id=operation.job_id)
-    key = operation.idempotency_key
-    if key is None and operation.profile.submit.idempotency_header:
-        key = f"wb-{uuid.uuid4().hex}"
-    return replace(
-        record,
-        phase=Phase.SUBMITTING,
-        submit_method=operation.method.upper(),
-        submit_url=operation.url,
-        submit_fingerprint=operation.fingerprint(),
-        idempotency_key=key,
-        max_submit_attempts=operation.max_submit_attempts if key else 1,
-    )
 
 
 def _request_headers(
@@ -497,53 +285,6 @@ def _submitted(record: Record) -> bool:
     return record.phase is not Phase.SUBMITTING
 
 
-def _request_cancel(
-    tools: _Tools, operation_id: str, *, reason: str | None, requested_by: str | None
-) -> Record:
-    """Mark the operation's cancel as due (audited), after checking it is allowed.
-
-    Raises:
-        OperationNotFoundError: no such operation.
-        UsageError: finished already, no cancel action, or not cancelable now.
-    """
-    record = tools.store.get(operation_id)
-    if record is None:
-        raise OperationNotFoundError(operation_id)
-    if record.is_finished:
-        raise UsageError(
-            f"operation {operation_id} is finished ({record.outcome}); there is nothing to cancel"
-        )
-    url = cancel_url(record)
-    if url is None:
-        raise UsageError(
-            f"operation {operation_id} has no cancel action: neither a receipt, a status "
-            "answer, the profile nor --cancel-url names one"
-        )
-    if not (record.profile.cancel.always or record.cancelable is True):
-        said = {None: "did not say it is", False: "said it is not"}[record.cancelable]
-        raise UsageError(
-            f"operation {operation_id} is not cancelable now: the last status answer {said} "
-            f"cancelable, and profile {record.profile.name} does not declare it always cancelable"
-        )
-    who = requested_by or f"{os.environ.get('USER', 'someone')}@{socket.gethostname()}"
-    event = audit_event(
-        record,
-        tools.clock.now(),
-        "cancel_requested",
-        f"cancel requested by {who}" + (f": {reason}" if reason else ""),
-        requested_by=who,
-        cancel_reason=reason,
-    )
-    due = replace(
-        record,
-        cancel_due=True,
-        cancel_requested_at=tools.clock.now(),
-        cancel_requested_by=who,
-        cancel_reason=reason,
-    )
-    return tools.store.save(due, [event])
-
-
 def wait(
     operation: Operation | None = None,
     *,
@@ -723,7 +464,9 @@ def cancel(
         UsageError: finished already, no cancel action, or not cancelable now.
     """
     tools = _tools(store, clock, rng, on_event, headers)
-    record = _request_cancel(tools, operation_id, reason=reason, requested_by=requested_by)
+    record = request_cancel(
+        tools.store, tools.clock, operation_id, reason=reason, requested_by=requested_by
+    )
     done = _run_sync(
         _loop(tools, record), tools, record.profile, client=client, sleep=sleep, http=http
     )
@@ -746,7 +489,9 @@ async def cancel_async(
 ) -> Outcome:
     """Cancel without blocking the event loop; see :func:`cancel`."""
     tools = _tools(store, clock, rng, on_event, headers)
-    record = _request_cancel(tools, operation_id, reason=reason, requested_by=requested_by)
+    record = request_cancel(
+        tools.store, tools.clock, operation_id, reason=reason, requested_by=requested_by
+    )
     done = await _run_async(
         _loop(tools, record),
         tools,

@@ -1,0 +1,132 @@
+"""How an operation ends: the outcome, its reason and its words, in one place.
+
+Every stop (a terminal state, a timeout, an escalation) goes through :func:`finish`,
+which records the outcome, the reason and a bounded copy of what was answered.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime
+
+from waitbound._contract import Counts, is_present
+from waitbound._json import JSON
+from waitbound._outcome import OutcomeKind, Reason
+from waitbound._record import Phase, Record
+
+__all__ = [
+    "Step",
+    "bounded",
+    "deadline_reached",
+    "escalate",
+    "finish",
+    "seconds_between",
+    "terminal",
+    "timed_out",
+]
+
+_KEPT_BODY_CHARS = 2000
+"""How much of a contradicting or unusable response is kept in the outcome's error."""
+
+Step = tuple[Record, str, str, dict[str, JSON]]
+"""(record after the decision, event kind, summary, extra event data)."""
+
+
+def seconds_between(start: datetime, end: datetime) -> float:
+    """Seconds from *start* to *end*, never negative."""
+    return max(0.0, (end - start).total_seconds())
+
+
+def deadline_reached(record: Record, now: datetime, why: str = "") -> Step:
+    """The deadline is reached (or no request fits before it).
+
+    A job whose terminal success was seen is never reported timed out: when only its
+    result could not be fetched in time, that is a contradiction between endpoints.
+    """
+    if record.phase is Phase.FETCHING_RESULT:
+        return escalate(
+            record,
+            now,
+            Reason.CONTRADICTION,
+            "the status endpoint reported success, but the result endpoint was not ready "
+            f"before the deadline{why}",
+        )
+    return timed_out(record, now, why)
+
+
+def timed_out(record: Record, now: datetime, why: str = "") -> Step:
+    if now >= record.deadline_at:
+        detail = f"the deadline {record.deadline_at.isoformat()} was reached{why}"
+    else:
+        detail = (
+            f"stopped before the deadline {record.deadline_at.isoformat()}: the next request "
+            f"may not be sent before it{why}"
+        )
+    detail += "; the job may still run"
+    return finish(record, now, OutcomeKind.TIMED_OUT, Reason.DEADLINE_EXCEEDED, detail=detail)
+
+
+def escalate(
+    record: Record, now: datetime, reason: Reason, detail: str, *, response: JSON = None
+) -> Step:
+    """Stop with ``escalated``: *reason*, *detail* in words, and the response kept (bounded)."""
+    return finish(record, now, OutcomeKind.ESCALATED, reason, detail=detail, response=response)
+
+
+def terminal(
+    record: Record,
+    now: datetime,
+    outcome: OutcomeKind,
+    *,
+    result: JSON = None,
+    error: JSON = None,
+    counts: Counts | None = None,
+    usage: JSON = None,
+    reason: Reason | None = None,
+) -> Step:
+    if counts is not None:
+        record = replace(record, counts=counts.as_json())
+    record = replace(record, result=result, error=error if is_present(error) else None, usage=usage)
+    return finish(record, now, outcome, reason)
+
+
+def finish(
+    record: Record,
+    now: datetime,
+    outcome: OutcomeKind,
+    reason: Reason | None,
+    *,
+    detail: str | None = None,
+    response: JSON = None,
+) -> Step:
+    if detail is not None:
+        error: dict[str, JSON] = {"reason": reason.value if reason else None, "detail": detail}
+        if response is not None:
+            error["response"] = bounded(response)
+        if record.error is not None:
+            error["provider_error"] = record.error
+        record = replace(record, error=error)
+    record = replace(
+        record,
+        phase=Phase.DONE,
+        outcome=outcome,
+        reason=reason,
+        finished_at=now,
+        delay_source=None,
+    )
+    summary = f"outcome {outcome.value}" + (f" ({reason.value})" if reason else "")
+    if detail:
+        summary += f": {detail}"
+    return (
+        record,
+        "finished",
+        summary,
+        {"outcome": outcome.value, "reason": reason.value if reason else None},
+    )
+
+
+def bounded(value: JSON) -> JSON:
+    """Keep a response whole when small, else its first characters as text."""
+    text = json.dumps(value, ensure_ascii=False)
+    return value if len(text) <= _KEPT_BODY_CHARS else text[:_KEPT_BODY_CHARS] + "…"
