@@ -145,6 +145,7 @@ class Reading:
         missing_required: the ``require_on_success`` expressions that were null.
         throttled: the body matched the profile's ``throttled`` expression.
         poll_hint_s: the body's poll hint in seconds as given (unvalidated), or ``None``.
+        poll_hint_ms: the same in milliseconds (``poll_hint_ms``), or ``None``.
         next_check_at: the body's next-check time as given (unvalidated), or ``None``.
         expires_at: the body's own expiry time, when it parses as RFC 3339.
     """
@@ -159,6 +160,7 @@ class Reading:
     missing_required: tuple[str, ...] = ()
     throttled: bool = False
     poll_hint_s: JSON = None
+    poll_hint_ms: JSON = None
     next_check_at: JSON = None
     expires_at: datetime | None = None
     result_url: str | None = None
@@ -279,7 +281,8 @@ class Profile:
                 if search(expression, body) is None
             ),
             throttled=bool(self._search("throttled", body)),
-            poll_hint_s=self._poll_hint(body),
+            poll_hint_s=self._search("poll_hint", body),
+            poll_hint_ms=self._search("poll_hint_ms", body),
             next_check_at=self._search("next_check_at", body),
             expires_at=parse_rfc3339(self._search("expires_at", body)),
             result_url=_text(self._search("result_url", body)),
@@ -305,15 +308,6 @@ class Profile:
             output_error=self._search("output_error", document),
             usage=self._search("usage", document),
         )
-
-    def _poll_hint(self, body: JSON) -> JSON:
-        hint = self._search("poll_hint", body)
-        if hint is not None:
-            return hint
-        hint_ms = self._search("poll_hint_ms", body)
-        if isinstance(hint_ms, int | float) and not isinstance(hint_ms, bool):
-            return hint_ms / 1000
-        return hint_ms
 
     def _counts(self, body: JSON) -> Counts | None:
         if not self.count_expressions:

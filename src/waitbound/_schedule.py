@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 _DELAY_SECONDS: Final = re.compile(r"[0-9]+")
+_DECIMAL: Final = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 MAX_HINT_S: Final = 366 * 24 * 3600.0
 """A hint longer than a year is read as a year: past any deadline, never an overflow."""
 _MS_HEADERS: Final = ("retry-after-ms", "x-ms-retry-after-ms")
@@ -127,16 +128,28 @@ def parse_retry_after(value: str, *, now: datetime) -> float:
 
 
 def _seconds(value: object, *, scale: float) -> float:
+    """A hint's number times *scale*, in seconds; beyond a year reads as a year.
+
+    Raises:
+        ValueError: not a non-negative number (a string must be plain digits).
+    """
+    number: int | float
     if isinstance(value, bool):
         raise ValueError("a boolean is not a number of seconds")
-    if isinstance(value, int | float):
-        number = float(value)
-    elif isinstance(value, str):
+    if isinstance(value, str):
+        if not _DECIMAL.fullmatch(value.strip()):
+            raise ValueError("not a plain non-negative number")
         number = float(value.strip())
+    elif isinstance(value, int | float):
+        number = value
     else:
         raise ValueError("not a number")
-    if not math.isfinite(number) or number < 0:
-        raise ValueError("negative or not finite")
+    if isinstance(number, float) and math.isnan(number):
+        raise ValueError("not a number")
+    if number < 0:
+        raise ValueError("negative")
+    if number >= MAX_HINT_S / scale:  # exact for huge integers; no float overflow
+        return MAX_HINT_S
     return number * scale
 
 
@@ -191,6 +204,10 @@ def read_hints(
                 DelaySource.PROVIDER_POLL_HINT,
                 partial(_seconds, scale=1.0),
             )
+        )
+    elif reading is not None and reading.poll_hint_ms is not None:
+        candidates.append(
+            ("body poll_hint_ms", reading.poll_hint_ms, DelaySource.PROVIDER_POLL_HINT, ms)
         )
     if reading is not None and reading.next_check_at is not None:
         candidates.append(

@@ -342,7 +342,7 @@ def _submitted(record: Record, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(receipt, ensure_ascii=False))
     else:
-        click.echo(f"{record.operation_id}: submitted; job {record.job_id or '(no id)'}")
+        click.echo(f"{record.operation_id}: submitted; job {printable(record.job_id or '(no id)')}")
         click.echo(f"wait for it: waitbound wait --operation-id {record.operation_id}")
     return 0
 
