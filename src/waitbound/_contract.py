@@ -128,10 +128,25 @@ class Counts:
     succeeded: int | None = None
     failed: int | None = None
     total: int | None = None
+    canceled: int | None = None
+    expired: int | None = None
+
+    @property
+    def unsuccessful(self) -> int:
+        """Items that did not succeed: failed, canceled and expired together."""
+        return (self.failed or 0) + (self.canceled or 0) + (self.expired or 0)
 
     def as_json(self) -> dict[str, JSON]:
-        """Return the counts as a JSON object."""
-        return {"succeeded": self.succeeded, "failed": self.failed, "total": self.total}
+        """Return the counts as a JSON object (canceled / expired only when reported)."""
+        counted: dict[str, JSON] = {
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "total": self.total,
+        }
+        for name, value in (("canceled", self.canceled), ("expired", self.expired)):
+            if value is not None:
+                counted[name] = value
+        return counted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -417,10 +432,11 @@ def _parse_counts(where: str, counts: object) -> dict[str, tuple[Expression, ...
         return {}
     if not isinstance(counts, Mapping):
         raise ProfileError(f"{where}: counts must be an object with succeeded / failed / total")
-    extra = sorted(set(counts) - {"succeeded", "failed", "total"})
+    known = {"succeeded", "failed", "total", "canceled", "expired"}
+    extra = sorted(set(counts) - known)
     if extra:
         raise ProfileError(
-            f"{where}: counts has unknown key {extra[0]!r} (known: failed, succeeded, total)"
+            f"{where}: counts has unknown key {extra[0]!r} (known: {', '.join(sorted(known))})"
         )
     parsed: dict[str, tuple[Expression, ...]] = {}
     for key, value in counts.items():

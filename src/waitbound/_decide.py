@@ -211,9 +211,9 @@ def _settle(
         if classification is Classification.PARTIAL
         else OutcomeKind.SUCCEEDED
     )
-    if counts is not None and counts.failed:
-        outcome = OutcomeKind.FAILED if counts.succeeded == 0 else OutcomeKind.COMPLETED_WITH_ERRORS
-    if outcome is OutcomeKind.FAILED:
+    if counts is not None and counts.unsuccessful:
+        outcome = _by_counts(counts)
+    if outcome in (OutcomeKind.FAILED, OutcomeKind.CANCELED, OutcomeKind.EXPIRED):
         return terminal(record, now, outcome, error=error, counts=counts)
     result_url = _result_url(record, reading)
     if isinstance(result_url, ValueError):
@@ -250,6 +250,16 @@ def _settle(
         f"terminal {outcome.value}; fetching the result from {redact_url(result_url)} once",
         {"result_url": redact_url(result_url)},
     )
+
+
+def _by_counts(counts: Counts) -> OutcomeKind:
+    """Some items did not succeed: with none succeeded, the job failed (or was canceled,
+    or expired, when that is all that happened to them); else it completed with errors."""
+    if counts.succeeded != 0:
+        return OutcomeKind.COMPLETED_WITH_ERRORS
+    if counts.failed:
+        return OutcomeKind.FAILED
+    return OutcomeKind.CANCELED if counts.canceled else OutcomeKind.EXPIRED
 
 
 def _result_url(record: Record, reading: Reading | None) -> str | ValueError | None:

@@ -72,7 +72,8 @@ def command(scenario: Scenario, base_url: str, workdir: Path, scenario_dir: Path
             body = workdir / "body.json"
             body.write_text(json.dumps(settings["submit_body"]))
             head += ["--body", str(body)]
-    rest = {k: v for k, v in settings.items() if k not in ("submit_method", "submit_body")}
+    own = ("submit_method", "submit_body", "cancel_after_status_requests")
+    rest = {k: v for k, v in settings.items() if k not in own}
     return [*head, *wait_args(rest, base_url, workdir, scenario_dir)]
 
 
@@ -94,13 +95,22 @@ class CaseRun:
 
 
 def run_scenario(path: Path, workdir: Path, *extra: str) -> CaseRun:
-    """Serve the scenario, run ``waitbound wait`` on it, and collect everything."""
+    """Serve the scenario, run ``waitbound wait`` (or ``run``) on it, and collect everything.
+
+    With ``wait.cancel_after_status_requests: k``, ``waitbound cancel`` is run once the
+    simulator has answered k status requests; the cancel command's JSON is the outcome.
+    """
     scenario = load_scenario(path)
+    cancel_after = scenario.wait.get("cancel_after_status_requests")
     with Simulator(scenario) as simulator:
         args = command(scenario, simulator.base_url, workdir, path.parent)
-        args += ["--store", str(workdir / "store.db"), *extra]
+        store = str(workdir / "store.db")
+        args += ["--store", store, "--operation-id", "op-e2e", *extra]
         started = time.monotonic()
-        done = cli(*args)
+        if cancel_after is None:
+            done = cli(*args)
+        else:
+            done = _with_cancel(args, simulator, int(cancel_after), store)  # type: ignore[call-overload]
         elapsed = time.monotonic() - started
         log = simulator.log()
     assert done.stdout.strip(), f"no JSON on stdout; stderr: {done.stderr}"
@@ -111,6 +121,30 @@ def run_scenario(path: Path, workdir: Path, *extra: str) -> CaseRun:
         elapsed_s=elapsed,
         log=log,
     )
+
+
+def _with_cancel(
+    args: list[str], simulator: Simulator, after: int, store: str
+) -> subprocess.CompletedProcess[str]:
+    """Run *args* in the background; cancel once *after* status requests were answered."""
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "waitbound", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        end = time.monotonic() + 30
+        while simulator.count("status") < after:
+            assert time.monotonic() < end, "the wait never reached the cancel point"
+            time.sleep(0.02)
+        canceled = cli("cancel", "op-e2e", "--reason", "e2e", "--store", store, "--json")
+        waited_out, waited_err = waiting.communicate(timeout=60)
+    finally:
+        waiting.kill()
+    assert canceled.returncode != 2, canceled.stderr
+    assert json.loads(waited_out)["outcome"] == json.loads(canceled.stdout)["outcome"], waited_err
+    return canceled
 
 
 def unmet(run: CaseRun, expect: dict[str, object]) -> list[str]:
