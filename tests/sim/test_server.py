@@ -235,7 +235,7 @@ def test_log_path_gets_one_json_line_per_request(tmp_path: Path) -> None:
     assert json.loads(first_line) == lines[0]
     assert lines == [entry.to_json() for entry in sim.log()]
     assert set(lines[0]) == {
-        *("method", "path", "endpoint", "index", "code", "at_s", "at", "answered_at_s")
+        *("method", "path", "endpoint", "index", "code", "at_s", "at", "answered_at_s", "headers")
     }
     assert lines[1]["code"] is None
 

@@ -52,6 +52,8 @@ class RequestLogEntry:
         at_s: seconds from the scenario's first request to this one's arrival (first = 0.0).
         at: arrival time, aware UTC.
         answered_at_s: seconds from the scenario's first request to the answer (or drop).
+        headers: the request's headers as received (the simulator plays the provider,
+            which sees them anyway; tests use them to check what a client sent).
     """
 
     method: str
@@ -62,10 +64,11 @@ class RequestLogEntry:
     at_s: float
     at: datetime
     answered_at_s: float
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, JSON]:
         """Return the entry as a JSON object (``at`` as RFC 3339), as in the JSON-lines log."""
-        return dataclasses.asdict(self) | {"at": _rfc3339(self.at)}
+        return dataclasses.asdict(self) | {"at": _rfc3339(self.at), "headers": dict(self.headers)}
 
 
 def _render(value: JSON, expand: Callable[[str], str]) -> JSON:
@@ -307,17 +310,17 @@ class _Handler(BaseHTTPRequestHandler):
         endpoint = sim.routes.get(path)
         index, at_s = sim._arrive(endpoint, mono, at)
         code: int | None = 404
-        if index is None or endpoint is None:
-            self._send(404, b'{"error": "no such endpoint"}', {"Content-Type": _JSON})
-        else:
+        answer: tuple[bytes, Mapping[str, str]] | None = (
+            b'{"error": "no such endpoint"}',
+            {"Content-Type": _JSON},
+        )
+        if index is not None and endpoint is not None:
             entry = sim.scenario.endpoints[endpoint][index]
             time.sleep(entry.delay_s)
             code = entry.code
-            if entry.drop or code is None:  # write nothing; closing the socket sends EOF
-                self.close_connection = True
-            else:
-                self._send(code, *sim._content(entry))
-        answered_s = at_s + time.monotonic() - mono
+            # A drop writes nothing; closing the socket sends EOF.
+            answer = None if entry.drop or code is None else sim._content(entry)
+        # Logged before the answer leaves, so a client that has its answer finds it logged.
         sim._record(
             RequestLogEntry(
                 method=self.command,
@@ -327,9 +330,14 @@ class _Handler(BaseHTTPRequestHandler):
                 code=code,
                 at_s=at_s,
                 at=at,
-                answered_at_s=answered_s,
+                answered_at_s=at_s + time.monotonic() - mono,
+                headers=dict(self.headers.items()),
             )
         )
+        if answer is None or code is None:
+            self.close_connection = True
+        else:
+            self._send(code, *answer)
 
     def _send(self, code: int, content: bytes, headers: Mapping[str, str]) -> None:
         """Write one response; no Content-Length on 1xx/204 (RFC 9110 §8.6), no body on HEAD."""
