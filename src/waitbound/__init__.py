@@ -5,10 +5,21 @@ table) and a policy (deadline, budgets, pacing); get back exactly one honest
 :class:`Outcome`. See ``README.md`` and ``docs/``.
 """
 
+from waitbound._api import (
+    cancel,
+    cancel_async,
+    check,
+    check_async,
+    run,
+    run_async,
+    submit,
+    submit_async,
+    wait,
+    wait_async,
+)
 from waitbound._audit import AuditEvent, StoredAuditEvent, verify_chain
 from waitbound._clock import Clock, SystemClock
 from waitbound._contract import Classification, Counts, Profile, load_profile, parse_profile
-from waitbound._driver import cancel, cancel_async, submit, submit_async, wait, wait_async
 from waitbound._errors import (
     ConflictError,
     EscalatedError,
@@ -18,6 +29,7 @@ from waitbound._errors import (
     ProfileError,
     ScenarioError,
     SchemaVersionError,
+    StillWaitingError,
     StoppedWaitingError,
     StoreError,
     TimedOutError,
@@ -60,6 +72,7 @@ __all__ = [
     "SQLiteStore",
     "ScenarioError",
     "SchemaVersionError",
+    "StillWaitingError",
     "StoppedWaitingError",
     "Store",
     "StoreError",
@@ -72,11 +85,15 @@ __all__ = [
     "__version__",
     "cancel",
     "cancel_async",
+    "check",
+    "check_async",
     "load_profile",
     "new_operation_id",
     "open_store",
     "parse_profile",
     "parse_retry_after",
+    "run",
+    "run_async",
     "submit",
     "submit_async",
     "verify_chain",

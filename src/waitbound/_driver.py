@@ -16,12 +16,10 @@ from __future__ import annotations
 import os
 import random
 import socket
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 
-import anyio
 import httpx
 
 from waitbound._audit import AuditEvent
@@ -38,14 +36,12 @@ from waitbound._controller import (
 )
 from waitbound._errors import ConflictError, OperationNotFoundError
 from waitbound._observation import Observation
-from waitbound._operation import Operation, Submission, open_operation, request_cancel
-from waitbound._outcome import Outcome
-from waitbound._record import Phase, Record
-from waitbound._urls import origin
+from waitbound._operation import Submission
+from waitbound._record import Record
 from waitbound.stores import Store, open_store
 from waitbound.transports import HttpSettings, send_async, send_sync
 
-__all__ = ["cancel", "cancel_async", "submit", "submit_async", "wait", "wait_async"]
+__all__ = ["EventSink", "Tools", "loop", "run_async_effects", "run_sync_effects", "tools"]
 
 EventSink = Callable[[AuditEvent], None]
 
@@ -91,9 +87,8 @@ def _request_headers(
     headers: Mapping[str, str],
     submission: Submission | None,
 ) -> dict[str, str]:
-    """The caller's headers, for the origin the caller named only; plus the submit's own."""
-    trusted = origin(record.submit_url or record.status_url or "")
-    sent = dict(headers) if origin(request.url) == trusted else {}
+    """The caller's headers, for the origins the record trusts only; plus the submit's own."""
+    sent = dict(headers) if record.trusts(request.url) else {}
     if request.kind == "submit" and submission is not None:
         if submission.body and submission.content_type:
             sent.setdefault("Content-Type", submission.content_type)
@@ -162,7 +157,7 @@ def _drive(
 
 
 @dataclass(frozen=True, slots=True)
-class _Tools:
+class Tools:
     """What both interpreters are handed: the store, time, randomness, the event sink."""
 
     store: Store
@@ -172,14 +167,14 @@ class _Tools:
     headers: Mapping[str, str]
 
 
-def _tools(
+def tools(
     store: Store | None,
     clock: Clock | None,
     rng: random.Random | None,
     on_event: EventSink | None,
     headers: Mapping[str, str] | None,
-) -> _Tools:
-    return _Tools(
+) -> Tools:
+    return Tools(
         store=store if store is not None else open_store(),
         clock=clock or SystemClock(),
         rng=rng or random.Random(),
@@ -188,8 +183,8 @@ def _tools(
     )
 
 
-def _loop(
-    tools: _Tools,
+def loop(
+    tools: Tools,
     record: Record,
     submission: Submission | None = None,
     until: Callable[[Record], bool] | None = None,
@@ -207,9 +202,9 @@ def _loop(
     )
 
 
-def _run_sync(
+def run_sync_effects(
     loop: Generator[_Sleep | _Send, Observation | None, Record],
-    tools: _Tools,
+    tools: Tools,
     profile: Profile,
     *,
     client: httpx.Client | None,
@@ -244,9 +239,9 @@ def _run_sync(
             http_client.close()
 
 
-async def _run_async(
+async def run_async_effects(
     loop: Generator[_Sleep | _Send, Observation | None, Record],
-    tools: _Tools,
+    tools: Tools,
     profile: Profile,
     *,
     client: httpx.AsyncClient | None,
@@ -279,225 +274,3 @@ async def _run_async(
     finally:
         if client is None:
             await http_client.aclose()
-
-
-def _submitted(record: Record) -> bool:
-    return record.phase is not Phase.SUBMITTING
-
-
-def wait(
-    operation: Operation | None = None,
-    *,
-    operation_id: str | None = None,
-    store: Store | None = None,
-    headers: Mapping[str, str] | None = None,
-    client: httpx.Client | None = None,
-    clock: Clock | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    rng: random.Random | None = None,
-    on_event: EventSink | None = None,
-    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
-) -> Outcome:
-    """Wait, blocking, until the operation has exactly one outcome.
-
-    Creates the operation (or resumes ``operation_id`` from *store*), then polls
-    its status endpoint within the deadline and budgets of its policy, and fetches
-    the result once after a terminal success.
-
-    Args:
-        operation: what to wait on; ``None`` to resume ``operation_id``.
-        operation_id: our id for the operation; a stored one is resumed with its
-            counters, deadline and next poll time intact.
-        store: where the record and audit log live; ``None`` opens the default
-            SQLite store (``$WAITBOUND_STORE`` or the user's state directory).
-        headers: sent with every request to the origin of the status URL (e.g.
-            ``Authorization``); never stored.
-        client: an ``httpx.Client`` to send with; ``None`` makes one.
-        clock, sleep, rng: time, sleeping (seconds) and jitter, injectable for tests.
-        on_event: called with each audit event once it is persisted.
-        http: body cap, redirects and connect timeout.
-
-    Returns:
-        The :class:`Outcome`; call ``raise_for_outcome()`` to turn a non-success
-        into an exception.
-
-    Raises:
-        UsageError: bad URLs or ids (nothing is stored).
-        StoreError: the store cannot be used.
-    """
-    tools = _tools(store, clock, rng, on_event, headers)
-    record = open_operation(tools.store, operation, operation_id=operation_id, clock=tools.clock)
-    done = _run_sync(
-        _loop(tools, record), tools, record.profile, client=client, sleep=sleep, http=http
-    )
-    return done.to_outcome()
-
-
-async def wait_async(
-    operation: Operation | None = None,
-    *,
-    operation_id: str | None = None,
-    store: Store | None = None,
-    headers: Mapping[str, str] | None = None,
-    client: httpx.AsyncClient | None = None,
-    clock: Clock | None = None,
-    sleep: Callable[[float], Awaitable[object]] | None = None,
-    rng: random.Random | None = None,
-    on_event: EventSink | None = None,
-    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
-) -> Outcome:
-    """Wait without blocking the event loop (anyio); see :func:`wait`.
-
-    *sleep* is an async callable taking seconds (default ``anyio.sleep``).
-    """
-    tools = _tools(store, clock, rng, on_event, headers)
-    record = open_operation(tools.store, operation, operation_id=operation_id, clock=tools.clock)
-    done = await _run_async(
-        _loop(tools, record),
-        tools,
-        record.profile,
-        client=client,
-        sleep=sleep or anyio.sleep,
-        http=http,
-    )
-    return done.to_outcome()
-
-
-def submit(
-    submission: Submission,
-    *,
-    wait_for_outcome: bool = False,
-    operation_id: str | None = None,
-    store: Store | None = None,
-    headers: Mapping[str, str] | None = None,
-    client: httpx.Client | None = None,
-    clock: Clock | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    rng: random.Random | None = None,
-    on_event: EventSink | None = None,
-    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
-) -> Record:
-    """Record, then send a job request; read its receipt; optionally wait on the job.
-
-    The operation is stored (with the request's fingerprint and idempotency key)
-    before the request is sent. It is sent again only with its idempotency key,
-    after an attempt that got no answer, at most ``max_submit_attempts`` times.
-
-    Args:
-        submission: the request and the contract that reads its receipt.
-        wait_for_outcome: keep going until the operation has an outcome (``run``).
-        operation_id, store, headers, client, clock, sleep, rng, on_event, http:
-            as in :func:`wait`; *headers* go only to the submit URL's origin.
-
-    Returns:
-        The record: waiting (with ``status_url`` and ``job_id`` from the receipt),
-        or finished when the submission was refused, or with ``wait_for_outcome``.
-
-    Raises:
-        UsageError: bad URLs or ids (nothing is stored).
-        StoreError: the store cannot be used.
-    """
-    tools = _tools(store, clock, rng, on_event, headers)
-    record = open_operation(tools.store, submission, operation_id=operation_id, clock=tools.clock)
-    until = None if wait_for_outcome else _submitted
-    return _run_sync(
-        _loop(tools, record, submission, until),
-        tools,
-        record.profile,
-        client=client,
-        sleep=sleep,
-        http=http,
-    )
-
-
-async def submit_async(
-    submission: Submission,
-    *,
-    wait_for_outcome: bool = False,
-    operation_id: str | None = None,
-    store: Store | None = None,
-    headers: Mapping[str, str] | None = None,
-    client: httpx.AsyncClient | None = None,
-    clock: Clock | None = None,
-    sleep: Callable[[float], Awaitable[object]] | None = None,
-    rng: random.Random | None = None,
-    on_event: EventSink | None = None,
-    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
-) -> Record:
-    """Submit without blocking the event loop; see :func:`submit`."""
-    tools = _tools(store, clock, rng, on_event, headers)
-    record = open_operation(tools.store, submission, operation_id=operation_id, clock=tools.clock)
-    until = None if wait_for_outcome else _submitted
-    return await _run_async(
-        _loop(tools, record, submission, until),
-        tools,
-        record.profile,
-        client=client,
-        sleep=sleep or anyio.sleep,
-        http=http,
-    )
-
-
-def cancel(
-    operation_id: str,
-    *,
-    reason: str | None = None,
-    requested_by: str | None = None,
-    store: Store | None = None,
-    headers: Mapping[str, str] | None = None,
-    client: httpx.Client | None = None,
-    clock: Clock | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    rng: random.Random | None = None,
-    on_event: EventSink | None = None,
-    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
-) -> Outcome:
-    """Cancel a job through its documented cancel action, then wait for how it ends.
-
-    Allowed only when the last status answer said the job is cancelable, or the
-    profile declares it always cancelable. The request (who asked and why) is
-    audited; then the status endpoint is polled within the operation's budgets until
-    the job is canceled (or ends otherwise).
-
-    Raises:
-        OperationNotFoundError: no such operation.
-        UsageError: finished already, no cancel action, or not cancelable now.
-    """
-    tools = _tools(store, clock, rng, on_event, headers)
-    record = request_cancel(
-        tools.store, tools.clock, operation_id, reason=reason, requested_by=requested_by
-    )
-    done = _run_sync(
-        _loop(tools, record), tools, record.profile, client=client, sleep=sleep, http=http
-    )
-    return done.to_outcome()
-
-
-async def cancel_async(
-    operation_id: str,
-    *,
-    reason: str | None = None,
-    requested_by: str | None = None,
-    store: Store | None = None,
-    headers: Mapping[str, str] | None = None,
-    client: httpx.AsyncClient | None = None,
-    clock: Clock | None = None,
-    sleep: Callable[[float], Awaitable[object]] | None = None,
-    rng: random.Random | None = None,
-    on_event: EventSink | None = None,
-    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
-) -> Outcome:
-    """Cancel without blocking the event loop; see :func:`cancel`."""
-    tools = _tools(store, clock, rng, on_event, headers)
-    record = request_cancel(
-        tools.store, tools.clock, operation_id, reason=reason, requested_by=requested_by
-    )
-    done = await _run_async(
-        _loop(tools, record),
-        tools,
-        record.profile,
-        client=client,
-        sleep=sleep or anyio.sleep,
-        http=http,
-    )
-    return done.to_outcome()

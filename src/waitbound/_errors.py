@@ -6,9 +6,10 @@
     ├── OutcomeError                 the operation ended without success
     │   ├── JobFailedError           the provider said the job did not succeed
     │   │                            (failed, completed_with_errors, canceled, expired)
-    │   └── StoppedWaitingError      we stopped without a terminal answer
-    │       ├── TimedOutError        deadline_exceeded; the job may still be running
-    │       └── EscalatedError       a person must decide (``reason`` says why)
+    │   ├── StoppedWaitingError      we stopped without a terminal answer
+    │   │   ├── TimedOutError        deadline_exceeded; the job may still be running
+    │   │   └── EscalatedError       a person must decide (``reason`` says why)
+    │   └── StillWaitingError        no outcome yet (a ``check`` of a running job)
     ├── UsageError (ValueError)      you misused the API or gave bad configuration
     │   ├── ProfileError             a profile (state table) that cannot be used
     │   └── ScenarioError            a simulator scenario that cannot be used
@@ -36,6 +37,7 @@ __all__ = [
     "ProfileError",
     "ScenarioError",
     "SchemaVersionError",
+    "StillWaitingError",
     "StoppedWaitingError",
     "StoreError",
     "TimedOutError",
@@ -60,7 +62,7 @@ class OutcomeError(WaitboundError):
         self.outcome = outcome
         detail = f" ({outcome.reason})" if outcome.reason else ""
         super().__init__(
-            f"operation {outcome.operation_id}: {outcome.outcome}{detail}"
+            f"operation {outcome.operation_id}: {outcome.outcome or 'still waiting'}{detail}"
             + (f"; job {outcome.job_id}" if outcome.job_id else "")
         )
 
@@ -89,6 +91,10 @@ class TimedOutError(StoppedWaitingError):
 
 class EscalatedError(StoppedWaitingError):
     """The wait stopped and asks for a decision; ``reason`` says why."""
+
+
+class StillWaitingError(OutcomeError):
+    """The operation has no outcome yet: the job is NOT known to be complete."""
 
 
 class UsageError(WaitboundError, ValueError):

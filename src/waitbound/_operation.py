@@ -66,6 +66,8 @@ class Operation:
             ``result_url`` / ``result_url_template``.
         cancel_url: the cancel action's URL, when no receipt or profile names it.
         cancel_on_deadline: send one cancel request when the deadline passes.
+        trusted_origins: more origins (``https://files.example.com``) that may receive
+            the caller's headers, besides the status URL's.
         job_id: the provider's job id, when the caller knows it.
     """
 
@@ -75,6 +77,7 @@ class Operation:
     result_url: str | None = None
     cancel_url: str | None = None
     cancel_on_deadline: bool = False
+    trusted_origins: tuple[str, ...] = ()
     job_id: str | None = None
 
 
@@ -94,7 +97,8 @@ class Submission:
             the profile names one and this is ``None``).
         max_submit_attempts: with an idempotency key, how many times a submission
             without an answer (a timeout, a dropped connection, a 5xx) may be sent.
-        result_url, cancel_url, cancel_on_deadline: as in :class:`Operation`.
+        result_url, cancel_url, cancel_on_deadline, trusted_origins: as in
+            :class:`Operation` (headers go to the submit URL's origin and these).
     """
 
     method: str
@@ -108,6 +112,7 @@ class Submission:
     result_url: str | None = None
     cancel_url: str | None = None
     cancel_on_deadline: bool = False
+    trusted_origins: tuple[str, ...] = ()
 
     def fingerprint(self) -> str:
         """``sha256`` over method, URL and body: what identifies the request in the record."""
@@ -210,6 +215,7 @@ def _new_record(
         result_url=operation.result_url,
         cancel_url=operation.cancel_url,
         cancel_on_deadline=operation.cancel_on_deadline,
+        trusted_origins=tuple(check_url(o, "trusted origin") for o in operation.trusted_origins),
         created_at=now,
         deadline_at=now + timedelta(seconds=operation.policy.deadline_s),
         next_poll_at=now,

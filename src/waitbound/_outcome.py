@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Final
 
-from waitbound._errors import EscalatedError, JobFailedError, TimedOutError
+from waitbound._errors import EscalatedError, JobFailedError, StillWaitingError, TimedOutError
 from waitbound._json import JSON, JSONScalar
 
 __all__ = ["ESCALATION_OPTIONS", "Outcome", "OutcomeKind", "Reason"]
@@ -91,10 +93,12 @@ class Outcome:
         usage: the provider's usage report; ``None`` when it gave none (unknown, not 0).
         errors: the first page of per-item errors, when the provider names an errors URL.
         options: for ``escalated``, the bounded choices left to a person.
+        next_check_at: while still waiting (``outcome`` is ``None``), when the next
+            request is due; ``None`` once finished.
     """
 
     operation_id: str
-    outcome: OutcomeKind
+    outcome: OutcomeKind | None
     reason: Reason | None = None
     provider_state: JSONScalar = None
     job_id: str | None = None
@@ -111,23 +115,81 @@ class Outcome:
     usage: JSON = None
     errors: JSON = None
     options: tuple[str, ...] = field(default=())
+    next_check_at: datetime | None = None
 
     @property
     def succeeded(self) -> bool:
         """Whether the outcome is ``succeeded``."""
         return self.outcome is OutcomeKind.SUCCEEDED
 
+    @property
+    def done(self) -> bool:
+        """Whether the operation has an outcome (``False``: still waiting)."""
+        return self.outcome is not None
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI exit code: 0 succeeded; 1 other terminal; 3 stopped; 4 still waiting."""
+        return 4 if self.outcome is None else self.outcome.exit_code
+
+    @property
+    def message(self) -> str:
+        """One or two plain sentences no reader can take for success unless it is one.
+
+        For example: "Job job_7f21c has STARTED and is NOT complete. Do not report
+        success. Check again after 30 s."
+        """
+        job = f"Job {self.job_id}" if self.job_id else f"Operation {self.operation_id}"
+        unfinished = "Do not report success."
+        match self.outcome:
+            case None:
+                after = ""
+                if self.next_check_at is not None:
+                    after = f" Check again after {_whole_seconds(self.next_check_at)} s."
+                return f"{job} has STARTED and is NOT complete. {unfinished}{after}"
+            case OutcomeKind.SUCCEEDED:
+                return f"{job} SUCCEEDED; its result is available."
+            case OutcomeKind.COMPLETED_WITH_ERRORS:
+                counts = self.counts or {}
+                tally = (
+                    f" {counts.get('succeeded')} of {counts.get('total')} items succeeded."
+                    if counts.get("total") is not None
+                    else ""
+                )
+                return f"{job} FINISHED WITH ERRORS: only part of it succeeded.{tally}"
+            case OutcomeKind.FAILED:
+                return f"{job} FAILED. {unfinished}"
+            case OutcomeKind.CANCELED | OutcomeKind.EXPIRED:
+                why = " (the provider skipped the run)" if self.reason is Reason.SKIPPED else ""
+                return f"{job} was {self.outcome.value.upper()}{why}. {unfinished}"
+            case OutcomeKind.TIMED_OUT:
+                return (
+                    f"Stopped waiting at the deadline: {job} may still be running and is NOT "
+                    f"known to be complete. {unfinished} Look again later with operation "
+                    f"{self.operation_id}."
+                )
+            case _:
+                reason = self.reason.value if self.reason else "unknown"
+                choices = ", ".join(self.options) or "none"
+                return (
+                    f"Stopped waiting ({reason}): {job} is NOT known to be complete. "
+                    f"{unfinished} A person must decide: {choices}."
+                )
+
     def raise_for_outcome(self) -> Outcome:
         """Return ``self`` when it succeeded; raise otherwise.
 
         Raises:
             JobFailedError: failed, completed_with_errors, canceled or expired.
+            StillWaitingError: no outcome yet (a :func:`check` of a running job).
             TimedOutError: timed_out.
             EscalatedError: escalated (see ``reason`` and ``options``).
         """
         match self.outcome:
             case OutcomeKind.SUCCEEDED:
                 return self
+            case None:
+                raise StillWaitingError(self)
             case OutcomeKind.TIMED_OUT:
                 raise TimedOutError(self)
             case OutcomeKind.ESCALATED:
@@ -139,7 +201,8 @@ class Outcome:
         """Return the outcome as the JSON object ``waitbound wait --json`` prints."""
         return {
             "operation_id": self.operation_id,
-            "outcome": self.outcome.value,
+            "done": self.done,
+            "outcome": self.outcome.value if self.outcome else None,
             "reason": self.reason.value if self.reason else None,
             "provider_state": self.provider_state,
             "job_id": self.job_id,
@@ -156,4 +219,11 @@ class Outcome:
             "usage": self.usage,
             "errors": self.errors,
             "options": list(self.options),
+            "next_check_at": self.next_check_at.isoformat() if self.next_check_at else None,
+            "message": self.message,
         }
+
+
+def _whole_seconds(when: datetime) -> int:
+    """Whole seconds from now until *when*, at least 1 (for a message, not a decision)."""
+    return max(1, math.ceil((when - datetime.now(UTC)).total_seconds()))

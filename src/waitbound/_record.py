@@ -20,6 +20,7 @@ from waitbound._errors import SchemaVersionError, StoreError, UsageError
 from waitbound._json import JSON, JSONScalar
 from waitbound._outcome import ESCALATION_OPTIONS, Outcome, OutcomeKind, Reason
 from waitbound._schedule import DelaySource
+from waitbound._urls import origin
 
 __all__ = ["RECORD_SCHEMA", "Phase", "Policy", "Record", "RequestKind"]
 
@@ -172,6 +173,7 @@ class Record:
     success_seen_at: datetime | None = None
     confirm_requests_used: int = 0
     in_flight: RequestKind | None = None
+    trusted_origins: tuple[str, ...] = ()
     cancelable: bool | None = None
     cancel_on_deadline: bool = False
     cancel_due: bool = False
@@ -202,14 +204,18 @@ class Record:
         """Whether an outcome is recorded."""
         return self.outcome is not None
 
-    def to_outcome(self) -> Outcome:
-        """Return the public :class:`Outcome` of a finished record.
+    def trusts(self, url: str) -> bool:
+        """Whether the caller's credentials may go to *url*: the origin the caller named
+        (the submit URL, else the status URL) or one of ``trusted_origins``."""
+        try:
+            wanted = origin(url)
+            named = [self.submit_url or self.status_url or "", *self.trusted_origins]
+            return any(origin(trusted) == wanted for trusted in named)
+        except ValueError:
+            return False
 
-        Raises:
-            UsageError: the record has no outcome yet.
-        """
-        if self.outcome is None:
-            raise UsageError(f"operation {self.operation_id} is still waiting; no outcome yet")
+    def to_outcome(self) -> Outcome:
+        """Return the public :class:`Outcome`; ``outcome`` is ``None`` while still waiting."""
         end = self.finished_at or self.last_observed_at or self.created_at
         return Outcome(
             operation_id=self.operation_id,
@@ -230,6 +236,7 @@ class Record:
             usage=self.usage,
             errors=self.errors,
             options=ESCALATION_OPTIONS.get(self.reason, ()) if self.reason else (),
+            next_check_at=None if self.is_finished else self.next_poll_at,
         )
 
     def to_json(self) -> dict[str, JSON]:
@@ -285,4 +292,5 @@ class Record:
             reason=Reason(record.reason) if record.reason else None,
             settled_outcome=OutcomeKind(record.settled_outcome) if record.settled_outcome else None,
             delay_source=DelaySource(record.delay_source) if record.delay_source else None,
+            trusted_origins=tuple(record.trusted_origins),
         )

@@ -37,7 +37,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except (UsageError, StoreError) as exc:
         return _fail(str(exc), 2)
     except OutcomeError as exc:
-        return _fail(str(exc), exc.outcome.outcome.exit_code)
+        return _fail(str(exc), exc.outcome.exit_code)
     except WaitboundError as exc:
         return _fail(str(exc), 2)
     return result if isinstance(result, int) else 0

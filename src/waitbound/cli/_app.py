@@ -161,9 +161,12 @@ def _print_outcome(outcome: Outcome, as_json: bool) -> int:
         click.echo(json.dumps(outcome.as_json(), ensure_ascii=False))
     else:
         reason = f" ({outcome.reason.value})" if outcome.reason else ""
-        click.echo(f"{outcome.operation_id}: {outcome.outcome.value}{reason}")
+        status = outcome.outcome.value if outcome.outcome else "still waiting"
+        click.echo(f"{outcome.operation_id}: {status}{reason}")
+        click.echo(printable(outcome.message))
         for label, value, limit in (
             ("job id", outcome.job_id, 200),
+            ("request id", outcome.request_id, 200),
             ("error", outcome.error, 500),
             ("counts", outcome.counts, 500),
             ("usage", outcome.usage, 500),
@@ -172,7 +175,7 @@ def _print_outcome(outcome: Outcome, as_json: bool) -> int:
             if value is not None:
                 text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
                 click.echo(f"{label}: {printable(text[:limit])}")
-    return outcome.outcome.exit_code
+    return outcome.exit_code
 
 
 def _options(*decorators: Callable[[_F], _F]) -> Callable[[_F], _F]:
@@ -219,6 +222,12 @@ POLICY_OPTIONS = _options(
 )
 RUN_OPTIONS = _options(
     click.option("--header", "headers", multiple=True, help="'Name: value': sent, never stored."),
+    click.option(
+        "--trust-origin",
+        "trusted_origins",
+        multiple=True,
+        help="Another origin (https://host[:port]) that may receive the headers.",
+    ),
     click.option("--operation-id", help="Our id for the operation; an existing one is resumed."),
     click.option("--store", help=_STORE_HELP),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout."),
@@ -257,6 +266,7 @@ SUBMIT_OPTIONS = _options(
 def wait(  # noqa: PLR0917 - click passes every option
     status_url: str | None,
     headers: Sequence[str],
+    trusted_origins: Sequence[str],
     operation_id: str | None,
     store: str | None,
     as_json: bool,
@@ -284,6 +294,7 @@ def wait(  # noqa: PLR0917 - click passes every option
             result_url=result_url,
             cancel_url=cancel_url,
             cancel_on_deadline=cancel_on_deadline,
+            trusted_origins=tuple(trusted_origins),
         )
     elif operation_id is None:
         raise UsageError("give a STATUS_URL to wait on, or --operation-id to resume")
@@ -324,6 +335,7 @@ def _submission(  # noqa: PLR0917 - click passes every option
         result_url=options.pop("result_url", None),  # type: ignore[arg-type]
         cancel_url=options.pop("cancel_url", None),  # type: ignore[arg-type]
         cancel_on_deadline=bool(options.pop("cancel_on_deadline", False)),
+        trusted_origins=options.pop("trusted_origins", ()),  # type: ignore[arg-type]
     )
 
 
@@ -360,6 +372,7 @@ def submit(  # noqa: PLR0917 - click passes every option
     idempotency_key: str | None,
     max_submit_attempts: int,
     headers: Sequence[str],
+    trusted_origins: Sequence[str],
     operation_id: str | None,
     store: str | None,
     as_json: bool,
@@ -375,7 +388,7 @@ def submit(  # noqa: PLR0917 - click passes every option
     sent = dict(parse_header(h) for h in headers)
     submission = _submission(
         method, url, body_file, content_type, idempotency_key, max_submit_attempts,
-        profile_spec, options,
+        profile_spec, {**options, "trusted_origins": tuple(trusted_origins)},
     )  # fmt: skip
     op_id = operation_id or waitbound.new_operation_id()
     sink = _Progress(progress)
@@ -402,6 +415,7 @@ def run(  # noqa: PLR0917 - click passes every option
     idempotency_key: str | None,
     max_submit_attempts: int,
     headers: Sequence[str],
+    trusted_origins: Sequence[str],
     operation_id: str | None,
     store: str | None,
     as_json: bool,
@@ -416,7 +430,7 @@ def run(  # noqa: PLR0917 - click passes every option
     sent = dict(parse_header(h) for h in headers)
     submission = _submission(
         method, url, body_file, content_type, idempotency_key, max_submit_attempts,
-        profile_spec, options,
+        profile_spec, {**options, "trusted_origins": tuple(trusted_origins)},
     )  # fmt: skip
     op_id = operation_id or waitbound.new_operation_id()
     sink = _Progress(progress)

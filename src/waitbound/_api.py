@@ -1,0 +1,423 @@
+"""The public waiting API: wait, submit, run, cancel and check, each sync and async.
+
+Each function is a thin shell: it opens (or loads) the operation's record, then hands
+the one shared loop (``_driver.loop``) to the blocking or the async interpreter.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+import anyio
+import httpx
+
+from waitbound._clock import Clock
+from waitbound._controller import Finish, Send, plan
+from waitbound._driver import (
+    EventSink,
+    Tools,
+    loop,
+    run_async_effects,
+    run_sync_effects,
+    tools,
+)
+from waitbound._errors import OperationNotFoundError
+from waitbound._operation import Operation, Submission, open_operation, request_cancel
+from waitbound._outcome import Outcome
+from waitbound._record import Phase, Record
+from waitbound.stores import Store
+from waitbound.transports import HttpSettings
+
+__all__ = [
+    "cancel",
+    "cancel_async",
+    "check",
+    "check_async",
+    "run",
+    "run_async",
+    "submit",
+    "submit_async",
+    "wait",
+    "wait_async",
+]
+
+
+def _submitted(record: Record) -> bool:
+    return record.phase is not Phase.SUBMITTING
+
+
+def wait(
+    operation: Operation | None = None,
+    *,
+    operation_id: str | None = None,
+    store: Store | None = None,
+    headers: Mapping[str, str] | None = None,
+    client: httpx.Client | None = None,
+    clock: Clock | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+    on_event: EventSink | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> Outcome:
+    """Wait, blocking, until the operation has exactly one outcome.
+
+    Creates the operation (or resumes ``operation_id`` from *store*), then polls
+    its status endpoint within the deadline and budgets of its policy, and fetches
+    the result once after a terminal success.
+
+    Args:
+        operation: what to wait on; ``None`` to resume ``operation_id``.
+        operation_id: our id for the operation; a stored one is resumed with its
+            counters, deadline and next poll time intact.
+        store: where the record and audit log live; ``None`` opens the default
+            SQLite store (``$WAITBOUND_STORE`` or the user's state directory).
+        headers: sent with every request to the origin of the status URL (e.g.
+            ``Authorization``); never stored.
+        client: an ``httpx.Client`` to send with; ``None`` makes one.
+        clock, sleep, rng: time, sleeping (seconds) and jitter, injectable for tests.
+        on_event: called with each audit event once it is persisted.
+        http: body cap, redirects and connect timeout.
+
+    Returns:
+        The :class:`Outcome`; call ``raise_for_outcome()`` to turn a non-success
+        into an exception.
+
+    Raises:
+        UsageError: bad URLs or ids (nothing is stored).
+        StoreError: the store cannot be used.
+    """
+    kit = tools(store, clock, rng, on_event, headers)
+    record = open_operation(kit.store, operation, operation_id=operation_id, clock=kit.clock)
+    done = run_sync_effects(
+        loop(kit, record), kit, record.profile, client=client, sleep=sleep, http=http
+    )
+    return done.to_outcome()
+
+
+async def wait_async(
+    operation: Operation | None = None,
+    *,
+    operation_id: str | None = None,
+    store: Store | None = None,
+    headers: Mapping[str, str] | None = None,
+    client: httpx.AsyncClient | None = None,
+    clock: Clock | None = None,
+    sleep: Callable[[float], Awaitable[object]] | None = None,
+    rng: random.Random | None = None,
+    on_event: EventSink | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> Outcome:
+    """Wait without blocking the event loop (anyio); see :func:`wait`.
+
+    *sleep* is an async callable taking seconds (default ``anyio.sleep``).
+    """
+    kit = tools(store, clock, rng, on_event, headers)
+    record = open_operation(kit.store, operation, operation_id=operation_id, clock=kit.clock)
+    done = await run_async_effects(
+        loop(kit, record),
+        kit,
+        record.profile,
+        client=client,
+        sleep=sleep or anyio.sleep,
+        http=http,
+    )
+    return done.to_outcome()
+
+
+def submit(
+    submission: Submission,
+    *,
+    wait_for_outcome: bool = False,
+    operation_id: str | None = None,
+    store: Store | None = None,
+    headers: Mapping[str, str] | None = None,
+    client: httpx.Client | None = None,
+    clock: Clock | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+    on_event: EventSink | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> Record:
+    """Record, then send a job request; read its receipt; optionally wait on the job.
+
+    The operation is stored (with the request's fingerprint and idempotency key)
+    before the request is sent. It is sent again only with its idempotency key,
+    after an attempt that got no answer, at most ``max_submit_attempts`` times.
+
+    Args:
+        submission: the request and the contract that reads its receipt.
+        wait_for_outcome: keep going until the operation has an outcome (``run``).
+        operation_id, store, headers, client, clock, sleep, rng, on_event, http:
+            as in :func:`wait`; *headers* go only to the submit URL's origin.
+
+    Returns:
+        The record: waiting (with ``status_url`` and ``job_id`` from the receipt),
+        or finished when the submission was refused, or with ``wait_for_outcome``.
+
+    Raises:
+        UsageError: bad URLs or ids (nothing is stored).
+        StoreError: the store cannot be used.
+    """
+    kit = tools(store, clock, rng, on_event, headers)
+    record = open_operation(kit.store, submission, operation_id=operation_id, clock=kit.clock)
+    until = None if wait_for_outcome else _submitted
+    return run_sync_effects(
+        loop(kit, record, submission, until),
+        kit,
+        record.profile,
+        client=client,
+        sleep=sleep,
+        http=http,
+    )
+
+
+async def submit_async(
+    submission: Submission,
+    *,
+    wait_for_outcome: bool = False,
+    operation_id: str | None = None,
+    store: Store | None = None,
+    headers: Mapping[str, str] | None = None,
+    client: httpx.AsyncClient | None = None,
+    clock: Clock | None = None,
+    sleep: Callable[[float], Awaitable[object]] | None = None,
+    rng: random.Random | None = None,
+    on_event: EventSink | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> Record:
+    """Submit without blocking the event loop; see :func:`submit`."""
+    kit = tools(store, clock, rng, on_event, headers)
+    record = open_operation(kit.store, submission, operation_id=operation_id, clock=kit.clock)
+    until = None if wait_for_outcome else _submitted
+    return await run_async_effects(
+        loop(kit, record, submission, until),
+        kit,
+        record.profile,
+        client=client,
+        sleep=sleep or anyio.sleep,
+        http=http,
+    )
+
+
+def cancel(
+    operation_id: str,
+    *,
+    reason: str | None = None,
+    requested_by: str | None = None,
+    store: Store | None = None,
+    headers: Mapping[str, str] | None = None,
+    client: httpx.Client | None = None,
+    clock: Clock | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+    on_event: EventSink | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> Outcome:
+    """Cancel a job through its documented cancel action, then wait for how it ends.
+
+    Allowed only when the last status answer said the job is cancelable, or the
+    profile declares it always cancelable. The request (who asked and why) is
+    audited; then the status endpoint is polled within the operation's budgets until
+    the job is canceled (or ends otherwise).
+
+    Raises:
+        OperationNotFoundError: no such operation.
+        UsageError: finished already, no cancel action, or not cancelable now.
+    """
+    kit = tools(store, clock, rng, on_event, headers)
+    record = request_cancel(
+        kit.store, kit.clock, operation_id, reason=reason, requested_by=requested_by
+    )
+    done = run_sync_effects(
+        loop(kit, record), kit, record.profile, client=client, sleep=sleep, http=http
+    )
+    return done.to_outcome()
+
+
+async def cancel_async(
+    operation_id: str,
+    *,
+    reason: str | None = None,
+    requested_by: str | None = None,
+    store: Store | None = None,
+    headers: Mapping[str, str] | None = None,
+    client: httpx.AsyncClient | None = None,
+    clock: Clock | None = None,
+    sleep: Callable[[float], Awaitable[object]] | None = None,
+    rng: random.Random | None = None,
+    on_event: EventSink | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> Outcome:
+    """Cancel without blocking the event loop; see :func:`cancel`."""
+    kit = tools(store, clock, rng, on_event, headers)
+    record = request_cancel(
+        kit.store, kit.clock, operation_id, reason=reason, requested_by=requested_by
+    )
+    done = await run_async_effects(
+        loop(kit, record),
+        kit,
+        record.profile,
+        client=client,
+        sleep=sleep or anyio.sleep,
+        http=http,
+    )
+    return done.to_outcome()
+
+
+def run(
+    submission: Submission,
+    *,
+    operation_id: str | None = None,
+    store: Store | None = None,
+    headers: Mapping[str, str] | None = None,
+    client: httpx.Client | None = None,
+    clock: Clock | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+    on_event: EventSink | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> Outcome:
+    """Submit a job and wait until it has exactly one outcome (``waitbound run``).
+
+    See :func:`submit` (the submission rules) and :func:`wait` (the waiting rules).
+
+    Raises:
+        UsageError: bad URLs or ids (nothing is stored).
+        StoreError: the store cannot be used.
+    """
+    return submit(
+        submission,
+        wait_for_outcome=True,
+        operation_id=operation_id,
+        store=store,
+        headers=headers,
+        client=client,
+        clock=clock,
+        sleep=sleep,
+        rng=rng,
+        on_event=on_event,
+        http=http,
+    ).to_outcome()
+
+
+async def run_async(
+    submission: Submission,
+    *,
+    operation_id: str | None = None,
+    store: Store | None = None,
+    headers: Mapping[str, str] | None = None,
+    client: httpx.AsyncClient | None = None,
+    clock: Clock | None = None,
+    sleep: Callable[[float], Awaitable[object]] | None = None,
+    rng: random.Random | None = None,
+    on_event: EventSink | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> Outcome:
+    """Submit and wait without blocking the event loop; see :func:`run`."""
+    record = await submit_async(
+        submission,
+        wait_for_outcome=True,
+        operation_id=operation_id,
+        store=store,
+        headers=headers,
+        client=client,
+        clock=clock,
+        sleep=sleep,
+        rng=rng,
+        on_event=on_event,
+        http=http,
+    )
+    return record.to_outcome()
+
+
+def _one_step() -> Callable[[Record], bool]:
+    """An ``until`` that lets the loop take exactly one step, then stops it."""
+    steps = 0
+
+    def enough(record: Record) -> bool:
+        nonlocal steps
+        steps += 1
+        return steps > 1
+
+    return enough
+
+
+def _look(kit: Tools, operation_id: str) -> Record | None:
+    """The record when a check must not act on it (finished, submitting, not due), else None."""
+    record = kit.store.get(operation_id)
+    if record is None:
+        raise OperationNotFoundError(operation_id)
+    if record.is_finished or record.phase is Phase.SUBMITTING:
+        return record
+    due = plan(record, kit.clock.now(), owner="check")
+    return None if isinstance(due, Send | Finish) else record
+
+
+def check(
+    operation_id: str,
+    *,
+    store: Store | None = None,
+    headers: Mapping[str, str] | None = None,
+    client: httpx.Client | None = None,
+    clock: Clock | None = None,
+    rng: random.Random | None = None,
+    on_event: EventSink | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> Outcome:
+    """Take one bounded look at an operation: no request unless one is due, then at most one.
+
+    Returns:
+        The :class:`Outcome`; while the job runs, ``outcome`` is ``None``, ``done`` is
+        false and ``message`` says it is NOT complete and when to check again.
+
+    Raises:
+        OperationNotFoundError: no such operation.
+    """
+    kit = tools(store, clock, rng, on_event, headers)
+    record = _look(kit, operation_id)
+    if record is None:
+        stored = kit.store.get(operation_id)
+        assert stored is not None
+        record = run_sync_effects(
+            loop(kit, stored, until=_one_step()),
+            kit,
+            stored.profile,
+            client=client,
+            sleep=lambda seconds: None,
+            http=http,
+        )
+    return record.to_outcome()
+
+
+async def check_async(
+    operation_id: str,
+    *,
+    store: Store | None = None,
+    headers: Mapping[str, str] | None = None,
+    client: httpx.AsyncClient | None = None,
+    clock: Clock | None = None,
+    rng: random.Random | None = None,
+    on_event: EventSink | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> Outcome:
+    """One bounded look without blocking the event loop; see :func:`check`."""
+    kit = tools(store, clock, rng, on_event, headers)
+    record = _look(kit, operation_id)
+    if record is None:
+        stored = kit.store.get(operation_id)
+        assert stored is not None
+
+        async def no_sleep(seconds: float) -> None:
+            return None
+
+        record = await run_async_effects(
+            loop(kit, stored, until=_one_step()),
+            kit,
+            stored.profile,
+            client=client,
+            sleep=no_sleep,
+            http=http,
+        )
+    return record.to_outcome()
