@@ -8,80 +8,17 @@ case must be refused before any request is sent.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import sqlite3
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 import waitbound
+from tests.cli.helpers import INLINE, assert_refused, closed_port, run_cli
 
-SRC = str(Path(waitbound.__file__).resolve().parents[1])
 # Bounds a regression: if a case is not refused up front, one refused connection ends it.
 NO_RETRY = ("--max-transport-failures", "0")
-INLINE = ("--state-path", "status", "--pending", "running", "--succeeded", "done")
 SECRET = "secret-token-123"
-
-
-def closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound once, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
-def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run the real command with the store environment pointing into *tmp_path*."""
-    env = dict(os.environ)
-    env["WAITBOUND_STORE"] = str(tmp_path / "env-store.db")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
-    env.pop("COLUMNS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "waitbound", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-        cwd=tmp_path,
-    )
-
-
-def operations_stored(path: Path) -> int:
-    """How many operations a store file holds (0 when the file or table is absent)."""
-    if not path.exists():
-        return 0
-    db = sqlite3.connect(path)
-    try:
-        (tables,) = db.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'operations'"
-        ).fetchone()
-        if not tables:
-            return 0
-        (count,) = db.execute("SELECT count(*) FROM operations").fetchone()
-        return int(count)
-    finally:
-        db.close()
-
-
-def assert_refused(done: subprocess.CompletedProcess[str], tmp_path: Path) -> str:
-    """Exit 2, exactly one ``waitbound: error:`` line, no traceback, empty stdout, no store."""
-    last = (done.stderr.strip().splitlines() or [""])[-1]
-    assert "Traceback" not in done.stderr + done.stdout, f"traceback ending: {last}"
-    assert done.returncode == 2, (done.returncode, done.stderr)
-    assert done.stdout == ""
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1, done.stderr
-    assert done.stderr.endswith("\n")
-    assert lines[0].startswith("waitbound: error: "), lines[0]
-    for store in (tmp_path / "env-store.db", tmp_path / "flag-store.db"):
-        assert operations_stored(store) == 0, f"{store.name} holds an operation"
-    return lines[0]
 
 
 # name -> (files to write into tmp_path, arguments after the command, words the error names)

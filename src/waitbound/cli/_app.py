@@ -311,31 +311,24 @@ def wait(  # noqa: PLR0917 - click passes every option
     return _print_outcome(outcome, as_json)
 
 
-def _submission(  # noqa: PLR0917 - click passes every option
-    method: str,
-    url: str,
-    body_file: BinaryIO | None,
-    content_type: str,
-    idempotency_key: str | None,
-    max_submit_attempts: int,
-    profile_spec: str | None,
-    options: dict[str, object],
-) -> Submission:
+def _submission(options: dict[str, Any]) -> Submission:
+    """The job request from the flags of ``submit`` / ``run`` (popped from *options*)."""
     policy = _policy(options)
+    body_file: BinaryIO | None = options.pop("body_file")
     body = body_file.read() if body_file is not None else b""
     return Submission(
-        method=method.upper(),
-        url=url,
-        profile=_profile(profile_spec, options),
+        method=str(options.pop("method")).upper(),
+        url=options.pop("url"),
+        profile=_profile(options.pop("profile_spec"), options),
         policy=policy,
         body=body,
-        content_type=content_type if body else None,
-        idempotency_key=idempotency_key,
-        max_submit_attempts=max_submit_attempts,
-        result_url=options.pop("result_url", None),  # type: ignore[arg-type]
-        cancel_url=options.pop("cancel_url", None),  # type: ignore[arg-type]
-        cancel_on_deadline=bool(options.pop("cancel_on_deadline", False)),
-        trusted_origins=options.pop("trusted_origins", ()),  # type: ignore[arg-type]
+        content_type=options.pop("content_type") if body else None,
+        idempotency_key=options.pop("idempotency_key"),
+        max_submit_attempts=options.pop("max_submit_attempts"),
+        result_url=options.pop("result_url"),
+        cancel_url=options.pop("cancel_url"),
+        cancel_on_deadline=bool(options.pop("cancel_on_deadline")),
+        trusted_origins=tuple(options.pop("trusted_origins")),
     )
 
 
@@ -359,46 +352,29 @@ def _submitted(record: Record, as_json: bool) -> int:
     return 0
 
 
-@cli.command()
-@SUBMIT_OPTIONS
-@PROFILE_OPTIONS
-@POLICY_OPTIONS
-@RUN_OPTIONS
-def submit(  # noqa: PLR0917 - click passes every option
-    method: str,
-    url: str,
-    body_file: BinaryIO | None,
-    content_type: str,
-    idempotency_key: str | None,
-    max_submit_attempts: int,
-    headers: Sequence[str],
-    trusted_origins: Sequence[str],
-    operation_id: str | None,
-    store: str | None,
-    as_json: bool,
-    progress: bool | None,
-    profile_spec: str | None,
-    **options: object,
-) -> int:
-    """Send a job request (METHOD URL) once and record its receipt; do not wait.
-
-    The operation is stored before the request is sent. With --json, prints the
-    operation id, job id and status URL. Wait for it with `waitbound wait --operation-id`.
-    """
-    sent = dict(parse_header(h) for h in headers)
-    submission = _submission(
-        method, url, body_file, content_type, idempotency_key, max_submit_attempts,
-        profile_spec, {**options, "trusted_origins": tuple(trusted_origins)},
-    )  # fmt: skip
-    op_id = operation_id or waitbound.new_operation_id()
-    sink = _Progress(progress)
+def _submit_and_maybe_wait(options: dict[str, Any], *, wait_for_outcome: bool) -> int:
+    """The body of ``submit`` and ``run``: they take the same flags."""
+    sent = dict(parse_header(h) for h in options.pop("headers"))
+    submission = _submission(options)
+    op_id = options.pop("operation_id") or waitbound.new_operation_id()
+    sink = _Progress(options.pop("progress"))
+    if wait_for_outcome:
+        sink.note(f"operation {op_id}")
     record = _drive(
         op_id,
-        store,
+        options.pop("store"),
         lambda opened: waitbound.submit(
-            submission, operation_id=op_id, store=opened, headers=sent, on_event=sink
+            submission,
+            wait_for_outcome=wait_for_outcome,
+            operation_id=op_id,
+            store=opened,
+            headers=sent,
+            on_event=sink,
         ),
     )
+    as_json = bool(options.pop("as_json"))
+    if wait_for_outcome:
+        return _print_outcome(record.to_outcome(), as_json)
     return _submitted(record, as_json)
 
 
@@ -407,47 +383,26 @@ def submit(  # noqa: PLR0917 - click passes every option
 @PROFILE_OPTIONS
 @POLICY_OPTIONS
 @RUN_OPTIONS
-def run(  # noqa: PLR0917 - click passes every option
-    method: str,
-    url: str,
-    body_file: BinaryIO | None,
-    content_type: str,
-    idempotency_key: str | None,
-    max_submit_attempts: int,
-    headers: Sequence[str],
-    trusted_origins: Sequence[str],
-    operation_id: str | None,
-    store: str | None,
-    as_json: bool,
-    progress: bool | None,
-    profile_spec: str | None,
-    **options: object,
-) -> int:
+def submit(**options: Any) -> int:
+    """Send a job request (METHOD URL) once and record its receipt; do not wait.
+
+    The operation is stored before the request is sent. With --json, prints the
+    operation id, job id and status URL. Wait for it with `waitbound wait --operation-id`.
+    """
+    return _submit_and_maybe_wait(options, wait_for_outcome=False)
+
+
+@cli.command()
+@SUBMIT_OPTIONS
+@PROFILE_OPTIONS
+@POLICY_OPTIONS
+@RUN_OPTIONS
+def run(**options: Any) -> int:
     """Submit a job (METHOD URL), then wait on it: `submit` and `wait` in one command.
 
     Same flags as `submit`; same output and exit codes as `wait`.
     """
-    sent = dict(parse_header(h) for h in headers)
-    submission = _submission(
-        method, url, body_file, content_type, idempotency_key, max_submit_attempts,
-        profile_spec, {**options, "trusted_origins": tuple(trusted_origins)},
-    )  # fmt: skip
-    op_id = operation_id or waitbound.new_operation_id()
-    sink = _Progress(progress)
-    sink.note(f"operation {op_id}")
-    record = _drive(
-        op_id,
-        store,
-        lambda opened: waitbound.submit(
-            submission,
-            wait_for_outcome=True,
-            operation_id=op_id,
-            store=opened,
-            headers=sent,
-            on_event=sink,
-        ),
-    )
-    return _print_outcome(record.to_outcome(), as_json)
+    return _submit_and_maybe_wait(options, wait_for_outcome=True)
 
 
 @cli.command(name="cancel")
