@@ -246,19 +246,49 @@ def request_cancel(
 ) -> Record:
     """Mark the operation's cancel as due (audited), after checking it is allowed.
 
+    A worker may write the record at the same moment (it keeps polling): the check and
+    the write are then simply done again on the fresh record.
+
     Raises:
         OperationNotFoundError: no such operation.
         UsageError: finished already, no cancel action, or not cancelable now.
     """
-    record = store.get(operation_id)
-    if record is None:
-        raise OperationNotFoundError(operation_id)
+    who = requested_by or f"{os.environ.get('USER', 'someone')}@{socket.gethostname()}"
+    while True:
+        record = store.get(operation_id)
+        if record is None:
+            raise OperationNotFoundError(operation_id)
+        _check_cancelable(record)
+        now = clock.now()
+        event = audit_event(
+            record,
+            now,
+            "cancel_requested",
+            f"cancel requested by {who}" + (f": {reason}" if reason else ""),
+            requested_by=who,
+            cancel_reason=reason,
+        )
+        due = replace(
+            record,
+            cancel_due=True,
+            cancel_requested_at=now,
+            cancel_requested_by=who,
+            cancel_reason=reason,
+        )
+        try:
+            return store.save(due, [event])
+        except ConflictError:
+            continue
+
+
+def _check_cancelable(record: Record) -> None:
+    """Raise UsageError unless *record* may be canceled now (see :func:`request_cancel`)."""
+    operation_id = record.operation_id
     if record.is_finished:
         raise UsageError(
             f"operation {operation_id} is finished ({record.outcome}); there is nothing to cancel"
         )
-    url = cancel_url(record)
-    if url is None:
+    if cancel_url(record) is None:
         raise UsageError(
             f"operation {operation_id} has no cancel action: neither a receipt, a status "
             "answer, the profile nor --cancel-url names one"
@@ -269,20 +299,3 @@ def request_cancel(
             f"operation {operation_id} is not cancelable now: the last status answer {said} "
             f"cancelable, and profile {record.profile.name} does not declare it always cancelable"
         )
-    who = requested_by or f"{os.environ.get('USER', 'someone')}@{socket.gethostname()}"
-    event = audit_event(
-        record,
-        clock.now(),
-        "cancel_requested",
-        f"cancel requested by {who}" + (f": {reason}" if reason else ""),
-        requested_by=who,
-        cancel_reason=reason,
-    )
-    due = replace(
-        record,
-        cancel_due=True,
-        cancel_requested_at=clock.now(),
-        cancel_requested_by=who,
-        cancel_reason=reason,
-    )
-    return store.save(due, [event])

@@ -235,3 +235,47 @@ def test_partial_success_fetches_the_first_errors_page_once() -> None:
     assert result.outcome.counts == {"succeeded": 9, "failed": 1, "total": 10}
     assert result.outcome.errors == "line 4: bad row"
     assert result.provider.count("/errors") == 1
+
+
+def test_cancel_survives_a_worker_writing_the_record_at_the_same_moment() -> None:
+    """A worker's write between cancel's read and write is no error: cancel reads again."""
+    from dataclasses import replace
+
+    clock = FakeClock()
+    provider = ScriptedProvider(
+        clock,
+        {
+            "/status": [(200, {"status": "running", "can_cancel": True}),
+                        (200, {"status": "canceled"})],
+            "/status/cancel": [(202, None)],
+        },
+    )  # fmt: skip
+    inner = MemoryStore()
+    op = Operation(status_url=URL, profile=parse_profile(TABLE), policy=Policy(max_requests=5))
+    _drive_one(inner, provider, clock, op)
+
+    class Racing:
+        """Lets a 'worker' write the record right after cancel's first read."""
+
+        def __init__(self) -> None:
+            self.raced = False
+
+        def get(self, operation_id: str) -> object:
+            record = inner.get(operation_id)
+            if not self.raced and record is not None:
+                self.raced = True
+                inner.save(replace(record), [])
+            return record
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(inner, name)
+
+    outcome = cancel(
+        "op-c",
+        store=Racing(),  # type: ignore[arg-type]
+        client=provider.client(),
+        clock=clock,
+        sleep=clock.sleep,
+        rng=random.Random(3),
+    )
+    assert outcome.outcome is OutcomeKind.CANCELED
