@@ -129,7 +129,6 @@ async def wait_async(
 def submit(
     submission: Submission,
     *,
-    wait_for_outcome: bool = False,
     operation_id: str | None = None,
     store: Store | None = None,
     headers: Mapping[str, str] | None = None,
@@ -139,8 +138,8 @@ def submit(
     rng: random.Random | None = None,
     on_event: EventSink | None = None,
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
-) -> Record:
-    """Record, then send a job request; read its receipt; optionally wait on the job.
+) -> Outcome:
+    """Record, then send a job request and read its receipt; do not wait on the job.
 
     The operation is stored (with the request's fingerprint and idempotency key)
     before the request is sent. It is sent again only with its idempotency key,
@@ -148,13 +147,13 @@ def submit(
 
     Args:
         submission: the request and the contract that reads its receipt.
-        wait_for_outcome: keep going until the operation has an outcome (``run``).
         operation_id, store, headers, client, clock, sleep, rng, on_event, http:
             as in :func:`wait`; *headers* go only to the submit URL's origin.
 
     Returns:
-        The record: waiting (with ``status_url`` and ``job_id`` from the receipt),
-        or finished when the submission was refused, or with ``wait_for_outcome``.
+        The :class:`Outcome`: still waiting (``done`` false, ``job_id`` from the
+        receipt, ``message`` saying the job is NOT complete), or finished when the
+        submission was refused. Wait on it with :func:`wait` and its operation id.
 
     Raises:
         UsageError: bad URLs or ids (nothing is stored).
@@ -162,21 +161,19 @@ def submit(
     """
     kit = tools(store, clock, rng, on_event, headers)
     record = open_operation(kit.store, submission, operation_id=operation_id, clock=kit.clock)
-    until = None if wait_for_outcome else _submitted
     return run_sync_effects(
-        loop(kit, record, submission, until),
+        loop(kit, record, submission, _submitted),
         kit,
         record.profile,
         client=client,
         sleep=sleep,
         http=http,
-    )
+    ).to_outcome()
 
 
 async def submit_async(
     submission: Submission,
     *,
-    wait_for_outcome: bool = False,
     operation_id: str | None = None,
     store: Store | None = None,
     headers: Mapping[str, str] | None = None,
@@ -186,19 +183,19 @@ async def submit_async(
     rng: random.Random | None = None,
     on_event: EventSink | None = None,
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
-) -> Record:
+) -> Outcome:
     """Submit without blocking the event loop; see :func:`submit`."""
     kit = tools(store, clock, rng, on_event, headers)
     record = open_operation(kit.store, submission, operation_id=operation_id, clock=kit.clock)
-    until = None if wait_for_outcome else _submitted
-    return await run_async_effects(
-        loop(kit, record, submission, until),
+    done = await run_async_effects(
+        loop(kit, record, submission, _submitted),
         kit,
         record.profile,
         client=client,
         sleep=sleep or anyio.sleep,
         http=http,
     )
+    return done.to_outcome()
 
 
 def cancel(
@@ -287,18 +284,10 @@ def run(
         UsageError: bad URLs or ids (nothing is stored).
         StoreError: the store cannot be used.
     """
-    return submit(
-        submission,
-        wait_for_outcome=True,
-        operation_id=operation_id,
-        store=store,
-        headers=headers,
-        client=client,
-        clock=clock,
-        sleep=sleep,
-        rng=rng,
-        on_event=on_event,
-        http=http,
+    kit = tools(store, clock, rng, on_event, headers)
+    record = open_operation(kit.store, submission, operation_id=operation_id, clock=kit.clock)
+    return run_sync_effects(
+        loop(kit, record, submission), kit, record.profile, client=client, sleep=sleep, http=http
     ).to_outcome()
 
 
@@ -316,20 +305,17 @@ async def run_async(
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
 ) -> Outcome:
     """Submit and wait without blocking the event loop; see :func:`run`."""
-    record = await submit_async(
-        submission,
-        wait_for_outcome=True,
-        operation_id=operation_id,
-        store=store,
-        headers=headers,
+    kit = tools(store, clock, rng, on_event, headers)
+    record = open_operation(kit.store, submission, operation_id=operation_id, clock=kit.clock)
+    done = await run_async_effects(
+        loop(kit, record, submission),
+        kit,
+        record.profile,
         client=client,
-        clock=clock,
-        sleep=sleep,
-        rng=rng,
-        on_event=on_event,
+        sleep=sleep or anyio.sleep,
         http=http,
     )
-    return record.to_outcome()
+    return done.to_outcome()
 
 
 def _one_step() -> Callable[[Record], bool]:

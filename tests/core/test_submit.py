@@ -18,6 +18,7 @@ from waitbound import (
     Record,
     Submission,
     parse_profile,
+    run,
     submit,
 )
 
@@ -47,9 +48,10 @@ def _submit(
         body=b'{"input": 1}',
         **fields,
     )
-    record = submit(
+    send = run if wait else submit
+    send(
         submission,
-        wait_for_outcome=wait,
+        operation_id="op-t",
         store=store,
         client=provider.client(),
         clock=clock,
@@ -57,6 +59,8 @@ def _submit(
         rng=random.Random(5),
         headers={"Authorization": "Bearer k"},
     )
+    record = store.get("op-t")
+    assert record is not None
     return record, provider, store
 
 
@@ -252,9 +256,8 @@ def test_credentials_go_only_to_the_submit_urls_origin() -> None:
             return httpx.Response(202, headers={"Location": "http://other.test/st"})
         return httpx.Response(200, json={"status": "done"})
 
-    submit(
+    run(
         Submission(method="POST", url=f"{BASE}/v1/jobs", profile=parse_profile(STATES)),
-        wait_for_outcome=True,
         store=MemoryStore(),
         client=httpx.Client(transport=httpx.MockTransport(handler)),
         clock=clock,

@@ -333,8 +333,6 @@ def _submission(options: dict[str, Any]) -> Submission:
 
 
 def _submitted(record: Record, as_json: bool) -> int:
-    if record.is_finished:
-        return _print_outcome(record.to_outcome(), as_json)
     receipt: dict[str, JSON] = {
         "operation_id": record.operation_id,
         "phase": record.phase.value,
@@ -360,21 +358,16 @@ def _submit_and_maybe_wait(options: dict[str, Any], *, wait_for_outcome: bool) -
     sink = _Progress(options.pop("progress"))
     if wait_for_outcome:
         sink.note(f"operation {op_id}")
-    record = _drive(
-        op_id,
-        options.pop("store"),
-        lambda opened: waitbound.submit(
-            submission,
-            wait_for_outcome=wait_for_outcome,
-            operation_id=op_id,
-            store=opened,
-            headers=sent,
-            on_event=sink,
-        ),
-    )
+    send = waitbound.run if wait_for_outcome else waitbound.submit
+
+    def act(opened: Store) -> tuple[Outcome, Record | None]:
+        outcome = send(submission, operation_id=op_id, store=opened, headers=sent, on_event=sink)
+        return outcome, opened.get(op_id)
+
+    outcome, record = _drive(op_id, options.pop("store"), act)
     as_json = bool(options.pop("as_json"))
-    if wait_for_outcome:
-        return _print_outcome(record.to_outcome(), as_json)
+    if outcome.done or record is None:
+        return _print_outcome(outcome, as_json)
     return _submitted(record, as_json)
 
 
