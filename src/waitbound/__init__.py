@@ -12,6 +12,7 @@ from waitbound._api import (
     check_async,
     run,
     run_async,
+    start,
     submit,
     submit_async,
     wait,
@@ -41,6 +42,7 @@ from waitbound._operation import Operation, Submission, new_operation_id
 from waitbound._outcome import Outcome, OutcomeKind, Reason
 from waitbound._record import Phase, Policy, Record
 from waitbound._schedule import DelaySource, parse_retry_after
+from waitbound._worker import WorkerSettings, work
 from waitbound.stores import MemoryStore, SQLiteStore, Store, open_store
 from waitbound.transports import HttpSettings
 
@@ -82,6 +84,7 @@ __all__ = [
     "TimedOutError",
     "UsageError",
     "WaitboundError",
+    "WorkerSettings",
     "__version__",
     "cancel",
     "cancel_async",
@@ -94,9 +97,11 @@ __all__ = [
     "parse_retry_after",
     "run",
     "run_async",
+    "start",
     "submit",
     "submit_async",
     "verify_chain",
     "wait",
     "wait_async",
+    "work",
 ]

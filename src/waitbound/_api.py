@@ -19,6 +19,7 @@ from waitbound._driver import (
     EventSink,
     Tools,
     loop,
+    one_step,
     run_async_effects,
     run_sync_effects,
     tools,
@@ -31,6 +32,7 @@ from waitbound.stores import Store
 from waitbound.transports import HttpSettings
 
 __all__ = [
+    "start",
     "cancel",
     "cancel_async",
     "check",
@@ -124,6 +126,29 @@ async def wait_async(
         http=http,
     )
     return done.to_outcome()
+
+
+def start(
+    operation: Operation,
+    *,
+    operation_id: str | None = None,
+    store: Store | None = None,
+    clock: Clock | None = None,
+) -> Outcome:
+    """Record an operation for a worker to drive, and return at once (``wait --detach``).
+
+    Nothing is sent: ``waitbound worker`` (or :func:`waitbound.work`) polls it, and
+    :func:`check` or :func:`wait` reads how it stands.
+
+    Returns:
+        The :class:`Outcome` of the new (or resumed) operation: ``done`` is false.
+
+    Raises:
+        UsageError: bad URLs or ids (nothing is stored).
+    """
+    kit = tools(store, clock, None, None, None)
+    record = open_operation(kit.store, operation, operation_id=operation_id, clock=kit.clock)
+    return record.to_outcome()
 
 
 def submit(
@@ -318,18 +343,6 @@ async def run_async(
     return done.to_outcome()
 
 
-def _one_step() -> Callable[[Record], bool]:
-    """An ``until`` that lets the loop take exactly one step, then stops it."""
-    steps = 0
-
-    def enough(record: Record) -> bool:
-        nonlocal steps
-        steps += 1
-        return steps > 1
-
-    return enough
-
-
 def _look(kit: Tools, operation_id: str) -> Record | None:
     """The record when a check must not act on it (finished, submitting, not due), else None."""
     record = kit.store.get(operation_id)
@@ -367,7 +380,7 @@ def check(
         stored = kit.store.get(operation_id)
         assert stored is not None
         record = run_sync_effects(
-            loop(kit, stored, until=_one_step()),
+            loop(kit, stored, until=one_step()),
             kit,
             stored.profile,
             client=client,
@@ -399,7 +412,7 @@ async def check_async(
             return None
 
         record = await run_async_effects(
-            loop(kit, stored, until=_one_step()),
+            loop(kit, stored, until=one_step()),
             kit,
             stored.profile,
             client=client,

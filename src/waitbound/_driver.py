@@ -41,7 +41,16 @@ from waitbound._record import Record
 from waitbound.stores import Store, open_store
 from waitbound.transports import HttpSettings, send_async, send_sync
 
-__all__ = ["EventSink", "Tools", "loop", "run_async_effects", "run_sync_effects", "tools"]
+__all__ = [
+    "EventSink",
+    "Tools",
+    "loop",
+    "new_owner",
+    "one_step",
+    "run_async_effects",
+    "run_sync_effects",
+    "tools",
+]
 
 EventSink = Callable[[AuditEvent], None]
 
@@ -58,7 +67,8 @@ class _Send:
     content: bytes | None
 
 
-def _owner() -> str:
+def new_owner() -> str:
+    """A lease owner id for this process: ``host:pid:random``."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
@@ -188,11 +198,13 @@ def loop(
     record: Record,
     submission: Submission | None = None,
     until: Callable[[Record], bool] | None = None,
+    owner: str | None = None,
 ) -> Generator[_Sleep | _Send, Observation | None, Record]:
+    """The loop for *record*'s operation, as lease owner *owner* (a fresh id by default)."""
     return _drive(
         tools.store,
         record.operation_id,
-        owner=_owner(),
+        owner=owner or new_owner(),
         clock=tools.clock,
         rng=tools.rng,
         on_event=tools.on_event,
@@ -274,3 +286,15 @@ async def run_async_effects(
     finally:
         if client is None:
             await http_client.aclose()
+
+
+def one_step() -> Callable[[Record], bool]:
+    """An ``until`` that lets the loop take exactly one step, then stops it."""
+    steps = 0
+
+    def enough(record: Record) -> bool:
+        nonlocal steps
+        steps += 1
+        return steps > 1
+
+    return enough

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from waitbound._audit import AuditEvent, StoredAuditEvent, seal_all
@@ -12,7 +13,15 @@ from waitbound._errors import StoreError
 from waitbound._json import JSON, canonical_json
 from waitbound._record import Record
 
-__all__ = ["Store", "advance", "decode_record", "encode_record"]
+__all__ = [
+    "DRIVABLE_PHASES",
+    "Store",
+    "advance",
+    "claimed",
+    "decode_record",
+    "encode_record",
+    "is_claimable",
+]
 
 
 class Store(Protocol):
@@ -49,6 +58,22 @@ class Store(Protocol):
         """Return the operation's audit events in order (empty when there are none)."""
         ...
 
+    def claim_due(self, *, owner: str, now: datetime, lease_s: float, limit: int) -> list[Record]:
+        """Lease up to *limit* operations that are due, atomically, oldest due first.
+
+        Due: waiting or fetching (not finished, not submitting), ``next_poll_at <= now``,
+        and no lease, or an expired one. Each claimed record is written with
+        ``lease_owner = owner`` and ``lease_expires_at = now + lease_s`` (a version
+        bump, no audit event: a claim changes no state a person reads). Concurrent
+        callers never claim the same operation.
+        """
+        ...
+
+    def pending_summary(self) -> tuple[int, datetime | None]:
+        """How many operations have no outcome yet, and the earliest ``next_poll_at``
+        among those a worker can drive (``None`` when there are none)."""
+        ...
+
     def close(self) -> None:
         """Release the store's resources."""
         ...
@@ -78,6 +103,21 @@ def decode_record(text: str) -> Record:
         if isinstance(exc, StoreError):
             raise
         raise StoreError(f"a stored record is damaged ({type(exc).__name__}: {exc})") from None
+
+
+DRIVABLE_PHASES = ("waiting", "fetching_result", "fetching_errors")
+"""Phases a worker drives; ``submitting`` belongs to the process holding the request body."""
+
+
+def is_claimable(record: Record, now: datetime) -> bool:
+    """Whether *record* is due and free for a worker to claim (see ``Store.claim_due``)."""
+    free = record.lease_expires_at is None or record.lease_expires_at <= now
+    return record.phase.value in DRIVABLE_PHASES and record.next_poll_at <= now and free
+
+
+def claimed(record: Record, *, owner: str, now: datetime, lease_s: float) -> Record:
+    """*record* with the claim's lease set (the version is bumped by the write)."""
+    return replace(record, lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s))
 
 
 def advance(record: Record, events: Sequence[AuditEvent]) -> tuple[Record, list[StoredAuditEvent]]:

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from datetime import datetime
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._errors import ConflictError, UsageError
 from waitbound._record import Record
-from waitbound.stores._protocol import advance, decode_record, encode_record
+from waitbound.stores._protocol import (
+    DRIVABLE_PHASES,
+    advance,
+    claimed,
+    decode_record,
+    encode_record,
+    is_claimable,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -51,6 +59,28 @@ class MemoryStore:
             self._records[record.operation_id] = (stored.version, encode_record(stored))
             self._events[record.operation_id].extend(sealed)
             return stored
+
+    def claim_due(self, *, owner: str, now: datetime, lease_s: float, limit: int) -> list[Record]:
+        """See :meth:`Store.claim_due`."""
+        with self._lock:
+            records = [decode_record(text) for _, text in self._records.values()]
+            due = sorted(
+                (r for r in records if is_claimable(r, now)), key=lambda r: r.next_poll_at
+            )[:limit]
+            taken = []
+            for record in due:
+                stored, _ = advance(claimed(record, owner=owner, now=now, lease_s=lease_s), [])
+                self._records[record.operation_id] = (stored.version, encode_record(stored))
+                taken.append(stored)
+            return taken
+
+    def pending_summary(self) -> tuple[int, datetime | None]:
+        """See :meth:`Store.pending_summary`."""
+        with self._lock:
+            records = [decode_record(text) for _, text in self._records.values()]
+        open_ = [r for r in records if not r.is_finished]
+        drivable = [r.next_poll_at for r in open_ if r.phase.value in DRIVABLE_PHASES]
+        return len(open_), min(drivable, default=None)
 
     def audit(self, operation_id: str) -> list[StoredAuditEvent]:
         """See :meth:`Store.audit`."""

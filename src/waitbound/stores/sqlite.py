@@ -19,7 +19,13 @@ from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
 from waitbound._record import Record
-from waitbound.stores._protocol import advance, decode_record, encode_record
+from waitbound.stores._protocol import (
+    DRIVABLE_PHASES,
+    advance,
+    claimed,
+    decode_record,
+    encode_record,
+)
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -189,6 +195,47 @@ class SQLiteStore:
             ],
         )
 
+    def claim_due(self, *, owner: str, now: datetime, lease_s: float, limit: int) -> list[Record]:
+        """See :meth:`Store.claim_due` (one ``BEGIN IMMEDIATE`` transaction)."""
+        stamp = now.isoformat()
+        taken = []
+        with self._transaction() as db:
+            rows = db.execute(
+                "SELECT data FROM operations WHERE phase IN (?, ?, ?) AND next_poll_at <= ?"
+                " AND (lease_expires_at IS NULL OR lease_expires_at <= ?)"
+                " ORDER BY next_poll_at LIMIT ?",
+                (*DRIVABLE_PHASES, stamp, stamp, limit),
+            ).fetchall()
+            for (text,) in rows:
+                record = decode_record(text)
+                stored, _ = advance(claimed(record, owner=owner, now=now, lease_s=lease_s), [])
+                db.execute(
+                    "UPDATE operations SET version = ?, lease_owner = ?, lease_expires_at = ?,"
+                    " data = ? WHERE operation_id = ? AND version = ?",
+                    (
+                        stored.version,
+                        stored.lease_owner,
+                        _instant(stored.lease_expires_at),
+                        encode_record(stored),
+                        record.operation_id,
+                        record.version,
+                    ),
+                )
+                taken.append(stored)
+        return taken
+
+    def pending_summary(self) -> tuple[int, datetime | None]:
+        """See :meth:`Store.pending_summary`."""
+        with self._damage():
+            (count,) = self._db.execute(
+                "SELECT count(*) FROM operations WHERE outcome IS NULL"
+            ).fetchone()
+            (earliest,) = self._db.execute(
+                "SELECT min(next_poll_at) FROM operations WHERE phase IN (?, ?, ?)",
+                DRIVABLE_PHASES,
+            ).fetchone()
+        return int(count), utc(datetime.fromisoformat(earliest)) if earliest else None
+
     def audit(self, operation_id: str) -> list[StoredAuditEvent]:
         """See :meth:`Store.audit`."""
         with self._damage():
@@ -222,6 +269,10 @@ def _why(exc: BaseException) -> str:
     return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
+def _instant(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
 def _columns(record: Record) -> tuple[object, ...]:
     return (
         record.operation_id,
@@ -230,5 +281,5 @@ def _columns(record: Record) -> tuple[object, ...]:
         record.outcome.value if record.outcome else None,
         record.next_poll_at.isoformat(),
         record.lease_owner,
-        record.lease_expires_at.isoformat() if record.lease_expires_at else None,
+        _instant(record.lease_expires_at),
     )

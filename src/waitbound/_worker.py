@@ -1,0 +1,234 @@
+"""The worker: many operations from one store, each owned by one worker at a time.
+
+A worker claims due operations with a lease (``Store.claim_due``), takes exactly one
+step of the shared loop for each (the same controller a ``wait`` uses: reserve and
+persist, send, observe and persist), and lets go. It holds a lease only while deciding
+and sending one request, never while an operation sleeps; between steps, any worker
+may take the operation. A worker that dies loses its leases when they expire, and
+another continues with the counters as persisted.
+
+Politeness, per worker and per origin (scheme, host, port): at most
+``per_origin_concurrency`` requests in flight, and a token bucket of
+``per_origin_rate`` requests per second (bursts up to ``per_origin_burst``). Jitter
+comes from the schedule itself (backoff drawn from 50-100 %, upward jitter on hints),
+so operations created together spread out instead of polling in waves.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass, replace
+
+import anyio
+import httpx
+
+from waitbound._audit import AuditEvent
+from waitbound._clock import Clock, SystemClock
+from waitbound._driver import loop, new_owner, one_step, run_async_effects, tools
+from waitbound._errors import ConflictError, UsageError
+from waitbound._record import Phase, Record
+from waitbound._urls import origin
+from waitbound.stores import Store
+from waitbound.transports import HttpSettings
+
+__all__ = ["WorkerSettings", "work"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSettings:
+    """How one worker paces itself. Durations in seconds.
+
+    Attributes:
+        concurrency: operations stepped at once.
+        lease_s: how long a claim holds an operation before another worker may take it.
+        per_origin_concurrency: requests in flight to one origin at once.
+        per_origin_rate: requests per second to one origin (token bucket, per worker).
+        per_origin_burst: the bucket's size.
+        idle_s: the longest pause between looks for due work.
+        until_idle: return once no operation in the store is waiting.
+
+    Raises:
+        UsageError: a value out of range.
+    """
+
+    concurrency: int = 16
+    lease_s: float = 30.0
+    per_origin_concurrency: int = 8
+    per_origin_rate: float = 20.0
+    per_origin_burst: int = 20
+    idle_s: float = 1.0
+    until_idle: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "per_origin_concurrency", "per_origin_burst"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be at least 1")
+        for name in ("lease_s", "per_origin_rate", "idle_s"):
+            if not getattr(self, name) > 0:
+                raise UsageError(f"{name} must be positive")
+
+
+class _Bucket:
+    """A token bucket: ``rate`` tokens a second, at most ``burst`` saved up."""
+
+    def __init__(self, rate: float, burst: int, clock: Clock) -> None:
+        self.rate, self.burst, self.clock = rate, float(burst), clock
+        self.tokens = float(burst)
+        self.at = clock.monotonic()
+
+    def wait_s(self) -> float:
+        """Take a token; return how long to wait first (0 when one was there)."""
+        now = self.clock.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        self.tokens -= 1
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+
+class _Origins:
+    """Per-origin concurrency and rate limits for one worker."""
+
+    def __init__(self, settings: WorkerSettings, clock: Clock) -> None:
+        self.settings, self.clock = settings, clock
+        self.limits: dict[object, tuple[anyio.Semaphore, _Bucket]] = {}
+
+    def limit(self, url: str) -> tuple[anyio.Semaphore, _Bucket]:
+        key = origin(url)
+        if key not in self.limits:
+            self.limits[key] = (
+                anyio.Semaphore(self.settings.per_origin_concurrency),
+                _Bucket(self.settings.per_origin_rate, self.settings.per_origin_burst, self.clock),
+            )
+        return self.limits[key]
+
+
+def _next_url(record: Record) -> str:
+    if record.phase is Phase.FETCHING_RESULT and record.result_url:
+        return record.result_url
+    if record.phase is Phase.FETCHING_ERRORS and record.errors_url:
+        return record.errors_url
+    return record.status_url or ""
+
+
+async def work(
+    store: Store,
+    *,
+    settings: WorkerSettings = WorkerSettings(),
+    headers: Mapping[str, str] | None = None,
+    client: httpx.AsyncClient | None = None,
+    clock: Clock | None = None,
+    sleep: Callable[[float], Awaitable[object]] | None = None,
+    rng: random.Random | None = None,
+    on_event: Callable[[AuditEvent], None] | None = None,
+    stop: anyio.Event | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> int:
+    """Drive every due operation in *store* until *stop* is set (or, with
+    ``settings.until_idle``, until no operation is waiting).
+
+    Steps already begun finish and are persisted before this returns; their leases
+    are released.
+
+    Args:
+        store: the shared store (SQLite on one machine, PostgreSQL across machines).
+        settings: concurrency, lease and per-origin limits.
+        headers: sent to each operation's own origin only (see ``Record.trusts``).
+        client, clock, sleep, rng, on_event, http: as in :func:`waitbound.wait`.
+        stop: set it to stop claiming work (a SIGTERM handler does).
+
+    Returns:
+        How many steps were taken.
+    """
+    kit = tools(store, clock or SystemClock(), rng, on_event, headers)
+    nap = sleep or anyio.sleep
+    owner = new_owner()
+    origins = _Origins(settings, kit.clock)
+    stop = stop or anyio.Event()
+    room = anyio.Semaphore(settings.concurrency)
+    finished = anyio.Event()
+    steps = 0
+    own_client = client is None
+    http_client = client or httpx.AsyncClient(follow_redirects=False)
+
+    async def step(record: Record) -> None:
+        nonlocal steps
+        try:
+            semaphore, bucket = origins.limit(_next_url(record))
+            async with semaphore:
+                delay = bucket.wait_s()
+                if delay:
+                    await nap(delay)
+                await run_async_effects(
+                    loop(kit, record, until=one_step(), owner=owner),
+                    kit,
+                    record.profile,
+                    client=http_client,
+                    sleep=_no_sleep,
+                    http=http,
+                )
+            steps += 1
+            _release(kit.store, record.operation_id, owner)
+        finally:
+            room.release()
+            finished.set()
+
+    try:
+        async with anyio.create_task_group() as group:
+            while not stop.is_set():
+                free = room.value
+                claimed = (
+                    kit.store.claim_due(
+                        owner=owner, now=kit.clock.now(), lease_s=settings.lease_s, limit=free
+                    )
+                    if free
+                    else []
+                )
+                for record in claimed:
+                    await room.acquire()
+                    group.start_soon(step, record)
+                if claimed:
+                    continue
+                waiting, earliest = kit.store.pending_summary()
+                busy = room.value < settings.concurrency
+                if settings.until_idle and waiting == 0 and not busy:
+                    break
+                pause = settings.idle_s
+                if earliest is not None:
+                    ahead = (earliest - kit.clock.now()).total_seconds()
+                    pause = min(pause, max(ahead, 0.01))
+                finished = anyio.Event()
+                with anyio.move_on_after(pause):
+                    await _first_of(stop.wait, finished.wait)
+    finally:
+        if own_client:
+            await http_client.aclose()
+    return steps
+
+
+async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:
+    """Return as soon as the first of *waits* returns."""
+    async with anyio.create_task_group() as group:
+
+        async def one(wait: Callable[[], Awaitable[object]]) -> None:
+            await wait()
+            group.cancel_scope.cancel()
+
+        for wait in waits:
+            group.start_soon(one, wait)
+
+
+async def _no_sleep(seconds: float) -> None:
+    """A step never sleeps: an operation not due is simply let go."""
+
+
+def _release(store: Store, operation_id: str, owner: str) -> None:
+    """Let go of a claim that no request used (the operation was not due after all)."""
+    record = store.get(operation_id)
+    if record is None or record.lease_owner != owner or record.in_flight is not None:
+        return
+    if record.is_finished:
+        return
+    with suppress(ConflictError):  # someone else wrote it: the claim is moot
+        store.save(replace(record, lease_owner=None, lease_expires_at=None), [])

@@ -1,0 +1,111 @@
+"""The worker: every due operation driven to its outcome, one owner at a time."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import anyio
+import httpx
+import pytest
+
+from waitbound import (
+    MemoryStore,
+    Operation,
+    OutcomeKind,
+    Policy,
+    UsageError,
+    WorkerSettings,
+    parse_profile,
+    start,
+    work,
+)
+
+PROFILE = parse_profile({"state": "status", "pending": ["running"], "succeeded": ["done"]})
+FAST = Policy(base_delay_s=0.02, max_delay_s=0.05, min_delay_s=0.01, deadline_s=30)
+
+
+class Provider:
+    """Each job answers running twice, then done; overlapping requests for one job are noted."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: Counter[str] = Counter()
+        self.in_flight: set[str] = set()
+        self.overlaps = 0
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        job = request.url.path
+        with self.lock:
+            self.overlaps += job in self.in_flight
+            self.in_flight.add(job)
+            self.seen[job] += 1
+            count = self.seen[job]
+        await anyio.sleep(0.005)
+        with self.lock:
+            self.in_flight.discard(job)
+        return httpx.Response(200, json={"status": "done" if count >= 3 else "running"})
+
+
+def test_worker_drives_every_operation_to_its_outcome_until_idle() -> None:
+    """40 detached operations, one worker: each ends succeeded after exactly 3 polls."""
+    store = MemoryStore()
+    ids = [
+        start(
+            Operation(status_url=f"http://p{i % 3}.test/jobs/{i}", profile=PROFILE, policy=FAST),
+            store=store,
+        ).operation_id
+        for i in range(40)
+    ]
+    provider = Provider()
+
+    async def main() -> int:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(provider)) as client:
+            return await work(
+                store,
+                settings=WorkerSettings(concurrency=8, until_idle=True, idle_s=0.05),
+                client=client,
+            )
+
+    steps = anyio.run(main)
+    outcomes = [store.get(i).outcome for i in ids]  # type: ignore[union-attr]
+    assert outcomes == [OutcomeKind.SUCCEEDED] * 40
+    assert set(provider.seen.values()) == {3}
+    assert provider.overlaps == 0
+    assert steps == 120
+    assert store.pending_summary() == (0, None)
+
+
+def test_worker_stops_when_asked_and_leaves_no_lease_behind() -> None:
+    """Setting stop ends the worker after its steps in flight; no operation stays leased."""
+    store = MemoryStore()
+    slow = Policy(base_delay_s=5, max_delay_s=5, deadline_s=60)
+    op = start(Operation(status_url="http://p.test/jobs/1", profile=PROFILE, policy=slow),
+               store=store)  # fmt: skip
+    provider = Provider()
+
+    async def main() -> None:
+        stop = anyio.Event()
+        transport = httpx.MockTransport(provider)
+        async with (
+            httpx.AsyncClient(transport=transport) as client,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(lambda: work(store, client=client, stop=stop,
+                                              settings=WorkerSettings(idle_s=0.05)))  # fmt: skip
+            await anyio.sleep(0.3)
+            stop.set()
+
+    anyio.run(main)
+    record = store.get(op.operation_id)
+    assert record is not None
+    assert record.status_requests_used == 1
+    assert record.lease_owner is None
+    assert record.outcome is None
+
+
+@pytest.mark.parametrize("field", ["concurrency", "per_origin_burst"])
+def test_worker_settings_are_checked(field: str) -> None:
+    """Nonsense settings are refused with one line."""
+    with pytest.raises(UsageError, match=field):
+        WorkerSettings(**{field: 0})  # type: ignore[arg-type]
