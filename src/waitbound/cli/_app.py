@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, BinaryIO, TypeVar
 
+import anyio
 import click
 from rich.console import Console
 
@@ -26,6 +27,7 @@ from waitbound import (
     Submission,
     UsageError,
     WaitboundError,
+    WorkerSettings,
 )
 from waitbound._json import JSON
 from waitbound._urls import redact_url
@@ -263,8 +265,12 @@ SUBMIT_OPTIONS = _options(
 @PROFILE_OPTIONS
 @POLICY_OPTIONS
 @RUN_OPTIONS
+@click.option(
+    "--detach", is_flag=True, help="Record the operation for `waitbound worker`; return at once."
+)
 def wait(  # noqa: PLR0917 - click passes every option
     status_url: str | None,
+    detach: bool,
     headers: Sequence[str],
     trusted_origins: Sequence[str],
     operation_id: str | None,
@@ -299,6 +305,15 @@ def wait(  # noqa: PLR0917 - click passes every option
     elif operation_id is None:
         raise UsageError("give a STATUS_URL to wait on, or --operation-id to resume")
     op_id = operation_id or waitbound.new_operation_id()
+    if detach:
+        if operation is None:
+            raise UsageError("--detach records a new operation: give its STATUS_URL")
+        started = _drive(
+            op_id,
+            store,
+            lambda opened: waitbound.start(operation, operation_id=op_id, store=opened),
+        )
+        return _print_outcome(started, as_json)
     sink = _Progress(progress)
     sink.note(f"operation {op_id}")
     outcome = _drive(
@@ -309,6 +324,76 @@ def wait(  # noqa: PLR0917 - click passes every option
         ),
     )
     return _print_outcome(outcome, as_json)
+
+
+@cli.command()
+@click.option("--store", help=_STORE_HELP)
+@click.option("--concurrency", type=click.IntRange(1, 10_000), default=16, show_default=True)
+@click.option("--until-idle", is_flag=True, help="Exit 0 once no operation is waiting.")
+@click.option("--lease", callback=duration, default="30s", show_default=True)
+@click.option(
+    "--per-origin-concurrency", type=click.IntRange(1, 10_000), default=8, show_default=True
+)
+@click.option(
+    "--per-origin-rate",
+    type=click.FloatRange(min=0.001),
+    default=20.0,
+    show_default=True,
+    help="Requests per second to one origin (per worker).",
+)
+@click.option("--header", "headers", multiple=True, help="'Name: value': sent, never stored.")
+@click.option("--progress/--quiet", default=None, help="Story lines on stderr.")
+def worker(  # noqa: PLR0917 - click passes every option
+    store: str | None,
+    concurrency: int,
+    until_idle: bool,
+    lease: float,
+    per_origin_concurrency: int,
+    per_origin_rate: float,
+    headers: Sequence[str],
+    progress: bool | None,
+) -> int:
+    """Drive every due operation in the store; many workers may share one store.
+
+    Each operation is owned by one worker at a time (a lease held only while deciding
+    and sending one request). SIGTERM or Ctrl-C: the requests in flight finish and
+    are persisted, leases are released, and the worker exits 0.
+    """
+    sent = dict(parse_header(h) for h in headers)
+    settings = WorkerSettings(
+        concurrency=concurrency,
+        until_idle=until_idle,
+        lease_s=lease,
+        per_origin_concurrency=per_origin_concurrency,
+        per_origin_rate=per_origin_rate,
+        per_origin_burst=max(1, int(per_origin_rate)),
+    )
+    opened = waitbound.open_store(store)
+    sink = _Progress(progress)
+
+    async def main() -> int:
+        stop = anyio.Event()
+        async with anyio.create_task_group() as group:
+
+            async def on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for _ in signals:
+                        stop.set()
+                        return
+
+            group.start_soon(on_signal)
+            steps = await waitbound.work(
+                opened, settings=settings, headers=sent, on_event=sink, stop=stop
+            )
+            group.cancel_scope.cancel()
+        return steps
+
+    try:
+        steps = anyio.run(main)
+    finally:
+        opened.close()
+    sink.note(f"worker stopped after {steps} steps")
+    return 0
 
 
 def _submission(options: dict[str, Any]) -> Submission:
