@@ -31,21 +31,8 @@ def test_detached_operations_are_finished_by_a_worker(tmp_path: Path) -> None:
     )  # fmt: skip
     store = str(tmp_path / "s.db")
     with Simulator(scenario) as sim:
-        started = [
-            json.loads(
-                cli(
-                    "wait",
-                    f"{sim.base_url}/status",
-                    *STATE,
-                    *PACE,
-                    "--detach",
-                    "--json",
-                    "--store",
-                    store,
-                ).stdout
-            )  # fmt: skip
-            for _ in range(3)
-        ]
+        detach = ["wait", f"{sim.base_url}/status", *STATE, *PACE, "--detach", "--json"]
+        started = [json.loads(cli(*detach, "--store", store).stdout) for _ in range(3)]
         assert sim.count("status") == 0
         assert all(not s["done"] and "NOT complete" in s["message"] for s in started)
         done = cli("worker", "--until-idle", "--store", store, timeout=60)
