@@ -1,16 +1,21 @@
 """The Store contract, run against every store; then what only the SQLite file adds.
 
-The parametrized suite talks to the :class:`waitbound.Store` protocol only, so a new
-backend (PostgreSQL) joins by adding one entry to ``STORES``.
+The parametrized suite talks to the :class:`waitbound.Store` protocol only: memory,
+SQLite and PostgreSQL (a fresh schema per test on ``$WAITBOUND_TEST_PG_DSN``; skipped
+when the server cannot be reached, failed instead when ``$CI`` is set). A new backend
+joins by adding one entry to ``_BACKENDS``.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import random
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +23,7 @@ from typing import Any
 import pytest
 
 import waitbound
+from tests.stores import pg
 from waitbound import (
     AuditEvent,
     ConflictError,
@@ -37,10 +43,69 @@ from waitbound import (
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
-STORES: dict[str, Callable[[Path], Store]] = {
-    "memory": lambda tmp: MemoryStore(),
-    "sqlite": lambda tmp: SQLiteStore(tmp / "s.db"),
+
+@dataclass
+class Backend:
+    """One database of one store kind; :meth:`open` opens another store on it."""
+
+    kind: str
+    opener: Callable[[], Store]
+    shareable: bool
+    """Whether one store object may be used from several threads at once."""
+    opened: list[Store] = field(default_factory=list)
+
+    def open(self) -> Store:
+        """Open a store on this backend's database (closed when the test ends)."""
+        store = self.opener()
+        self.opened.append(store)
+        return store
+
+
+@contextmanager
+def _memory(tmp_path: Path) -> Iterator[Backend]:
+    shared = MemoryStore()  # "the same database" is the same object
+    yield Backend("memory", lambda: shared, shareable=True)
+
+
+@contextmanager
+def _sqlite(tmp_path: Path) -> Iterator[Backend]:
+    # SQLiteStore keeps one connection and no lock: one store per thread.
+    yield Backend("sqlite", lambda: SQLiteStore(tmp_path / "s.db"), shareable=False)
+
+
+@contextmanager
+def _postgres(tmp_path: Path) -> Iterator[Backend]:
+    from waitbound.stores.postgres import PostgresStore
+
+    with pg.fresh_schema() as schema:
+        yield Backend(
+            "postgres", lambda: PostgresStore(pg.DSN, schema=schema, max_size=4), shareable=True
+        )
+
+
+_BACKENDS: dict[str, Callable[[Path], AbstractContextManager[Backend]]] = {
+    "memory": _memory,
+    "sqlite": _sqlite,
+    "postgres": _postgres,
 }
+
+
+@pytest.fixture(params=sorted(_BACKENDS))
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Every store backend's database, fresh and empty; its stores are closed afterwards."""
+    with _BACKENDS[request.param](tmp_path) as opened:
+        try:
+            yield opened
+        finally:
+            for store in opened.opened:
+                store.close()
+
+
+@pytest.fixture
+def store(backend: Backend) -> Store:
+    """Every store backend, fresh and empty."""
+    return backend.open()
+
 
 FULL_PROFILE: dict[str, Any] = {
     "state": "status",
@@ -147,14 +212,6 @@ def events(*kinds: str, start_s: int = 0) -> list[AuditEvent]:
 def chain_fingerprint(store: Store, operation_id: str) -> list[tuple[int, str, str]]:
     """What identifies a stored audit log: (seq, prev_hash, hash) per event."""
     return [(s.seq, s.prev_hash, s.hash) for s in store.audit(operation_id)]
-
-
-@pytest.fixture(params=sorted(STORES))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """Every store backend, fresh and empty."""
-    opened = STORES[request.param](tmp_path)
-    yield opened
-    opened.close()
 
 
 # ---------------------------------------------------------------------------- create / get
@@ -365,6 +422,228 @@ def test_tampered_chain_is_detected_by_verify_chain(store: Store) -> None:
     waitbound.verify_chain(stored)
     with pytest.raises(StoreError, match="broken"):
         waitbound.verify_chain([stored[0], stored[2], stored[1]])
+
+
+def test_round_trip_keeps_json_values_exactly(store: Store) -> None:
+    """Provider JSON comes back with its exact types: big floats, -0.0, NUL, non-ASCII.
+
+    Regression: PostgreSQL ``jsonb`` turns ``1e+16`` into an integer and ``-0.0`` into
+    ``0.0`` (breaking the audit hashes) and refuses ``\\u0000``; the store uses ``json``.
+    """
+    odd: dict[str, Any] = {
+        "big": 1e16,
+        "tiny": 5e-324,
+        "neg_zero": -0.0,
+        "one": 1.0,
+        "int": 10**20,
+        "nul": "a\u0000b",
+        "text": "écriture ✓ \U0001f680",
+        "order": {"b": 1, "a": [True, None, 2.5]},
+    }
+    created = store.create(
+        make_record(result=odd, error={"detail": "x\u0000y"}),
+        [AuditEvent(at=T0, kind="observed", summary="odd values", data=odd)],
+    )
+    got = store.get("op-1")
+    assert got is not None
+    assert got.to_json() == created.to_json()
+    assert json.dumps(got.result, sort_keys=True) == json.dumps(odd, sort_keys=True)
+    stored = store.audit("op-1")
+    assert json.dumps(dict(stored[0].event.data), sort_keys=True) == json.dumps(odd, sort_keys=True)
+    waitbound.verify_chain(stored, head=(got.audit_seq, got.audit_head))
+
+
+# ---------------------------------------------------------------------------- claim_due
+
+NOW = T0 + timedelta(minutes=1)
+
+
+def _claim(store: Store, owner: str = "w1", now: datetime = NOW, limit: int = 10) -> list[str]:
+    return [r.operation_id for r in store.claim_due(owner=owner, now=now, lease_s=30, limit=limit)]
+
+
+def test_claim_due_leases_a_due_operation_and_changes_nothing_else(store: Store) -> None:
+    """A claim writes owner, expiry (now + lease_s) and version + 1; no audit event."""
+    created = store.create(make_record(next_poll_at=NOW - timedelta(seconds=5)), events("created"))
+    before = chain_fingerprint(store, "op-1")
+    [taken] = store.claim_due(owner="w1", now=NOW, lease_s=12.5, limit=10)
+    expected = replace(
+        created, version=2, lease_owner="w1", lease_expires_at=NOW + timedelta(seconds=12.5)
+    )
+    assert taken.to_json() == expected.to_json()
+    got = store.get("op-1")
+    assert got is not None
+    assert got.to_json() == expected.to_json()
+    assert chain_fingerprint(store, "op-1") == before
+
+
+NOT_CLAIMABLE: dict[str, dict[str, Any]] = {
+    "not-due": {"next_poll_at": NOW + timedelta(microseconds=1)},
+    "finished": {
+        "phase": Phase.DONE,
+        "outcome": OutcomeKind.SUCCEEDED,
+        "finished_at": T0,
+        "next_poll_at": T0,
+    },
+    "submitting": {"phase": Phase.SUBMITTING},
+    "leased": {"lease_owner": "w0", "lease_expires_at": NOW + timedelta(microseconds=1)},
+    "finished-while-fetching": {"phase": Phase.DONE, "outcome": OutcomeKind.FAILED},
+}
+
+
+@pytest.mark.parametrize("changes", NOT_CLAIMABLE.values(), ids=list(NOT_CLAIMABLE))
+def test_claim_due_leaves_what_is_not_claimable(store: Store, changes: dict[str, Any]) -> None:
+    """Not due, finished, submitting, or leased by someone else: not claimed, not changed."""
+    created = store.create(make_record(**changes), [])
+    assert _claim(store) == []
+    got = store.get("op-1")
+    assert got is not None
+    assert got.to_json() == created.to_json()
+
+
+CLAIMABLE: dict[str, dict[str, Any]] = {
+    "due-exactly-now": {"next_poll_at": NOW},
+    "overdue": {"next_poll_at": T0 - timedelta(days=3)},
+    "lease-expired-exactly-now": {"lease_owner": "w0", "lease_expires_at": NOW},
+    "lease-expired-long-ago": {"lease_owner": "w0", "lease_expires_at": T0},
+    "fetching-result": {"phase": Phase.FETCHING_RESULT},
+    "fetching-errors": {"phase": Phase.FETCHING_ERRORS},
+}
+
+
+@pytest.mark.parametrize("changes", CLAIMABLE.values(), ids=list(CLAIMABLE))
+def test_claim_due_takes_what_is_due_and_free(store: Store, changes: dict[str, Any]) -> None:
+    """Due (next_poll_at <= now), in a drivable phase, with no lease or an expired one."""
+    store.create(make_record(**changes), [])
+    assert _claim(store) == ["op-1"]
+    got = store.get("op-1")
+    assert got is not None
+    assert (got.lease_owner, got.lease_expires_at) == ("w1", NOW + timedelta(seconds=30))
+
+
+def test_claim_due_takes_the_oldest_due_first_up_to_the_limit(store: Store) -> None:
+    """Claims come earliest next_poll_at first, at most *limit* a time, each once."""
+    offsets = [4, 1, 3, 0, 2, 9]  # 9: due only 4 s later
+    for i, offset in enumerate(offsets):
+        at = NOW - timedelta(seconds=50) + timedelta(seconds=offset)
+        store.create(make_record(f"op-{offset}", next_poll_at=at, job_id=str(i)), [])
+    now = NOW - timedelta(seconds=45)
+    assert _claim(store, now=now, limit=0) == []
+    assert _claim(store, now=now, limit=2) == ["op-0", "op-1"]
+    assert _claim(store, now=now, limit=2) == ["op-2", "op-3"]
+    assert _claim(store, now=now, limit=2) == ["op-4"]
+    assert _claim(store, now=now, limit=2) == []
+    assert _claim(store, now=now + timedelta(seconds=4), limit=2) == ["op-9"]
+
+
+def test_claim_due_holds_until_the_lease_expires(store: Store) -> None:
+    """A second owner gets nothing while the lease runs, and the operation once it ends."""
+    store.create(make_record(), [])
+    assert _claim(store, owner="w1") == ["op-1"]
+    assert _claim(store, owner="w2") == []
+    assert _claim(store, owner="w2", now=NOW + timedelta(seconds=29)) == []
+    later = NOW + timedelta(seconds=30)
+    assert _claim(store, owner="w2", now=later) == ["op-1"]
+    got = store.get("op-1")
+    assert got is not None
+    assert (got.lease_owner, got.version) == ("w2", 3)
+
+
+def test_a_claim_makes_an_earlier_read_stale(store: Store) -> None:
+    """A writer holding the record from before a claim loses its save (ConflictError)."""
+    created = store.create(make_record(), [])
+    [taken] = store.claim_due(owner="w1", now=NOW, lease_s=30, limit=1)
+    with pytest.raises(ConflictError):
+        store.save(replace(created, attempt=1), events("lost"))
+    saved = store.save(replace(taken, attempt=1, lease_owner=None, lease_expires_at=None), [])
+    assert saved.version == 3
+
+
+def test_claims_from_many_threads_take_each_operation_exactly_once(backend: Backend) -> None:
+    """200 due operations, 4 threads on two or more stores of one database claiming 10 at
+    a time until none are left: every operation is claimed exactly once."""
+    stores = [backend.open() for _ in range(2 if backend.shareable else 4)]
+    ids = [f"op-{i:03}" for i in range(200)]
+    rng = random.Random(7)
+    for i, operation_id in enumerate(ids):
+        at = T0 + timedelta(seconds=rng.randrange(60), microseconds=i)
+        stores[0].create(make_record(operation_id, next_poll_at=at), [])
+    claims: dict[str, list[str]] = {}
+    failures: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def claim_all(worker: int) -> None:
+        mine = claims.setdefault(f"w{worker}", [])
+        try:
+            start.wait()
+            while batch := stores[worker % len(stores)].claim_due(
+                owner=f"w{worker}", now=NOW, lease_s=300, limit=10
+            ):
+                mine += [r.operation_id for r in batch]
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=claim_all, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == []
+    taken = [operation_id for mine in claims.values() for operation_id in mine]
+    assert sorted(taken) == ids
+    for owner, mine in claims.items():
+        for operation_id in mine:
+            got = stores[1].get(operation_id)
+            assert got is not None
+            assert got.lease_owner == owner
+
+
+# ---------------------------------------------------------------------------- pending_summary
+
+
+def test_pending_summary_of_an_empty_store(store: Store) -> None:
+    """No operations: (0, None)."""
+    assert store.pending_summary() == (0, None)
+
+
+def test_pending_summary_counts_open_operations_and_the_earliest_drivable(store: Store) -> None:
+    """Counts every operation without an outcome; the earliest next_poll_at is taken among
+    drivable phases only (leases do not matter; submitting and finished ones are left out)."""
+    store.create(make_record("a", next_poll_at=T0 + timedelta(seconds=30)), [])
+    store.create(
+        make_record(
+            "b",
+            next_poll_at=T0 + timedelta(seconds=10, microseconds=5),
+            lease_owner="w1",
+            lease_expires_at=T0 + timedelta(hours=1),
+        ),
+        [],
+    )
+    store.create(
+        make_record("c", phase=Phase.FETCHING_RESULT, next_poll_at=T0 + timedelta(seconds=20)), []
+    )
+    store.create(
+        make_record(
+            "d",
+            phase=Phase.DONE,
+            outcome=OutcomeKind.SUCCEEDED,
+            next_poll_at=T0 - timedelta(days=1),
+        ),
+        [],
+    )
+    store.create(make_record("e", phase=Phase.SUBMITTING, next_poll_at=T0 - timedelta(hours=1)), [])
+    count, earliest = store.pending_summary()
+    assert count == 4
+    assert earliest == T0 + timedelta(seconds=10, microseconds=5)
+    assert earliest is not None
+    assert earliest.utcoffset() == timedelta(0)
+
+
+def test_pending_summary_without_drivable_operations(store: Store) -> None:
+    """Only a submitting operation open: counted, but no earliest poll time."""
+    store.create(make_record("e", phase=Phase.SUBMITTING), [])
+    store.create(make_record("d", phase=Phase.DONE, outcome=OutcomeKind.CANCELED), [])
+    assert store.pending_summary() == (1, None)
 
 
 # ---------------------------------------------------------------------------- SQLite only

@@ -9,6 +9,9 @@ import click
 
 from waitbound._errors import OutcomeError, StoreError, UsageError, WaitboundError
 from waitbound.cli._app import Interrupted, cli
+from waitbound.cli._db import db
+
+cli.add_command(db)
 
 __all__ = ["cli", "main"]
 

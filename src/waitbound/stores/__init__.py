@@ -1,24 +1,60 @@
 """Stores: where operations and their audit logs live.
 
-``memory`` for tests, SQLite (the embedded default), and later PostgreSQL for many
-workers, all behind one :class:`Store` protocol.
+``memory`` for tests, SQLite (the embedded default), and PostgreSQL for many workers
+on many machines (``waitbound.stores.postgres``, the ``postgres`` extra), all behind one
+:class:`Store` protocol. See ``docs/stores.md``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import platformdirs
 
 from waitbound import _errors
 from waitbound.stores._protocol import Store
 from waitbound.stores.memory import MemoryStore
+from waitbound.stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
 from waitbound.stores.sqlite import SQLiteStore
 
-__all__ = ["MemoryStore", "SQLiteStore", "Store", "default_store_path", "open_store"]
+__all__ = [
+    "MemoryStore",
+    "SQLiteStore",
+    "SchemaUpgrade",
+    "Store",
+    "default_store_path",
+    "is_postgres_dsn",
+    "open_store",
+    "upgrade_store",
+]
 
 STORE_ENV = "WAITBOUND_STORE"
+
+_POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
+_POSTGRES_EXTRA: Final = (
+    "a PostgreSQL store needs psycopg 3 and psycopg-pool; "
+    "install them with: pip install 'waitbound[postgres]'"
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchemaUpgrade:
+    """What :func:`upgrade_store` did.
+
+    Attributes:
+        store: the store, as a message names it (a DSN's password is ``***``).
+        applied: the schema versions applied now, oldest first (empty: nothing to do).
+        version: the store's schema version afterwards.
+    """
+
+    store: str
+    applied: tuple[int, ...]
+    version: int
 
 
 def default_store_path() -> Path:
@@ -33,11 +69,34 @@ def default_store_path() -> Path:
     return platformdirs.user_state_path("waitbound") / "waitbound.db"
 
 
+def is_postgres_dsn(spec: str | Path | None) -> bool:
+    """Whether *spec* names a PostgreSQL store (``postgresql://…`` or ``postgres://…``)."""
+    return isinstance(spec, str) and spec.strip().startswith(_POSTGRES_SCHEMES)
+
+
+@contextmanager
+def _postgres_extra() -> Iterator[None]:
+    """Turn a missing psycopg into a UsageError naming the extra to install."""
+    try:
+        yield
+    except ImportError as exc:
+        if (exc.name or "").startswith("waitbound"):
+            raise
+        raise _errors.UsageError(_POSTGRES_EXTRA) from None
+
+
 def open_store(spec: str | Path | None = None) -> Store:
-    """Open a store from a spec: ``"memory:"``, a SQLite file path, or ``None`` (the default).
+    """Open a store from a spec: ``"memory:"``, a PostgreSQL DSN, a SQLite file path, or
+    ``None`` (the default SQLite file, see :func:`default_store_path`).
+
+    A spec starting with ``postgresql://`` or ``postgres://`` opens a
+    ``PostgresStore`` (schema ``waitbound``); it must have been prepared with
+    ``waitbound db upgrade``. A SQLite file is created and brought up to date on open.
 
     Raises:
-        StoreError: the store cannot be opened.
+        UsageError: an empty spec, or a DSN while psycopg is not installed.
+        StoreError: the store cannot be opened (for PostgreSQL also: its schema is
+            missing or older than this waitbound's).
         SchemaVersionError: the store was written by a newer waitbound.
     """
     if spec is None:
@@ -46,4 +105,56 @@ def open_store(spec: str | Path | None = None) -> Store:
         raise _errors.UsageError("the store path is empty; give a file path or 'memory:'")
     if str(spec) == "memory:":
         return MemoryStore()
+    if is_postgres_dsn(spec):
+        with _postgres_extra():
+            from waitbound.stores.postgres import PostgresStore
+        return PostgresStore(str(spec).strip())
     return SQLiteStore(Path(spec))
+
+
+def upgrade_store(spec: str | Path | None = None, *, schema: str | None = None) -> SchemaUpgrade:
+    """Bring a durable store's schema up to this waitbound's version.
+
+    For PostgreSQL, every pending migration is applied in one transaction under an
+    advisory lock (a concurrent upgrade waits, then has nothing to do); the schema
+    (default ``waitbound``) is created when missing. A SQLite file is already brought
+    up to date whenever it is opened.
+
+    Args:
+        spec: as for :func:`open_store` (``"memory:"`` has no schema and is refused).
+        schema: the PostgreSQL schema; ``None`` means ``waitbound``.
+
+    Raises:
+        UsageError: the memory store, ``schema`` for a SQLite file, or a DSN while
+            psycopg is not installed.
+        StoreError: the store cannot be reached or refused the change (nothing changed).
+        SchemaVersionError: the store was written by a newer waitbound.
+    """
+    if spec is not None and str(spec) == "memory:":
+        raise _errors.UsageError(
+            "the memory store keeps nothing between runs; there is no schema to upgrade"
+        )
+    if is_postgres_dsn(spec):
+        with _postgres_extra():
+            from waitbound.stores import postgres
+        dsn = str(spec).strip()
+        chosen = schema if schema is not None else postgres.DEFAULT_SCHEMA
+        applied = postgres.upgrade(dsn, schema=chosen)
+        label = postgres.redact_dsn(dsn)
+        if chosen != postgres.DEFAULT_SCHEMA:
+            label += f" (schema {chosen})"
+        return SchemaUpgrade(store=label, applied=tuple(applied), version=postgres.SCHEMA_VERSION)
+    if schema is not None:
+        raise _errors.UsageError("--schema applies to PostgreSQL stores only (postgresql://…)")
+    if spec is None:
+        spec = default_store_path()
+    if str(spec).strip() == "":
+        raise _errors.UsageError("the store path is empty; give a file path or a DSN")
+    sqlite = SQLiteStore(Path(spec))
+    try:
+        applied = sqlite.upgrade()
+    finally:
+        sqlite.close()
+    return SchemaUpgrade(
+        store=str(sqlite.path), applied=tuple(applied), version=SQLITE_SCHEMA_VERSION
+    )

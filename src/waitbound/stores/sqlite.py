@@ -106,6 +106,15 @@ class SQLiteStore:
                         db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
+    def upgrade(self) -> list[int]:
+        """Apply pending schema migrations; return their versions.
+
+        A SQLite file is brought to the current schema when it is opened, so there is
+        never anything left to apply: this returns ``[]``. It exists so ``waitbound db
+        upgrade`` treats both durable stores alike.
+        """
+        return []
+
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._damage():

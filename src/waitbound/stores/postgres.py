@@ -1,0 +1,499 @@
+"""The PostgreSQL store, for many workers on many machines (psycopg 3, a connection pool).
+
+Records are rows with typed columns for what is queried (phase, next poll time,
+lease) and the versioned JSON document for the rest. Audit events are rows appended in
+the same transaction as the record change. Workers claim due operations with
+``SELECT … FOR UPDATE SKIP LOCKED``, so two workers never claim the same operation and
+never wait on each other's claims.
+
+The schema is versioned: :data:`MIGRATIONS` is applied by :func:`upgrade` (the
+``waitbound db upgrade`` command), never by opening a store.
+
+The ``data`` columns are ``json``, not ``jsonb``: ``json`` keeps the text exactly as
+written, while ``jsonb`` turns ``1e+16`` into an integer and ``-0.0`` into ``0.0`` (which
+breaks the audit chain's hashes) and refuses ``\\u0000`` in a string outright.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Final
+from urllib.parse import unquote
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from waitbound._audit import AuditEvent, StoredAuditEvent
+from waitbound._clock import utc
+from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
+from waitbound._record import Record
+from waitbound.stores._protocol import (
+    DRIVABLE_PHASES,
+    advance,
+    claimed,
+    decode_record,
+    encode_record,
+)
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "PostgresStore",
+    "redact_dsn",
+    "upgrade",
+]
+
+DEFAULT_SCHEMA: Final = "waitbound"
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    # 1: operations and their audit log.
+    """
+    CREATE TABLE {schema}.operations (
+        operation_id     text PRIMARY KEY,
+        version          integer NOT NULL,
+        phase            text NOT NULL,
+        outcome          text,
+        next_poll_at     timestamptz NOT NULL,
+        lease_owner      text,
+        lease_expires_at timestamptz,
+        created_at       timestamptz NOT NULL,
+        data             json NOT NULL
+    );
+    CREATE INDEX operations_due ON {schema}.operations (phase, next_poll_at);
+    CREATE TABLE {schema}.audit_events (
+        operation_id text NOT NULL REFERENCES {schema}.operations (operation_id),
+        seq          integer NOT NULL,
+        at           timestamptz NOT NULL,
+        kind         text NOT NULL,
+        summary      text NOT NULL,
+        data         json NOT NULL,
+        prev_hash    text NOT NULL,
+        hash         text NOT NULL,
+        PRIMARY KEY (operation_id, seq)
+    );
+    """,
+)
+"""The schema, one SQL script per version (``{schema}`` is the quoted schema name).
+Version N is ``MIGRATIONS[N - 1]``; a released script is never edited, only appended to."""
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+"""The schema version this waitbound reads and writes."""
+
+_SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_URI: Final = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://)(?P<rest>[^?#]*)", re.IGNORECASE)
+_PASSWORD_PARAM: Final = re.compile(
+    r"(?P<key>\bpassword\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|[^\s&]*)", re.IGNORECASE
+)
+
+_QUOTED: Final = re.compile(r'"[^"]*"')
+
+_QUERIES: Final = {
+    "insert": "INSERT INTO {schema}.operations (operation_id, version, phase, outcome,"
+    " next_poll_at, lease_owner, lease_expires_at, created_at, data)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::json) ON CONFLICT (operation_id) DO NOTHING",
+    "get": "SELECT data::text FROM {schema}.operations WHERE operation_id = %s",
+    "update": "UPDATE {schema}.operations SET version = %s, phase = %s, outcome = %s,"
+    " next_poll_at = %s, lease_owner = %s, lease_expires_at = %s, data = %s::json"
+    " WHERE operation_id = %s AND version = %s",
+    "append": "INSERT INTO {schema}.audit_events"
+    " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
+    " VALUES (%s, %s, %s, %s, %s, %s::json, %s, %s)",
+    "audit": "SELECT seq, at, kind, summary, data::text, prev_hash, hash"
+    " FROM {schema}.audit_events WHERE operation_id = %s ORDER BY seq",
+    "due": "SELECT data::text FROM {schema}.operations"
+    " WHERE phase = ANY(%s) AND next_poll_at <= %s"
+    " AND (lease_expires_at IS NULL OR lease_expires_at <= %s)"
+    " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
+    "claim": "UPDATE {schema}.operations SET version = %s, lease_owner = %s,"
+    " lease_expires_at = %s, data = %s::json WHERE operation_id = %s AND version = %s",
+    "summary": "SELECT count(*) FILTER (WHERE outcome IS NULL),"
+    " min(next_poll_at) FILTER (WHERE phase = ANY(%s)) FROM {schema}.operations",
+}
+
+
+class PostgresStore:
+    """A :class:`~waitbound.stores.Store` in a PostgreSQL schema, shared by many workers.
+
+    Thread-safe: every call borrows a connection from a pool and is one transaction.
+    Opening never changes the database: a schema that is missing or older than this
+    waitbound's must first be brought up to date with :func:`upgrade`
+    (``waitbound db upgrade --store DSN``).
+
+    Args:
+        dsn: a libpq connection string, ``postgresql://user@host:5432/dbname`` or
+            ``host=… dbname=…`` (see the PostgreSQL manual, "Connection Strings").
+            A password in it never appears in a message.
+        schema: the PostgreSQL schema holding waitbound's tables.
+        min_size: connections the pool keeps open.
+        max_size: connections the pool opens at most; a call waits up to 30 s for one.
+        connect_timeout_s: how long opening a connection may take, in seconds (unless
+            the DSN sets ``connect_timeout`` itself).
+
+    Raises:
+        StoreError: the server cannot be reached, or the schema is missing or older
+            than this waitbound's (the message says to run ``waitbound db upgrade``).
+        SchemaVersionError: the schema was written by a newer waitbound.
+        UsageError: an invalid schema name or pool size.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        min_size: int = 1,
+        max_size: int = 8,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        if not 0 <= min_size <= max_size or max_size < 1:
+            raise UsageError(
+                f"pool sizes must satisfy 0 <= min_size <= max_size and max_size >= 1; "
+                f"got min_size={min_size}, max_size={max_size}"
+            )
+        self.schema = _checked_schema(schema)
+        self.label = redact_dsn(dsn)
+        """The DSN with its password replaced by ``***``, for messages."""
+        self._secrets = _secrets(dsn)
+        conninfo = _conninfo(dsn, connect_timeout_s, self.label, self._secrets)
+        with _failures(self.label, self._secrets), psycopg.connect(conninfo) as conn:
+            found = _schema_version(conn, self.schema)
+        if found > SCHEMA_VERSION:
+            raise _newer(self.label, self.schema, found)
+        if found < SCHEMA_VERSION:
+            hint = f"waitbound db upgrade --store {self.label}"
+            if self.schema != DEFAULT_SCHEMA:
+                hint += f" --schema {self.schema}"
+            raise StoreError(
+                f"store {_where(self.label, self.schema)}: schema version {found} is older than "
+                f"this waitbound's {SCHEMA_VERSION}; run `{hint}`"
+            )
+        ident = sql.Identifier(self.schema)
+        self._sql = {name: sql.SQL(text).format(schema=ident) for name, text in _QUERIES.items()}
+        self._pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            check=ConnectionPool.check_connection,
+            name=f"waitbound:{self.schema}",
+        )
+        try:
+            with _failures(self.label, self._secrets):
+                self._pool.open(wait=True, timeout=max(connect_timeout_s, 1.0))
+        except BaseException:
+            self._pool.close()
+            raise
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[TupleRow]]:
+        """One pooled connection, one transaction: committed on success, else rolled back."""
+        with _failures(self.label, self._secrets), self._pool.connection() as conn:
+            yield conn
+
+    def upgrade(self) -> list[int]:
+        """Apply pending migrations; return their versions (see :func:`upgrade`).
+
+        A store that opened is already current, so this returns ``[]`` unless another
+        process changed the schema since; it exists so both durable stores answer it.
+        """
+        with self._transaction() as conn:
+            return _apply(conn, self.schema, self.label)
+
+    def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
+        """See :meth:`Store.create`."""
+        stored, sealed = advance(record, events)
+        with self._transaction() as conn:
+            cursor = conn.execute(
+                self._sql["insert"],
+                (*_columns(stored), stored.created_at, encode_record(stored)),
+            )
+            if cursor.rowcount != 1:
+                raise UsageError(f"operation {record.operation_id!r} exists already")
+            self._append(conn, sealed)
+        return stored
+
+    def get(self, operation_id: str) -> Record | None:
+        """See :meth:`Store.get`."""
+        with self._transaction() as conn:
+            row = conn.execute(self._sql["get"], (operation_id,)).fetchone()
+        return decode_record(row[0]) if row else None
+
+    def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
+        """See :meth:`Store.save` (``UPDATE … WHERE version = %s``, one transaction)."""
+        stored, sealed = advance(record, events)
+        with self._transaction() as conn:
+            cursor = conn.execute(
+                self._sql["update"],
+                (*_columns(stored)[1:], encode_record(stored), record.operation_id, record.version),
+            )
+            if cursor.rowcount != 1:
+                raise ConflictError(record.operation_id, record.version)
+            self._append(conn, sealed)
+        return stored
+
+    def _append(
+        self, conn: psycopg.Connection[TupleRow], sealed: Sequence[StoredAuditEvent]
+    ) -> None:
+        if not sealed:
+            return
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                self._sql["append"],
+                [
+                    (
+                        s.operation_id,
+                        s.seq,
+                        s.event.at,
+                        s.event.kind,
+                        s.event.summary,
+                        json.dumps(dict(s.event.data), sort_keys=True),
+                        s.prev_hash,
+                        s.hash,
+                    )
+                    for s in sealed
+                ],
+            )
+
+    def claim_due(self, *, owner: str, now: datetime, lease_s: float, limit: int) -> list[Record]:
+        """See :meth:`Store.claim_due` (``SELECT … FOR UPDATE SKIP LOCKED``, one transaction).
+
+        Rows another worker is claiming at this moment are skipped, not waited for.
+        """
+        if limit < 0:
+            raise UsageError(f"claim limit must be 0 or more; got {limit}")
+        taken = []
+        with self._transaction() as conn:
+            rows = conn.execute(self._sql["due"], (list(DRIVABLE_PHASES), now, now, limit))
+            for (text,) in rows.fetchall():
+                record = decode_record(text)
+                stored, _ = advance(claimed(record, owner=owner, now=now, lease_s=lease_s), [])
+                cursor = conn.execute(
+                    self._sql["claim"],
+                    (
+                        stored.version,
+                        stored.lease_owner,
+                        stored.lease_expires_at,
+                        encode_record(stored),
+                        record.operation_id,
+                        record.version,
+                    ),
+                )
+                if cursor.rowcount != 1:  # the row is locked: only a damaged column gets here
+                    raise ConflictError(record.operation_id, record.version)
+                taken.append(stored)
+        return taken
+
+    def pending_summary(self) -> tuple[int, datetime | None]:
+        """See :meth:`Store.pending_summary`."""
+        with self._transaction() as conn:
+            row = conn.execute(self._sql["summary"], (list(DRIVABLE_PHASES),)).fetchone()
+        assert row is not None  # an aggregate always returns one row
+        count, earliest = row
+        assert isinstance(count, int)
+        return count, utc(earliest) if isinstance(earliest, datetime) else None
+
+    def audit(self, operation_id: str) -> list[StoredAuditEvent]:
+        """See :meth:`Store.audit`."""
+        with self._transaction() as conn:
+            rows = conn.execute(self._sql["audit"], (operation_id,)).fetchall()
+        stored = []
+        for seq, at, kind, summary, data, prev_hash, digest in rows:
+            assert isinstance(at, datetime)
+            stored.append(
+                StoredAuditEvent(
+                    operation_id=operation_id,
+                    seq=int(seq),
+                    event=AuditEvent(at=utc(at), kind=kind, summary=summary, data=json.loads(data)),
+                    prev_hash=prev_hash,
+                    hash=digest,
+                )
+            )
+        return stored
+
+    def close(self) -> None:
+        """Close the pool and its connections."""
+        self._pool.close()
+
+
+def upgrade(
+    dsn: str, *, schema: str = DEFAULT_SCHEMA, connect_timeout_s: float = 10.0
+) -> list[int]:
+    """Bring the store's schema to :data:`SCHEMA_VERSION`; return the versions applied.
+
+    Creates the schema when it is missing. Every pending migration and its row in
+    ``schema_migrations`` is applied in ONE transaction under a transaction-scoped
+    advisory lock (``pg_advisory_xact_lock``), so a second upgrade running at the same
+    time waits for the first, then finds nothing to do and returns ``[]``.
+
+    Raises:
+        StoreError: the server cannot be reached or refused a statement (nothing is
+            changed: the transaction is rolled back).
+        SchemaVersionError: the schema was written by a newer waitbound.
+        UsageError: an invalid schema name.
+    """
+    schema = _checked_schema(schema)
+    label, secrets = redact_dsn(dsn), _secrets(dsn)
+    conninfo = _conninfo(dsn, connect_timeout_s, label, secrets)
+    with _failures(label, secrets), psycopg.connect(conninfo) as conn:
+        return _apply(conn, schema, label)
+
+
+def _apply(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> list[int]:
+    """Apply the pending migrations inside the caller's transaction."""
+    ident = sql.Identifier(schema)
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
+    if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {}.schema_migrations"
+            " (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)"
+        ).format(ident)
+    )
+    rows = conn.execute(sql.SQL("SELECT version FROM {}.schema_migrations").format(ident))
+    found = {int(version) for (version,) in rows.fetchall()}
+    if max(found, default=0) > SCHEMA_VERSION:
+        raise _newer(label, schema, max(found))
+    applied = []
+    for version, script in enumerate(MIGRATIONS, start=1):
+        if version in found:
+            continue
+        conn.execute(sql.SQL(script).format(schema=ident))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.schema_migrations (version, applied_at) VALUES (%s, now())"
+            ).format(ident),
+            (version,),
+        )
+        applied.append(version)
+    return applied
+
+
+def _schema_version(conn: psycopg.Connection[TupleRow], schema: str) -> int:
+    """The newest applied migration (0 when the schema or its migrations table is missing)."""
+    table = sql.Identifier(schema, "schema_migrations").as_string(conn)
+    (exists,) = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone() or (False,)
+    if not exists:
+        return 0
+    row = conn.execute(
+        sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(
+            sql.Identifier(schema, "schema_migrations")
+        )
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def redact_dsn(dsn: str) -> str:
+    """*dsn* with its password (``user:password@`` or ``password=…``) replaced by ``***``."""
+    text = _PASSWORD_PARAM.sub(lambda m: m["key"] + "***", dsn)
+    match = _URI.match(text)
+    if match:
+        userinfo, at, hostpart = match["rest"].rpartition("@")
+        if at and ":" in userinfo:
+            user = userinfo.split(":", 1)[0]
+            text = f"{match['head']}{user}:***@{hostpart}{text[match.end() :]}"
+    return text
+
+
+def _secrets(dsn: str) -> list[str]:
+    """The password(s) written in *dsn*, raw and percent-decoded, to scrub from messages."""
+    found = [m["value"].strip("'") for m in _PASSWORD_PARAM.finditer(dsn)]
+    match = _URI.match(dsn)
+    if match:
+        userinfo, at, _ = match["rest"].rpartition("@")
+        if at and ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+    found += [unquote(s) for s in found]
+    return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+def _scrub(message: str, secrets: Sequence[str]) -> str:
+    """One line, with every secret replaced by ``***``."""
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    for secret in secrets:
+        line = line.replace(secret, "***")
+    return line
+
+
+@contextmanager
+def _failures(label: str, secrets: Sequence[str]) -> Iterator[None]:
+    """Turn a driver or pool failure into a one-line StoreError without the password."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise StoreError(f"store {label}: {_scrub(str(exc), secrets)}") from None
+    except PoolTimeout as exc:
+        raise StoreError(f"store {label}: {_scrub(str(exc), secrets)}") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        if isinstance(exc, StoreError | UsageError):
+            raise
+        raise StoreError(f"store {label}: a stored value is damaged ({exc})") from None
+
+
+def _conninfo(dsn: str, connect_timeout_s: float, label: str, secrets: Sequence[str]) -> str:
+    """*dsn* checked, with ``connect_timeout`` added unless it names one.
+
+    A DSN libpq cannot parse is not shown at all, nor the pieces libpq quotes from it:
+    a misspelt ``password`` is not recognised as one, so redaction cannot be trusted.
+    """
+    if not dsn.strip():
+        raise UsageError("the PostgreSQL DSN is empty")
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        reason = _QUOTED.sub(lambda m: m[0] if len(m[0]) <= 3 else '"…"', _scrub(str(exc), secrets))
+        raise StoreError(
+            f"the PostgreSQL DSN cannot be parsed ({reason}); expected "
+            "postgresql://user@host:5432/dbname or host=… port=… dbname=… (not shown: "
+            "it may hold a password)"
+        ) from None
+    if "connect_timeout" in params:
+        return dsn
+    with _failures(label, secrets):
+        return make_conninfo(dsn, connect_timeout=max(1, round(connect_timeout_s)))
+
+
+def _checked_schema(schema: str) -> str:
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise UsageError(
+            f"schema name {schema!r} is not a lowercase identifier (a-z, 0-9, _; at most 63)"
+        )
+    return schema
+
+
+def _lock_key(schema: str) -> int:
+    """The advisory lock that serializes upgrades of one schema (a signed 64-bit key)."""
+    digest = hashlib.sha256(f"waitbound db upgrade {schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _where(label: str, schema: str) -> str:
+    return label if schema == DEFAULT_SCHEMA else f"{label} (schema {schema})"
+
+
+def _newer(label: str, schema: str, found: int) -> SchemaVersionError:
+    return SchemaVersionError(
+        f"store {_where(label, schema)} has schema version {found}, newer than this "
+        f"waitbound understands ({SCHEMA_VERSION}); upgrade waitbound to use it"
+    )
+
+
+def _columns(record: Record) -> tuple[object, ...]:
+    return (
+        record.operation_id,
+        record.version,
+        record.phase.value,
+        record.outcome.value if record.outcome else None,
+        record.next_poll_at,
+        record.lease_owner,
+        record.lease_expires_at,
+    )
