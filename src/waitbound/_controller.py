@@ -194,6 +194,13 @@ def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False)
                 "(the process stopped); that request stays counted",
             )
         )
+        if lost == "result":
+            detail = (
+                "the result was requested, but the answer was lost when the process stopped; "
+                "a result is fetched at most once, so it is not requested again"
+            )
+            step = escalate(record, now, Reason.PROVIDER_FAILURE, detail)
+            return _finish_early(record, now, notes, step)
     if record.phase is Phase.SUBMITTING:
         return _plan_submit(record, now, owner, notes, can_submit=can_submit)
     cancel_at = cancel_url(record)

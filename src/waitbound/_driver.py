@@ -35,6 +35,7 @@ from waitbound._controller import (
     plan,
 )
 from waitbound._errors import ConflictError, OperationNotFoundError
+from waitbound._failpoints import hit
 from waitbound._observation import Observation
 from waitbound._operation import Submission
 from waitbound._record import Record
@@ -155,10 +156,12 @@ def _drive(
                     reserved = persist(reservation.record, reservation.events)
                 except ConflictError:
                     continue
+                hit("reserved", f"reserved-{request.kind}")
                 content = submission.body if request.kind == "submit" and submission else None
                 sent = _request_headers(request, reserved, headers, submission)
                 observation = yield _Send(request, sent, content)
                 assert observation is not None, "the driver must answer a _Send"
+                hit("answered", f"answered-{request.kind}")
                 after = observe(reserved, observation, rng=rng)
                 try:
                     persist(after.record, after.events)
