@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -72,6 +73,7 @@ class SQLiteStore:
 
     def __init__(self, path: str | Path, *, timeout_s: float = 30.0) -> None:
         self.path = Path(path)
+        self._lock = threading.RLock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(
@@ -117,7 +119,7 @@ class SQLiteStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._damage():
+        with self._lock, self._damage():
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -128,9 +130,13 @@ class SQLiteStore:
 
     @contextmanager
     def _damage(self) -> Iterator[None]:
-        """Turn a database failure (a damaged or foreign file, a full disk) into one line."""
+        """Turn a database failure (a damaged or foreign file, a full disk) into one line.
+
+        Also serialises this store's use of its one connection across threads.
+        """
         try:
-            yield
+            with self._lock:
+                yield
         except sqlite3.IntegrityError:
             raise
         except sqlite3.Error as exc:
@@ -206,7 +212,7 @@ class SQLiteStore:
 
     def claim_due(self, *, owner: str, now: datetime, lease_s: float, limit: int) -> list[Record]:
         """See :meth:`Store.claim_due` (one ``BEGIN IMMEDIATE`` transaction)."""
-        stamp = now.isoformat()
+        stamp = _instant(now)
         taken = []
         with self._transaction() as db:
             rows = db.execute(
@@ -279,7 +285,8 @@ def _why(exc: BaseException) -> str:
 
 
 def _instant(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
+    """An instant as UTC ISO 8601 text: such texts sort as their instants do."""
+    return utc(value).isoformat() if value is not None else None
 
 
 def _columns(record: Record) -> tuple[object, ...]:
@@ -288,7 +295,7 @@ def _columns(record: Record) -> tuple[object, ...]:
         record.version,
         record.phase.value,
         record.outcome.value if record.outcome else None,
-        record.next_poll_at.isoformat(),
+        _instant(record.next_poll_at),
         record.lease_owner,
         _instant(record.lease_expires_at),
     )
