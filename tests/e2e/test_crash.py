@@ -1,0 +1,100 @@
+"""kill -9 a worker at chosen points (seeded), restart it: budgets hold, results once.
+
+The worker process dies by SIGKILL at a failpoint (``WAITBOUND_FAILPOINT``): after a
+request was reserved and before it was sent, after its answer arrived and before that
+was persisted — for status and for result requests. A second worker then finishes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from waitbound import Operation, Policy, SQLiteStore, parse_profile, start
+from waitbound.sim import Simulator, parse_scenario
+
+POINTS = ("reserved-status", "answered-status", "reserved-result", "answered-result")
+MAX_REQUESTS = 8
+PROFILE = parse_profile(
+    {"state": "status", "pending": ["running"], "succeeded": ["done"],
+     "result_url": "result_url"}
+)  # fmt: skip
+SCENARIO = {
+    "id": "crash",
+    "endpoints": {
+        "status": [
+            {"code": 200, "body": {"status": "running"}, "repeat": 2},
+            {"code": 200, "body": {"status": "done", "result_url": "{base_url}/result"}},
+        ],
+        "result": [{"code": 200, "body": {"rows": 1}}],
+    },
+}
+OPERATIONS = 3
+
+
+def _worker(store: Path, failpoint: str | None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("WAITBOUND_FAILPOINT", None)
+    if failpoint:
+        env["WAITBOUND_FAILPOINT"] = failpoint
+    command = [sys.executable, "-m", "waitbound", "worker", "--until-idle", "--lease", "2s"]
+    return subprocess.run(
+        [*command, "--store", str(store)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("seed", range(50))
+def test_a_killed_worker_never_buys_requests_or_fetches_a_result_twice(
+    seed: int, tmp_path: Path
+) -> None:
+    """Seeded kill -9 at a failpoint, then a restart: every operation ends; no operation
+    exceeded its request budget; no result was fetched twice."""
+    rng = random.Random(seed)
+    point = POINTS[seed % len(POINTS)]
+    nth = rng.randint(1, OPERATIONS)
+    store_path = tmp_path / "store.db"
+    simulators = [Simulator(parse_scenario(SCENARIO)).start() for _ in range(OPERATIONS)]
+    try:
+        store = SQLiteStore(store_path)
+        policy = Policy(
+            base_delay_s=0.05,
+            max_delay_s=0.1,
+            deadline_s=60,
+            max_requests=MAX_REQUESTS,
+            request_timeout_s=2,
+            lease_s=1,  # a dead worker's request lease expires within 3 s
+        )
+        ids = [
+            start(Operation(status_url=f"{sim.base_url}/status", profile=PROFILE, policy=policy),
+                  store=store).operation_id
+            for sim in simulators
+        ]  # fmt: skip
+        store.close()
+        crashed = _worker(store_path, f"{point}:{nth}")
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+        finished = _worker(store_path, None)
+        assert finished.returncode == 0, finished.stderr
+    finally:
+        for sim in simulators:
+            sim.stop()
+    store = SQLiteStore(store_path)
+    records = [store.get(i) for i in ids]
+    store.close()
+    for sim, record in zip(simulators, records, strict=True):
+        assert record is not None
+        assert record.outcome is not None
+        assert sim.count("status") + sim.count("result") <= MAX_REQUESTS
+        assert sim.count("status") + sim.count("result") <= record.requests_used
+        assert sim.count("result") <= 1
