@@ -46,7 +46,10 @@ _INLINE_PATHS = {
     "job_id_path": "job_id",
     "poll_hint_path": "poll_hint",
 }
-_STORE_HELP = "SQLite file (or 'memory:'); default $WAITBOUND_STORE or the user state directory."
+_STORE_HELP = (
+    "SQLite file, PostgreSQL DSN or 'memory:'; default $WAITBOUND_STORE or the user state "
+    "directory."
+)
 
 
 @click.group(
