@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -17,6 +17,7 @@ __all__ = [
     "DRIVABLE_PHASES",
     "Store",
     "advance",
+    "audit_rows",
     "claimed",
     "decode_record",
     "encode_record",
@@ -118,6 +119,25 @@ def is_claimable(record: Record, now: datetime) -> bool:
 def claimed(record: Record, *, owner: str, now: datetime, lease_s: float) -> Record:
     """*record* with the claim's lease set (the version is bumped by the write)."""
     return replace(record, lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s))
+
+
+def audit_rows(
+    sealed: Sequence[StoredAuditEvent], instant: Callable[[datetime], object]
+) -> list[tuple[object, ...]]:
+    """Sealed events as ``audit_events`` rows, the time converted by *instant*."""
+    return [
+        (
+            s.operation_id,
+            s.seq,
+            instant(s.event.at),
+            s.event.kind,
+            s.event.summary,
+            json.dumps(dict(s.event.data), sort_keys=True),
+            s.prev_hash,
+            s.hash,
+        )
+        for s in sealed
+    ]
 
 
 def advance(record: Record, events: Sequence[AuditEvent]) -> tuple[Record, list[StoredAuditEvent]]:

@@ -38,6 +38,7 @@ from waitbound._record import Record
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     advance,
+    audit_rows,
     claimed,
     decode_record,
     encode_record,
@@ -246,22 +247,7 @@ class PostgresStore:
         if not sealed:
             return
         with conn.cursor() as cursor:
-            cursor.executemany(
-                self._sql["append"],
-                [
-                    (
-                        s.operation_id,
-                        s.seq,
-                        s.event.at,
-                        s.event.kind,
-                        s.event.summary,
-                        json.dumps(dict(s.event.data), sort_keys=True),
-                        s.prev_hash,
-                        s.hash,
-                    )
-                    for s in sealed
-                ],
-            )
+            cursor.executemany(self._sql["append"], audit_rows(sealed, lambda at: at))
 
     def claim_due(self, *, owner: str, now: datetime, lease_s: float, limit: int) -> list[Record]:
         """See :meth:`Store.claim_due` (``SELECT … FOR UPDATE SKIP LOCKED``, one transaction).

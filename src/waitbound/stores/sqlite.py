@@ -23,6 +23,7 @@ from waitbound._record import Record
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     advance,
+    audit_rows,
     claimed,
     decode_record,
     encode_record,
@@ -195,19 +196,7 @@ class SQLiteStore:
         db.executemany(
             "INSERT INTO audit_events (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    s.operation_id,
-                    s.seq,
-                    s.event.at.isoformat(),
-                    s.event.kind,
-                    s.event.summary,
-                    json.dumps(dict(s.event.data), sort_keys=True),
-                    s.prev_hash,
-                    s.hash,
-                )
-                for s in sealed
-            ],
+            audit_rows(sealed, datetime.isoformat),
         )
 
     def claim_due(self, *, owner: str, now: datetime, lease_s: float, limit: int) -> list[Record]:
