@@ -43,6 +43,7 @@ from waitbound.stores import Store, open_store
 from waitbound.transports import HttpSettings, send_async, send_sync
 
 __all__ = [
+    "Credentials",
     "EventSink",
     "Tools",
     "loop",
@@ -54,6 +55,9 @@ __all__ = [
 ]
 
 EventSink = Callable[[AuditEvent], None]
+Credentials = Mapping[str, str] | Callable[[Record], Mapping[str, str]]
+"""The caller's headers: one mapping for every operation, or a function giving each
+operation's own (e.g. by its ``label``). Sent only to origins the record trusts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,11 +99,11 @@ def _holder_is_gone(owner: str | None) -> bool:
 def _request_headers(
     request: Request,
     record: Record,
-    headers: Mapping[str, str],
+    headers: Callable[[Record], Mapping[str, str]],
     submission: Submission | None,
 ) -> dict[str, str]:
     """The caller's headers, for the origins the record trusts only; plus the submit's own."""
-    sent = dict(headers) if record.trusts(request.url) else {}
+    sent = dict(headers(record)) if record.trusts(request.url) else {}
     if request.kind == "submit" and submission is not None:
         if submission.body and submission.content_type:
             sent.setdefault("Content-Type", submission.content_type)
@@ -117,7 +121,7 @@ def _drive(
     clock: Clock,
     rng: random.Random,
     on_event: EventSink | None,
-    headers: Mapping[str, str],
+    headers: Callable[[Record], Mapping[str, str]],
     submission: Submission | None = None,
     until: Callable[[Record], bool] | None = None,
 ) -> Generator[_Sleep | _Send, Observation | None, Record]:
@@ -177,7 +181,7 @@ class Tools:
     clock: Clock
     rng: random.Random
     on_event: EventSink | None
-    headers: Mapping[str, str]
+    headers: Callable[[Record], Mapping[str, str]]
 
 
 def tools(
@@ -185,14 +189,22 @@ def tools(
     clock: Clock | None,
     rng: random.Random | None,
     on_event: EventSink | None,
-    headers: Mapping[str, str] | None,
+    headers: Credentials | None,
 ) -> Tools:
+    if callable(headers):
+        per_record = headers
+    else:
+        fixed = dict(headers or {})
+
+        def per_record(record: Record) -> Mapping[str, str]:
+            return fixed
+
     return Tools(
         store=store if store is not None else open_store(),
         clock=clock or SystemClock(),
         rng=rng or random.Random(),
         on_event=on_event,
-        headers=dict(headers or {}),
+        headers=per_record,
     )
 
 

@@ -69,6 +69,8 @@ class Operation:
         trusted_origins: more origins (``https://files.example.com``) that may receive
             the caller's headers, besides the status URL's.
         job_id: the provider's job id, when the caller knows it.
+        label: who or what the operation belongs to (1-128 printable characters),
+            e.g. ``mcp:transcode``; :meth:`Store.recent` lists by its prefix.
     """
 
     status_url: str
@@ -79,6 +81,7 @@ class Operation:
     cancel_on_deadline: bool = False
     trusted_origins: tuple[str, ...] = ()
     job_id: str | None = None
+    label: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +100,7 @@ class Submission:
             the profile names one and this is ``None``).
         max_submit_attempts: with an idempotency key, how many times a submission
             without an answer (a timeout, a dropped connection, a 5xx) may be sent.
-        result_url, cancel_url, cancel_on_deadline, trusted_origins: as in
+        result_url, cancel_url, cancel_on_deadline, trusted_origins, label: as in
             :class:`Operation` (headers go to the submit URL's origin and these).
     """
 
@@ -113,6 +116,7 @@ class Submission:
     cancel_url: str | None = None
     cancel_on_deadline: bool = False
     trusted_origins: tuple[str, ...] = ()
+    label: str | None = None
 
     def fingerprint(self) -> str:
         """``sha256`` over method, URL and body: what identifies the request in the record."""
@@ -204,9 +208,15 @@ def open_operation(
     return _create(store, _new_record(operation, operation_id, clock.now()), clock)
 
 
+def _check_label(label: str | None) -> None:
+    if label is not None and not (0 < len(label) <= 128 and label.isprintable()):
+        raise UsageError(f"label {label[:40]!r} must be 1-128 printable characters")
+
+
 def _new_record(
     operation: Operation | Submission, operation_id: str | None, now: datetime
 ) -> Record:
+    _check_label(operation.label)
     record = Record(
         operation_id=operation_id or new_operation_id(),
         profile=operation.profile,
@@ -215,6 +225,7 @@ def _new_record(
         result_url=operation.result_url,
         cancel_url=operation.cancel_url,
         cancel_on_deadline=operation.cancel_on_deadline,
+        label=operation.label,
         trusted_origins=tuple(check_url(o, "trusted origin") for o in operation.trusted_origins),
         created_at=now,
         deadline_at=now + timedelta(seconds=operation.policy.deadline_s),

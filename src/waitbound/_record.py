@@ -148,6 +148,7 @@ class Record:
     cancel_url: str | None = None
     errors_url: str | None = None
     job_id: str | None = None
+    label: str | None = None
     submit_method: str | None = None
     submit_url: str | None = None
     submit_fingerprint: str | None = None

@@ -17,7 +17,7 @@ so operations created together spread out instead of polling in waves.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass, replace
 
@@ -26,7 +26,7 @@ import httpx
 
 from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
-from waitbound._driver import loop, new_owner, one_step, run_async_effects, tools
+from waitbound._driver import Credentials, loop, new_owner, one_step, run_async_effects, tools
 from waitbound._errors import ConflictError, UsageError
 from waitbound._record import Phase, Record
 from waitbound._urls import origin
@@ -116,7 +116,7 @@ async def work(
     store: Store,
     *,
     settings: WorkerSettings = WorkerSettings(),
-    headers: Mapping[str, str] | None = None,
+    headers: Credentials | None = None,
     client: httpx.AsyncClient | None = None,
     clock: Clock | None = None,
     sleep: Callable[[float], Awaitable[object]] | None = None,
@@ -134,7 +134,8 @@ async def work(
     Args:
         store: the shared store (SQLite on one machine, PostgreSQL across machines).
         settings: concurrency, lease and per-origin limits.
-        headers: sent to each operation's own origin only (see ``Record.trusts``).
+        headers: sent to each operation's own origin only (see ``Record.trusts``): one
+            mapping for all, or a function of the record giving each its own.
         client, clock, sleep, rng, on_event, http: as in :func:`waitbound.wait`.
         stop: set it to stop claiming work (a SIGTERM handler does).
 

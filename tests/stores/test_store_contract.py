@@ -167,6 +167,7 @@ def full_record(operation_id: str = "op-full") -> Record:
         ),
         result_url="https://provider.example/v1/files/f-9/content",
         job_id="job-42",
+        label="mcp:batch",
         phase=Phase.DONE,
         outcome=OutcomeKind.COMPLETED_WITH_ERRORS,
         reason=Reason.CONTRADICTION,
@@ -735,6 +736,16 @@ def test_sqlite_edited_audit_rows_break_the_chain(tmp_path: Path, sql: str, brok
         store.close()
     with pytest.raises(StoreError, match=f"broken at event {broken_at}"):
         waitbound.verify_chain(stored)
+
+
+def test_recent_lists_newest_first_filtered_by_label_prefix(store: Store) -> None:
+    for n, label in enumerate(["mcp:a", None, "mcp:b", "MCP:c", "mcp_x", "mcp:a"]):
+        at = T0 + timedelta(seconds=n)
+        store.create(make_record(f"op-{n}", label=label, created_at=at), [])
+    assert [r.operation_id for r in store.recent(label_prefix="mcp:")] == ["op-5", "op-2", "op-0"]
+    assert [r.operation_id for r in store.recent(label_prefix="mcp:a", limit=1)] == ["op-5"]
+    assert len(store.recent()) == 6
+    assert store.recent(label_prefix="%") == []
 
 
 def test_sqlite_untouched_chain_verifies(tmp_path: Path) -> None:

@@ -87,5 +87,14 @@ class MemoryStore:
         with self._lock:
             return list(self._events.get(operation_id, ()))
 
+    def recent(self, *, label_prefix: str = "", limit: int = 50) -> list[Record]:
+        """See :meth:`Store.recent`."""
+        with self._lock:
+            records = [decode_record(text) for _, text in self._records.values()]
+        if label_prefix:
+            records = [r for r in records if (r.label or "").startswith(label_prefix)]
+        records.sort(key=lambda r: (r.created_at, r.operation_id), reverse=True)
+        return records[:limit]
+
     def close(self) -> None:
         """Nothing to release."""

@@ -116,6 +116,9 @@ _QUERIES: Final = {
     " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
     "claim": "UPDATE {schema}.operations SET version = %s, lease_owner = %s,"
     " lease_expires_at = %s, data = %s::json WHERE operation_id = %s AND version = %s",
+    "recent": "SELECT data::text FROM {schema}.operations"
+    " WHERE left(coalesce(data->>'label', ''), %s) = %s"
+    " ORDER BY created_at DESC, operation_id DESC LIMIT %s",
     "summary": "SELECT count(*) FILTER (WHERE outcome IS NULL),"
     " min(next_poll_at) FILTER (WHERE phase = ANY(%s)) FROM {schema}.operations",
 }
@@ -286,6 +289,14 @@ class PostgresStore:
         count, earliest = row
         assert isinstance(count, int)
         return count, utc(earliest) if isinstance(earliest, datetime) else None
+
+    def recent(self, *, label_prefix: str = "", limit: int = 50) -> list[Record]:
+        """See :meth:`Store.recent`."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                self._sql["recent"], (len(label_prefix), label_prefix, limit)
+            ).fetchall()
+        return [decode_record(str(text)) for (text,) in rows]
 
     def audit(self, operation_id: str) -> list[StoredAuditEvent]:
         """See :meth:`Store.audit`."""
