@@ -10,8 +10,10 @@ import click
 from waitbound._errors import OutcomeError, StoreError, UsageError, WaitboundError
 from waitbound.cli._app import Interrupted, cli
 from waitbound.cli._db import db
+from waitbound.cli._mcp import mcp_command
 
 cli.add_command(db)
+cli.add_command(mcp_command)
 
 __all__ = ["cli", "main"]
 

@@ -1,0 +1,70 @@
+"""``waitbound mcp``: serve the agent tools over MCP (stdio or streamable HTTP)."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+import platformdirs
+
+import waitbound
+from waitbound._errors import UsageError
+
+_STORE_HELP = (
+    "SQLite file or PostgreSQL DSN [default: the config's server.store, else mcp.db in the "
+    "user state directory]. Keep it for the MCP server's own operations: only this "
+    "server holds its providers' credentials."
+)
+
+
+@click.command(name="mcp")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="TOML file naming the providers (see docs/mcp.md).",
+)
+@click.option("--store", help=_STORE_HELP)
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio for a client that starts the server; http for streamable HTTP.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="With --transport http.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 10_000), default=16, show_default=True)
+def mcp_command(  # noqa: PLR0917 - click passes every option
+    config_path: str,
+    store: str | None,
+    transport: str,
+    host: str,
+    port: int,
+    concurrency: int,
+) -> int:
+    """Serve the agent tools (start_job, await_job, check_job, list_jobs, get_result,
+    cancel_job) over the Model Context Protocol; a background worker drives the jobs."""
+    try:
+        from waitbound.mcp import Jobs, create_server, load_config
+    except ImportError:
+        raise UsageError(
+            "the MCP server needs the 'mcp' package: pip install 'waitbound[mcp]'"
+        ) from None
+    config = load_config(config_path)
+    spec = store or config.store or platformdirs.user_state_path("waitbound") / "mcp.db"
+    opened = waitbound.open_store(spec)
+    # stdout belongs to the protocol; the SDK's and httpx's chatter stays off stderr too.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    server = create_server(
+        Jobs(config, opened), settings=waitbound.WorkerSettings(concurrency=concurrency)
+    )
+    try:
+        if transport == "stdio":
+            server.run("stdio")
+        else:
+            server.run("streamable-http", host=host, port=port)
+    finally:
+        opened.close()
+    return 0

@@ -1,0 +1,182 @@
+"""Tool answers written for a model to read: unambiguous, bounded, free of secrets.
+
+Every answer has a boolean ``done``, a ``status`` (``processing`` while the job runs,
+else the outcome), a ``message`` in plain sentences, and — while the work is not
+finished — the next tool to call and the least time to wait first. Provider text
+(result, error, progress) is cut to a character budget; the rest is fetched by
+reference with ``get_result``. Configured secrets are replaced before an answer
+leaves the server.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Final
+
+from waitbound._json import JSON
+from waitbound._outcome import OutcomeKind
+from waitbound._record import Phase, Record
+
+__all__ = ["SMALL_CHARS", "Answer", "bounded", "entry", "scrub", "view"]
+
+Answer = dict[str, JSON]
+
+SMALL_CHARS: Final = 300
+"""The budget of a provider value shown beside the main answer (state, progress, counts)."""
+
+REDACTED: Final = "[redacted]"
+
+
+def _text(value: JSON) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def bounded(value: JSON, limit: int) -> tuple[JSON, bool]:
+    """*value* itself when its JSON text fits in *limit* characters, else the first
+    *limit* characters of that text (a string); and whether it was cut."""
+    text = _text(value)
+    if len(text) <= limit:
+        return value, False
+    return text[:limit], True
+
+
+def scrub(answer: JSON, secrets: Sequence[str]) -> JSON:
+    """*answer* with every occurrence of a secret replaced by ``[redacted]``."""
+    if not secrets:
+        return answer
+    if isinstance(answer, str):
+        for secret in secrets:
+            answer = answer.replace(secret, REDACTED)
+        return answer
+    if isinstance(answer, list):
+        return [scrub(item, secrets) for item in answer]
+    if isinstance(answer, dict):
+        return {scrub(k, secrets): scrub(v, secrets) for k, v in answer.items()}  # type: ignore[misc]
+    return answer
+
+
+def _seconds_until(when: datetime, now: datetime) -> int:
+    return max(1, math.ceil((when - now).total_seconds()))
+
+
+def provider_of(record: Record) -> str | None:
+    """The provider name in an ``mcp:NAME`` label."""
+    label = record.label or ""
+    return label.removeprefix("mcp:") if label.startswith("mcp:") else None
+
+
+def entry(record: Record, now: datetime) -> Answer:
+    """A short line of ``list_jobs``: what the operation is and how it stands."""
+    done = record.is_finished
+    line: Answer = {
+        "operation_id": record.operation_id,
+        "job_id": bounded(record.job_id, 120)[0],
+        "provider": provider_of(record),
+        "done": done,
+        "status": record.outcome.value if record.outcome else "processing",
+        "reason": record.reason.value if record.reason else None,
+        "created_at": record.created_at.isoformat(),
+    }
+    if record.phase is Phase.SUBMITTING:
+        line["status"] = "submitting"
+    if not done:
+        line["next_check_after_seconds"] = _seconds_until(record.next_poll_at, now)
+    return line
+
+
+def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
+    """The full answer about one operation (``check_job``, ``await_job``, ``start_job``).
+
+    A result whose JSON text fits in *max_chars* characters is inline (``result``);
+    a larger one is named by ``result_ref`` for ``get_result``. The error is cut to
+    *max_chars* the same way. Other provider values are cut to :data:`SMALL_CHARS`.
+    """
+    outcome = record.to_outcome()
+    done = record.is_finished
+    started = record.created_at
+    end = record.finished_at or now
+    answer: Answer = {
+        "operation_id": record.operation_id,
+        "job_id": bounded(record.job_id, 120)[0],
+        "provider": provider_of(record),
+        "done": done,
+        "status": record.outcome.value if record.outcome else "processing",
+        "reason": record.reason.value if record.reason else None,
+        "provider_state": bounded(record.provider_state, SMALL_CHARS)[0],
+        "progress": bounded(record.progress, SMALL_CHARS)[0],
+        "elapsed_seconds": round(max(0.0, (end - started).total_seconds()), 1),
+        "requests_used": record.requests_used,
+        "max_requests": record.policy.max_requests,
+        "deadline_at": record.deadline_at.isoformat(),
+    }
+    if not done:
+        wait = _seconds_until(record.next_poll_at, now)
+        answer["next_check_after_seconds"] = wait
+        answer["next_tool"] = "await_job"
+        answer["message"] = (
+            f"{_job(record)} has STARTED and is NOT complete. Do not report success. "
+            f"It keeps running in the background; call await_job with operation_id "
+            f"{record.operation_id!r} (it waits for you), or check_job after {wait} s."
+        )
+        if record.phase is Phase.SUBMITTING:
+            answer["status"] = "submitting"
+            answer["message"] = (
+                f"Operation {record.operation_id} was recorded but its submission has no "
+                "answer yet; it is NOT known to have started. Do not report success. "
+                "Call start_job again with the same idempotency_key to finish submitting it."
+            )
+            answer["next_tool"] = "start_job"
+        return answer
+    answer["counts"] = bounded(dict(record.counts) if record.counts else None, SMALL_CHARS)[0]
+    message = outcome.message
+    if record.result is not None:
+        result, cut = bounded(record.result, max_chars)
+        if cut:
+            answer["result_ref"] = _ref(record, "result", max_chars)
+            message += " The result is large: call get_result to read it in parts."
+            answer["next_tool"] = "get_result"
+        else:
+            answer["result"] = result
+    if (whole_error := _error_value(record)) is not None:
+        error, cut = bounded(whole_error, max_chars)
+        answer["error"] = error
+        if cut:
+            answer["error_ref"] = _ref(record, "error", max_chars)
+    if record.outcome is OutcomeKind.ESCALATED:
+        answer["escalation"] = {
+            "reason": record.reason.value if record.reason else None,
+            "options": list(outcome.options),
+            "decided_by": "a person (not an agent tool)",
+        }
+    answer["message"] = message
+    return answer
+
+
+def _job(record: Record) -> str:
+    return f"Job {record.job_id}" if record.job_id else f"Operation {record.operation_id}"
+
+
+def _ref(record: Record, part: str, max_chars: int) -> Answer:
+    return {
+        "tool": "get_result",
+        "operation_id": record.operation_id,
+        "part": part,
+        "offset": 0,
+        "chars_per_call": max_chars,
+    }
+
+
+def part_text(record: Record, part: str) -> str | None:
+    """The whole text of a finished operation's ``result`` or ``error`` part."""
+    value = record.result if part == "result" else _error_value(record)
+    return None if value is None else _text(value)
+
+
+def _error_value(record: Record) -> JSON:
+    """The provider's error, with the first page of per-item errors when there is one."""
+    if record.errors is None:
+        return record.error
+    return {"error": record.error, "errors": record.errors}

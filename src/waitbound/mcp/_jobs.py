@@ -1,0 +1,350 @@
+"""The agent tools' behaviour, free of any protocol: jobs in the store, driven outside
+the model.
+
+:class:`Jobs` answers each tool from the durable store. Its :meth:`Jobs.drive` is the
+same async worker any ``waitbound worker`` runs (:func:`waitbound.work`), restricted to
+nothing but the providers' credentials, so operations progress between tool calls and
+resume from the store after a restart.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import math
+import random
+import re
+from collections.abc import Mapping
+from typing import Final
+
+import anyio
+import httpx
+
+from waitbound._api import check_async, submit_async
+from waitbound._audit import AuditEvent
+from waitbound._clock import Clock, SystemClock
+from waitbound._errors import OperationNotFoundError, UsageError
+from waitbound._json import JSON
+from waitbound._operation import Submission, request_cancel
+from waitbound._record import Record
+from waitbound._worker import WorkerSettings, work
+from waitbound.mcp._answers import Answer, entry, part_text, provider_of, scrub, view
+from waitbound.mcp._config import McpConfig, ProviderConfig
+from waitbound.stores import Store
+from waitbound.transports import HttpSettings
+
+__all__ = ["Jobs"]
+
+_PATH: Final = re.compile(r"/[A-Za-z0-9._~/:@!$&'()*+,;=%-]*")
+_MAX_BODY_BYTES: Final = 1024 * 1024
+_KEY: Final = re.compile(r"[A-Za-z0-9._:-]{1,100}")
+_RECHECK_S: Final = 1.0
+"""How often a waiting ``await_job`` re-reads the store when no change was signalled
+(another process, such as a ``waitbound worker``, may be driving the operation)."""
+
+
+class Jobs:
+    """The agent tools over one store and one configuration.
+
+    Args:
+        config: the providers and the answer bounds.
+        store: where operations live (shared with any worker).
+        client: an ``httpx.AsyncClient`` to send with; ``None`` makes one per call.
+        clock, rng: time and jitter, injectable for tests.
+        http: body cap, redirects and connect timeout.
+
+    Every tool raises :class:`~waitbound.UsageError` (or
+    :class:`~waitbound.OperationNotFoundError`) for bad input, before storing anything.
+    """
+
+    def __init__(
+        self,
+        config: McpConfig,
+        store: Store,
+        *,
+        client: httpx.AsyncClient | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+    ) -> None:
+        self.config, self.store, self.client = config, store, client
+        self.clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+        self.http = http
+        self._changed = anyio.Event()
+        self._secrets = config.secrets()
+
+    # -- plumbing -----------------------------------------------------------------
+
+    def credentials(self, record: Record) -> Mapping[str, str]:
+        """The headers of the provider that started *record* (``{}`` for others)."""
+        provider = self.config.providers.get(provider_of(record) or "")
+        return provider.headers if provider else {}
+
+    def _notify(self, event: AuditEvent) -> None:
+        """Wake every waiting ``await_job``: some operation changed."""
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def _answer(self, answer: Answer) -> Answer:
+        cleaned = scrub(answer, self._secrets)
+        assert isinstance(cleaned, dict)
+        return cleaned
+
+    def _record(self, operation_id: object) -> Record:
+        if not isinstance(operation_id, str) or not operation_id:
+            raise UsageError("operation_id must be the non-empty id start_job returned")
+        record = self.store.get(operation_id)
+        if record is None or provider_of(record) not in self.config.providers:
+            raise OperationNotFoundError(operation_id)
+        return record
+
+    def _provider(self, name: object) -> ProviderConfig:
+        known = ", ".join(sorted(self.config.providers))
+        if not isinstance(name, str) or name not in self.config.providers:
+            raise UsageError(f"unknown provider {str(name)[:40]!r}; configured: {known}")
+        return self.config.providers[name]
+
+    async def drive(self, stop: anyio.Event, settings: WorkerSettings | None = None) -> None:
+        """Drive every due operation in the store until *stop* is set (the background
+        worker of the MCP server)."""
+        await work(
+            self.store,
+            settings=settings or WorkerSettings(),
+            headers=self.credentials,
+            client=self.client,
+            clock=self.clock,
+            rng=self.rng,
+            on_event=self._notify,
+            stop=stop,
+            http=self.http,
+        )
+
+    # -- the tools ----------------------------------------------------------------
+
+    async def start_job(
+        self,
+        provider: str,
+        body: JSON = None,
+        path: str | None = None,
+        method: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Answer:
+        """Submit a job to a configured provider, record it, and return at once.
+
+        The same *idempotency_key* (with the same request) returns the same operation
+        instead of submitting twice.
+
+        Raises:
+            UsageError: unknown provider, a method or path not allowed, a body that is
+                too large, or a bad key.
+        """
+        chosen = self._provider(provider)
+        verb = (method or chosen.allowed_methods[0]).upper()
+        if verb not in chosen.allowed_methods:
+            raise UsageError(
+                f"method {verb[:10]!r} is not allowed for provider {chosen.name}; "
+                f"allowed: {', '.join(chosen.allowed_methods)}"
+            )
+        where = path or chosen.submit_path
+        if not isinstance(where, str) or not _PATH.fullmatch(where) or ".." in where.split("/"):
+            raise UsageError(f"path {str(where)[:60]!r} must be a plain path starting with '/'")
+        if not any(fnmatch.fnmatchcase(where, pattern) for pattern in chosen.allowed_paths):
+            raise UsageError(
+                f"path {where[:60]!r} is outside the allowed paths of provider {chosen.name}: "
+                f"{', '.join(chosen.allowed_paths)}"
+            )
+        content = b"" if body is None else json.dumps(body).encode()
+        if len(content) > _MAX_BODY_BYTES:
+            raise UsageError(f"body is {len(content)} bytes; at most {_MAX_BODY_BYTES} are sent")
+        if idempotency_key is not None and not _KEY.fullmatch(idempotency_key):
+            raise UsageError("idempotency_key must be 1-100 letters, digits, '.', '_', ':' or '-'")
+        submission = Submission(
+            method=verb,
+            url=chosen.base_url + where,
+            profile=chosen.profile,
+            policy=chosen.policy,
+            body=content,
+            content_type="application/json" if body is not None else None,
+            idempotency_key=idempotency_key,
+            label=chosen.label,
+        )
+        operation_id = None
+        if idempotency_key is not None:
+            digest = hashlib.sha256(f"{chosen.name}\n{idempotency_key}".encode()).hexdigest()
+            operation_id = f"mcp-{digest[:24]}"
+        outcome = await submit_async(
+            submission,
+            operation_id=operation_id,
+            store=self.store,
+            headers=chosen.headers,
+            client=self.client,
+            clock=self.clock,
+            rng=self.rng,
+            on_event=self._notify,
+            http=self.http,
+        )
+        return self._answer(self._view(self._record(outcome.operation_id)))
+
+    async def await_job(self, operation_id: str, max_wait_seconds: float | None = None) -> Answer:
+        """Wait inside the server until the operation has an outcome or the ceiling
+        (*max_wait_seconds*, default and cap from the configuration) is reached.
+
+        Safe to call again: it reads the stored operation and waits; it sends nothing
+        itself (the background worker does).
+
+        Raises:
+            UsageError: a negative or non-numeric wait.
+            OperationNotFoundError: no such operation.
+        """
+        ceiling = self._ceiling(max_wait_seconds)
+        record = self._record(operation_id)
+        start = self.clock.monotonic()
+        while not record.is_finished:
+            left = ceiling - (self.clock.monotonic() - start)
+            if left <= 0:
+                break
+            changed = self._changed
+            with anyio.move_on_after(min(left, _RECHECK_S)):
+                await changed.wait()
+            record = self._record(operation_id)
+        answer = self._view(record)
+        answer["waited_seconds"] = round(self.clock.monotonic() - start, 1)
+        if not record.is_finished:
+            answer["message"] = (
+                f"Waited {ceiling:g} s: the job is still running in the background and is "
+                f"NOT complete. Do not report success. Call await_job again with "
+                f"operation_id {record.operation_id!r}."
+            )
+        return self._answer(answer)
+
+    def _ceiling(self, wanted: object) -> float:
+        if wanted is None:
+            return self.config.default_wait_seconds
+        if not isinstance(wanted, int | float) or isinstance(wanted, bool) or math.isnan(wanted):
+            raise UsageError("max_wait_seconds must be a number of seconds")
+        if wanted < 0:
+            raise UsageError(f"max_wait_seconds must not be negative, got {wanted:g}")
+        return min(float(wanted), self.config.max_wait_seconds)
+
+    async def check_job(self, operation_id: str) -> Answer:
+        """One look at the stored operation; a request is sent only when one is due
+        and no worker holds it.
+
+        Raises:
+            OperationNotFoundError: no such operation.
+        """
+        record = self._record(operation_id)
+        if not record.is_finished and record.phase.value != "submitting":
+            await check_async(
+                operation_id,
+                store=self.store,
+                headers=self.credentials(record),
+                client=self.client,
+                clock=self.clock,
+                rng=self.rng,
+                on_event=self._notify,
+                http=self.http,
+            )
+            record = self._record(operation_id)
+        return self._answer(self._view(record))
+
+    def list_jobs(self, include_finished: bool = True) -> Answer:
+        """The agent's operations, newest first (in flight and recently finished)."""
+        now = self.clock.now()
+        limit = self.config.list_limit
+        records = self.store.recent(label_prefix="mcp:", limit=limit + 1)
+        shown = [
+            entry(r, now)
+            for r in records[:limit]
+            if (include_finished or not r.is_finished) and provider_of(r) in self.config.providers
+        ]
+        in_flight = sum(1 for line in shown if not line["done"])
+        return self._answer(
+            {
+                "operations": shown,  # type: ignore[dict-item]
+                "in_flight": in_flight,
+                "more": len(records) > limit,
+                "message": (
+                    f"{in_flight} of these operations are NOT complete; call await_job or "
+                    "check_job with an operation_id for one of them."
+                    if in_flight
+                    else "No listed operation is still running."
+                ),
+            }
+        )
+
+    def get_result(self, operation_id: str, part: str = "result", offset: int = 0) -> Answer:
+        """A part (``result`` or ``error``) of a finished operation, read from the store
+        (the provider was asked for it at most once), *max_answer_chars* at a time.
+
+        Raises:
+            UsageError: a bad part or offset.
+            OperationNotFoundError: no such operation.
+        """
+        if part not in ("result", "error"):
+            raise UsageError(f"part must be 'result' or 'error', got {str(part)[:20]!r}")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise UsageError("offset must be a whole number >= 0")
+        record = self._record(operation_id)
+        if not record.is_finished:
+            return self._answer(self._view(record))
+        text = part_text(record, part)
+        size = self.config.max_answer_chars
+        answer: Answer = {
+            "operation_id": record.operation_id,
+            "done": True,
+            "status": record.outcome.value if record.outcome else None,
+            "part": part,
+        }
+        if text is None:
+            answer["message"] = f"Operation {record.operation_id} has no {part}."
+            return self._answer(answer)
+        chunk = text[offset : offset + size]
+        following = offset + len(chunk)
+        answer |= {
+            "text": chunk,
+            "offset": offset,
+            "total_chars": len(text),
+            "next_offset": following if following < len(text) else None,
+            "message": (
+                f"Characters {offset}-{following} of {len(text)} of the {part} (JSON text)."
+                + (
+                    f" Call get_result with offset {following} for more."
+                    if following < len(text)
+                    else ""
+                )
+            ),
+        }
+        return self._answer(answer)
+
+    def cancel_job(self, operation_id: str, reason: str | None = None) -> Answer:
+        """Ask for the job's cancellation, where the configuration lets agents cancel
+        and the job is cancelable now; the background worker sends the request.
+
+        Raises:
+            UsageError: cancel is not allowed, or the job cannot be canceled now
+                (the message says why).
+            OperationNotFoundError: no such operation.
+        """
+        record = self._record(operation_id)
+        provider = self.config.providers[provider_of(record) or ""]
+        if not provider.allow_cancel:
+            raise UsageError(
+                f"agents may not cancel jobs of provider {provider.name} (allow_cancel is "
+                "off in the server's configuration); ask a person"
+            )
+        why = None if reason is None else str(reason)[:200]
+        request_cancel(
+            self.store, self.clock, record.operation_id, reason=why, requested_by="agent"
+        )
+        answer = self._view(self._record(operation_id))
+        answer["message"] = (
+            "Cancellation requested; it is NOT yet confirmed. Call await_job to learn how "
+            "the job ends."
+        )
+        return self._answer(answer)
+
+    def _view(self, record: Record) -> Answer:
+        return view(record, self.clock.now(), max_chars=self.config.max_answer_chars)
