@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Final
 
@@ -20,12 +21,33 @@ from waitbound._json import JSON
 from waitbound._outcome import OutcomeKind
 from waitbound._record import Phase, Record
 
-__all__ = ["SMALL_CHARS", "Answer", "bounded", "entry", "scrub", "view"]
+__all__ = [
+    "SMALL_CHARS",
+    "Answer",
+    "answer_bound",
+    "bounded",
+    "entry",
+    "fit",
+    "part_text",
+    "provider_of",
+    "scrub",
+    "view",
+]
 
 Answer = dict[str, JSON]
 
 SMALL_CHARS: Final = 300
 """The budget of a provider value shown beside the main answer (state, progress, counts)."""
+
+ID_CHARS: Final = 120
+"""The most characters of a provider's job id shown."""
+
+
+def answer_bound(max_chars: int) -> int:
+    """The most characters an answer's JSON text can have: a result and an error of
+    *max_chars* each, three small provider values, and the fixed fields and sentences."""
+    return 2 * max_chars + 3 * SMALL_CHARS + 4 * ID_CHARS + 2000
+
 
 REDACTED: Final = "[redacted]"
 
@@ -34,13 +56,28 @@ def _text(value: JSON) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
+def _encoded(value: JSON) -> int:
+    """Characters of *value* as JSON text in an answer."""
+    return len(json.dumps(value, ensure_ascii=False))
+
+
+def fit(text: str, limit: int) -> str:
+    """The longest start of *text* whose JSON string (quotes and escapes included) has
+    at most *limit* characters."""
+    cut = text[:limit]
+    while cut and (over := _encoded(cut) - limit) > 0:
+        # One character is at most 6 in JSON (\uXXXX): dropping over // 6 never drops
+        # more than needed, so the loop ends at the longest start that fits.
+        cut = cut[: len(cut) - max(1, over // 6)]
+    return cut
+
+
 def bounded(value: JSON, limit: int) -> tuple[JSON, bool]:
-    """*value* itself when its JSON text fits in *limit* characters, else the first
-    *limit* characters of that text (a string); and whether it was cut."""
-    text = _text(value)
-    if len(text) <= limit:
+    """*value* itself when its JSON text fits in *limit* characters, else the start of
+    that text (a string whose JSON form fits); and whether it was cut."""
+    if _encoded(value) <= limit:
         return value, False
-    return text[:limit], True
+    return fit(_text(value), limit), True
 
 
 def scrub(answer: JSON, secrets: Sequence[str]) -> JSON:
@@ -58,6 +95,10 @@ def scrub(answer: JSON, secrets: Sequence[str]) -> JSON:
     return answer
 
 
+def _clip(job_id: str | None) -> str | None:
+    return None if job_id is None else job_id[:ID_CHARS]
+
+
 def _seconds_until(when: datetime, now: datetime) -> int:
     return max(1, math.ceil((when - now).total_seconds()))
 
@@ -73,7 +114,7 @@ def entry(record: Record, now: datetime) -> Answer:
     done = record.is_finished
     line: Answer = {
         "operation_id": record.operation_id,
-        "job_id": bounded(record.job_id, 120)[0],
+        "job_id": _clip(record.job_id),
         "provider": provider_of(record),
         "done": done,
         "status": record.outcome.value if record.outcome else "processing",
@@ -94,13 +135,14 @@ def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
     a larger one is named by ``result_ref`` for ``get_result``. The error is cut to
     *max_chars* the same way. Other provider values are cut to :data:`SMALL_CHARS`.
     """
+    record = replace(record, job_id=_clip(record.job_id))
     outcome = record.to_outcome()
     done = record.is_finished
     started = record.created_at
     end = record.finished_at or now
     answer: Answer = {
         "operation_id": record.operation_id,
-        "job_id": bounded(record.job_id, 120)[0],
+        "job_id": record.job_id,
         "provider": provider_of(record),
         "done": done,
         "status": record.outcome.value if record.outcome else "processing",

@@ -16,6 +16,7 @@ import math
 import random
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Final
 
 import anyio
@@ -29,7 +30,7 @@ from waitbound._json import JSON
 from waitbound._operation import Submission, request_cancel
 from waitbound._record import Record
 from waitbound._worker import WorkerSettings, work
-from waitbound.mcp._answers import Answer, entry, part_text, provider_of, scrub, view
+from waitbound.mcp._answers import Answer, entry, fit, part_text, provider_of, scrub, view
 from waitbound.mcp._config import McpConfig, ProviderConfig
 from waitbound.stores import Store
 from waitbound.transports import HttpSettings
@@ -86,6 +87,17 @@ class Jobs:
         """Wake every waiting ``await_job``: some operation changed."""
         self._changed.set()
         self._changed = anyio.Event()
+
+    def _clean(self, record: Record) -> Record:
+        """*record* with configured secrets scrubbed from what the provider said, before
+        any of it is cut into parts (a secret split across two parts would escape)."""
+        if not self._secrets:
+            return record
+        said = {
+            name: scrub(getattr(record, name), self._secrets)
+            for name in ("result", "error", "errors", "progress", "provider_state", "job_id")
+        }
+        return replace(record, **said)  # type: ignore[arg-type]
 
     def _answer(self, answer: Answer) -> Answer:
         cleaned = scrub(answer, self._secrets)
@@ -290,7 +302,7 @@ class Jobs:
         record = self._record(operation_id)
         if not record.is_finished:
             return self._answer(self._view(record))
-        text = part_text(record, part)
+        text = part_text(self._clean(record), part)
         size = self.config.max_answer_chars
         answer: Answer = {
             "operation_id": record.operation_id,
@@ -301,7 +313,7 @@ class Jobs:
         if text is None:
             answer["message"] = f"Operation {record.operation_id} has no {part}."
             return self._answer(answer)
-        chunk = text[offset : offset + size]
+        chunk = fit(text[offset : offset + size], size)
         following = offset + len(chunk)
         answer |= {
             "text": chunk,
@@ -347,4 +359,4 @@ class Jobs:
         return self._answer(answer)
 
     def _view(self, record: Record) -> Answer:
-        return view(record, self.clock.now(), max_chars=self.config.max_answer_chars)
+        return view(self._clean(record), self.clock.now(), max_chars=self.config.max_answer_chars)
