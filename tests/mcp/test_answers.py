@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from waitbound import OutcomeKind, Phase, Policy, Reason, Record, parse_profile
+from waitbound._json import JSON
 from waitbound.mcp._answers import answer_bound, bounded, fit, scrub, view
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -96,5 +97,5 @@ def test_bounded_keeps_small_values_and_cuts_large_ones() -> None:
 
 
 def test_scrub_replaces_secrets_in_keys_and_values() -> None:
-    said = {"Bearer t0k": ["x Bearer t0k y", 3, None]}
+    said: JSON = {"Bearer t0k": ["x Bearer t0k y", 3, None]}
     assert scrub(said, ["Bearer t0k"]) == {"[redacted]": ["x [redacted] y", 3, None]}
