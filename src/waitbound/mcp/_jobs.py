@@ -28,7 +28,7 @@ from waitbound._clock import Clock, SystemClock
 from waitbound._errors import OperationNotFoundError, UsageError
 from waitbound._json import JSON
 from waitbound._operation import Submission, request_cancel
-from waitbound._record import Record
+from waitbound._record import Phase, Record
 from waitbound._worker import WorkerSettings, work
 from waitbound.mcp._answers import Answer, entry, fit, part_text, provider_of, scrub, view
 from waitbound.mcp._config import McpConfig, ProviderConfig
@@ -197,7 +197,10 @@ class Jobs:
             on_event=self._notify,
             http=self.http,
         )
-        return self._answer(self._view(self._record(outcome.operation_id)))
+        answer = self._view(self._record(outcome.operation_id))
+        if not answer["done"]:
+            answer["poll_after_seconds"] = answer["next_check_after_seconds"]
+        return self._answer(answer)
 
     async def await_job(self, operation_id: str, max_wait_seconds: float | None = None) -> Answer:
         """Wait inside the server until the operation has an outcome or the ceiling
@@ -248,7 +251,7 @@ class Jobs:
             OperationNotFoundError: no such operation.
         """
         record = self._record(operation_id)
-        if not record.is_finished and record.phase.value != "submitting":
+        if not record.is_finished and record.phase is not Phase.SUBMITTING:
             await check_async(
                 operation_id,
                 store=self.store,

@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 import pytest
-
 from mcp import Client
+
 from waitbound import SQLiteStore
 from waitbound.mcp import Jobs, create_server, parse_config
 from waitbound.sim import Simulator, parse_scenario
@@ -139,7 +139,7 @@ async def test_slow_job_started_then_awaited_to_one_answer(mode: str, tmp_path: 
             assert started["status"] == "processing"
             assert started["job_id"] == "job-7"
             assert started["next_tool"] == "await_job"
-            assert started["next_check_after_seconds"] >= 1
+            assert started["poll_after_seconds"] == started["next_check_after_seconds"] >= 1
             assert "STARTED and is NOT complete" in started["message"]
             finished = await h.call("await_job", operation_id=started["operation_id"])
     assert finished["done"] is True
