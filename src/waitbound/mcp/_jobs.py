@@ -105,8 +105,8 @@ class Jobs:
         return cleaned
 
     def _record(self, operation_id: object) -> Record:
-        if not isinstance(operation_id, str) or not operation_id:
-            raise UsageError("operation_id must be the non-empty id start_job returned")
+        if not isinstance(operation_id, str) or not 0 < len(operation_id) <= 128:
+            raise UsageError("operation_id must be the id start_job returned (1-128 characters)")
         record = self.store.get(operation_id)
         if record is None or provider_of(record) not in self.config.providers:
             raise OperationNotFoundError(operation_id)
