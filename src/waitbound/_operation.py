@@ -194,13 +194,13 @@ def open_operation(
         if isinstance(operation, Operation) and operation.status_url != existing.status_url:
             raise UsageError(
                 f"operation {operation_id} waits on another status URL; "
-                "resume it without a URL, or use a new --operation-id"
+                "resume it without a URL, or use a new operation id"
             )
         if isinstance(operation, Submission) and (
             operation.fingerprint() != existing.submit_fingerprint
         ):
             raise UsageError(
-                f"operation {operation_id} was created by another request; use a new --operation-id"
+                f"operation {operation_id} was created by another request; use a new operation id"
             )
         return _resume(store, existing, clock)
     if operation is None:
@@ -302,7 +302,7 @@ def _check_cancelable(record: Record) -> None:
     if cancel_url(record) is None:
         raise UsageError(
             f"operation {operation_id} has no cancel action: neither a receipt, a status "
-            "answer, the profile nor --cancel-url names one"
+            "answer, the profile nor a cancel URL given with the operation names one"
         )
     if not (record.profile.cancel.always or record.cancelable is True):
         said = {None: "did not say it is", False: "said it is not"}[record.cancelable]

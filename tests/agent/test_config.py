@@ -32,9 +32,11 @@ def test_a_minimal_provider_gets_safe_defaults() -> None:
 
 def test_headers_take_secrets_from_the_environment_only() -> None:
     data = {"providers": {"r": provider(headers={"Authorization": "Bearer ${TOKEN}"})}}
-    config = parse(data, {"TOKEN": "abc123"})
-    assert config.providers["r"].headers == {"Authorization": "Bearer abc123"}
-    assert config.secrets() == ["Bearer abc123"]
+    config = parse(data, {"TOKEN": "abc123def"})
+    assert config.providers["r"].headers == {"Authorization": "Bearer abc123def"}
+    assert config.secrets() == ["abc123def"]
+    short = {"providers": {"r": provider(headers={"X-Api-Version": "${V}", "Accept": "x/y"})}}
+    assert parse(short, {"V": "2"}).secrets() == []  # too short to scrub without mangling
     with pytest.raises(UsageError, match="needs the environment variable TOKEN, which is not set"):
         parse(data)
 
@@ -59,6 +61,11 @@ def test_a_relative_store_is_read_from_the_config_folder() -> None:
         ({"providers": {"r": provider(allowed_paths=["/a/../b"])}}, "no '..'"),
         ({"providers": {"r": provider(allowed_methods=["TRACE"])}}, "'TRACE' is not one of"),
         ({"providers": {"r": provider(allow_cancel="yes")}}, "allow_cancel must be true"),
+        ({"providers": {"r": provider(profile=None)}}, "providers.r.profile is missing"),
+        ({"providers": {"r": provider(base_url="https://x.example/?k=1")}}, "no query"),
+        ({"providers": {"r": provider(headers={"Bad Header": "x"})}}, "not a valid header name"),
+        ({"providers": {"r": provider(headers={"A": " x "})}}, "printable ASCII"),
+        ({"providers": {"r": provider(headers={"A": "Bearer ü"})}}, "printable ASCII"),
         ({"providers": {"r": provider(policy={"deadline_s": -1})}}, "providers.r.policy"),
         ({"providers": {"r": provider(policy={"speed": 1})}}, "unknown key 'speed'"),
         (

@@ -8,9 +8,11 @@ is the real simulator on loopback; the store is a real SQLite file.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +20,14 @@ import anyio
 import pytest
 from mcp import Client
 
-from waitbound import SQLiteStore
+from waitbound import Phase, SQLiteStore
 from waitbound.mcp import Jobs, create_server, parse_config
 from waitbound.sim import Simulator, parse_scenario
 
 pytestmark = pytest.mark.anyio
 
-TOKEN = "Bearer sk-test-7d1f0c"
+SECRET = "sk-test-7d1f0c"
+TOKEN = f"Bearer {SECRET}"
 
 PROFILE: dict[str, Any] = {
     "state": "status",
@@ -94,7 +97,7 @@ def config(base_url: str, **provider: Any) -> dict[str, Any]:
                 "profile": PROFILE,
                 "submit_path": "/jobs",
                 "allowed_paths": ["/jobs"],
-                "headers": {"Authorization": "${REPORTS_TOKEN}"},
+                "headers": {"Authorization": "Bearer ${REPORTS_TOKEN}", "X-Version": "2"},
                 "policy": {
                     "deadline_s": 30,
                     "max_requests": 20,
@@ -108,10 +111,12 @@ def config(base_url: str, **provider: Any) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def serving(mode: str, sim: Simulator, db: Path, **provider: Any) -> AsyncIterator[Harness]:
-    parsed = parse_config(
-        config(sim.base_url, **provider), base_dir=db.parent, environ={"REPORTS_TOKEN": TOKEN}
-    )
+async def serving(
+    mode: str, sim: Simulator, db: Path, list_limit: int = 20, **provider: Any
+) -> AsyncIterator[Harness]:
+    data = config(sim.base_url, **provider)
+    data["server"]["list_limit"] = list_limit
+    parsed = parse_config(data, base_dir=db.parent, environ={"REPORTS_TOKEN": SECRET})
     store = SQLiteStore(db)
     try:
         async with Client(create_server(Jobs(parsed, store)), mode=mode) as client:
@@ -244,6 +249,10 @@ async def test_bad_tool_input_is_a_clear_tool_error_and_stores_nothing(
             assert "unknown provider 'nope'" in await h.refused("start_job", provider="nope")
             outside = await h.refused("start_job", provider="reports", path="/admin/drop")
             assert "outside the allowed paths" in outside
+            for path in ("/jobs/%2e%2e/admin", "//evil.example/jobs", "/jobs/@evil", "/jobs?x=1"):
+                assert "must start with '/'" in await h.refused(
+                    "start_job", provider="reports", path=path
+                )
             method = await h.refused("start_job", provider="reports", method="DELETE")
             assert "not allowed" in method
             missing = await h.refused("await_job", operation_id="op_missing")
@@ -256,13 +265,16 @@ async def test_bad_tool_input_is_a_clear_tool_error_and_stores_nothing(
             assert "must not be negative" in negative
             part = await h.refused("get_result", operation_id=started["operation_id"], offset=-3)
             assert "offset" in part
+            typed = await h.refused("await_job", operation_id="x", max_wait_seconds="soon")
+            assert "invalid arguments (max_wait_seconds:" in typed
+            assert "\n" not in typed
     assert sim.count("submit") == 1
 
 
 async def test_answers_stay_within_their_size_bound_and_never_show_a_secret(
     mode: str, tmp_path: Path
 ) -> None:
-    big = {"rows": ["x" * 90] * 60, "echo": TOKEN}
+    big = {"rows": ["x" * 90] * 60, "echo": SECRET}
     done = {"code": 200, "body": {"status": "completed", "output": big}}
     with Simulator(scenario([done])) as sim:
         async with serving(mode, sim, tmp_path / "s.db") as h:
@@ -281,7 +293,7 @@ async def test_answers_stay_within_their_size_bound_and_never_show_a_secret(
                 offset = part["next_offset"]
     whole = "".join(parts)
     assert "[redacted]" in whole
-    assert json.loads(whole.replace("[redacted]", TOKEN)) == big
+    assert json.loads(whole.replace("[redacted]", SECRET)) == big
 
 
 async def test_cancel_only_where_allowed_and_cancelable(mode: str, tmp_path: Path) -> None:
@@ -307,6 +319,8 @@ async def test_cancel_only_where_allowed_and_cancelable(mode: str, tmp_path: Pat
             asked = await h.call("cancel_job", operation_id=operation_id, reason="not needed")
             assert asked["done"] is False
             assert "NOT yet confirmed" in asked["message"]
+            again = await h.call("cancel_job", operation_id=operation_id)
+            assert "already requested" in again["message"]
             answer = await h.call("await_job", operation_id=operation_id)
     assert answer["status"] == "canceled"
     assert sim.count("cancel") == 1
@@ -326,3 +340,56 @@ async def test_an_escalation_shows_its_reason_and_the_options_for_a_person(
     assert looked["escalation"]["reason"] == "unknown_state"
     assert "treat_as_pending" in looked["escalation"]["options"]
     assert "A person must decide" in looked["message"]
+
+
+async def test_list_jobs_of_in_flight_work_is_not_hidden_by_finished_jobs(
+    mode: str, tmp_path: Path
+) -> None:
+    slow = {"code": 200, "body": {"status": "completed", "output": 1}, "after_s": 30}
+    quick = {"code": 200, "body": {"status": "completed", "output": 2}}
+    with Simulator(scenario([{**RUNNING, "repeat": 2}, slow])) as sim:
+        async with serving(mode, sim, tmp_path / "s.db", list_limit=2) as h:
+            running = await h.call("start_job", provider="reports")
+        with Simulator(scenario([quick])) as other:
+            async with serving(mode, other, tmp_path / "s.db", list_limit=2) as h:
+                for _ in range(2):
+                    started = await h.call("start_job", provider="reports")
+                    await h.call("await_job", operation_id=started["operation_id"])
+                everything = await h.call("list_jobs")
+                in_flight = await h.call("list_jobs", include_finished=False)
+    assert everything["more"] is True
+    assert running["operation_id"] not in [o["operation_id"] for o in everything["operations"]]
+    assert [o["operation_id"] for o in in_flight["operations"]] == [running["operation_id"]]
+    assert "1 of these operations is NOT complete" in in_flight["message"]
+
+
+async def test_a_submission_cut_off_by_a_crash_is_settled_not_left_waiting(
+    mode: str, tmp_path: Path
+) -> None:
+    with Simulator(scenario([RUNNING])) as sim:
+        async with serving(mode, sim, tmp_path / "s.db") as h:
+            started = await h.call("start_job", provider="reports")
+            keyed = await h.call("start_job", provider="reports", idempotency_key="k-1")
+            for answer in (started, keyed):  # as a server killed mid-submit leaves them
+                record = h.store.get(answer["operation_id"])
+                assert record is not None
+                h.store.save(
+                    replace(
+                        record,
+                        phase=Phase.SUBMITTING,
+                        submit_attempts=1,
+                        lease_owner=f"{socket.gethostname()}:999999999:dead",
+                        lease_expires_at=record.created_at + timedelta(hours=1),
+                    ),
+                    [],
+                )
+            requests = len(sim.log())
+            settled = await h.call("await_job", operation_id=started["operation_id"])
+            waiting = await h.call("check_job", operation_id=keyed["operation_id"])
+            assert len(sim.log()) == requests
+    assert settled["done"] is True
+    assert settled["status"] == "escalated"
+    assert settled["reason"] == "provider_failure"
+    assert "may have created a job" in json.dumps(settled["error"])
+    assert waiting["status"] == "submitting"
+    assert "same idempotency_key" in waiting["message"]

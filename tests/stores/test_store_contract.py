@@ -746,6 +746,12 @@ def test_recent_lists_newest_first_filtered_by_label_prefix(store: Store) -> Non
     assert [r.operation_id for r in store.recent(label_prefix="mcp:a", limit=1)] == ["op-5"]
     assert len(store.recent()) == 6
     assert store.recent(label_prefix="%") == []
+    finished = replace(store.get("op-5") or make_record(), outcome=OutcomeKind.FAILED)
+    store.save(replace(finished, phase=Phase.DONE), [])
+    assert [r.operation_id for r in store.recent(label_prefix="mcp:", open_only=True)] == [
+        "op-2",
+        "op-0",
+    ]
 
 
 def test_sqlite_untouched_chain_verifies(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 
 import click
 import platformdirs
@@ -53,6 +54,8 @@ def mcp_command(  # noqa: PLR0917 - click passes every option
             "the MCP server needs the 'mcp' package: pip install 'waitbound[mcp]'"
         ) from None
     config = load_config(config_path)
+    if transport == "http":
+        _check_port(host, port)
     spec = store or config.store or platformdirs.user_state_path("waitbound") / "mcp.db"
     opened = waitbound.open_store(spec)
     # stdout belongs to the protocol; the SDK's and httpx's chatter stays off stderr too.
@@ -68,3 +71,12 @@ def mcp_command(  # noqa: PLR0917 - click passes every option
     finally:
         opened.close()
     return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse at once, in one line, an address that cannot be listened on."""
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None

@@ -166,9 +166,10 @@ def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
         if record.phase is Phase.SUBMITTING:
             answer["status"] = "submitting"
             answer["message"] = (
-                f"Operation {record.operation_id} was recorded but its submission has no "
-                "answer yet; it is NOT known to have started. Do not report success. "
-                "Call start_job again with the same idempotency_key to finish submitting it."
+                f"Operation {record.operation_id} is being submitted and is NOT known to have "
+                "started. Do not report success. If your start_job call never returned, call "
+                "start_job again with the same idempotency_key and body; otherwise call "
+                "check_job in a few seconds."
             )
             answer["next_tool"] = "start_job"
         return answer
@@ -211,10 +212,11 @@ def _ref(record: Record, part: str, max_chars: int) -> Answer:
     }
 
 
-def part_text(record: Record, part: str) -> str | None:
-    """The whole text of a finished operation's ``result`` or ``error`` part."""
+def part_text(record: Record, part: str) -> tuple[JSON, str | None]:
+    """A finished operation's ``result`` or ``error`` part, and its whole text (a
+    string as it is, anything else as JSON text; ``None`` when there is no such part)."""
     value = record.result if part == "result" else _error_value(record)
-    return None if value is None else _text(value)
+    return value, None if value is None else _text(value)
 
 
 def _error_value(record: Record) -> JSON:

@@ -7,6 +7,7 @@ A TOML file (``waitbound mcp --config FILE``)::
     max_wait_seconds = 50       # the highest ceiling an agent may ask for
     max_answer_chars = 4000     # result or error text in one tool answer
     list_limit = 20             # operations list_jobs shows at most
+    max_response_bytes = 1048576  # the largest provider answer read
 
     [providers.reports]
     base_url = "https://api.example.com"
@@ -19,8 +20,9 @@ A TOML file (``waitbound mcp --config FILE``)::
     policy = { deadline_s = 3600, max_requests = 120 }
 
 Header values take ``${NAME}`` from the server's environment when the file is loaded,
-so an agent never passes (or sees) a secret. Every header value is treated as a secret:
-it is scrubbed from every tool answer.
+so an agent never passes (or sees) a secret: each value so taken (of at least
+:data:`MIN_SECRET_CHARS` characters) is scrubbed from whatever a provider says before
+it reaches a tool answer.
 """
 
 from __future__ import annotations
@@ -41,10 +43,14 @@ from waitbound._record import Policy
 from waitbound.profiles import resolve_profile
 from waitbound.stores import is_postgres_dsn
 
-__all__ = ["McpConfig", "ProviderConfig", "load_config"]
+__all__ = ["MIN_SECRET_CHARS", "McpConfig", "ProviderConfig", "load_config", "parse_config"]
 
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ENV: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2
+_FIELD_VALUE: Final = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")  # §5.5, ASCII
+MIN_SECRET_CHARS: Final = 8
+"""Shorter environment values are not scrubbed from answers (they would mangle them)."""
 _METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -61,7 +67,9 @@ class ProviderConfig:
         allowed_paths: ``fnmatch`` patterns a job path must match.
         allowed_methods: HTTP methods an agent may submit with.
         allow_cancel: whether agents may cancel this provider's jobs.
-        headers: sent with every request to ``base_url``'s origin (secrets).
+        headers: sent with every request to ``base_url``'s origin, never stored.
+        secrets: the environment values substituted into ``headers`` (at least
+            :data:`MIN_SECRET_CHARS` long), kept out of every tool answer.
         policy: deadline, budgets and pacing of each job (seconds).
     """
 
@@ -73,6 +81,7 @@ class ProviderConfig:
     allowed_methods: tuple[str, ...] = ("POST",)
     allow_cancel: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
     policy: Policy = field(default_factory=Policy)
 
     @property
@@ -93,6 +102,7 @@ class McpConfig:
             a tool call off at 60 s).
         max_answer_chars: the most characters of result or error in one answer.
         list_limit: the most operations ``list_jobs`` shows.
+        max_response_bytes: the largest provider answer read (a result included).
     """
 
     providers: Mapping[str, ProviderConfig]
@@ -101,10 +111,11 @@ class McpConfig:
     max_wait_seconds: float = 50.0
     max_answer_chars: int = 4000
     list_limit: int = 20
+    max_response_bytes: int = 1024 * 1024
 
     def secrets(self) -> list[str]:
-        """Every configured header value, longest first (to scrub from answers)."""
-        values = {v for p in self.providers.values() for v in p.headers.values() if v}
+        """Every provider's secrets, longest first (to scrub from answers)."""
+        values = {v for p in self.providers.values() for v in p.secrets}
         return sorted(values, key=len, reverse=True)
 
 
@@ -159,6 +170,9 @@ def parse_config(
         max_wait_seconds=_seconds(server.get("max_wait_seconds", 50), "max_wait"),
         max_answer_chars=_whole(server.get("max_answer_chars", 4000), "max_answer_chars", 200),
         list_limit=_whole(server.get("list_limit", 20), "list_limit", 1),
+        max_response_bytes=_whole(
+            server.get("max_response_bytes", 1024 * 1024), "max_response_bytes", 1024
+        ),
     )
     if config.default_wait_seconds > config.max_wait_seconds:
         raise UsageError("server.default_wait_seconds must not exceed server.max_wait_seconds")
@@ -187,6 +201,8 @@ def _provider(
         raise UsageError(f"provider name {name[:40]!r} must be 1-64 letters, digits, '_' or '-'")
     _only(raw, _PROVIDER_KEYS, f"[{where}]")
     base_url = check_url(_text(raw.get("base_url"), f"{where}.base_url"), f"{where}.base_url")
+    if "?" in base_url or "#" in base_url:
+        raise UsageError(f"{where}.base_url must have no query or fragment (use headers)")
     submit_path = _path(raw.get("submit_path", "/"), f"{where}.submit_path")
     allowed = raw.get("allowed_paths", [submit_path])
     if not isinstance(allowed, list) or not allowed:
@@ -201,6 +217,7 @@ def _provider(
                 f"{where}.allowed_methods: {method!r} is not one of {sorted(_METHODS)}"
             )
         checked_methods.append(method.upper())
+    headers, secrets = _headers(raw.get("headers", {}), where, env)
     allow_cancel = raw.get("allow_cancel", False)
     if not isinstance(allow_cancel, bool):
         raise UsageError(f"{where}.allow_cancel must be true or false")
@@ -212,7 +229,8 @@ def _provider(
         allowed_paths=tuple(_path(p, f"{where}.allowed_paths") for p in allowed),
         allowed_methods=tuple(checked_methods),
         allow_cancel=allow_cancel,
-        headers=_headers(raw.get("headers", {}), where, env),
+        headers=headers,
+        secrets=secrets,
         policy=_policy(raw.get("policy", {}), where),
     )
 
@@ -226,13 +244,20 @@ def _profile(raw: object, where: str, base_dir: Path) -> Profile:
             return parse_profile(raw, name=str(raw.get("name", where)))
     except WaitboundError as exc:
         raise UsageError(f"{where}.profile: {exc}") from None
+    if raw is None:
+        raise UsageError(f"{where}.profile is missing: name a built-in profile or a file")
     raise UsageError(f"{where}.profile must name a built-in profile, a file, or be a table")
 
 
-def _headers(raw: object, where: str, env: Mapping[str, str]) -> dict[str, str]:
+def _headers(
+    raw: object, where: str, env: Mapping[str, str]
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The headers with ``${NAME}`` expanded, and the expanded values (the secrets)."""
     table = _table(raw, f"{where}.headers")
-    headers = {}
+    headers, secrets = {}, []
     for name, value in table.items():
+        if not _TOKEN.fullmatch(name):
+            raise UsageError(f"{where}.headers: {name[:40]!r} is not a valid header name")
         if not isinstance(value, str):
             raise UsageError(f"{where}.headers.{name} must be text")
 
@@ -243,13 +268,17 @@ def _headers(raw: object, where: str, env: Mapping[str, str]) -> dict[str, str]:
                     f"{where}.headers.{header} needs the environment variable {variable}, "
                     "which is not set"
                 )
+            secrets.append(env[variable])
             return env[variable]
 
         expanded = _ENV.sub(expand, value)
-        if not expanded.isprintable():
-            raise UsageError(f"{where}.headers.{name}: the value holds control characters")
+        if not _FIELD_VALUE.fullmatch(expanded):
+            raise UsageError(
+                f"{where}.headers.{name}: the value (after ${{NAME}} expansion) must be "
+                "printable ASCII without leading or trailing spaces"
+            )
         headers[name] = expanded
-    return headers
+    return headers, tuple(v for v in secrets if len(v) >= MIN_SECRET_CHARS)
 
 
 def _policy(raw: object, where: str) -> Policy:

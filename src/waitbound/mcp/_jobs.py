@@ -25,6 +25,7 @@ import httpx
 from waitbound._api import check_async, submit_async
 from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
+from waitbound._driver import loop, one_step, run_async_effects, tools
 from waitbound._errors import OperationNotFoundError, UsageError
 from waitbound._json import JSON
 from waitbound._operation import Submission, request_cancel
@@ -37,9 +38,13 @@ from waitbound.transports import HttpSettings
 
 __all__ = ["Jobs"]
 
-_PATH: Final = re.compile(r"/[A-Za-z0-9._~/:@!$&'()*+,;=%-]*")
+_PATH: Final = re.compile(r"/[A-Za-z0-9._~/-]*")
+"""Paths an agent may name: unreserved characters only (RFC 3986 §2.3), so nothing is
+percent-encoded, no ``@``, ``?`` or ``#``; ``..`` segments and ``//`` are refused too."""
 _MAX_BODY_BYTES: Final = 1024 * 1024
 _KEY: Final = re.compile(r"[A-Za-z0-9._:-]{1,100}")
+_KEYED: Final = "mcp-"
+"""The operation id prefix of a job started with the agent's own idempotency key."""
 _RECHECK_S: Final = 1.0
 """How often a waiting ``await_job`` re-reads the store when no change was signalled
 (another process, such as a ``waitbound worker``, may be driving the operation)."""
@@ -53,7 +58,8 @@ class Jobs:
         store: where operations live (shared with any worker).
         client: an ``httpx.AsyncClient`` to send with; ``None`` makes one per call.
         clock, rng: time and jitter, injectable for tests.
-        http: body cap, redirects and connect timeout.
+        http: body cap, redirects and connect timeout (default: the config's
+            ``max_response_bytes``).
 
     Every tool raises :class:`~waitbound.UsageError` (or
     :class:`~waitbound.OperationNotFoundError`) for bad input, before storing anything.
@@ -67,12 +73,12 @@ class Jobs:
         client: httpx.AsyncClient | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
-        http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+        http: HttpSettings | None = None,
     ) -> None:
         self.config, self.store, self.client = config, store, client
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
-        self.http = http
+        self.http = http or HttpSettings(max_body_bytes=config.max_response_bytes)
         self._changed = anyio.Event()
         self._secrets = config.secrets()
 
@@ -98,11 +104,6 @@ class Jobs:
             for name in ("result", "error", "errors", "progress", "provider_state", "job_id")
         }
         return replace(record, **said)  # type: ignore[arg-type]
-
-    def _answer(self, answer: Answer) -> Answer:
-        cleaned = scrub(answer, self._secrets)
-        assert isinstance(cleaned, dict)
-        return cleaned
 
     def _record(self, operation_id: object) -> Record:
         if not isinstance(operation_id, str) or not 0 < len(operation_id) <= 128:
@@ -160,14 +161,22 @@ class Jobs:
                 f"allowed: {', '.join(chosen.allowed_methods)}"
             )
         where = path or chosen.submit_path
-        if not isinstance(where, str) or not _PATH.fullmatch(where) or ".." in where.split("/"):
-            raise UsageError(f"path {str(where)[:60]!r} must be a plain path starting with '/'")
+        if (
+            not isinstance(where, str)
+            or not _PATH.fullmatch(where)
+            or ".." in where.split("/")
+            or "//" in where
+        ):
+            raise UsageError(
+                f"path {str(where)[:60]!r} must start with '/' and hold only letters, digits "
+                "and '.', '_', '~', '-', '/' (no '..' or '//')"
+            )
         if not any(fnmatch.fnmatchcase(where, pattern) for pattern in chosen.allowed_paths):
             raise UsageError(
                 f"path {where[:60]!r} is outside the allowed paths of provider {chosen.name}: "
                 f"{', '.join(chosen.allowed_paths)}"
             )
-        content = b"" if body is None else json.dumps(body).encode()
+        content = b"" if body is None else json.dumps(body, ensure_ascii=False).encode()
         if len(content) > _MAX_BODY_BYTES:
             raise UsageError(f"body is {len(content)} bytes; at most {_MAX_BODY_BYTES} are sent")
         if idempotency_key is not None and not _KEY.fullmatch(idempotency_key):
@@ -185,7 +194,13 @@ class Jobs:
         operation_id = None
         if idempotency_key is not None:
             digest = hashlib.sha256(f"{chosen.name}\n{idempotency_key}".encode()).hexdigest()
-            operation_id = f"mcp-{digest[:24]}"
+            operation_id = f"{_KEYED}{digest[:24]}"
+            existing = self.store.get(operation_id)
+            if existing is not None and existing.submit_fingerprint != submission.fingerprint():
+                raise UsageError(
+                    f"idempotency_key {idempotency_key!r} was already used for another request "
+                    f"(operation {operation_id}); use a new key"
+                )
         outcome = await submit_async(
             submission,
             operation_id=operation_id,
@@ -200,7 +215,7 @@ class Jobs:
         answer = self._view(self._record(outcome.operation_id))
         if not answer["done"]:
             answer["poll_after_seconds"] = answer["next_check_after_seconds"]
-        return self._answer(answer)
+        return answer
 
     async def await_job(self, operation_id: str, max_wait_seconds: float | None = None) -> Answer:
         """Wait inside the server until the operation has an outcome or the ceiling
@@ -215,8 +230,10 @@ class Jobs:
         """
         ceiling = self._ceiling(max_wait_seconds)
         record = self._record(operation_id)
+        if record.phase is Phase.SUBMITTING:
+            record = await self._look(record)
         start = self.clock.monotonic()
-        while not record.is_finished:
+        while not record.is_finished and record.phase is not Phase.SUBMITTING:
             left = ceiling - (self.clock.monotonic() - start)
             if left <= 0:
                 break
@@ -226,13 +243,13 @@ class Jobs:
             record = self._record(operation_id)
         answer = self._view(record)
         answer["waited_seconds"] = round(self.clock.monotonic() - start, 1)
-        if not record.is_finished:
+        if not record.is_finished and record.phase is not Phase.SUBMITTING:
             answer["message"] = (
                 f"Waited {ceiling:g} s: the job is still running in the background and is "
                 f"NOT complete. Do not report success. Call await_job again with "
                 f"operation_id {record.operation_id!r}."
             )
-        return self._answer(answer)
+        return answer
 
     def _ceiling(self, wanted: object) -> float:
         if wanted is None:
@@ -250,10 +267,18 @@ class Jobs:
         Raises:
             OperationNotFoundError: no such operation.
         """
-        record = self._record(operation_id)
-        if not record.is_finished and record.phase is not Phase.SUBMITTING:
+        return self._view(await self._look(self._record(operation_id)))
+
+    async def _look(self, record: Record) -> Record:
+        """*record* after one bounded look: at most one request, only when one is due
+        and nobody holds the operation. A submission whose answer was lost (the server
+        stopped mid-submit) and that the agent cannot resend (no idempotency key of its
+        own) is settled here: escalated, since it may have created a job."""
+        if record.is_finished:
+            return record
+        if record.phase is not Phase.SUBMITTING:
             await check_async(
-                operation_id,
+                record.operation_id,
                 store=self.store,
                 headers=self.credentials(record),
                 client=self.client,
@@ -262,33 +287,39 @@ class Jobs:
                 on_event=self._notify,
                 http=self.http,
             )
-            record = self._record(operation_id)
-        return self._answer(self._view(record))
+        elif not record.operation_id.startswith(_KEYED):
+            kit = tools(self.store, self.clock, self.rng, self._notify, None)
+            await run_async_effects(
+                loop(kit, record, until=one_step()),
+                kit,
+                record.profile,
+                client=self.client,
+                sleep=_no_sleep,
+                http=self.http,
+            )
+        return self._record(record.operation_id)
 
     def list_jobs(self, include_finished: bool = True) -> Answer:
         """The agent's operations, newest first (in flight and recently finished)."""
         now = self.clock.now()
         limit = self.config.list_limit
-        records = self.store.recent(label_prefix="mcp:", limit=limit + 1)
-        shown = [
-            entry(r, now)
-            for r in records[:limit]
-            if (include_finished or not r.is_finished) and provider_of(r) in self.config.providers
-        ]
-        in_flight = sum(1 for line in shown if not line["done"])
-        return self._answer(
-            {
-                "operations": shown,  # type: ignore[dict-item]
-                "in_flight": in_flight,
-                "more": len(records) > limit,
-                "message": (
-                    f"{in_flight} of these operations are NOT complete; call await_job or "
-                    "check_job with an operation_id for one of them."
-                    if in_flight
-                    else "No listed operation is still running."
-                ),
-            }
+        records = self.store.recent(
+            label_prefix="mcp:", limit=limit + 1, open_only=not include_finished
         )
+        shown = [entry(r, now) for r in records[:limit] if provider_of(r) in self.config.providers]
+        in_flight = sum(1 for line in shown if not line["done"])
+        are = "is" if in_flight == 1 else "are"
+        return {
+            "operations": shown,  # type: ignore[dict-item]
+            "in_flight": in_flight,
+            "more": len(records) > limit,
+            "message": (
+                f"{in_flight} of these operations {are} NOT complete; call await_job or "
+                "check_job with an operation_id for one of them."
+                if in_flight
+                else "No listed operation is still running."
+            ),
+        }
 
     def get_result(self, operation_id: str, part: str = "result", offset: int = 0) -> Answer:
         """A part (``result`` or ``error``) of a finished operation, read from the store
@@ -304,9 +335,11 @@ class Jobs:
             raise UsageError("offset must be a whole number >= 0")
         record = self._record(operation_id)
         if not record.is_finished:
-            return self._answer(self._view(record))
-        text = part_text(self._clean(record), part)
+            return self._view(record)
+        value, text = part_text(self._clean(record), part)
         size = self.config.max_answer_chars
+        if text is not None and offset > len(text):
+            raise UsageError(f"offset {offset} is past the end ({len(text)} characters)")
         answer: Answer = {
             "operation_id": record.operation_id,
             "done": True,
@@ -315,7 +348,7 @@ class Jobs:
         }
         if text is None:
             answer["message"] = f"Operation {record.operation_id} has no {part}."
-            return self._answer(answer)
+            return answer
         chunk = fit(text[offset : offset + size], size)
         following = offset + len(chunk)
         answer |= {
@@ -324,7 +357,8 @@ class Jobs:
             "total_chars": len(text),
             "next_offset": following if following < len(text) else None,
             "message": (
-                f"Characters {offset}-{following} of {len(text)} of the {part} (JSON text)."
+                f"Characters {offset}-{following} of {len(text)} of the {part}"
+                + (" (a plain string)." if isinstance(value, str) else " (JSON text).")
                 + (
                     f" Call get_result with offset {following} for more."
                     if following < len(text)
@@ -332,7 +366,7 @@ class Jobs:
                 )
             ),
         }
-        return self._answer(answer)
+        return answer
 
     def cancel_job(self, operation_id: str, reason: str | None = None) -> Answer:
         """Ask for the job's cancellation, where the configuration lets agents cancel
@@ -350,6 +384,13 @@ class Jobs:
                 f"agents may not cancel jobs of provider {provider.name} (allow_cancel is "
                 "off in the server's configuration); ask a person"
             )
+        if record.cancel_requested_at is not None:
+            answer = self._view(record)
+            answer["message"] = (
+                f"Cancellation was already requested at {record.cancel_requested_at:%H:%M:%S} "
+                "UTC; it is NOT yet confirmed. Call await_job to learn how the job ends."
+            )
+            return answer
         why = None if reason is None else str(reason)[:200]
         request_cancel(
             self.store, self.clock, record.operation_id, reason=why, requested_by="agent"
@@ -359,7 +400,11 @@ class Jobs:
             "Cancellation requested; it is NOT yet confirmed. Call await_job to learn how "
             "the job ends."
         )
-        return self._answer(answer)
+        return answer
 
     def _view(self, record: Record) -> Answer:
         return view(self._clean(record), self.clock.now(), max_chars=self.config.max_answer_chars)
+
+
+async def _no_sleep(seconds: float) -> None:
+    """A look never sleeps: an operation not due is left as it is."""

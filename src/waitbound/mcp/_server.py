@@ -14,7 +14,7 @@ import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from waitbound import __version__
 from waitbound._errors import WaitboundError
@@ -33,6 +33,30 @@ INSTRUCTIONS = (
 )
 
 _T = TypeVar("_T")
+
+MAX_ERROR_CHARS = 500
+"""The longest tool error text (a bad argument is named, not echoed whole)."""
+
+
+class _Server(MCPServer[None]):
+    """``MCPServer`` whose argument errors are one line (the SDK passes on pydantic's
+    multi-line report, with a web link, which a model need not read)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, ValidationError):
+                raise
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in error['loc']) or 'arguments'}: {error['msg']}"
+                for error in cause.errors()
+            )
+            raise ToolError(
+                f"Error executing tool {name}: invalid arguments ({problems})"[:MAX_ERROR_CHARS]
+            ) from cause
+
 
 ToolAnswer = dict[str, Any]
 """The tools' structured answer (JSON); ``Answer`` itself is recursive, which the SDK's
@@ -60,7 +84,7 @@ def create_server(jobs: Jobs, *, settings: WorkerSettings | None = None) -> MCPS
             finally:
                 stop.set()
 
-    server: MCPServer[None] = MCPServer(
+    server = _Server(
         name="waitbound",
         instructions=INSTRUCTIONS,
         version=__version__,
@@ -72,8 +96,8 @@ def create_server(jobs: Jobs, *, settings: WorkerSettings | None = None) -> MCPS
         try:
             return await call()
         except WaitboundError as exc:
-            cleaned = scrub(str(exc), jobs.config.secrets())
-            raise ToolError(f"{cleaned} (nothing was stored or sent)") from None
+            cleaned = str(scrub(str(exc), jobs.config.secrets()))[:MAX_ERROR_CHARS]
+            raise ToolError(cleaned) from None
 
     async def now(value: _T) -> _T:
         return value

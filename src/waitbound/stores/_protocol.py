@@ -75,9 +75,12 @@ class Store(Protocol):
         among those a worker can drive (``None`` when there are none)."""
         ...
 
-    def recent(self, *, label_prefix: str = "", limit: int = 50) -> list[Record]:
+    def recent(
+        self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
+    ) -> list[Record]:
         """Up to *limit* operations whose ``label`` starts with *label_prefix*, newest
         (by ``created_at``) first; an empty prefix lists every operation, labelled or not.
+        With *open_only*, only those without an outcome.
         """
         ...
 

@@ -87,12 +87,17 @@ class MemoryStore:
         with self._lock:
             return list(self._events.get(operation_id, ()))
 
-    def recent(self, *, label_prefix: str = "", limit: int = 50) -> list[Record]:
+    def recent(
+        self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
+    ) -> list[Record]:
         """See :meth:`Store.recent`."""
         with self._lock:
             records = [decode_record(text) for _, text in self._records.values()]
-        if label_prefix:
-            records = [r for r in records if (r.label or "").startswith(label_prefix)]
+        records = [
+            r
+            for r in records
+            if (r.label or "").startswith(label_prefix) and not (open_only and r.is_finished)
+        ]
         records.sort(key=lambda r: (r.created_at, r.operation_id), reverse=True)
         return records[:limit]
 

@@ -117,7 +117,7 @@ _QUERIES: Final = {
     "claim": "UPDATE {schema}.operations SET version = %s, lease_owner = %s,"
     " lease_expires_at = %s, data = %s::json WHERE operation_id = %s AND version = %s",
     "recent": "SELECT data::text FROM {schema}.operations"
-    " WHERE left(coalesce(data->>'label', ''), %s) = %s"
+    " WHERE left(coalesce(data->>'label', ''), %s) = %s AND (outcome IS NULL OR NOT %s)"
     " ORDER BY created_at DESC, operation_id DESC LIMIT %s",
     "summary": "SELECT count(*) FILTER (WHERE outcome IS NULL),"
     " min(next_poll_at) FILTER (WHERE phase = ANY(%s)) FROM {schema}.operations",
@@ -290,11 +290,13 @@ class PostgresStore:
         assert isinstance(count, int)
         return count, utc(earliest) if isinstance(earliest, datetime) else None
 
-    def recent(self, *, label_prefix: str = "", limit: int = 50) -> list[Record]:
+    def recent(
+        self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
+    ) -> list[Record]:
         """See :meth:`Store.recent`."""
         with self._transaction() as conn:
             rows = conn.execute(
-                self._sql["recent"], (len(label_prefix), label_prefix, limit)
+                self._sql["recent"], (len(label_prefix), label_prefix, open_only, limit)
             ).fetchall()
         return [decode_record(str(text)) for (text,) in rows]
 

@@ -264,14 +264,17 @@ class SQLiteStore:
                 for seq, at, kind, summary, data, prev_hash, digest in rows
             ]
 
-    def recent(self, *, label_prefix: str = "", limit: int = 50) -> list[Record]:
+    def recent(
+        self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
+    ) -> list[Record]:
         """See :meth:`Store.recent`."""
         with self._damage():
             rows = self._db.execute(
                 "SELECT data FROM operations"
                 " WHERE substr(coalesce(json_extract(data, '$.label'), ''), 1, ?) = ?"
+                " AND (outcome IS NULL OR NOT ?)"
                 " ORDER BY created_at DESC, operation_id DESC LIMIT ?",
-                (len(label_prefix), label_prefix, limit),
+                (len(label_prefix), label_prefix, open_only, limit),
             ).fetchall()
         return [decode_record(text) for (text,) in rows]
 
