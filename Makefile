@@ -22,8 +22,8 @@ demo: $(VENV)/.installed
 	$(BIN)/python examples/demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples
-	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --check src tests examples benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -35,6 +35,13 @@ pytest: $(STAMP)
 	$(BIN)/pytest -n 4 -m e2e
 
 test: lint typecheck pytest
+
+# Benchmarks of issue 4, not part of `make test`; figures in docs/benchmarks.md. About a
+# quarter of an hour; PostgreSQL at $WAITBOUND_BENCH_PG_DSN (default: the tests' server).
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.store_throughput
+	$(BIN)/python -m benchmarks.scale
+	$(BIN)/python -m benchmarks.fleet_pressure
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo

@@ -35,6 +35,9 @@ from waitbound.transports import HttpSettings
 
 __all__ = ["WorkerSettings", "work"]
 
+_BUSY_RECHECK_S = 0.01
+"""While steps are in flight (or work is overdue), look for due work this often (seconds)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerSettings:
@@ -161,7 +164,7 @@ async def work(
                 delay = bucket.wait_s()
                 if delay:
                     await nap(delay)
-                await run_async_effects(
+                after = await run_async_effects(
                     loop(kit, record, until=one_step(), owner=owner),
                     kit,
                     record.profile,
@@ -170,7 +173,7 @@ async def work(
                     http=http,
                 )
             steps += 1
-            _release(kit.store, record.operation_id, owner)
+            _release(kit.store, after, owner)
         finally:
             room.release()
             finished.set()
@@ -191,14 +194,18 @@ async def work(
                     group.start_soon(step, record)
                 if claimed:
                     continue
-                waiting, earliest = kit.store.pending_summary()
-                busy = room.value < settings.concurrency
-                if settings.until_idle and waiting == 0 and not busy:
-                    break
-                pause = settings.idle_s
-                if earliest is not None:
-                    ahead = (earliest - kit.clock.now()).total_seconds()
-                    pause = min(pause, max(ahead, 0.01))
+                if room.value < settings.concurrency:
+                    # Steps in flight: look again when one ends, or soon. The summary
+                    # (it counts every open operation) is only needed when idle.
+                    pause = min(settings.idle_s, _BUSY_RECHECK_S)
+                else:
+                    waiting, earliest = kit.store.pending_summary()
+                    if settings.until_idle and waiting == 0:
+                        break
+                    pause = settings.idle_s
+                    if earliest is not None:
+                        ahead = (earliest - kit.clock.now()).total_seconds()
+                        pause = min(pause, max(ahead, _BUSY_RECHECK_S))
                 finished = anyio.Event()
                 with anyio.move_on_after(pause):
                     await _first_of(stop.wait, finished.wait)
@@ -224,12 +231,13 @@ async def _no_sleep(seconds: float) -> None:
     """A step never sleeps: an operation not due is simply let go."""
 
 
-def _release(store: Store, operation_id: str, owner: str) -> None:
-    """Let go of a claim that no request used (the operation was not due after all)."""
-    record = store.get(operation_id)
-    if record is None or record.lease_owner != owner or record.in_flight is not None:
-        return
-    if record.is_finished:
+def _release(store: Store, record: Record, owner: str) -> None:
+    """Let go of a claim that no request used (the operation was not due after all).
+
+    *record* is the step's last read or write of the operation; the release is a
+    compare-and-swap on it, so a record changed since is left alone.
+    """
+    if record.lease_owner != owner or record.in_flight is not None or record.is_finished:
         return
     with suppress(ConflictError):  # someone else wrote it: the claim is moot
         store.save(replace(record, lease_owner=None, lease_expires_at=None), [])

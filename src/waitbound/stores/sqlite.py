@@ -19,7 +19,7 @@ from typing import Final
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
-from waitbound._record import Record
+from waitbound._record import Phase, Record
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     advance,
@@ -231,8 +231,10 @@ class SQLiteStore:
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""
         with self._damage():
+            # An outcome is recorded exactly when the phase becomes done; counting by
+            # phase reads the (phase, next_poll_at) index instead of every record.
             (count,) = self._db.execute(
-                "SELECT count(*) FROM operations WHERE outcome IS NULL"
+                "SELECT count(*) FROM operations WHERE phase <> ?", (Phase.DONE.value,)
             ).fetchone()
             (earliest,) = self._db.execute(
                 "SELECT min(next_poll_at) FROM operations WHERE phase IN (?, ?, ?)",
