@@ -7,6 +7,8 @@ is checked against ``version`` (compare-and-swap). It is stored as versioned JSO
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
@@ -17,7 +19,7 @@ from waitbound._audit import GENESIS_HASH
 from waitbound._clock import utc
 from waitbound._contract import Profile, parse_profile
 from waitbound._errors import SchemaVersionError, StoreError, UsageError
-from waitbound._json import JSON, JSONScalar
+from waitbound._json import JSON, JSONScalar, canonical_json
 from waitbound._outcome import ESCALATION_OPTIONS, Outcome, OutcomeKind, Reason
 from waitbound._schedule import DelaySource
 from waitbound._urls import origin
@@ -94,6 +96,20 @@ class Policy:
     def floor_s(self) -> float:
         """The smallest delay ever scheduled, in seconds."""
         return self.min_delay_s if self.min_delay_s is not None else min(1.0, self.base_delay_s)
+
+
+@functools.lru_cache(maxsize=64)
+def _policy_json(policy: Policy) -> dict[str, JSON]:
+    """A policy as stored (the same few policies are written again and again; the
+    callers only read the dict)."""
+    return asdict(policy)
+
+
+@functools.lru_cache(maxsize=64)
+def _profile(name: str, table: str) -> Profile:
+    """A stored profile, parsed and validated once per distinct table (a profile is
+    immutable, so records may share it)."""
+    return parse_profile(json.loads(table), name=name)
 
 
 MAX_DURATION_S: Final = 366 * 24 * 3600.0
@@ -248,7 +264,7 @@ class Record:
             if item.name == "profile":
                 data["profile"] = {"name": value.name, "table": dict(value.source)}
             elif item.name == "policy":
-                data["policy"] = asdict(value)
+                data["policy"] = _policy_json(value)
             elif isinstance(value, datetime):
                 data[item.name] = value.isoformat()
             else:
@@ -277,7 +293,7 @@ class Record:
             raw = data[item.name]
             if item.name == "profile":
                 assert isinstance(raw, dict)
-                values["profile"] = parse_profile(raw["table"], name=str(raw["name"]))
+                values["profile"] = _profile(str(raw["name"]), canonical_json(raw["table"]))
             elif item.name == "policy":
                 assert isinstance(raw, dict)
                 values["policy"] = Policy(**raw)  # type: ignore[arg-type]
