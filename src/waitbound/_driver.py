@@ -8,7 +8,8 @@ decision is the controller's (:func:`waitbound._controller.plan` and ``observe``
 
 Credentials (the caller's headers) are sent only to the origin of the URL the caller
 named (the submit URL, else the status URL): never to a result, errors or cancel URL
-on another origin that a provider's answer pointed at.
+on another origin that a provider's answer pointed at. Echoed back in an answer, they
+are redacted before the answer is read (``waitbound._secrets``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from waitbound._failpoints import hit
 from waitbound._observation import Observation
 from waitbound._operation import Submission
 from waitbound._record import Record
+from waitbound._secrets import secret_parts
 from waitbound.stores import Store, open_store
 from waitbound.transports import HttpSettings, send_async, send_sync
 
@@ -70,6 +72,7 @@ class _Send:
     request: Request
     headers: Mapping[str, str]
     content: bytes | None
+    secrets: tuple[str, ...]
 
 
 def new_owner() -> str:
@@ -163,7 +166,8 @@ def _drive(
                 hit("reserved", f"reserved-{request.kind}")
                 content = submission.body if request.kind == "submit" and submission else None
                 sent = _request_headers(request, reserved, headers, submission)
-                observation = yield _Send(request, sent, content)
+                secrets = secret_parts(headers(reserved).values())
+                observation = yield _Send(request, sent, content, secrets)
                 assert observation is not None, "the driver must answer a _Send"
                 hit("answered", f"answered-{request.kind}")
                 after = observe(reserved, observation, rng=rng)
@@ -247,12 +251,13 @@ def run_sync_effects(
                 case _Sleep(seconds=seconds):
                     sleep(seconds)
                     effect = loop.send(None)
-                case _Send(request=request, headers=headers, content=content):
+                case _Send(request=request, headers=headers, content=content, secrets=secrets):
                     observation = send_sync(
                         http_client,
                         request,
                         headers=headers,
                         content=content,
+                        secrets=secrets,
                         profile=profile,
                         clock=tools.clock,
                         settings=http,
@@ -284,12 +289,13 @@ async def run_async_effects(
                 case _Sleep(seconds=seconds):
                     await sleep(seconds)
                     effect = loop.send(None)
-                case _Send(request=request, headers=headers, content=content):
+                case _Send(request=request, headers=headers, content=content, secrets=secrets):
                     observation = await send_async(
                         http_client,
                         request,
                         headers=headers,
                         content=content,
+                        secrets=secrets,
                         profile=profile,
                         clock=tools.clock,
                         settings=http,

@@ -34,9 +34,9 @@ def test_headers_take_secrets_from_the_environment_only() -> None:
     data = {"providers": {"r": provider(headers={"Authorization": "Bearer ${TOKEN}"})}}
     config = parse(data, {"TOKEN": "abc123def"})
     assert config.providers["r"].headers == {"Authorization": "Bearer abc123def"}
-    assert config.secrets() == ["abc123def"]
+    assert config.secrets() == ["Bearer abc123def", "abc123def"]
     short = {"providers": {"r": provider(headers={"X-Api-Version": "${V}", "Accept": "x/y"})}}
-    assert parse(short, {"V": "2"}).secrets() == []  # too short to scrub without mangling
+    assert parse(short, {"V": "2"}).secrets() == []  # too short to redact without mangling
     with pytest.raises(UsageError, match="needs the environment variable TOKEN, which is not set"):
         parse(data)
 

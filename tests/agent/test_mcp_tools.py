@@ -275,8 +275,9 @@ async def test_answers_stay_within_their_size_bound_and_never_show_a_secret(
     mode: str, tmp_path: Path
 ) -> None:
     big = {"rows": ["x" * 90] * 60, "echo": SECRET}
+    echoed = {**RUNNING, "body": {"status": "running", "debug": {"authorization": TOKEN}}}
     done = {"code": 200, "body": {"status": "completed", "output": big}}
-    with Simulator(scenario([done])) as sim:
+    with Simulator(scenario([echoed, done])) as sim:
         async with serving(mode, sim, tmp_path / "s.db") as h:
             started = await h.call("start_job", provider="reports")
             answer = await h.call("await_job", operation_id=started["operation_id"])
@@ -294,6 +295,8 @@ async def test_answers_stay_within_their_size_bound_and_never_show_a_secret(
     whole = "".join(parts)
     assert "[redacted]" in whole
     assert json.loads(whole.replace("[redacted]", SECRET)) == big
+    for stored in tmp_path.glob("s.db*"):  # redacted before it was stored, too
+        assert SECRET.encode() not in stored.read_bytes()
 
 
 async def test_cancel_only_where_allowed_and_cancelable(mode: str, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from typing import Final
 from waitbound._json import JSON
 from waitbound._outcome import OutcomeKind
 from waitbound._record import Phase, Record
+from waitbound._secrets import REDACTED
 
 __all__ = [
     "SMALL_CHARS",
@@ -47,9 +48,6 @@ def answer_bound(max_chars: int) -> int:
     """The most characters an answer's JSON text can have: a result and an error of
     *max_chars* each, three small provider values, and the fixed fields and sentences."""
     return 2 * max_chars + 3 * SMALL_CHARS + 4 * ID_CHARS + 2000
-
-
-REDACTED: Final = "[redacted]"
 
 
 def _text(value: JSON) -> str:

@@ -20,9 +20,8 @@ A TOML file (``waitbound mcp --config FILE``)::
     policy = { deadline_s = 3600, max_requests = 120 }
 
 Header values take ``${NAME}`` from the server's environment when the file is loaded,
-so an agent never passes (or sees) a secret: each value so taken (of at least
-:data:`MIN_SECRET_CHARS` characters) is scrubbed from whatever a provider says before
-it reaches a tool answer.
+so an agent never passes (or sees) a secret. Header values are credentials: echoed
+back by a provider, they are redacted before anything is stored or answered.
 """
 
 from __future__ import annotations
@@ -40,17 +39,16 @@ from waitbound._contract import Profile, parse_profile
 from waitbound._errors import UsageError, WaitboundError
 from waitbound._operation import check_url
 from waitbound._record import Policy
+from waitbound._secrets import secret_parts
 from waitbound.profiles import resolve_profile
 from waitbound.stores import is_postgres_dsn
 
-__all__ = ["MIN_SECRET_CHARS", "McpConfig", "ProviderConfig", "load_config", "parse_config"]
+__all__ = ["McpConfig", "ProviderConfig", "load_config", "parse_config"]
 
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ENV: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2
 _FIELD_VALUE: Final = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")  # §5.5, ASCII
-MIN_SECRET_CHARS: Final = 8
-"""Shorter environment values are not scrubbed from answers (they would mangle them)."""
 _METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -68,8 +66,8 @@ class ProviderConfig:
         allowed_methods: HTTP methods an agent may submit with.
         allow_cancel: whether agents may cancel this provider's jobs.
         headers: sent with every request to ``base_url``'s origin, never stored.
-        secrets: the environment values substituted into ``headers`` (at least
-            :data:`MIN_SECRET_CHARS` long), kept out of every tool answer.
+        secrets: the credentials in ``headers`` (see
+            :func:`waitbound._secrets.secret_parts`), kept out of every tool answer.
         policy: deadline, budgets and pacing of each job (seconds).
     """
 
@@ -252,9 +250,9 @@ def _profile(raw: object, where: str, base_dir: Path) -> Profile:
 def _headers(
     raw: object, where: str, env: Mapping[str, str]
 ) -> tuple[dict[str, str], tuple[str, ...]]:
-    """The headers with ``${NAME}`` expanded, and the expanded values (the secrets)."""
+    """The headers with ``${NAME}`` expanded, and the secrets in them."""
     table = _table(raw, f"{where}.headers")
-    headers, secrets = {}, []
+    headers = {}
     for name, value in table.items():
         if not _TOKEN.fullmatch(name):
             raise UsageError(f"{where}.headers: {name[:40]!r} is not a valid header name")
@@ -268,7 +266,6 @@ def _headers(
                     f"{where}.headers.{header} needs the environment variable {variable}, "
                     "which is not set"
                 )
-            secrets.append(env[variable])
             return env[variable]
 
         expanded = _ENV.sub(expand, value)
@@ -278,7 +275,7 @@ def _headers(
                 "printable ASCII without leading or trailing spaces"
             )
         headers[name] = expanded
-    return headers, tuple(v for v in secrets if len(v) >= MIN_SECRET_CHARS)
+    return headers, secret_parts(headers.values())
 
 
 def _policy(raw: object, where: str) -> Policy:

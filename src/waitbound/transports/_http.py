@@ -14,7 +14,7 @@ short I/O loops carry no policy:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -25,6 +25,7 @@ from waitbound._contract import Profile
 from waitbound._controller import Request
 from waitbound._json import JSON
 from waitbound._observation import Observation, kept_header_names
+from waitbound._secrets import redact_bytes
 from waitbound._urls import origin, resolve
 
 __all__ = ["HttpSettings", "send_async", "send_sync"]
@@ -61,8 +62,11 @@ class _Exchange:
         profile: Profile,
         clock: Clock,
         settings: HttpSettings,
+        *,
+        secrets: Sequence[str],
     ) -> None:
         self.request = request
+        self.secrets = secrets
         self.url = request.url
         self.headers = {"user-agent": USER_AGENT, "accept": "application/json", **headers}
         self.profile = profile
@@ -129,14 +133,15 @@ class _Exchange:
         )
         parsed: JSON = None
         problem = self.problem
-        if problem is None and self.body.strip():
+        body = redact_bytes(bytes(self.body), self.secrets)
+        if problem is None and body.strip():
             try:
-                parsed = json.loads(self.body)
+                parsed = json.loads(body)
             except RecursionError:
                 problem = "a body nested too deeply to read"
             except ValueError:
                 if self.request.kind == "result":
-                    parsed = self.body.decode("utf-8", errors="replace")
+                    parsed = body.decode("utf-8", errors="replace")
                 else:
                     problem = "a body that is not JSON"
         return Observation(
@@ -177,13 +182,15 @@ def send_sync(
     clock: Clock,
     content: bytes | None = None,
     settings: HttpSettings = HttpSettings(),
+    secrets: Sequence[str] = (),
 ) -> Observation:
     """Send *request* with a blocking client and observe the answer.
 
     Never raises for HTTP or transport trouble: a timeout, a dropped connection or
-    a refused connection becomes an observation with ``transport_error``.
+    a refused connection becomes an observation with ``transport_error``. *secrets*
+    are replaced by ``[redacted]`` in the answer's body before it is read.
     """
-    exchange = _Exchange(request, headers, profile, clock, settings)
+    exchange = _Exchange(request, headers, profile, clock, settings, secrets=secrets)
     try:
         for hops in exchange.hops():
             with client.stream(
@@ -213,9 +220,10 @@ async def send_async(
     clock: Clock,
     content: bytes | None = None,
     settings: HttpSettings = HttpSettings(),
+    secrets: Sequence[str] = (),
 ) -> Observation:
     """Send *request* with an async client and observe the answer (see :func:`send_sync`)."""
-    exchange = _Exchange(request, headers, profile, clock, settings)
+    exchange = _Exchange(request, headers, profile, clock, settings, secrets=secrets)
     try:
         for hops in exchange.hops():
             async with client.stream(
