@@ -51,6 +51,8 @@ class WorkerSettings:
         per_origin_burst: the bucket's size.
         idle_s: the longest pause between looks for due work.
         until_idle: return once no operation in the store is waiting.
+        label_prefix: claim only operations whose ``label`` starts with this (a worker
+            that holds only some providers' credentials drives only their operations).
 
     Raises:
         UsageError: a value out of range.
@@ -63,6 +65,7 @@ class WorkerSettings:
     per_origin_burst: int = 20
     idle_s: float = 1.0
     until_idle: bool = False
+    label_prefix: str = ""
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "per_origin_concurrency", "per_origin_burst"):
@@ -184,7 +187,11 @@ async def work(
                 free = room.value
                 claimed = (
                     kit.store.claim_due(
-                        owner=owner, now=kit.clock.now(), lease_s=settings.lease_s, limit=free
+                        owner=owner,
+                        now=kit.clock.now(),
+                        lease_s=settings.lease_s,
+                        limit=free,
+                        label_prefix=settings.label_prefix,
                     )
                     if free
                     else []

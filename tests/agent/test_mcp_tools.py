@@ -20,7 +20,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from waitbound import Phase, SQLiteStore
+from waitbound import Operation, Phase, SQLiteStore, parse_profile, start
 from waitbound.mcp import Jobs, create_server, parse_config
 from waitbound.sim import Simulator, parse_scenario
 
@@ -396,3 +396,26 @@ async def test_a_submission_cut_off_by_a_crash_is_settled_not_left_waiting(
     assert "may have created a job" in json.dumps(settled["error"])
     assert waiting["status"] == "submitting"
     assert "same idempotency_key" in waiting["message"]
+
+
+async def test_the_server_drives_only_its_own_operations_in_a_shared_store(
+    mode: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "s.db"
+    with Simulator(scenario([{"code": 200, "body": {"status": "completed", "output": 1}}])) as sim:
+        shared = SQLiteStore(db)
+        try:  # an operation recorded for a `waitbound worker` that holds its credentials
+            foreign = start(
+                Operation(status_url=f"{sim.base_url}/status", profile=parse_profile(PROFILE)),
+                store=shared,
+            )
+        finally:
+            shared.close()
+        async with serving(mode, sim, db) as h:
+            started = await h.call("start_job", provider="reports")
+            answer = await h.call("await_job", operation_id=started["operation_id"])
+            untouched = h.store.get(foreign.operation_id)
+    assert answer["status"] == "succeeded"
+    assert untouched is not None
+    assert untouched.requests_used == 0
+    assert sim.count("status") == 1

@@ -537,6 +537,15 @@ def test_claim_due_takes_the_oldest_due_first_up_to_the_limit(store: Store) -> N
     assert _claim(store, now=now + timedelta(seconds=4), limit=2) == ["op-9"]
 
 
+def test_claim_due_with_a_label_prefix_takes_only_those_operations(store: Store) -> None:
+    for n, label in enumerate(["mcp:a", None, "MCP:b", "mcp:c", "mcpx"]):
+        store.create(make_record(f"op-{n}", label=label, next_poll_at=NOW - timedelta(n)), [])
+    labelled = store.claim_due(owner="w", now=NOW, lease_s=30, limit=10, label_prefix="mcp:")
+    assert sorted(r.operation_id for r in labelled) == ["op-0", "op-3"]
+    rest = store.claim_due(owner="w", now=NOW, lease_s=30, limit=10)
+    assert sorted(r.operation_id for r in rest) == ["op-1", "op-2", "op-4"]
+
+
 def test_claim_due_holds_until_the_lease_expires(store: Store) -> None:
     """A second owner gets nothing while the lease runs, and the operation once it ends."""
     store.create(make_record(), [])

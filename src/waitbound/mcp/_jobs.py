@@ -120,11 +120,12 @@ class Jobs:
         return self.config.providers[name]
 
     async def drive(self, stop: anyio.Event, settings: WorkerSettings | None = None) -> None:
-        """Drive every due operation in the store until *stop* is set (the background
-        worker of the MCP server)."""
+        """Drive this server's due operations (labelled ``mcp:``) until *stop* is set:
+        the background worker of the MCP server. Other operations in the store are left
+        to workers that hold their credentials."""
         await work(
             self.store,
-            settings=settings or WorkerSettings(),
+            settings=replace(settings or WorkerSettings(), label_prefix="mcp:"),
             headers=self.credentials,
             client=self.client,
             clock=self.clock,

@@ -59,8 +59,11 @@ class Store(Protocol):
         """Return the operation's audit events in order (empty when there are none)."""
         ...
 
-    def claim_due(self, *, owner: str, now: datetime, lease_s: float, limit: int) -> list[Record]:
-        """Lease up to *limit* operations that are due, atomically, oldest due first.
+    def claim_due(
+        self, *, owner: str, now: datetime, lease_s: float, limit: int, label_prefix: str = ""
+    ) -> list[Record]:
+        """Lease up to *limit* operations that are due, atomically, oldest due first;
+        with *label_prefix*, only operations whose ``label`` starts with it.
 
         Due: waiting or fetching (not finished, not submitting), ``next_poll_at <= now``,
         and no lease, or an expired one. Each claimed record is written with
@@ -119,10 +122,13 @@ DRIVABLE_PHASES = ("waiting", "fetching_result", "fetching_errors")
 """Phases a worker drives; ``submitting`` belongs to the process holding the request body."""
 
 
-def is_claimable(record: Record, now: datetime) -> bool:
+def is_claimable(record: Record, now: datetime, label_prefix: str = "") -> bool:
     """Whether *record* is due and free for a worker to claim (see ``Store.claim_due``)."""
     free = record.lease_expires_at is None or record.lease_expires_at <= now
-    return record.phase.value in DRIVABLE_PHASES and record.next_poll_at <= now and free
+    labelled = (record.label or "").startswith(label_prefix)
+    return (
+        record.phase.value in DRIVABLE_PHASES and record.next_poll_at <= now and free and labelled
+    )
 
 
 def claimed(record: Record, *, owner: str, now: datetime, lease_s: float) -> Record:

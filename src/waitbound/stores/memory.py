@@ -60,12 +60,15 @@ class MemoryStore:
             self._events[record.operation_id].extend(sealed)
             return stored
 
-    def claim_due(self, *, owner: str, now: datetime, lease_s: float, limit: int) -> list[Record]:
+    def claim_due(
+        self, *, owner: str, now: datetime, lease_s: float, limit: int, label_prefix: str = ""
+    ) -> list[Record]:
         """See :meth:`Store.claim_due`."""
         with self._lock:
             records = [decode_record(text) for _, text in self._records.values()]
             due = sorted(
-                (r for r in records if is_claimable(r, now)), key=lambda r: r.next_poll_at
+                (r for r in records if is_claimable(r, now, label_prefix)),
+                key=lambda r: r.next_poll_at,
             )[:limit]
             taken = []
             for record in due:

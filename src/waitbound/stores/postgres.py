@@ -114,6 +114,11 @@ _QUERIES: Final = {
     " WHERE phase = ANY(%s) AND next_poll_at <= %s"
     " AND (lease_expires_at IS NULL OR lease_expires_at <= %s)"
     " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
+    "due_labelled": "SELECT data::text FROM {schema}.operations"
+    " WHERE phase = ANY(%s) AND next_poll_at <= %s"
+    " AND (lease_expires_at IS NULL OR lease_expires_at <= %s)"
+    " AND left(coalesce(data->>'label', ''), %s) = %s"
+    " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
     "claim": "UPDATE {schema}.operations SET version = %s, lease_owner = %s,"
     " lease_expires_at = %s, data = %s::json WHERE operation_id = %s AND version = %s",
     "recent": "SELECT data::text FROM {schema}.operations"
@@ -252,7 +257,9 @@ class PostgresStore:
         with conn.cursor() as cursor:
             cursor.executemany(self._sql["append"], audit_rows(sealed, lambda at: at))
 
-    def claim_due(self, *, owner: str, now: datetime, lease_s: float, limit: int) -> list[Record]:
+    def claim_due(
+        self, *, owner: str, now: datetime, lease_s: float, limit: int, label_prefix: str = ""
+    ) -> list[Record]:
         """See :meth:`Store.claim_due` (``SELECT … FOR UPDATE SKIP LOCKED``, one transaction).
 
         Rows another worker is claiming at this moment are skipped, not waited for.
@@ -261,7 +268,13 @@ class PostgresStore:
             raise UsageError(f"claim limit must be 0 or more; got {limit}")
         taken = []
         with self._transaction() as conn:
-            rows = conn.execute(self._sql["due"], (list(DRIVABLE_PHASES), now, now, limit))
+            phases = list(DRIVABLE_PHASES)
+            args: tuple[object, ...]
+            if label_prefix:  # the common, unfiltered claim reads no record's JSON
+                query, args = "due_labelled", (phases, now, now, len(label_prefix), label_prefix)
+            else:
+                query, args = "due", (phases, now, now)
+            rows = conn.execute(self._sql[query], (*args, limit))
             for (text,) in rows.fetchall():
                 record = decode_record(text)
                 stored, _ = advance(claimed(record, owner=owner, now=now, lease_s=lease_s), [])

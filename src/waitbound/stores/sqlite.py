@@ -199,16 +199,23 @@ class SQLiteStore:
             audit_rows(sealed, datetime.isoformat),
         )
 
-    def claim_due(self, *, owner: str, now: datetime, lease_s: float, limit: int) -> list[Record]:
+    def claim_due(
+        self, *, owner: str, now: datetime, lease_s: float, limit: int, label_prefix: str = ""
+    ) -> list[Record]:
         """See :meth:`Store.claim_due` (one ``BEGIN IMMEDIATE`` transaction)."""
         stamp = _instant(now)
+        labelled = ""
+        label_args: tuple[object, ...] = ()
+        if label_prefix:  # the common, unfiltered claim reads no record's JSON
+            labelled = " AND substr(coalesce(json_extract(data, '$.label'), ''), 1, ?) = ?"
+            label_args = (len(label_prefix), label_prefix)
         taken = []
         with self._transaction() as db:
             rows = db.execute(
                 "SELECT data FROM operations WHERE phase IN (?, ?, ?) AND next_poll_at <= ?"
-                " AND (lease_expires_at IS NULL OR lease_expires_at <= ?)"
+                f" AND (lease_expires_at IS NULL OR lease_expires_at <= ?){labelled}"
                 " ORDER BY next_poll_at LIMIT ?",
-                (*DRIVABLE_PHASES, stamp, stamp, limit),
+                (*DRIVABLE_PHASES, stamp, stamp, *label_args, limit),
             ).fetchall()
             for (text,) in rows:
                 record = decode_record(text)
