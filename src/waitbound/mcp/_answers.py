@@ -21,6 +21,7 @@ from waitbound._json import JSON
 from waitbound._outcome import OutcomeKind
 from waitbound._record import Phase, Record
 from waitbound._secrets import REDACTED
+from waitbound.mcp._config import LABEL_PREFIX
 
 __all__ = [
     "SMALL_CHARS",
@@ -104,24 +105,26 @@ def _seconds_until(when: datetime, now: datetime) -> int:
 def provider_of(record: Record) -> str | None:
     """The provider name in an ``mcp:NAME`` label."""
     label = record.label or ""
-    return label.removeprefix("mcp:") if label.startswith("mcp:") else None
+    return label.removeprefix(LABEL_PREFIX) if label.startswith(LABEL_PREFIX) else None
+
+
+def _head(record: Record) -> Answer:
+    """What every answer about one operation starts with: which it is, and how it stands."""
+    status = record.outcome.value if record.outcome else "processing"
+    return {
+        "operation_id": record.operation_id,
+        "job_id": _clip(record.job_id),
+        "provider": provider_of(record),
+        "done": record.is_finished,
+        "status": "submitting" if record.phase is Phase.SUBMITTING else status,
+        "reason": record.reason.value if record.reason else None,
+    }
 
 
 def entry(record: Record, now: datetime) -> Answer:
     """A short line of ``list_jobs``: what the operation is and how it stands."""
-    done = record.is_finished
-    line: Answer = {
-        "operation_id": record.operation_id,
-        "job_id": _clip(record.job_id),
-        "provider": provider_of(record),
-        "done": done,
-        "status": record.outcome.value if record.outcome else "processing",
-        "reason": record.reason.value if record.reason else None,
-        "created_at": record.created_at.isoformat(),
-    }
-    if record.phase is Phase.SUBMITTING:
-        line["status"] = "submitting"
-    if not done:
+    line = _head(record) | {"created_at": record.created_at.isoformat()}
+    if not record.is_finished:
         line["next_check_after_seconds"] = _seconds_until(record.next_poll_at, now)
     return line
 
@@ -138,13 +141,7 @@ def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
     done = record.is_finished
     started = record.created_at
     end = record.finished_at or now
-    answer: Answer = {
-        "operation_id": record.operation_id,
-        "job_id": record.job_id,
-        "provider": provider_of(record),
-        "done": done,
-        "status": record.outcome.value if record.outcome else "processing",
-        "reason": record.reason.value if record.reason else None,
+    answer: Answer = _head(record) | {
         "provider_state": bounded(record.provider_state, SMALL_CHARS)[0],
         "progress": bounded(record.progress, SMALL_CHARS)[0],
         "elapsed_seconds": round(max(0.0, (end - started).total_seconds()), 1),
@@ -162,7 +159,6 @@ def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
             f"{record.operation_id!r} (it waits for you), or check_job after {wait} s."
         )
         if record.phase is Phase.SUBMITTING:
-            answer["status"] = "submitting"
             answer["message"] = (
                 f"Operation {record.operation_id} is being submitted and is NOT known to have "
                 "started. Do not report success. If your start_job call never returned, call "

@@ -43,8 +43,10 @@ from waitbound._secrets import secret_parts
 from waitbound.profiles import resolve_profile
 from waitbound.stores import is_postgres_dsn
 
-__all__ = ["McpConfig", "ProviderConfig", "load_config", "parse_config"]
+__all__ = ["LABEL_PREFIX", "McpConfig", "ProviderConfig", "load_config", "parse_config"]
 
+LABEL_PREFIX: Final = "mcp:"
+"""The label prefix of every operation an MCP server starts (``mcp:PROVIDER``)."""
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ENV: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2
@@ -85,7 +87,7 @@ class ProviderConfig:
     @property
     def label(self) -> str:
         """The label of this provider's operations in the store: ``mcp:NAME``."""
-        return f"mcp:{self.name}"
+        return f"{LABEL_PREFIX}{self.name}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,7 +32,7 @@ from waitbound._operation import Submission, request_cancel
 from waitbound._record import Phase, Record
 from waitbound._worker import WorkerSettings, work
 from waitbound.mcp._answers import Answer, entry, fit, part_text, provider_of, scrub, view
-from waitbound.mcp._config import McpConfig, ProviderConfig
+from waitbound.mcp._config import LABEL_PREFIX, McpConfig, ProviderConfig
 from waitbound.stores import Store
 from waitbound.transports import HttpSettings
 
@@ -125,7 +125,7 @@ class Jobs:
         to workers that hold their credentials."""
         await work(
             self.store,
-            settings=replace(settings or WorkerSettings(), label_prefix="mcp:"),
+            settings=replace(settings or WorkerSettings(), label_prefix=LABEL_PREFIX),
             headers=self.credentials,
             client=self.client,
             clock=self.clock,
@@ -305,7 +305,7 @@ class Jobs:
         now = self.clock.now()
         limit = self.config.list_limit
         records = self.store.recent(
-            label_prefix="mcp:", limit=limit + 1, open_only=not include_finished
+            label_prefix=LABEL_PREFIX, limit=limit + 1, open_only=not include_finished
         )
         shown = [entry(r, now) for r in records[:limit] if provider_of(r) in self.config.providers]
         in_flight = sum(1 for line in shown if not line["done"])
