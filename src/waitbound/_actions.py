@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
-from urllib.parse import urljoin
 
 from waitbound._errors import ProfileError
 from waitbound._jmes import Expression, compile_expression, search
 from waitbound._json import JSON
+from waitbound._urls import resolve, shown_url
 
 __all__ = ["CancelContract", "Receipt", "SubmitContract", "parse_cancel", "parse_submit"]
 
@@ -50,6 +50,8 @@ class Receipt:
     result_url: str | None = None
     cancel_url: str | None = None
     poll_hint: JSON = None
+    problem: str | None = None
+    """A URL the receipt named that cannot be used, in words (the URL shown safely)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,8 +92,16 @@ class SubmitContract:
             value = search(expression, body) if expression is not None else None
             return None if value is None or isinstance(value, list | dict) else str(value)
 
-        def absolute(url: str | None) -> str | None:
-            return urljoin(request_url, url) if url else None
+        problems: list[str] = []
+
+        def absolute(url: str | None, what: str) -> str | None:
+            if not url:
+                return None
+            try:
+                return resolve(request_url, url)
+            except ValueError as exc:
+                problems.append(f"the receipt's {what} {shown_url(url)} cannot be used ({exc})")
+                return None
 
         job_id = text("job_id")
         status_url, origin = None, None
@@ -112,11 +122,12 @@ class SubmitContract:
         expression = self.expressions.get("poll_hint")
         return Receipt(
             job_id=job_id,
-            status_url=absolute(status_url),
+            status_url=absolute(status_url, "status URL"),
             status_url_origin=origin,
-            result_url=absolute(result_url),
-            cancel_url=absolute(text("cancel_url")),
+            result_url=absolute(result_url, "result URL"),
+            cancel_url=absolute(text("cancel_url"), "cancel URL"),
             poll_hint=search(expression, body) if expression is not None else None,
+            problem=problems[0] if problems else None,
         )
 
 
@@ -145,7 +156,10 @@ class CancelContract:
             if not job_id:
                 return None
             template = template.replace("{job_id}", job_id)
-        return urljoin(status_url, template.replace("{status_url}", status_url))
+        try:
+            return resolve(status_url, template.replace("{status_url}", status_url))
+        except ValueError:
+            return None  # e.g. a job id that makes no URL: no cancel is sent
 
 
 def parse_submit(where: str, data: object, *, job_id: Expression | None) -> SubmitContract:

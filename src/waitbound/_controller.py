@@ -39,7 +39,7 @@ from waitbound._json import JSON, show
 from waitbound._observation import Observation
 from waitbound._outcome import Reason
 from waitbound._record import Phase, Record, RequestKind
-from waitbound._urls import redact_url, resolve
+from waitbound._urls import redact_url, resolve, shown_url
 
 __all__ = [
     "Decision",
@@ -52,6 +52,7 @@ __all__ = [
     "audit_event",
     "cancel_url",
     "created_event",
+    "internal_failure",
     "observe",
     "plan",
 ]
@@ -196,31 +197,29 @@ def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False)
         )
         if lost == "result":
             detail = (
-                "the result was requested, but the answer was lost when the process stopped; "
-                "a result is fetched at most once, so it is not requested again"
+                "the job succeeded and its result was requested, but the answer was lost "
+                "when waitbound stopped (not the provider's fault); a result is fetched at "
+                "most once, so it is not requested again without a person's decision. "
+                "Do not submit the job again"
             )
-            step = escalate(record, now, Reason.PROVIDER_FAILURE, detail)
+            step = escalate(record, now, Reason.RESULT_UNCONFIRMED, detail)
             return _finish_early(record, now, notes, step)
+    budget_left = record.requests_used < record.policy.max_requests
     if record.phase is Phase.SUBMITTING:
+        if not budget_left:
+            return _budget_spent(record, now, notes, "the submission cannot be sent")
         return _plan_submit(record, now, owner, notes, can_submit=can_submit)
     cancel_at = cancel_url(record)
     if now >= record.deadline_at:
-        if record.cancel_on_deadline and not record.cancel_requests_used and cancel_at:
+        first_cancel = record.cancel_on_deadline and not record.cancel_requests_used
+        if first_cancel and cancel_at and budget_left:
             return _reserve(record, now, owner, notes, "cancel", cancel_at)
         return _finish_early(record, now, notes, deadline_reached(record, now))
-    if record.cancel_due and cancel_at:
+    if record.cancel_due and cancel_at and budget_left:
         return _reserve(record, now, owner, notes, "cancel", cancel_at)
-    if record.requests_used >= record.policy.max_requests:
-        detail = (
-            f"all {record.policy.max_requests} requests of the budget are used "
-            f"without a terminal answer (last state {show(record.provider_state)})"
-        )
-        return _finish_early(
-            record,
-            now,
-            notes,
-            escalate(record, now, Reason.REQUEST_BUDGET_EXHAUSTED, detail),
-        )
+    if not budget_left:
+        why = "the cancel cannot be sent" if record.cancel_due and cancel_at else ""
+        return _budget_spent(record, now, notes, why)
     if now < record.next_poll_at:
         until = min(record.next_poll_at, record.deadline_at)
         return Sleep(until=until, seconds=seconds_between(now, until))
@@ -257,6 +256,18 @@ def _plan_submit(
         f"Check with the provider, or submit again with the same idempotency key{key}"
     )
     return _finish_early(record, now, notes, escalate(record, now, Reason.PROVIDER_FAILURE, detail))
+
+
+def _budget_spent(record: Record, now: datetime, notes: list[AuditEvent], why: str) -> Finish:
+    """Every request of the budget is used (submit, status, result and cancel alike)."""
+    detail = (
+        f"all {record.policy.max_requests} requests of the budget are used "
+        f"without a terminal answer (last state {show(record.provider_state)})"
+    )
+    if why:
+        detail = f"{why}: {detail}"
+    step = escalate(record, now, Reason.REQUEST_BUDGET_EXHAUSTED, detail)
+    return _finish_early(record, now, notes, step)
 
 
 def _finish_early(record: Record, now: datetime, notes: list[AuditEvent], step: Step) -> Finish:
@@ -300,11 +311,7 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
         **{counter: getattr(record, counter) + 1},
     )
     late_s = seconds_between(record.next_poll_at, now)
-    budget = (
-        f" {reserved.requests_used} of {policy.max_requests}"
-        if kind in ("status", "result", "errors")
-        else ""
-    )
+    budget = f" {reserved.requests_used} of {policy.max_requests}"
     summary = f"reserved {kind} request{budget} (timeout {timeout_s:.3g}s)" + (
         f"; {late_s:.3g}s later than planned" if late_s > 1 and kind == "status" else ""
     )
@@ -317,6 +324,24 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
         transition=Transition(record=reserved, events=(*notes, event)),
         request=Request(kind=kind, url=url, timeout_s=timeout_s, method=method or "GET"),
     )
+
+
+def internal_failure(record: Record, now: datetime, doing: str, exc: Exception) -> Transition:
+    """Stop one operation that waitbound itself could not process (a bug, or an answer
+    no rule foresaw): escalate ``integration_failure`` with the error named, so the
+    operation carries its own failure and every other operation goes on.
+
+    Any request already reserved stays counted; the lease is released.
+    """
+    message = str(exc).splitlines()[0] if str(exc) else ""
+    detail = (
+        f"waitbound could not finish {doing} for this operation "
+        f"({type(exc).__name__}{': ' + ascii(message)[1:-1][:200] if message else ''}); "
+        "nothing was guessed, and the other operations are not affected"
+    )
+    cleared = replace(record, in_flight=None, lease_owner=None, lease_expires_at=None)
+    done, kind, summary, extra = escalate(cleared, now, Reason.INTEGRATION_FAILURE, detail)
+    return Transition(record=done, events=(audit_event(done, now, kind, summary, **extra),))
 
 
 # --- observing an answer ---------------------------------------------------------
@@ -345,14 +370,22 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
         last_request_id=observation.request_id,
     )
     reading = _read(base, observation)
+    bad_url: str | None = None
     if reading is not None:
+        cancel_at, bad_cancel = _absolute(base, reading.cancel_url, "cancel URL")
+        errors_at, bad_errors = _absolute(base, reading.errors_url, "errors URL")
+        bad_url = bad_cancel or bad_errors
         base = replace(
             base,
             cancelable=reading.cancelable,
-            cancel_url=base.cancel_url or _absolute(base, reading.cancel_url),
-            errors_url=_absolute(base, reading.errors_url) or base.errors_url,
+            cancel_url=base.cancel_url or cancel_at,
+            errors_url=errors_at or base.errors_url,
         )
     match observation.kind:
+        case _ if bad_url is not None:
+            step = escalate(
+                base, now, Reason.INTEGRATION_FAILURE, bad_url, response=observation.body
+            )
         case "submit":
             step = decide_submit(base, observation, rng)
         case "result":
@@ -381,14 +414,16 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
     )
 
 
-def _absolute(record: Record, url: str | None) -> str | None:
-    """A URL named by a status body, resolved; one that cannot be used is ignored."""
+def _absolute(record: Record, url: str | None, what: str) -> tuple[str | None, str | None]:
+    """A URL named by a status body, resolved against the status URL: ``(url, None)``,
+    or ``(None, problem)`` when it cannot be used (a provider naming a broken URL has
+    broken its contract)."""
     if not url:
-        return None
+        return None, None
     try:
-        return resolve(record.status_url or "", url)
-    except ValueError:
-        return None
+        return resolve(record.status_url or "", url), None
+    except ValueError as exc:
+        return None, f"the status body's {what} {shown_url(url)} cannot be used ({exc})"
 
 
 def _read(record: Record, observation: Observation) -> Reading | None:

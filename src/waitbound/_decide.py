@@ -29,7 +29,7 @@ from waitbound._observation import Observation
 from waitbound._outcome import OutcomeKind, Reason
 from waitbound._record import Phase, Record
 from waitbound._schedule import DelaySource, backoff_delay_s, hinted_delay_s, read_hints
-from waitbound._urls import redact_url, resolve
+from waitbound._urls import redact_url, resolve, shown_url
 
 __all__ = [
     "THROTTLE_FACTOR",
@@ -276,7 +276,7 @@ def _result_url(record: Record, reading: Reading | None) -> str | ValueError | N
     try:
         return resolve(record.status_url or "", candidate)
     except ValueError as exc:
-        return ValueError(f"the result URL {candidate[:200]!r} cannot be used ({exc})")
+        return ValueError(f"the result URL {shown_url(candidate)} cannot be used ({exc})")
 
 
 def decide_result(record: Record, observation: Observation, rng: random.Random) -> Step:
@@ -556,18 +556,11 @@ def decide_submit(record: Record, observation: Observation, rng: random.Random) 
         headers=observation.headers,
         body=observation.body,
     )
-    if receipt.status_url is not None:
-        try:
-            resolve(receipt.status_url, receipt.status_url)
-        except ValueError as exc:
-            return escalate(
-                record,
-                now,
-                Reason.INTEGRATION_FAILURE,
-                f"the receipt's status URL cannot be used ({exc})",
-                response=observation.body,
-            )
-    else:
+    if receipt.problem is not None:
+        return escalate(
+            record, now, Reason.INTEGRATION_FAILURE, receipt.problem, response=observation.body
+        )
+    if receipt.status_url is None:
         places = ", ".join(contract.status_url_headers) + " headers, the receipt body"
         return escalate(
             record,

@@ -32,6 +32,8 @@ from waitbound._controller import (
     Request,
     Send,
     Sleep,
+    Transition,
+    internal_failure,
     observe,
     plan,
 )
@@ -148,7 +150,11 @@ def _drive(
         leased = record.lease_expires_at is not None and record.lease_expires_at > now
         if leased and _holder_is_gone(record.lease_owner):
             record = replace(record, lease_expires_at=now)
-        match plan(record, now, owner=owner, can_submit=submission is not None):
+        try:
+            decision = plan(record, now, owner=owner, can_submit=submission is not None)
+        except Exception as exc:  # one operation's fault never escapes its loop
+            decision = Finish(transition=internal_failure(record, now, "its next step", exc))
+        match decision:
             case Finished(record=done):
                 return done
             case Finish(transition=finish):
@@ -167,14 +173,29 @@ def _drive(
                 content = submission.body if request.kind == "submit" and submission else None
                 sent = _request_headers(request, reserved, headers, submission)
                 secrets = secret_parts(headers(reserved).values())
-                observation = yield _Send(request, sent, content, secrets)
-                assert observation is not None, "the driver must answer a _Send"
-                hit("answered", f"answered-{request.kind}")
-                after = observe(reserved, observation, rng=rng)
+                try:
+                    observation = yield _Send(request, sent, content, secrets)
+                except Exception as exc:  # the transport broke on this request only
+                    after = internal_failure(
+                        reserved, clock.now(), f"the {request.kind} request", exc
+                    )
+                else:
+                    assert observation is not None, "the driver must answer a _Send"
+                    hit("answered", f"answered-{request.kind}")
+                    after = _observed(reserved, observation, rng)
                 try:
                     persist(after.record, after.events)
                 except ConflictError:
                     continue  # our lease expired and another worker moved on
+
+
+def _observed(reserved: Record, observation: Observation, rng: random.Random) -> Transition:
+    """The controller's reading of an answer; one it cannot read stops this operation only."""
+    try:
+        return observe(reserved, observation, rng=rng)
+    except Exception as exc:
+        what = f"reading the answer to the {observation.kind} request"
+        return internal_failure(reserved, observation.at, what, exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,17 +273,21 @@ def run_sync_effects(
                     sleep(seconds)
                     effect = loop.send(None)
                 case _Send(request=request, headers=headers, content=content, secrets=secrets):
-                    observation = send_sync(
-                        http_client,
-                        request,
-                        headers=headers,
-                        content=content,
-                        secrets=secrets,
-                        profile=profile,
-                        clock=tools.clock,
-                        settings=http,
-                    )
-                    effect = loop.send(observation)
+                    try:
+                        observation = send_sync(
+                            http_client,
+                            request,
+                            headers=headers,
+                            content=content,
+                            secrets=secrets,
+                            profile=profile,
+                            clock=tools.clock,
+                            settings=http,
+                        )
+                    except Exception as exc:  # the loop records it on this operation
+                        effect = loop.throw(exc)
+                    else:
+                        effect = loop.send(observation)
     except StopIteration as stop:
         record: Record = stop.value
         return record
@@ -290,17 +315,21 @@ async def run_async_effects(
                     await sleep(seconds)
                     effect = loop.send(None)
                 case _Send(request=request, headers=headers, content=content, secrets=secrets):
-                    observation = await send_async(
-                        http_client,
-                        request,
-                        headers=headers,
-                        content=content,
-                        secrets=secrets,
-                        profile=profile,
-                        clock=tools.clock,
-                        settings=http,
-                    )
-                    effect = loop.send(observation)
+                    try:
+                        observation = await send_async(
+                            http_client,
+                            request,
+                            headers=headers,
+                            content=content,
+                            secrets=secrets,
+                            profile=profile,
+                            clock=tools.clock,
+                            settings=http,
+                        )
+                    except Exception as exc:  # the loop records it on this operation
+                        effect = loop.throw(exc)
+                    else:
+                        effect = loop.send(observation)
     except StopIteration as stop:
         record: Record = stop.value
         return record

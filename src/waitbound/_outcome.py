@@ -54,6 +54,10 @@ class Reason(StrEnum):
     AUTHORIZATION_DENIED = "authorization_denied"
     CONTRADICTION = "contradiction"
     INTEGRATION_FAILURE = "integration_failure"
+    RESULT_UNCONFIRMED = "result_unconfirmed"
+    """The job succeeded, but the answer to the one result request was lost when
+    waitbound stopped: the provider is not to blame, and the job need not be submitted
+    again; a person may decide to fetch the result once more."""
     SKIPPED = "skipped"
     """With ``canceled``: the provider skipped the run (it never ran)."""
 
@@ -66,6 +70,7 @@ ESCALATION_OPTIONS: Final[Mapping[Reason, tuple[str, ...]]] = {
     Reason.AUTHORIZATION_DENIED: ("retry_with_new_credentials", "abandon"),
     Reason.CONTRADICTION: ("mark_succeeded", "mark_failed", "abandon"),
     Reason.INTEGRATION_FAILURE: ("fix_profile_and_resume", "abandon"),
+    Reason.RESULT_UNCONFIRMED: ("fetch_result_again", "abandon"),
 }
 """The bounded choices a person may take on an escalation, by reason."""
 

@@ -36,8 +36,8 @@ class Policy:
 
     Attributes:
         deadline_s: from creation to the deadline (``deadline_at``).
-        max_requests: requests the operation may send in total (status requests,
-            plus result-endpoint requests, which spend the same budget).
+        max_requests: requests the operation may send in total: submit attempts,
+            status requests, result and errors pages and cancels all spend it.
         max_transport_failures: 5xx answers, timeouts and connection errors tolerated;
             one more escalates ``provider_failure``.
         max_rate_limited: throttled answers (429, a throttling body) tolerated; one
@@ -213,8 +213,14 @@ class Record:
 
     @property
     def requests_used(self) -> int:
-        """Requests sent so far against ``policy.max_requests`` (status + result)."""
-        return self.status_requests_used + self.result_requests_used
+        """Requests sent so far against ``policy.max_requests``: every kind counts
+        (submit attempts, status, result and errors pages, cancels)."""
+        return (
+            self.submit_attempts
+            + self.status_requests_used
+            + self.result_requests_used
+            + self.cancel_requests_used
+        )
 
     @property
     def is_finished(self) -> bool:

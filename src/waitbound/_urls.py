@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urljoin, urlsplit
 
-__all__ = ["checked_url", "origin", "redact_url", "resolve"]
+__all__ = ["checked_url", "origin", "redact_url", "resolve", "shown_url"]
 
 
 def checked_url(url: str) -> str:
@@ -54,3 +54,9 @@ def redact_url(url: str) -> str:
     if port:
         host = f"{host}:{port}"
     return f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")
+
+
+def shown_url(url: str) -> str:
+    """A URL as a message may quote it: without user info or query, control and
+    non-ASCII characters escaped, at most 200 characters, in quotes."""
+    return ascii(redact_url(url)[:200])

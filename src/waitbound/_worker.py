@@ -16,6 +16,7 @@ so operations created together spread out instead of polling in waves.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -35,6 +36,7 @@ from waitbound.transports import HttpSettings
 
 __all__ = ["WorkerSettings", "work"]
 
+_LOG = logging.getLogger("waitbound.worker")
 _BUSY_RECHECK_S = 0.01
 """While steps are in flight (or work is overdue), look for due work this often (seconds)."""
 
@@ -128,6 +130,7 @@ async def work(
     sleep: Callable[[float], Awaitable[object]] | None = None,
     rng: random.Random | None = None,
     on_event: Callable[[AuditEvent], None] | None = None,
+    on_error: Callable[[str, Exception], None] | None = None,
     stop: anyio.Event | None = None,
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
 ) -> int:
@@ -143,6 +146,11 @@ async def work(
         headers: sent to each operation's own origin only (see ``Record.trusts``): one
             mapping for all, or a function of the record giving each its own.
         client, clock, sleep, rng, on_event, http: as in :func:`waitbound.wait`.
+        on_error: called with an operation id and the exception when a step could not
+            be taken (the store failed); the worker goes on with the other operations.
+            ``None`` logs a warning on the ``waitbound.worker`` logger. A failure of the
+            operation itself (an answer waitbound cannot process) is recorded on it as
+            ``escalated`` / ``integration_failure`` and never reaches here.
         stop: set it to stop claiming work (a SIGTERM handler does).
 
     Returns:
@@ -150,6 +158,7 @@ async def work(
     """
     kit = tools(store, clock or SystemClock(), rng, on_event, headers)
     nap = sleep or anyio.sleep
+    report = on_error or _log_error
     owner = new_owner()
     origins = _Origins(settings, kit.clock)
     stop = stop or anyio.Event()
@@ -177,6 +186,10 @@ async def work(
                 )
             steps += 1
             _release(kit.store, after, owner)
+        except Exception as exc:  # one operation never stops the worker
+            # The loop records its own failures on the operation; what reaches here is
+            # the store failing (the lease then expires and the step is taken again).
+            report(record.operation_id, exc)
         finally:
             room.release()
             finished.set()
@@ -232,6 +245,10 @@ async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:
 
         for wait in waits:
             group.start_soon(one, wait)
+
+
+def _log_error(operation_id: str, exc: Exception) -> None:
+    _LOG.warning("operation %s: step not taken: %s: %s", operation_id, type(exc).__name__, exc)
 
 
 async def _no_sleep(seconds: float) -> None:
