@@ -5,19 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from itertools import pairwise
-from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
 import pytest
 
-from tests.stores.pg import require_postgres
+from tests.stores.pg import fresh_database
 from waitbound import Operation, OutcomeKind, Policy, parse_profile, start
 from waitbound.sim import Simulator, parse_scenario
-from waitbound.stores import open_store, upgrade_store
+from waitbound.stores import open_store
 
 OPERATIONS = 300
 BUDGET = 3
@@ -26,18 +23,8 @@ BUDGET = 3
 @pytest.fixture
 def fleet_dsn() -> Iterator[str]:
     """A fresh database on the test server, migrated; dropped afterwards."""
-    base = require_postgres()
-    name = f"wb_fleet_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    parts = urlsplit(base)
-    dsn = urlunsplit(parts._replace(path=f"/{name}"))
-    try:
-        upgrade_store(dsn)
+    with fresh_database() as dsn:
         yield dsn
-    finally:
-        with psycopg.connect(base, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.mark.e2e

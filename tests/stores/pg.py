@@ -14,6 +14,7 @@ import os
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -77,6 +78,26 @@ def drop_schema(name: str) -> None:
 def schema_exists(name: str) -> bool:
     """Whether the schema *name* exists on the test server."""
     return bool(execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (name,)))
+
+
+@contextmanager
+def fresh_database() -> Iterator[str]:
+    """The DSN of a new database on the test server, migrated; dropped afterwards."""
+    import psycopg
+
+    from waitbound.stores import upgrade_store
+
+    base = require_postgres()
+    name = f"wbtest_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"'.encode())
+    dsn = urlunsplit(urlsplit(base)._replace(path=f"/{name}"))
+    try:
+        upgrade_store(dsn)
+        yield dsn
+    finally:
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
 
 
 @contextmanager
