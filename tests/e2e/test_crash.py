@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from waitbound import Operation, Policy, SQLiteStore, parse_profile, start
+from waitbound import Operation, Policy, Reason, SQLiteStore, parse_profile, start
 from waitbound.sim import Simulator, parse_scenario
 
 POINTS = ("reserved-status", "answered-status", "reserved-result", "answered-result")
@@ -60,7 +60,8 @@ def test_a_killed_worker_never_buys_requests_or_fetches_a_result_twice(
     seed: int, tmp_path: Path
 ) -> None:
     """Seeded kill -9 at a failpoint, then a restart: every operation ends; no operation
-    exceeded its request budget; no result was fetched twice."""
+    exceeded its request budget; no result was fetched twice; none is blamed on the
+    provider."""
     rng = random.Random(seed)
     point = POINTS[seed % len(POINTS)]
     nth = rng.randint(1, OPERATIONS)
@@ -98,3 +99,5 @@ def test_a_killed_worker_never_buys_requests_or_fetches_a_result_twice(
         assert sim.count("status") + sim.count("result") <= MAX_REQUESTS
         assert sim.count("status") + sim.count("result") <= record.requests_used
         assert sim.count("result") <= 1
+        # The provider never failed: a result answer lost to the kill is our fault.
+        assert record.reason in (None, Reason.RESULT_UNCONFIRMED), record.error
