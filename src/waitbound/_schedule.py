@@ -8,7 +8,9 @@ Hints (provider): read from every response in this precedence, the first valid o
 winning:
 
 1. ``retry-after-ms``, then ``x-ms-retry-after-ms`` (milliseconds);
-2. ``Retry-After`` (RFC 9110 §10.2.3: delay-seconds, or an HTTP-date per §5.6.7);
+2. ``Retry-After`` (RFC 9110 §10.2.3: delay-seconds, decimals accepted, or an
+   HTTP-date in any §5.6.7 form; a header sent twice, joined as ``"2, 30"``, gives
+   its largest valid value);
 3. the profile's ``hint_headers`` (seconds or milliseconds, as declared);
 4. the body's ``poll_hint`` / ``poll_hint_ms`` (seconds / milliseconds);
 5. the body's ``next_check_at`` (RFC 3339).
@@ -24,9 +26,10 @@ from __future__ import annotations
 import math
 import random
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from functools import partial
@@ -43,13 +46,17 @@ __all__ = [
     "hinted_delay_s",
     "parse_retry_after",
     "read_hints",
+    "read_retry_after",
 ]
 
-_DELAY_SECONDS: Final = re.compile(r"[0-9]+")
 _DECIMAL: Final = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 MAX_HINT_S: Final = 366 * 24 * 3600.0
 """A hint longer than a year is read as a year: past any deadline, never an overflow."""
 _MS_HEADERS: Final = ("retry-after-ms", "x-ms-retry-after-ms")
+_ASCTIME: Final = "%a %b %d %H:%M:%S %Y"
+"""asctime-date (RFC 9110 §5.6.7), e.g. ``Sun Nov  6 08:49:37 1994``."""
+_GMT: Final = frozenset({"GMT", "UTC", "+0000", "-0000"})
+"""How an HTTP-date may name its zone (RFC 9110 asks for ``GMT``)."""
 
 
 class DelaySource(StrEnum):
@@ -106,25 +113,110 @@ def hinted_delay_s(hint_s: float, *, jitter: float, rng: random.Random) -> float
     return hint_s * (1.0 + rng.uniform(0.0, jitter))
 
 
-def parse_retry_after(value: str, *, now: datetime) -> float:
-    """Parse a ``Retry-After`` value into seconds from *now* (RFC 9110 §10.2.3).
+def _http_date_s(text: str, *, now: datetime) -> float:
+    """Seconds from *now* until the HTTP-date *text* (RFC 9110 §5.6.7), 0 when past.
 
-    Accepts delay-seconds (``1*DIGIT``) or an HTTP-date (IMF-fixdate, or the obsolete
-    forms RFC 9110 §5.6.7 asks recipients to accept). A date in the past gives 0.
+    Accepts IMF-fixdate (``Sun, 06 Nov 1994 08:49:37 GMT``), the obsolete RFC 850 form
+    (``Sunday, 06-Nov-94 08:49:37 GMT``) and asctime (``Sun Nov  6 08:49:37 1994``,
+    which has no zone and is GMT by definition).
 
     Raises:
-        ValueError: the value is neither form (e.g. ``"1000abc"``, ``"soon"``, ``"-5"``).
+        ValueError: *text* is none of them, or names no zone where one is required.
     """
-    text = value.strip()
-    if _DELAY_SECONDS.fullmatch(text):
-        return min(float(text), MAX_HINT_S)
+    if text.count(",") > 1:
+        raise ValueError("not an HTTP-date")
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
-        raise ValueError("neither delay-seconds nor an HTTP-date") from None
+        raise ValueError("not an HTTP-date") from None
     if when.tzinfo is None:
+        try:
+            time.strptime(text, _ASCTIME)
+        except ValueError:
+            raise ValueError("an HTTP-date must be in GMT") from None
+        when = when.replace(tzinfo=UTC)
+    elif text.rsplit(maxsplit=1)[-1] not in _GMT or when.utcoffset():
         raise ValueError("an HTTP-date must be in GMT")
     return max(0.0, (when - now).total_seconds())
+
+
+def _retry_after_value_s(text: str, *, now: datetime) -> float:
+    """One Retry-After value: delay-seconds (decimals allowed) or an HTTP-date.
+
+    Raises:
+        ValueError: it is neither.
+    """
+    if _DECIMAL.fullmatch(text):
+        return min(float(text), MAX_HINT_S)
+    return _http_date_s(text, now=now)
+
+
+def read_retry_after(value: str, *, now: datetime) -> tuple[float, str | None]:
+    """Read a ``Retry-After`` value into seconds from *now*, saying how when it matters.
+
+    The rules of :func:`parse_retry_after`. A header sent twice arrives joined with
+    ``", "`` (``"2, 30"``): every value is read and the largest valid one wins, so the
+    client never polls sooner than any of them asked.
+
+    Returns:
+        ``(seconds, note)``; the note is ``None`` for one plain value, else e.g.
+        ``"largest of 2 values"`` or ``"largest of 2 values; ignored 'soon'"``.
+
+    Raises:
+        ValueError: no value in it is valid (e.g. ``"1000abc"``, ``"soon"``, ``"-5"``).
+    """
+    text = value.strip()
+    try:
+        return _retry_after_value_s(text, now=now), None
+    except ValueError:
+        if "," not in text:
+            raise ValueError("neither delay-seconds nor an HTTP-date") from None
+    parts = [part.strip() for part in text.split(",")]
+    valid: list[float] = []
+    ignored: list[str] = []
+    index = 0
+    while index < len(parts):
+        if index + 1 < len(parts):  # an IMF-fixdate or RFC 850 date holds one comma
+            try:
+                valid.append(_http_date_s(f"{parts[index]}, {parts[index + 1]}", now=now))
+            except ValueError:
+                pass
+            else:
+                index += 2
+                continue
+        try:
+            valid.append(_retry_after_value_s(parts[index], now=now))
+        except ValueError:
+            ignored.append(parts[index])
+        index += 1
+    if not valid:
+        raise ValueError("neither delay-seconds nor an HTTP-date")
+    note = f"largest of {len(valid)} value{'s' if len(valid) > 1 else ''}"
+    if ignored:
+        note += "; ignored " + ", ".join(ascii(part[:40]) for part in ignored[:3])
+    return max(valid), note
+
+
+def parse_retry_after(value: str, *, now: datetime) -> float:
+    """Parse a ``Retry-After`` value into seconds from *now* (RFC 9110 §10.2.3).
+
+    Accepts delay-seconds, decimal seconds too (``1.5`` is 1.5 s: providers that send
+    them mean them), or an HTTP-date in any of the three forms of RFC 9110 §5.6.7
+    (IMF-fixdate, RFC 850, asctime). A date in the past gives 0; a delay beyond a year
+    reads as a year. Several values joined by commas (a header sent twice, ``"2, 30"``)
+    give the largest valid one.
+
+    Args:
+        value: the header value.
+        now: the observation time, aware UTC, that an HTTP-date is measured from.
+
+    Returns:
+        The delay in seconds, ``>= 0``.
+
+    Raises:
+        ValueError: no value in it is valid (e.g. ``"1000abc"``, ``"soon"``, ``"-5"``).
+    """
+    return read_retry_after(value, now=now)[0]
 
 
 def _seconds(value: object, *, scale: float) -> float:
@@ -180,7 +272,7 @@ def read_hints(
     if "retry-after" in headers:
         candidates.append(
             (
-                "Retry-After header",
+                _retry_after_origin(headers["retry-after"], now=now),
                 headers["retry-after"],
                 DelaySource.PROVIDER_RETRY_AFTER,
                 lambda v: parse_retry_after(str(v), now=now),
@@ -228,6 +320,18 @@ def read_hints(
         delay = min(delay, MAX_HINT_S)
         return Hint(delay_s=delay, source=source, origin=origin), tuple(invalid)
     return None, tuple(invalid)
+
+
+def _retry_after_origin(value: str, *, now: datetime) -> str:
+    """Where a Retry-After hint came from; with several values, which one was taken.
+
+    E.g. ``Retry-After header '2, 30' (largest of 2 values)``.
+    """
+    try:
+        _, note = read_retry_after(value, now=now)
+    except ValueError:
+        note = None
+    return f"Retry-After header {value[:80]!a} ({note})" if note else "Retry-After header"
 
 
 def _until(value: object, *, now: datetime) -> float:

@@ -1,17 +1,26 @@
 """Credentials kept out of everything waitbound stores or shows.
 
-The caller's header values are credentials. A provider that echoes one back (a debug
-field, an error quoting the request) has it replaced by ``[redacted]`` in the answer's
-body before the body is read, so it never reaches a record, the audit log or a tool
-answer.
+The caller's header values are credentials. Whatever a provider says that waitbound
+keeps (a body, a kept header such as ``Retry-After`` or ``X-Request-Id``, a request
+id) has each of them replaced by ``[redacted]`` before an observation is built, so an
+echo never reaches a record, the audit log or a tool answer. One rule, three shapes:
+:func:`redact_text` for text, :func:`redact_bytes` for a raw body, and
+:func:`waitbound._json.redact_json` for a decoded JSON value (every string and key).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-__all__ = ["MIN_SECRET_CHARS", "REDACTED", "redact_bytes", "secret_parts"]
+__all__ = [
+    "MIN_SECRET_CHARS",
+    "REDACTED",
+    "redact_bytes",
+    "redact_headers",
+    "redact_text",
+    "secret_parts",
+]
 
 MIN_SECRET_CHARS: Final = 8
 """Shorter values are not redacted: they would match ordinary text."""
@@ -32,8 +41,26 @@ def secret_parts(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(found, key=lambda part: (-len(part), part)))
 
 
-def redact_bytes(body: bytes, secrets: Sequence[str]) -> bytes:
-    """*body* with every occurrence of each secret replaced by ``[redacted]``."""
+def redact_text(text: str, secrets: Sequence[str]) -> str:
+    """*text* with every occurrence of each secret replaced by ``[redacted]``.
+
+    Args:
+        text: anything a provider said (a header value, a decoded string).
+        secrets: the strings to hide, longest first (see :func:`secret_parts`).
+    """
     for secret in secrets:
-        body = body.replace(secret.encode(), REDACTED.encode())
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def redact_bytes(body: bytes, secrets: Sequence[str]) -> bytes:
+    """*body* with every occurrence of each secret (UTF-8) replaced by ``[redacted]``."""
+    for secret in secrets:
+        body = body.replace(secret.encode("utf-8", "surrogatepass"), REDACTED.encode())
     return body
+
+
+def redact_headers(headers: Mapping[str, str], secrets: Sequence[str]) -> dict[str, str]:
+    """*headers* with each value redacted by :func:`redact_text` (names unchanged)."""
+    return {name: redact_text(value, secrets) for name, value in headers.items()}

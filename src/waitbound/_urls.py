@@ -1,62 +1,136 @@
-"""URLs: which ones waitbound will use, whose origin they have, and how they are logged."""
+"""URLs: which ones waitbound will use, whose origin they have, and how they are logged.
+
+httpx's own parser (``httpx.URL``) is the judge, so waitbound never accepts a URL that
+httpx would later refuse, and both agree on what its origin is. On top of httpx's
+rules: an absolute ``http``/``https`` URL with a host, no user info, and a port of
+ASCII digits from 1 to 65535. (httpx reads a port of fullwidth digits, ``+80`` or
+``1_0`` as a number; the standard library's ``urlsplit`` refuses them, and so does
+waitbound.)
+"""
 
 from __future__ import annotations
 
 import re
-from urllib.parse import urljoin, urlsplit
+from typing import Final
+from urllib.parse import urlsplit
+
+import httpx
 
 __all__ = ["checked_url", "origin", "redact_url", "resolve", "shown_url"]
 
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+_QUOTE_CHARS: Final = 120
 
-def checked_url(url: str) -> str:
-    """Return *url* when it is an absolute http(s) URL with a host and a valid port.
+
+def _quoted(text: str, limit: int = _QUOTE_CHARS) -> str:
+    """*text* for a message: ASCII only, control characters escaped, at most *limit* chars."""
+    quoted = ascii(text[:limit])[1:-1]
+    return quoted if len(text) <= limit else quoted + "..."
+
+
+def _parsed(url: str) -> httpx.URL:
+    """*url* (absolute or relative) parsed by httpx, its port checked as ASCII digits.
 
     Raises:
-        ValueError: it is not (the message says why).
+        ValueError: httpx refuses it, or its port is not plain digits in range.
     """
-    parts = urlsplit(url)
-    parts.port  # noqa: B018 - urllib checks the port only when it is read
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parsed = httpx.URL(url)
+        parsed.host  # noqa: B018 - an xn-- label is decoded (and may fail) only when read
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:  # idna errors are ValueErrors
+        raise ValueError(f"httpx cannot use it: {_quoted(str(exc))}") from None
+    try:
+        urlsplit(url).port  # noqa: B018 - urllib checks the port only when it is read
+    except ValueError as exc:
+        if "port" not in str(exc).lower():
+            raise ValueError(f"its authority cannot be read: {_quoted(str(exc))}") from None
+        raise ValueError("the port must be ASCII digits from 1 to 65535") from None
+    if parsed.port is not None and not 0 < parsed.port <= 65535:
+        raise ValueError("the port must be ASCII digits from 1 to 65535")
+    return parsed
+
+
+def checked_url(url: str) -> str:
+    """Return *url* when waitbound and httpx can both use it.
+
+    The rules: httpx parses it (no control characters, CR/LF or spaces in the host, a
+    valid IDNA host, ...); it is absolute ``http`` or ``https``; it has a host made of
+    host characters; no user info; a port, when given, of ASCII digits in 1..65535.
+
+    Returns:
+        *url* unchanged (``httpx.URL(url)`` works and a request can be built with it).
+
+    Raises:
+        ValueError: it cannot be used; the message says why and quotes at most a
+            bounded, ASCII-escaped part of it, never the whole raw URL.
+    """
+    parsed = _parsed(url)
+    if parsed.scheme not in _DEFAULT_PORTS:
         raise ValueError("not an http or https URL")
-    if parts.username is not None or parts.password is not None:
+    if not parsed.raw_host:
+        raise ValueError("an http or https URL needs a host")
+    if b"%" in parsed.raw_host:  # httpx escaped characters a host cannot have
+        raise ValueError(f"a host with characters a host name cannot have: {_quoted(parsed.host)}")
+    if parsed.userinfo:
         raise ValueError("credentials in a URL are not accepted; send them in a header")
+    try:
+        httpx.Request("GET", parsed)
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise ValueError(f"httpx cannot send to it: {_quoted(str(exc))}") from None
     return url
 
 
 def resolve(base: str, url: str) -> str:
-    """Resolve *url* against *base*, then check it (see :func:`checked_url`).
+    """Resolve *url* against *base* the way httpx does (RFC 3986 §5), then check it.
+
+    Returns:
+        The joined URL in httpx's normal form (lower-case host, IDNA, escapes).
 
     Raises:
-        ValueError: the result is not a usable http(s) URL.
+        ValueError: *base* or *url* cannot be parsed, or the result is not usable (see
+            :func:`checked_url`).
     """
-    return checked_url(urljoin(base, url))
+    joined = _parsed(base).join(_parsed(url))
+    return checked_url(str(joined))
 
 
 def origin(url: str) -> tuple[str, str | None, int | None]:
-    """The origin (scheme, host, port) of an http(s) URL, the port defaulted.
+    """The origin (scheme, host, port) of an http(s) URL, as httpx sees it.
+
+    The host is lower-case in IDNA (``xn--``) form, IPv6 without brackets; the port is
+    defaulted (80 for http, 443 for https).
 
     Raises:
-        ValueError: the URL's port is invalid.
+        ValueError: httpx cannot parse the URL, or its port is invalid.
     """
-    parts = urlsplit(url)
-    default = {"http": 80, "https": 443}.get(parts.scheme)
-    return parts.scheme, parts.hostname, parts.port or default
+    parsed = _parsed(url)
+    host = parsed.raw_host.decode("ascii").lower() or None
+    return parsed.scheme, host, parsed.port or _DEFAULT_PORTS.get(parsed.scheme)
 
 
 def redact_url(url: str) -> str:
-    """The URL without user info or query string (which may carry credentials)."""
+    """The URL without user info or query string (which may carry credentials).
+
+    Never raises. The result is ASCII (escaped where needed) and bounded: 2,000
+    characters, or 200 for a URL httpx cannot parse, which is cut at ``?`` or ``#`` and
+    loses anything before an ``@`` in its authority.
+    """
+    if not url:
+        return ""
     try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:  # still drop what may be credentials: user info and the query
-        return re.sub(r"//[^/@]*@", "//", re.split(r"[?#]", url, maxsplit=1)[0])[:200]
-    host = parts.hostname or ""
-    if port:
-        host = f"{host}:{port}"
-    return f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")
+        parsed = httpx.URL(url)
+        netloc = parsed.netloc.decode("ascii")
+        path = parsed.raw_path.split(b"?", 1)[0].decode("ascii")
+    except (httpx.InvalidURL, ValueError, TypeError):
+        bare = re.split(r"[?#]", str(url), maxsplit=1)[0]
+        return _quoted(re.sub(r"//[^/@]*@", "//", bare), 200)
+    scheme = f"{parsed.scheme}:" if parsed.scheme else ""
+    authority = f"//{netloc}" if netloc else ""
+    return _quoted(f"{scheme}{authority}{path}", 2000) + ("?…" if parsed.query else "")
 
 
 def shown_url(url: str) -> str:
     """A URL as a message may quote it: without user info or query, control and
     non-ASCII characters escaped, at most 200 characters, in quotes."""
-    return ascii(redact_url(url)[:200])
+    text = redact_url(url)
+    return f"'{text if len(text) <= 200 else text[:200] + '...'}'"

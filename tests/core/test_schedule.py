@@ -51,10 +51,10 @@ def test_hint_jitter_is_upward_only_and_small() -> None:
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [("4", 4.0), (" 120 ", 120.0), ("0", 0.0)],
+    [("4", 4.0), (" 120 ", 120.0), ("0", 0.0), ("1.5", 1.5), ("0.25", 0.25)],
 )
 def test_retry_after_delay_seconds(value: str, seconds: float) -> None:
-    """RFC 9110 §10.2.3 delay-seconds: a whole number of SECONDS (4 means 4 s, not 4 ms)."""
+    """RFC 9110 §10.2.3 delay-seconds are SECONDS (4 means 4 s); a decimal 1.5 means 1.5 s."""
     assert parse_retry_after(value, now=START) == seconds
 
 
@@ -65,11 +65,75 @@ def test_retry_after_http_date_uses_the_given_now() -> None:
     assert parse_retry_after(when, now=START + timedelta(seconds=200)) == 0.0
 
 
-@pytest.mark.parametrize("value", ["1000abc", "soon", "-5", "1.5", "", "Mon, 99 Foo 2026"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Thu, 01 Jan 2026 12:01:30 GMT",
+        "Thursday, 01-Jan-26 12:01:30 GMT",
+        "Thu Jan  1 12:01:30 2026",
+    ],
+    ids=["imf-fixdate", "rfc-850", "asctime"],
+)
+def test_retry_after_accepts_all_three_http_date_forms(value: str) -> None:
+    """RFC 9110 §5.6.7: IMF-fixdate, the obsolete RFC 850 form and asctime all parse."""
+    assert parse_retry_after(value, now=START) == 90.0
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("2, 30", 30.0),
+        ("30, 2", 30.0),
+        ("1.5, 1", 1.5),
+        ("5, Thu, 01 Jan 2026 12:01:30 GMT", 90.0),
+        ("Thu, 01 Jan 2026 12:01:30 GMT, Thu, 01 Jan 2026 12:00:10 GMT", 90.0),
+        ("Thu Jan  1 12:01:30 2026, 3", 90.0),
+        ("soon, 7", 7.0),
+    ],
+)
+def test_repeated_retry_after_headers_give_the_largest_valid_value(
+    value: str, seconds: float
+) -> None:
+    """Two Retry-After headers arrive joined ("2, 30"): the client waits the longest asked."""
+    assert parse_retry_after(value, now=START) == seconds
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "1000abc",
+        "soon",
+        "-5",
+        "",
+        "Mon, 99 Foo 2026",
+        ".5",
+        "1.",
+        "\uff11\uff12",
+        "-5, soon",
+        "Thu, 01 Jan 2026 12:01:30 EST",
+        "Thu, 01 Jan 2026 12:01:30 GMT junk",
+    ],
+)
 def test_malformed_retry_after_is_rejected(value: str) -> None:
     """Values that are neither delay-seconds nor an HTTP-date are refused, not guessed."""
     with pytest.raises(ValueError, match="neither delay-seconds nor an HTTP-date"):
         parse_retry_after(value, now=START)
+
+
+@pytest.mark.parametrize(
+    ("value", "origin"),
+    [
+        ("30", "Retry-After header"),
+        ("2, 30", "Retry-After header '2, 30' (largest of 2 values)"),
+        ("2, soon", "Retry-After header '2, soon' (largest of 1 value; ignored 'soon')"),
+    ],
+)
+def test_the_hint_says_which_retry_after_value_was_read(value: str, origin: str) -> None:
+    """A joined Retry-After is recorded with how many values it held and which were ignored."""
+    hint, invalid = read_hints({"retry-after": value}, None, PROFILE, now=START)
+    assert invalid == ()
+    assert hint is not None
+    assert hint.origin == origin
 
 
 def _hint(headers: dict[str, str], body: object = None) -> tuple[object, list[str]]:
