@@ -20,10 +20,17 @@ from typing import Final
 
 from waitbound._errors import ProfileError
 from waitbound._jmes import Expression, compile_expression, search
-from waitbound._json import JSON
+from waitbound._json import JSON, contains_ambiguous
 from waitbound._urls import resolve, shown_url
 
-__all__ = ["CancelContract", "Receipt", "SubmitContract", "parse_cancel", "parse_submit"]
+__all__ = [
+    "CancelContract",
+    "Receipt",
+    "SubmitContract",
+    "parse_cancel",
+    "parse_submit",
+    "repeated_key",
+]
 
 SUBMIT_EXPRESSIONS: Final = ("job_id", "status_url", "result_url", "cancel_url", "poll_hint")
 SUBMIT_KEYS: Final = frozenset(
@@ -38,6 +45,14 @@ SUBMIT_KEYS: Final = frozenset(
 DEFAULT_STATUS_URL_HEADERS: Final = ("azure-asyncoperation", "operation-location", "location")
 CANCEL_KEYS: Final = frozenset(("method", "url_template", "always"))
 FINAL_GET_SOURCES: Final = ("request_url", "location")
+
+
+def repeated_key(document: str, key: str) -> str:
+    """Why a *document* whose *key* repeats with different values is not read."""
+    return (
+        f"the {document} holds the key {key[:80]!a} more than once with different "
+        "values; waitbound does not choose one"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,12 +102,15 @@ class SubmitContract:
             body: the answer's parsed JSON body, or ``None``.
         """
 
+        problems: list[str] = []
+
         def text(key: str) -> str | None:
             expression = self.expressions.get(key)
             value = search(expression, body) if expression is not None else None
+            if (repeated := contains_ambiguous(value)) is not None:
+                problems.append(repeated_key("receipt", repeated))
+                return None
             return None if value is None or isinstance(value, list | dict) else str(value)
-
-        problems: list[str] = []
 
         def absolute(url: str | None, what: str) -> str | None:
             if not url:

@@ -28,7 +28,7 @@ from typing import Final
 from waitbound._actions import CancelContract, SubmitContract, parse_cancel, parse_submit
 from waitbound._errors import ProfileError
 from waitbound._jmes import Expression, compile_expression, search
-from waitbound._json import JSON, JSONScalar
+from waitbound._json import JSON, JSONScalar, contains_ambiguous
 
 __all__ = [
     "Classification",
@@ -163,6 +163,9 @@ class Reading:
         poll_hint_ms: the same in milliseconds (``poll_hint_ms``), or ``None``.
         next_check_at: the body's next-check time as given (unvalidated), or ``None``.
         expires_at: the body's own expiry time, when it parses as RFC 3339.
+        ambiguous: a key the body holds more than once with different values, found
+            inside a value the profile read (the first one); ``None`` when none is.
+            Such a body is never read as either value.
     """
 
     classification: Classification | None
@@ -185,6 +188,7 @@ class Reading:
     output_error: JSON = None
     usage: JSON = None
     errors_url: str | None = None
+    ambiguous: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,11 +199,13 @@ class ResultReading:
         output: the ``result`` expression's value, or the whole document without one.
         output_error: a present value means the job failed, whatever the output says.
         usage: the provider's usage report; ``None`` stays ``None`` (unknown, not 0).
+        ambiguous: a key repeated with different values inside what was read, or ``None``.
     """
 
     output: JSON
     output_error: JSON = None
     usage: JSON = None
+    ambiguous: str | None = None
 
 
 def is_present(value: JSON) -> bool:
@@ -255,20 +261,29 @@ class Profile:
         The state comes from ``state`` when the profile has it, else from ``done``
         (AIP-151: ``done`` true with an ``error`` means failed — canceled when its
         ``code`` is 1, google.rpc.Code CANCELLED — without one succeeded; ``done``
-        false or absent means pending).
+        false or absent means pending). ``ambiguous`` names a key the body repeats
+        with different values inside anything read (see :class:`Reading`).
         """
+        ambiguous: list[str] = []
+
+        def find(key: str) -> JSON:
+            value = self._search(key, body)
+            if (repeated := contains_ambiguous(value)) is not None:
+                ambiguous.append(repeated)
+            return value
+
         classification: Classification | None
         state: JSONScalar = None
-        error = self._search("error", body)
+        error = find("error")
         if "state" in self.expressions:
-            raw_state = self._search("state", body)
+            raw_state = find("state")
             if raw_state is None:
                 classification = None
             else:
                 state = raw_state if not isinstance(raw_state, list | dict) else str(raw_state)
                 classification = self.classify_value(raw_state)
         elif "done" in self.expressions:
-            done = self._search("done", body)
+            done = find("done")
             state = done if isinstance(done, bool) else None
             if done is True and isinstance(error, dict) and error.get("code") == RPC_CANCELLED:
                 classification = Classification.CANCELED
@@ -281,32 +296,34 @@ class Profile:
                 classification = Classification.UNKNOWN
         else:
             classification = None
-        cancelable = self._search("cancelable", body)
+        cancelable = find("cancelable")
+        required = [
+            (text, search(expression, body)) for text, expression in self.require_on_success
+        ]
+        counts = self._counts(body, ambiguous)
+        ambiguous.extend(k for _, v in required if (k := contains_ambiguous(v)) is not None)
         return Reading(
             classification=classification,
             state=state,
-            job_id=_text(self._search("job_id", body)),
-            result=self._search("result", body),
+            job_id=_text(find("job_id")),
+            result=find("result"),
             error=error,
-            progress=self._search("progress", body),
-            counts=self._counts(body),
-            missing_required=tuple(
-                text
-                for text, expression in self.require_on_success
-                if search(expression, body) is None
-            ),
-            throttled=bool(self._search("throttled", body)),
-            poll_hint_s=self._search("poll_hint", body),
-            poll_hint_ms=self._search("poll_hint_ms", body),
-            next_check_at=self._search("next_check_at", body),
-            expires_at=parse_rfc3339(self._search("expires_at", body)),
-            result_url=_text(self._search("result_url", body)),
-            result_id=_text(self._search("result_id", body)),
-            cancel_url=_text(self._search("cancel_url", body)),
+            progress=find("progress"),
+            counts=counts,
+            missing_required=tuple(text for text, value in required if value is None),
+            throttled=bool(find("throttled")),
+            poll_hint_s=find("poll_hint"),
+            poll_hint_ms=find("poll_hint_ms"),
+            next_check_at=find("next_check_at"),
+            expires_at=parse_rfc3339(find("expires_at")),
+            result_url=_text(find("result_url")),
+            result_id=_text(find("result_id")),
+            cancel_url=_text(find("cancel_url")),
             cancelable=cancelable if isinstance(cancelable, bool) else None,
-            output_error=self._search("output_error", body),
-            usage=self._search("usage", body),
-            errors_url=_text(self._search("errors_url", body)),
+            output_error=find("output_error"),
+            usage=find("usage"),
+            errors_url=_text(find("errors_url")),
+            ambiguous=ambiguous[0] if ambiguous else None,
         )
 
     def read_result(self, document: JSON) -> ResultReading:
@@ -318,18 +335,24 @@ class Profile:
             output = document
         else:
             output = self._search("result", document)
+        output_error = self._search("output_error", document)
+        usage = self._search("usage", document)
+        repeated = (contains_ambiguous(v) for v in (output, output_error, usage))
         return ResultReading(
             output=output,
-            output_error=self._search("output_error", document),
-            usage=self._search("usage", document),
+            output_error=output_error,
+            usage=usage,
+            ambiguous=next((k for k in repeated if k is not None), None),
         )
 
-    def _counts(self, body: JSON) -> Counts | None:
+    def _counts(self, body: JSON, repeated: list[str]) -> Counts | None:
+        """The counts in *body*; a key repeated inside one is added to *repeated*."""
         if not self.count_expressions:
             return None
         values: dict[str, int | None] = {}
         for name, expressions in self.count_expressions.items():
             parts = [search(expression, body) for expression in expressions]
+            repeated.extend(k for p in parts if (k := contains_ambiguous(p)) is not None)
             ints = [p for p in parts if isinstance(p, int) and not isinstance(p, bool) and p >= 0]
             values[name] = sum(ints) if ints else None
         return Counts(**values)

@@ -13,6 +13,7 @@ import random
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from waitbound._actions import repeated_key
 from waitbound._contract import Classification, Counts, Reading, is_present
 from waitbound._finish import (
     Step,
@@ -59,6 +60,14 @@ def decide_status(
     code = observation.http_status
     if observation.transport_error is not None or code is None:
         return _provider_trouble(record, observation, reading, rng)
+    if reading is not None and reading.ambiguous is not None:
+        return escalate(
+            record,
+            now,
+            Reason.INTEGRATION_FAILURE,
+            repeated_key("status body", reading.ambiguous),
+            response=observation.body,
+        )
     mapped = record.profile.http_status_states.get(code)
     if mapped is not None:
         return _classified(record, observation, mapped, reading, rng)
@@ -296,6 +305,9 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
     if 200 <= code < 300 and observation.body_problem is None:
         document = record.profile.read_result(observation.body)
         record = replace(record, result_fetched_at=now)
+        if document.ambiguous is not None:
+            detail = repeated_key("result", document.ambiguous)
+            return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
         if is_present(document.output_error):
             return terminal(
                 record, now, OutcomeKind.FAILED, error=document.output_error, usage=document.usage
