@@ -74,7 +74,7 @@ class NestingError(ValueError):
 def _quoted(text: str, limit: int = 60) -> str:
     """*text* quoted for a message: ASCII only, control characters escaped, bounded."""
     quoted = ascii(text[:limit])
-    return quoted if len(text) <= limit else quoted + "…"
+    return quoted if len(text) <= limit else quoted + "..."
 
 
 def _distinct(values: list[JSON]) -> list[JSON]:

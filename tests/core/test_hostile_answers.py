@@ -6,6 +6,7 @@ time (``FakeClock``) against scripted answers; nothing really sleeps.
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 from collections.abc import Mapping
@@ -174,6 +175,20 @@ def test_body_nested_100000_levels_is_an_integration_failure() -> None:
     assert "nested" in str(outcome.error)
 
 
+def test_a_nan_state_is_an_unknown_state_kept_as_text() -> None:
+    """{"status": NaN} is the unknown state "NaN": no float NaN reaches the record or audit."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b'{"status": NaN, "id": "job-1"}')
+
+    store = MemoryStore()
+    outcome = wait_with(handler, store=store)
+    assert outcome.outcome is OutcomeKind.ESCALATED
+    assert outcome.reason is Reason.UNKNOWN_STATE
+    assert outcome.provider_state == "NaN"
+    verify_chain(store.audit(outcome.operation_id))
+
+
 # --- unusable URLs in answers -------------------------------------------------------
 
 
@@ -255,6 +270,43 @@ def test_credentials_go_only_to_the_status_urls_origin(result_url: str, sent: bo
     assert ("authorization" in result_headers) is sent
     if sent:
         assert result_headers["authorization"] == "Bearer S"
+
+
+TOKEN = "tok-5f0e9a1b2c"
+
+
+def test_a_credential_echoed_in_headers_never_reaches_the_record_or_the_audit() -> None:
+    """An echo in X-Request-Id and in a bad Retry-After is redacted before anything is kept."""
+    answers = iter(
+        [
+            httpx.Response(
+                429,
+                headers={"Retry-After": f"Bearer {TOKEN}", "X-Request-Id": f"req-{TOKEN}"},
+            ),
+            httpx.Response(200, json={"status": "done"}, headers={"X-Request-Id": TOKEN}),
+        ]
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return next(answers)
+
+    store = MemoryStore()
+    profile = {**PROFILE, "request_id_headers": ["x-request-id"]}
+    outcome = wait_with(
+        handler,
+        profile=profile,
+        store=store,
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        base_delay_s=1,
+    )
+    assert outcome.outcome is OutcomeKind.SUCCEEDED
+    record = store.get(outcome.operation_id)
+    assert record is not None
+    kept = json.dumps(record.to_json()) + json.dumps(
+        [[e.event.summary, dict(e.event.data)] for e in store.audit(outcome.operation_id)]
+    )
+    assert TOKEN not in kept + json.dumps(outcome.as_json())
+    assert "[redacted]" in kept
 
 
 # --- the audit story ----------------------------------------------------------------
