@@ -299,6 +299,41 @@ async def test_answers_stay_within_their_size_bound_and_never_show_a_secret(
         assert SECRET.encode() not in stored.read_bytes()
 
 
+async def test_secrets_echoed_in_headers_and_escaped_bodies_reach_no_answer(
+    mode: str, tmp_path: Path
+) -> None:
+    """A provider echoing the credential in request-id and Retry-After headers, JSON-
+    escaped in bodies and in its error text: no tool answer and no stored byte has it."""
+    escaped = "".join(f"\\u{ord(c):04x}" if i % 2 else c for i, c in enumerate(SECRET))
+    echo_headers = {"X-Request-Id": TOKEN, "Request-Id": SECRET, "Retry-After": TOKEN}
+    running = {
+        "code": 200,
+        "headers": echo_headers,
+        "raw": '{"status": "running", "cancelable": true, "debug": "' + escaped + '"}',
+    }
+    failed = {
+        "code": 200,
+        "headers": echo_headers,
+        "body": {"status": "failed", "error": {"message": f"key {SECRET} was revoked"}},
+    }
+    with Simulator(scenario([running, failed])) as sim:
+        async with serving(mode, sim, tmp_path / "s.db") as h:
+            started = await h.call("start_job", provider="reports")
+            answers = [
+                started,
+                await h.call("check_job", operation_id=started["operation_id"]),
+                await h.call("await_job", operation_id=started["operation_id"]),
+                await h.call("list_jobs"),
+                await h.call("get_result", operation_id=started["operation_id"], part="error"),
+            ]
+    assert answers[2]["status"] == "failed"
+    text = json.dumps(answers)
+    for form in (SECRET, escaped):
+        assert form not in text
+    for stored in tmp_path.glob("s.db*"):
+        assert SECRET.encode() not in stored.read_bytes()
+
+
 async def test_cancel_only_where_allowed_and_cancelable(mode: str, tmp_path: Path) -> None:
     canceled = {"code": 200, "body": {"status": "canceled"}}
     cancel = [{"code": 202, "body": {"status": "canceling"}}]
