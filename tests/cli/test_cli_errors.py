@@ -147,25 +147,25 @@ CASES: dict[str, tuple[Mapping[str, str | bytes], list[str], tuple[str, ...]]] =
         ],
         ("operation id", "bad id!"),
     ),
-    "show-unknown-id": (
+    "show-store-missing": (
         {},
         ["show", "op-never-made", "--store", "{tmp}/flag-store.db"],
-        ("op-never-made", "no operation"),
+        ("flag-store.db", "does not exist"),
     ),
-    "show-unknown-id-env-store": (
+    "show-env-store-missing": (
         {},
         ["show", "op-never-made"],
-        ("op-never-made", "no operation"),
+        ("env-store.db", "does not exist"),
     ),
     "wait-without-url-or-id": (
         {},
         ["wait", *INLINE, "--store", "{tmp}/flag-store.db"],
         ("STATUS_URL", "--operation-id"),
     ),
-    "resume-unknown-id": (
+    "resume-store-missing": (
         {},
         ["wait", "--operation-id", "op-never-made", "--store", "{tmp}/flag-store.db"],
-        ("op-never-made",),
+        ("flag-store.db", "does not exist"),
     ),
     "inline-state-path-without-lists": (
         {},
@@ -271,3 +271,17 @@ def test_version_prints_the_version(tmp_path: Path) -> None:
     assert done.stdout.strip().startswith("waitbound")
     assert waitbound.__version__ in done.stdout
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["show", "op-never-made"], ["wait", "--operation-id", "op-never-made"]],
+    ids=["show", "resume"],
+)
+def test_unknown_operation_in_an_existing_store_is_refused(tmp_path: Path, args: list[str]) -> None:
+    """The store exists, the id does not: one line naming the id; the store stays empty."""
+    waitbound.SQLiteStore(tmp_path / "flag-store.db").close()
+    done = run_cli(tmp_path, *args, "--store", str(tmp_path / "flag-store.db"))
+    line = assert_refused(done, tmp_path)
+    assert "op-never-made" in line
+    assert "no operation" in line

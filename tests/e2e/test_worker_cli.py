@@ -8,7 +8,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,3 +76,74 @@ def test_sigterm_stops_a_worker_cleanly(tmp_path: Path) -> None:
     assert record.lease_owner is None
     assert record.in_flight is None
     assert record.status_requests_used == sim.count("status")
+
+
+def _two_origins(
+    tmp_path: Path, worker_flags: Callable[[str], list[str]]
+) -> tuple[tuple[list[Any], list[Any]], str]:
+    """Two detached operations on two simulators (two origins); one worker drives both."""
+    scenario = parse_scenario(
+        {"id": "o", "endpoints": {"status": [
+            {"code": 200, "body": {"status": "running"}},
+            {"code": 200, "body": {"status": "done"}},
+        ]}}
+    )  # fmt: skip
+    store = str(tmp_path / "s.db")
+    with Simulator(scenario) as a, Simulator(scenario) as b:
+        for sim, op in ((a, "op-a"), (b, "op-b")):
+            detached = cli("wait", f"{sim.base_url}/status", *STATE, *PACE, "--detach",
+                           "--operation-id", op, "--store", store)  # fmt: skip
+            assert detached.returncode == 4, detached.stderr
+        done = cli("worker", "--until-idle", "--store", store, "--json",
+                   *worker_flags(a.base_url), timeout=60)  # fmt: skip
+        logs = (a.log(), b.log())
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["finished"] == {"succeeded": 2}
+    return logs, store
+
+
+@pytest.mark.e2e
+def test_worker_credentials_go_to_their_own_origin_only(tmp_path: Path) -> None:
+    """--header-for ORIGIN_A: A's requests carry it, origin B's simulator sees none."""
+    (a_log, b_log), _ = _two_origins(
+        tmp_path, lambda a: ["--header-for", a, "Authorization: Bearer A-ONLY"]
+    )
+    assert [e.headers.get("Authorization") for e in a_log] == ["[redacted]", "[redacted]"]
+    assert [e.headers.get("Authorization") for e in b_log] == [None, None]
+
+
+@pytest.mark.e2e
+def test_worker_credentials_file_binds_headers_to_origins(tmp_path: Path) -> None:
+    """--credentials FILE: ${ENV} expanded; the header reaches A only, never B."""
+    path = tmp_path / "creds.toml"
+
+    def flags(a: str) -> list[str]:
+        path.write_text(
+            f'[[credentials]]\norigin = "{a}"\nheaders = {{ X-Api-Key = "${{WB_KEY}}" }}\n'
+        )
+        return ["--credentials", str(path), "--quiet"]
+
+    os.environ["WB_KEY"] = "key-for-a-only"
+    try:
+        (a_log, b_log), _ = _two_origins(tmp_path, flags)
+    finally:
+        del os.environ["WB_KEY"]
+    assert all(e.headers.get("X-Api-Key") == "[redacted]" for e in a_log)
+    assert all("X-Api-Key" not in e.headers for e in b_log)
+
+
+@pytest.mark.e2e
+@pytest.mark.xfail(
+    strict=True,
+    reason="core: the reserved event says 'without the caller's credentials' only for an "
+    "untrusted origin, not when the worker holds none for the operation's own origin",
+)
+def test_worker_audit_says_a_request_went_without_credentials(tmp_path: Path) -> None:
+    """B's story says its requests went without the caller's credentials."""
+    _, store = _two_origins(tmp_path, lambda a: ["--header-for", a, "Authorization: Bearer A-ONLY"])
+    opened = SQLiteStore(store)
+    a_story = " ".join(s.event.summary for s in opened.audit("op-a"))
+    b_story = " ".join(s.event.summary for s in opened.audit("op-b"))
+    opened.close()
+    assert "without the caller's credentials" not in a_story
+    assert "without the caller's credentials" in b_story

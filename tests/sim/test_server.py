@@ -281,3 +281,36 @@ def test_misuse_raises_usage_error() -> None:
             sim.start()
         with pytest.raises(UsageError, match="unknown endpoint 'jobs'"):
             sim.count("jobs")
+
+
+CREDENTIALS = {
+    "Authorization": "Bearer tok-A",
+    "Proxy-Authorization": "Basic cHJveHk=",
+    "Cookie": "session=s3",
+    "Set-Cookie": "a=b",
+    "X-Api-Key": "k-1",
+    "X-Auth-Token": "t-1",
+    "X-Client-Secret": "s-1",
+    "X-Amz-Signature": "sig-1",
+    "X-Password": "pw-1",
+    "Idempotency-Key": "order-42",
+}
+
+
+def test_sim_log_redacts_credentials_in_memory_the_log_file_and_the_log_endpoint(
+    tmp_path: Path,
+) -> None:
+    """Credential headers are logged by name with the value [redacted]; others as sent."""
+    path = tmp_path / "requests.jsonl"
+    with serving({"status": [{"code": 200}]}, log_path=path) as (sim, client):
+        client.get("/status", headers={**CREDENTIALS, "X-Request-Tag": "visible"})
+        listing = client.get("/_sim/log").json()
+    written = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for headers in (dict(sim.log()[0].headers), listing[0]["headers"], written[0]["headers"]):
+        lowered = {name.lower(): value for name, value in headers.items()}
+        for name in CREDENTIALS:
+            assert lowered[name.lower()] == "[redacted]", name
+        assert lowered["x-request-tag"] == "visible"
+        assert lowered["user-agent"].startswith("python-httpx")
+    everything = json.dumps(listing) + path.read_text(encoding="utf-8")
+    assert not [value for value in CREDENTIALS.values() if value in everything]

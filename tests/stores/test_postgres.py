@@ -393,9 +393,18 @@ def test_db_upgrade_applies_then_is_idempotent(dsn: str, bare_schema: str, tmp_p
 def test_db_upgrade_of_a_sqlite_file(tmp_path: Path) -> None:
     """A SQLite file is current as soon as it is opened: "already at version 1"."""
     path = tmp_path / "s.db"
+    SQLiteStore(path).close()
     done = _db_upgrade(tmp_path, "--store", str(path))
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == f"store {path}: already at version 1\n"
+
+
+def test_db_upgrade_of_a_missing_sqlite_file_creates_nothing(tmp_path: Path) -> None:
+    """`db upgrade --store typo/s.db`: exit 2, the store does not exist; no folder made."""
+    done = _db_upgrade(tmp_path, "--store", str(tmp_path / "typo" / "s.db"))
+    assert done.returncode == 2, done.stderr
+    assert "does not exist" in done.stderr
+    assert not (tmp_path / "typo").exists()
 
 
 @pytest.mark.parametrize(
@@ -408,11 +417,12 @@ def test_db_upgrade_of_a_sqlite_file(tmp_path: Path) -> None:
     ],
     ids=["uri-password", "query-password", "bad-port", "memory"],
 )
-def test_db_upgrade_refuses_with_exit_2_and_one_line(tmp_path: Path, store: str) -> None:
-    """A DSN that does not connect (or the memory store): exit 2, one line, no password."""
+def test_db_upgrade_refuses_in_one_line_without_the_password(tmp_path: Path, store: str) -> None:
+    """A DSN that does not connect: exit 5 (the store failed); the memory store: exit 2
+    (there is no schema); one line, no password."""
     done = _db_upgrade(tmp_path, "--store", store.format(port=closed_port()))
     assert "Traceback" not in done.stderr
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == (2 if store == "memory:" else 5), done.stderr
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
@@ -423,10 +433,10 @@ def test_db_upgrade_refuses_with_exit_2_and_one_line(tmp_path: Path, store: str)
 def test_db_upgrade_on_a_bad_dsn_changes_nothing(
     dsn: str, bare_schema: str, tmp_path: Path
 ) -> None:
-    """A DSN naming a database that does not exist: exit 2, and no schema appears anywhere."""
+    """A DSN naming a database that does not exist: exit 5, and no schema appears anywhere."""
     missing = dsn.rsplit("/", 1)[0] + "/wb_no_such_database"
     done = _db_upgrade(tmp_path, "--store", missing, "--schema", bare_schema)
-    assert done.returncode == 2
+    assert done.returncode == 5
     assert "wb_no_such_database" in done.stderr
     assert len(done.stderr.splitlines()) == 1
     assert not pg.schema_exists(bare_schema)

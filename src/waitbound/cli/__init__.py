@@ -1,4 +1,10 @@
-"""The ``waitbound`` command: one clear line on bad input, never a traceback."""
+"""The ``waitbound`` command: one clear line on bad input, never a traceback.
+
+Exit codes: 0 succeeded; 1 completed_with_errors, failed, canceled, expired; 2 a usage
+or configuration error; 3 timed_out, escalated; 4 still waiting (``--detach``,
+``cancel --no-wait``); 5 the store failed (disk full, read-only, unreachable); 130
+interrupted.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,21 @@ from collections.abc import Sequence
 
 import click
 
-from waitbound._errors import OutcomeError, StoreError, UsageError, WaitboundError
-from waitbound.cli._app import Interrupted, cli
-from waitbound.cli._db import db
-from waitbound.cli._mcp import mcp_command
-
-cli.add_command(db)
-cli.add_command(mcp_command)
+from waitbound._errors import (
+    OutcomeError,
+    SchemaVersionError,
+    StoreError,
+    UsageError,
+    WaitboundError,
+)
+from waitbound.cli._app import cli
+from waitbound.cli._common import (
+    EXIT_INTERRUPTED,
+    EXIT_STORE,
+    EXIT_USAGE,
+    Interrupted,
+    StoreFailed,
+)
 
 __all__ = ["cli", "main"]
 
@@ -34,17 +48,21 @@ def run(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
-        return _fail(exc.format_message().splitlines()[0], 2)
+        return _fail(exc.format_message().splitlines()[0], EXIT_USAGE)
     except Interrupted as exc:
-        return _fail(str(exc), 130)
+        return _fail(str(exc), EXIT_INTERRUPTED)
     except (click.Abort, KeyboardInterrupt):
-        return _fail("interrupted", 130)
-    except (UsageError, StoreError) as exc:
-        return _fail(str(exc), 2)
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    except (UsageError, SchemaVersionError) as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except StoreFailed as exc:
+        return _fail(str(exc), EXIT_STORE)
+    except StoreError as exc:
+        return _fail(f"{exc}; fix the store, then run the command again", EXIT_STORE)
     except OutcomeError as exc:
         return _fail(str(exc), exc.outcome.exit_code)
     except WaitboundError as exc:
-        return _fail(str(exc), 2)
+        return _fail(str(exc), EXIT_USAGE)
     return result if isinstance(result, int) else 0
 
 

@@ -9,7 +9,22 @@ import click
 
 from waitbound._json import JSON
 
-__all__ = ["duration", "parse_duration", "parse_header", "split_values"]
+__all__ = [
+    "MAX_BUDGET",
+    "MAX_RESPONSE_BYTES",
+    "MIN_RESPONSE_BYTES",
+    "duration",
+    "header_problem",
+    "parse_duration",
+    "parse_header",
+    "positive_duration",
+    "split_values",
+]
+
+MAX_BUDGET: Final = 100_000
+"""The most requests, transport failures or rate-limited answers one operation may allow."""
+MIN_RESPONSE_BYTES: Final = 1024
+MAX_RESPONSE_BYTES: Final = 1024**3
 
 _DURATION: Final = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|h)?\s*", re.IGNORECASE)
 _UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -43,32 +58,50 @@ def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> f
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
-def parse_header(text: str) -> tuple[str, str]:
+def positive_duration(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> float | None:
+    """Like :func:`duration`, and the duration must be more than zero (0 would allow a
+    tight loop)."""
+    seconds = duration(ctx, param, value)
+    if seconds is not None and not seconds > 0:
+        raise click.BadParameter(
+            f"{value!r} must be more than 0 (a zero floor would allow a tight loop)",
+            ctx=ctx,
+            param=param,
+        )
+    return seconds
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why the header *name*: *value* cannot be sent, or ``None``; never quotes the value."""
+    if not _TOKEN.fullmatch(name):
+        return "the name is not a valid HTTP field name"
+    if _CONTROL.search(value) or not value.isascii():
+        return (
+            f"the value of header {name!r} must be printable ASCII without line breaks "
+            "(RFC 9110 §5.5)"
+        )
+    if name.lower() in _FRAMING:
+        return f"header {name!r} is set by the HTTP client itself; leave it out"
+    return None
+
+
+def parse_header(text: str, flag: str = "--header") -> tuple[str, str]:
     """Split ``'Name: value'``; the value is never echoed back in an error.
 
     Raises:
-        click.BadParameter: no colon, or a name that is not an HTTP token.
+        click.BadParameter: no colon, or a header that cannot be sent (named by *flag*).
     """
     name, colon, value = text.partition(":")
     name = name.strip()
     if not colon:
-        raise click.BadParameter("expected 'Name: value' (no ':' found)", param_hint="'--header'")
-    if not _TOKEN.fullmatch(name):
-        raise click.BadParameter(
-            "expected 'Name: value'; the name is not a valid HTTP field name",
-            param_hint="'--header'",
-        )
-    if _CONTROL.search(value) or not value.isascii():
-        raise click.BadParameter(
-            f"the value of header {name!r} must be printable ASCII without line breaks "
-            "(RFC 9110 §5.5)",
-            param_hint="'--header'",
-        )
-    if name.lower() in _FRAMING:
-        raise click.BadParameter(
-            f"header {name!r} is set by the HTTP client itself; leave it out",
-            param_hint="'--header'",
-        )
+        raise click.BadParameter("expected 'Name: value' (no ':' found)", param_hint=f"'{flag}'")
+    problem = header_problem(name, value)
+    if problem is not None:
+        if problem.startswith("the name"):
+            problem = f"expected 'Name: value'; {problem}"
+        raise click.BadParameter(problem, param_hint=f"'{flag}'")
     return name, value.strip()
 
 

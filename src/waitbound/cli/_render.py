@@ -1,12 +1,32 @@
-"""How the CLI shows operations to a person: story lines and a progress line."""
+"""How the CLI shows operations to a person: story lines, grouped requests, a status line.
+
+Pure functions over audit events and records: no terminal, no clock (``now`` is an
+argument), so each is tested as it is.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from waitbound import AuditEvent, Record
-from waitbound._json import show
+from waitbound._json import JSON, show
 from waitbound._urls import redact_url
+
+__all__ = [
+    "LiveStatus",
+    "StoryGrouper",
+    "group_line",
+    "grouped",
+    "printable",
+    "record_summary",
+    "status_line",
+    "story_line",
+    "worker_summary_lines",
+]
+
+_NEXT_KINDS = ("scheduled", "created", "result_due")
 
 
 def _time(value: datetime) -> str:
@@ -22,18 +42,178 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
-def story_line(event: AuditEvent) -> str:
-    """One audit event as a line: time, what happened, state, next poll, requests used."""
-    data = event.data
-    parts = [f"{_time(event.at)}  {event.kind:<12} {printable(event.summary)}"]
+def _details(kind: str, data: Mapping[str, JSON]) -> list[str]:
+    """The state, next poll and requests-used parts of a story line."""
+    parts = []
     if data.get("state") is not None:
         parts.append(f"state {printable(show(data['state']))}")
     next_poll_at = data.get("next_poll_at")
-    if isinstance(next_poll_at, str) and event.kind in ("scheduled", "created", "result_due"):
+    if isinstance(next_poll_at, str) and kind in _NEXT_KINDS:
         parts.append(f"next {_short_time(next_poll_at)} ({data.get('delay_source') or 'now'})")
     if "requests_used" in data:
         parts.append(f"requests {data['requests_used']}/{data['max_requests']}")
+    return parts
+
+
+def story_line(event: AuditEvent) -> str:
+    """One audit event as a line: time, what happened, state, next poll, requests used."""
+    head = f"{_time(event.at)}  {event.kind:<12} {printable(event.summary)}"
+    return " | ".join([head, *_details(event.kind, event.data)])
+
+
+def _reservation_notes(summary: str) -> str:
+    """What a ``reserved`` summary adds to "reserved status request N of M (timeout T)":
+    its notes after the first ``;`` (late, sent without the caller's credentials)."""
+    _, _, notes = summary.partition(";")
+    return notes.strip()
+
+
+def group_line(events: Sequence[AuditEvent]) -> str:
+    """One request as one line: its ``reserved``, ``observed`` and ``scheduled`` events.
+
+    The time is when the request was reserved (sent); the details (state, next poll,
+    requests used) are the last event's.
+    """
+    if len(events) == 1:
+        return story_line(events[0])
+    first, last = events[0], events[-1]
+    sentences = [printable(e.summary) for e in events[1:]]
+    notes = _reservation_notes(first.summary)
+    if notes:
+        sentences.insert(1, printable(notes))
+    head = f"{_time(first.at)}  {'request':<12} {'; '.join(sentences)}"
+    return " | ".join([head, *_details(last.kind, last.data)])
+
+
+def _extends(kinds: Sequence[str], kind: str) -> bool:
+    """Whether an event of *kind* belongs to the request group of *kinds* so far."""
+    return (kinds, kind) in ((["reserved"], "observed"), (["reserved", "observed"], "scheduled"))
+
+
+def _open(kinds: Sequence[str]) -> bool:
+    """Whether a group of *kinds* may still grow (a request not yet observed or scheduled)."""
+    return kinds in (["reserved"], ["reserved", "observed"])
+
+
+def grouped(events: Sequence[AuditEvent]) -> list[tuple[int, int]]:
+    """How the story groups *events*, as (first, last) indexes: each request's
+    ``reserved`` / ``observed`` / ``scheduled`` events together, every other event alone."""
+    spans: list[tuple[int, int]] = []
+    held: list[int] = []
+    for index, event in enumerate(events):
+        if held and _extends([events[i].kind for i in held], event.kind):
+            held.append(index)
+        else:
+            if held:
+                spans.append((held[0], held[-1]))
+            held = [index]
+        if not _open([events[i].kind for i in held]):
+            spans.append((held[0], held[-1]))
+            held = []
+    if held:
+        spans.append((held[0], held[-1]))
+    return spans
+
+
+class StoryGrouper:
+    """Turn audit events, as they arrive, into story lines (the grouping of :func:`grouped`).
+
+    A request's line is returned once its group is complete; with ``every_event`` each
+    event is its own line (:func:`story_line`), as in ``--events``.
+    """
+
+    def __init__(self, *, every_event: bool = False) -> None:
+        self.every_event = every_event
+        self._held: list[AuditEvent] = []
+
+    def push(self, event: AuditEvent) -> list[str]:
+        """Take one event; return the lines now complete (possibly none)."""
+        if self.every_event:
+            return [story_line(event)]
+        lines: list[str] = []
+        if self._held and _extends([e.kind for e in self._held], event.kind):
+            self._held.append(event)
+        else:
+            lines = self.flush()
+            self._held = [event]
+        if not _open([e.kind for e in self._held]):
+            lines += self.flush()
+        return lines
+
+    def flush(self) -> list[str]:
+        """Return the line of the events held back (an unfinished group), if any."""
+        held, self._held = self._held, []
+        return [group_line(held)] if held else []
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveStatus:
+    """What the live status line shows, updated from each audit event (:meth:`after`)."""
+
+    operation_id: str
+    state: JSON = None
+    phase: str | None = None
+    requests_used: int = 0
+    max_requests: int | None = None
+    next_poll_at: datetime | None = None
+    delay_source: str | None = None
+    sending: str | None = None
+    outcome: str | None = None
+
+    def after(self, event: AuditEvent) -> LiveStatus:
+        """The status once *event* happened."""
+        data = event.data
+        next_poll = data.get("next_poll_at")
+        used, most = data.get("requests_used"), data.get("max_requests")
+        return replace(
+            self,
+            state=data.get("state", self.state),
+            phase=str(data["phase"]) if isinstance(data.get("phase"), str) else self.phase,
+            requests_used=used if isinstance(used, int) else self.requests_used,
+            max_requests=most if isinstance(most, int) else self.max_requests,
+            next_poll_at=datetime.fromisoformat(next_poll) if isinstance(next_poll, str) else None,
+            delay_source=str(data.get("delay_source") or "") or None,
+            sending=str(data.get("request") or "status") if event.kind == "reserved" else None,
+            outcome=str(data["outcome"]) if isinstance(data.get("outcome"), str) else self.outcome,
+        )
+
+
+def status_line(status: LiveStatus, now: datetime) -> str:
+    """The live line: operation, state, requests used of the budget, and what comes next
+    (a countdown to the next poll, in seconds)."""
+    budget = f"/{status.max_requests}" if status.max_requests is not None else ""
+    parts = [
+        f"operation {status.operation_id}",
+        f"state {printable(show(status.state))}",
+        f"requests {status.requests_used}{budget}",
+    ]
+    if status.outcome is not None:
+        parts.append(f"outcome {status.outcome}")
+    elif status.sending is not None:
+        parts.append(f"sending {status.sending} request…")
+    elif status.next_poll_at is not None:
+        left_s = max(0.0, (status.next_poll_at - now).total_seconds())
+        source = f" ({status.delay_source})" if status.delay_source else ""
+        parts.append(f"next poll in {left_s:.1f}s{source}")
     return " | ".join(parts)
+
+
+def worker_summary_lines(summary: Mapping[str, JSON]) -> list[str]:
+    """The worker's exit summary (see ``waitbound worker --json``) as text lines."""
+    finished = summary.get("finished")
+    counts = finished if isinstance(finished, dict) else {}
+    total = sum(v for v in counts.values() if isinstance(v, int))
+    by_outcome = ", ".join(f"{name} {count}" for name, count in sorted(counts.items()))
+    errors = summary.get("errors")
+    problems = errors if isinstance(errors, list) else []
+    lines = [
+        f"worker stopped ({summary.get('stopped')}) after {summary.get('steps')} steps: "
+        f"{total} operation{'s' if total != 1 else ''} finished"
+        + (f" ({by_outcome})" if by_outcome else "")
+        + f"; {summary.get('still_waiting')} still waiting",
+    ]
+    lines += [f"error: {printable(str(problem))}" for problem in problems]
+    return lines
 
 
 def record_summary(record: Record) -> list[str]:

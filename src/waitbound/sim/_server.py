@@ -30,6 +30,9 @@ from waitbound._json import JSON
 from waitbound.sim._scenario import ENDPOINT_PATHS, ResponseEntry, Scenario
 
 _ROUTES = {path: name for name, path in ENDPOINT_PATHS.items()}
+REDACTED = "[redacted]"
+_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
+_CREDENTIAL_WORDS = re.compile(r"key|token|secret|auth|signature|password", re.IGNORECASE)
 _TEMPLATE = re.compile(r"\{(?:(base_url)|(now|http_date|start)(?:([+-]\d+(?:\.\d+)?)s)?)\}")
 _NAMES = ", ".join(ENDPOINT_PATHS)
 _JSON = "application/json"
@@ -52,8 +55,9 @@ class RequestLogEntry:
         at_s: seconds from the scenario's first request to this one's arrival (first = 0.0).
         at: arrival time, aware UTC.
         answered_at_s: seconds from the scenario's first request to the answer (or drop).
-        headers: the request's headers as received (the simulator plays the provider,
-            which sees them anyway; tests use them to check what a client sent).
+        headers: the request's headers as received, credentials' values replaced by
+            ``[redacted]`` (see :func:`redact_headers`): the names stay, so tests can
+            check which headers a client sent, but no log keeps a secret.
     """
 
     method: str
@@ -69,6 +73,22 @@ class RequestLogEntry:
     def to_json(self) -> dict[str, JSON]:
         """Return the entry as a JSON object (``at`` as RFC 3339), as in the JSON-lines log."""
         return dataclasses.asdict(self) | {"at": _rfc3339(self.at), "headers": dict(self.headers)}
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """*headers* with every credential's value replaced by ``[redacted]``; names kept.
+
+    Credentials: ``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``,
+    and any header whose name contains ``key``, ``token``, ``secret``, ``auth``,
+    ``signature`` or ``password`` (case-insensitive), such as ``X-Api-Key`` or
+    ``Idempotency-Key``.
+    """
+    return {
+        name: REDACTED
+        if name.lower() in _CREDENTIAL_HEADERS or _CREDENTIAL_WORDS.search(name)
+        else value
+        for name, value in headers.items()
+    }
 
 
 def _render(value: JSON, expand: Callable[[str], str]) -> JSON:
@@ -331,7 +351,7 @@ class _Handler(BaseHTTPRequestHandler):
                 at_s=at_s,
                 at=at,
                 answered_at_s=at_s + time.monotonic() - mono,
-                headers=dict(self.headers.items()),
+                headers=redact_headers(dict(self.headers.items())),
             )
         )
         if answer is None or code is None:

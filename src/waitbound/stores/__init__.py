@@ -20,13 +20,15 @@ from waitbound import _errors
 from waitbound.stores._protocol import Store
 from waitbound.stores.memory import MemoryStore
 from waitbound.stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
-from waitbound.stores.sqlite import SQLiteStore
+from waitbound.stores.sqlite import NotAStoreError, SQLiteStore, StoreNotFoundError
 
 __all__ = [
     "MemoryStore",
+    "NotAStoreError",
     "SQLiteStore",
     "SchemaUpgrade",
     "Store",
+    "StoreNotFoundError",
     "default_store_path",
     "is_postgres_dsn",
     "open_store",
@@ -85,16 +87,32 @@ def _postgres_extra() -> Iterator[None]:
         raise _errors.UsageError(_POSTGRES_EXTRA) from None
 
 
-def open_store(spec: str | Path | None = None) -> Store:
+def open_store(
+    spec: str | Path | None = None, *, create: bool = True, read_only: bool = False
+) -> Store:
     """Open a store from a spec: ``"memory:"``, a PostgreSQL DSN, a SQLite file path, or
     ``None`` (the default SQLite file, see :func:`default_store_path`).
 
     A spec starting with ``postgresql://`` or ``postgres://`` opens a
     ``PostgresStore`` (schema ``waitbound``); it must have been prepared with
-    ``waitbound db upgrade``. A SQLite file is created and brought up to date on open.
+    ``waitbound db upgrade``. A SQLite file is created and brought up to date on open
+    unless ``create`` is false.
+
+    Args:
+        spec: which store.
+        create: whether a missing SQLite file (and its folder) may be created. Only a
+            caller that records operations should create a store; ``False`` refuses a
+            missing file with :class:`StoreNotFoundError` and creates nothing.
+        read_only: open a SQLite file for reading only (see :class:`SQLiteStore`);
+            implies ``create=False``. A read-only store, or a read-only copy kept for
+            audit, can then be read. PostgreSQL and memory stores ignore it.
 
     Raises:
         UsageError: an empty spec, or a DSN while psycopg is not installed.
+        StoreNotFoundError: ``create`` is false (or ``read_only`` true) and the SQLite
+            file does not exist.
+        NotAStoreError: the file is not a waitbound store (e.g. another program's
+            SQLite database); nothing in it is changed.
         StoreError: the store cannot be opened (for PostgreSQL also: its schema is
             missing or older than this waitbound's).
         SchemaVersionError: the store was written by a newer waitbound.
@@ -109,10 +127,12 @@ def open_store(spec: str | Path | None = None) -> Store:
         with _postgres_extra():
             from waitbound.stores.postgres import PostgresStore
         return PostgresStore(str(spec).strip())
-    return SQLiteStore(Path(spec))
+    return SQLiteStore(Path(spec), create=create, read_only=read_only)
 
 
-def upgrade_store(spec: str | Path | None = None, *, schema: str | None = None) -> SchemaUpgrade:
+def upgrade_store(
+    spec: str | Path | None = None, *, schema: str | None = None, create: bool = True
+) -> SchemaUpgrade:
     """Bring a durable store's schema up to this waitbound's version.
 
     For PostgreSQL, every pending migration is applied in one transaction under an
@@ -123,10 +143,14 @@ def upgrade_store(spec: str | Path | None = None, *, schema: str | None = None) 
     Args:
         spec: as for :func:`open_store` (``"memory:"`` has no schema and is refused).
         schema: the PostgreSQL schema; ``None`` means ``waitbound``.
+        create: whether a missing SQLite file may be created (``False``: refused with
+            :class:`StoreNotFoundError`, nothing created).
 
     Raises:
         UsageError: the memory store, ``schema`` for a SQLite file, or a DSN while
             psycopg is not installed.
+        StoreNotFoundError: ``create`` is false and the SQLite file does not exist.
+        NotAStoreError: the SQLite file is not a waitbound store.
         StoreError: the store cannot be reached or refused the change (nothing changed).
         SchemaVersionError: the store was written by a newer waitbound.
     """
@@ -150,7 +174,7 @@ def upgrade_store(spec: str | Path | None = None, *, schema: str | None = None) 
         spec = default_store_path()
     if str(spec).strip() == "":
         raise _errors.UsageError("the store path is empty; give a file path or a DSN")
-    sqlite = SQLiteStore(Path(spec))
+    sqlite = SQLiteStore(Path(spec), create=create)
     try:
         applied = sqlite.upgrade()
     finally:

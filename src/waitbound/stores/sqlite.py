@@ -8,6 +8,7 @@ database, appended in the same ``BEGIN IMMEDIATE`` transaction as the record cha
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -29,9 +30,24 @@ from waitbound.stores._protocol import (
     encode_record,
 )
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "NotAStoreError", "SQLiteStore", "StoreNotFoundError"]
 
 SCHEMA_VERSION: Final = 1
+_TABLES: Final = frozenset({"operations", "audit_events"})
+
+
+class StoreNotFoundError(StoreError, UsageError):
+    """A store opened with ``create=False`` (or read-only) does not exist.
+
+    Nothing was created: neither the file nor its folder.
+    """
+
+
+class NotAStoreError(StoreError, UsageError):
+    """The file is not a waitbound store: not a SQLite database, or one whose tables
+    are not waitbound's (or whose waitbound schema version is missing). Nothing in it
+    was changed."""
+
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS operations (
@@ -64,50 +80,121 @@ class SQLiteStore:
     """A :class:`~waitbound.stores.Store` in one SQLite file.
 
     Args:
-        path: the database file; its folder is created when missing.
+        path: the database file.
         timeout_s: how long a write waits for another process's lock, in seconds.
+        create: create the file (and its folder) when missing, and bring a fresh file
+            up to the current schema. ``False``: a missing file is refused
+            (:class:`StoreNotFoundError`) and nothing is created.
+        read_only: open it for reading only (a ``mode=ro`` URI; ``immutable=1`` when
+            the file or its folder is not writable, so a read-only copy kept for audit
+            can be read). Implies ``create=False``; every write raises
+            :class:`~waitbound.StoreError`. Changes committed by a writer still
+            holding the file open may not be seen in immutable mode.
 
     Raises:
-        StoreError: the file cannot be opened or is not a waitbound store.
+        StoreNotFoundError: the file is missing and may not be created.
+        NotAStoreError: the file is not a waitbound store (another program's SQLite
+            database, or not a database at all); nothing in it is changed.
+        StoreError: the file cannot be opened.
         SchemaVersionError: the file was written by a newer waitbound.
     """
 
-    def __init__(self, path: str | Path, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        timeout_s: float = 30.0,
+        create: bool = True,
+        read_only: bool = False,
+    ) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         self._lock = threading.RLock()
+        create = create and not read_only
+        if not create and not self.path.exists():
+            raise StoreNotFoundError(
+                f"store {self.path} does not exist (nothing was created); check the path, "
+                "or record an operation there first (waitbound wait, submit or run)"
+            )
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(
-                self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
+                _uri(self.path, create=create, read_only=read_only),
+                timeout=timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+                uri=True,
             )
         except (OSError, sqlite3.Error) as exc:
+            if self.path.is_dir() or not _folder_possible(self.path):
+                raise NotAStoreError(
+                    f"store {self.path}: cannot open it ({_why(exc)}); name a file"
+                ) from None
             raise StoreError(f"store {self.path}: cannot open it ({_why(exc)})") from None
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            fresh = self._check_ours()
+            if not read_only:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
-            self._migrate()
+            if fresh:
+                self._migrate()
         except BaseException as exc:
             self._db.close()
             if isinstance(exc, sqlite3.DatabaseError):
-                raise StoreError(
+                raise NotAStoreError(
                     f"store {self.path}: cannot use it as a SQLite store ({exc})"
                 ) from None
             raise
 
-    def _migrate(self) -> None:
+    def _check_ours(self) -> bool:
+        """Refuse a file that is not a waitbound store; return whether it is fresh (empty).
+
+        Runs before anything is written, so a foreign database is left exactly as it was.
+        """
         (found,) = self._db.execute("PRAGMA user_version").fetchone()
         if found > SCHEMA_VERSION:
             raise SchemaVersionError(
                 f"store {self.path} has schema {found}, newer than this waitbound "
                 f"understands ({SCHEMA_VERSION}); upgrade waitbound to use it"
             )
-        if found < SCHEMA_VERSION:
-            with self._transaction() as db:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        tables = {
+            name
+            for (name,) in self._db.execute(
+                "SELECT name FROM sqlite_master"
+                " WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!'"
+            )
+        }
+        if found == 0 and not tables:
+            if self.read_only:
+                raise NotAStoreError(
+                    f"store {self.path} is empty: it holds no waitbound store; check the path"
+                )
+            return True
+        foreign = sorted(tables - _TABLES)
+        if foreign:
+            raise NotAStoreError(
+                f"store {self.path} is a SQLite database but not a waitbound store (it has "
+                f"table {foreign[0]!r}); name another file (nothing in it was changed)"
+            )
+        if found == 0 or tables != _TABLES:
+            missing = (
+                "its schema version" if found == 0 else f"table {sorted(_TABLES - tables)[0]!r}"
+            )
+            raise NotAStoreError(
+                f"store {self.path} is not a waitbound store ({missing} is missing); "
+                "name another file (nothing in it was changed)"
+            )
+        return False
+
+    def _migrate(self) -> None:
+        """Create the schema in a fresh file (one transaction, the version included)."""
+        with self._transaction() as db:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def upgrade(self) -> list[int]:
         """Apply pending schema migrations; return their versions.
@@ -125,7 +212,10 @@ class SQLiteStore:
             try:
                 yield self._db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                # SQLite may have rolled back itself (a full disk): then there is
+                # nothing to roll back, and saying so would hide the real error.
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
 
@@ -290,6 +380,25 @@ class SQLiteStore:
     def close(self) -> None:
         """Close the database connection."""
         self._db.close()
+
+
+def _uri(path: Path, *, create: bool, read_only: bool) -> str:
+    """The ``file:`` URI to open *path* with (RFC 8089; SQLite's URI parameters).
+
+    Read-only: ``mode=ro``, plus ``immutable=1`` when the file or its folder is not
+    writable (a WAL database cannot otherwise be read there: SQLite would need to
+    create its ``-shm`` file).
+    """
+    uri = path.absolute().as_uri()
+    if read_only:
+        writable = os.access(path, os.W_OK) and os.access(path.absolute().parent, os.W_OK)
+        return uri + ("?mode=ro" if writable else "?mode=ro&immutable=1")
+    return uri + ("?mode=rwc" if create else "?mode=rw")
+
+
+def _folder_possible(path: Path) -> bool:
+    """Whether no ancestor of *path* is a file (a folder could be there)."""
+    return all(parent.is_dir() or not parent.exists() for parent in path.absolute().parents)
 
 
 def _why(exc: BaseException) -> str:

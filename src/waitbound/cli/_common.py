@@ -1,0 +1,453 @@
+"""What the commands share: exit codes, flags, stores, progress and hints."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import signal
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any, Final, TypeVar
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+import waitbound
+from waitbound import (
+    AuditEvent,
+    HttpSettings,
+    Outcome,
+    Policy,
+    Profile,
+    SchemaVersionError,
+    Store,
+    StoreError,
+    UsageError,
+    WaitboundError,
+)
+from waitbound._json import JSON
+from waitbound._urls import redact_url
+from waitbound.cli._params import (
+    MAX_BUDGET,
+    MAX_RESPONSE_BYTES,
+    MIN_RESPONSE_BYTES,
+    duration,
+    positive_duration,
+    split_values,
+)
+from waitbound.cli._render import LiveStatus, StoryGrouper, printable, status_line
+from waitbound.profiles import resolve_profile
+from waitbound.stores import is_postgres_dsn
+
+_T = TypeVar("_T")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+EXIT_SUCCEEDED: Final = 0
+EXIT_NOT_SUCCEEDED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_STOPPED: Final = 3
+EXIT_STILL_WAITING: Final = 4
+EXIT_STORE: Final = 5
+EXIT_INTERRUPTED: Final = 130
+
+EXIT_CODES_HELP: Final = (
+    "Exit codes: 0 succeeded; 1 completed_with_errors, failed, canceled or expired; "
+    "2 a usage or configuration error (nothing stored); 3 timed_out or escalated; "
+    "4 still waiting (--detach, cancel --no-wait); 5 the store failed (disk full, "
+    "read-only, unreachable); 130 interrupted (the operation is saved)."
+)
+
+STORE_HELP: Final = (
+    "SQLite file, PostgreSQL DSN or 'memory:'; default $WAITBOUND_STORE or the user state "
+    "directory."
+)
+
+_INLINE_LISTS = ("pending", "succeeded", "partial", "failed", "canceled", "expired")
+_INLINE_PATHS = {
+    "state_path": "state",
+    "result_path": "result",
+    "error_path": "error",
+    "job_id_path": "job_id",
+    "poll_hint_path": "poll_hint",
+}
+
+
+class Interrupted(WaitboundError):
+    """Ctrl-C or SIGTERM while driving an operation; the record is saved."""
+
+    def __init__(self, hint: str, operation_id: str) -> None:
+        self.operation_id = operation_id
+        super().__init__(f"interrupted; operation {operation_id} is saved: resume it with {hint}")
+
+
+class StoreFailed(WaitboundError):
+    """The store failed under a command (disk full, read-only, unreachable); exit 5."""
+
+
+def options(*decorators: Callable[[_F], _F]) -> Callable[[_F], _F]:
+    """Apply several click decorators, first on top."""
+
+    def apply(function: _F) -> _F:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+# --- profile and policy -------------------------------------------------------------
+
+
+def profile_from_flags(profile_spec: str | None, inline: dict[str, object]) -> Profile:
+    """The profile: a file or built-in name, with inline flags replacing its keys."""
+    table: dict[str, JSON] = {}
+    name = "inline"
+    if profile_spec is not None:
+        loaded = resolve_profile(profile_spec)
+        table, name = dict(loaded.source), loaded.name
+    for option, key in _INLINE_PATHS.items():
+        if inline.get(option) is not None:
+            table[key] = str(inline[option])
+    for key in _INLINE_LISTS:
+        values = split_values(inline.get(key))  # type: ignore[arg-type]
+        if values is not None:
+            table[key] = values
+    if inline.get("require"):
+        table["require_on_success"] = list(inline["require"])  # type: ignore[call-overload]
+    if not table:
+        raise UsageError("no profile: give --profile FILE|NAME or --state-path with value lists")
+    return waitbound.parse_profile(table, name=name)
+
+
+def _flag_names(message: str) -> str:
+    """Name the command-line flags in a Policy error (``max_delay_s`` → ``--max-delay``)."""
+    return re.sub(
+        r"\b(deadline|max_requests|max_transport_failures|max_rate_limited|base_delay"
+        r"|max_delay|min_delay|not_found_grace|request_timeout)(?:_s)?\b",
+        lambda m: "--" + m.group(1).replace("_", "-"),
+        message,
+    )
+
+
+_POLICY_FLAGS: Final = {
+    "deadline": "deadline_s",
+    "max_requests": "max_requests",
+    "max_transport_failures": "max_transport_failures",
+    "max_rate_limited": "max_rate_limited",
+    "base_delay": "base_delay_s",
+    "max_delay": "max_delay_s",
+    "min_delay": "min_delay_s",
+    "not_found_grace": "not_found_grace_s",
+    "request_timeout": "request_timeout_s",
+}
+
+
+def policy_from_flags(flags: dict[str, object]) -> Policy:
+    """The policy from the limit and pacing flags (popped from *flags*)."""
+    try:
+        return Policy(**{field: flags.pop(flag) for flag, field in _POLICY_FLAGS.items()})  # type: ignore[arg-type]
+    except UsageError as exc:
+        raise UsageError(_flag_names(str(exc))) from None
+
+
+def http_settings(max_response_bytes: int | None) -> HttpSettings:
+    """The HTTP limits of ``--max-response-bytes`` (the API's default when not given)."""
+    if max_response_bytes is None:
+        return HttpSettings()
+    return HttpSettings(max_body_bytes=max_response_bytes)
+
+
+def _budget(minimum: int) -> click.IntRange:
+    return click.IntRange(min=minimum, max=MAX_BUDGET)
+
+
+MAX_RESPONSE_OPTION = click.option(
+    "--max-response-bytes",
+    type=click.IntRange(MIN_RESPONSE_BYTES, MAX_RESPONSE_BYTES),
+    help="The largest answer read from the provider, in bytes (1024 to 1073741824) "
+    "[default: 1048576].",
+)
+
+PROFILE_OPTIONS = options(
+    click.option("--profile", "profile_spec", help="Profile file (JSON/TOML) or built-in name."),
+    click.option("--state-path", help="JMESPath to the state value in the status body."),
+    click.option("--pending", help="Comma-separated pending state values."),
+    click.option("--succeeded", help="Comma-separated succeeded state values."),
+    click.option("--partial", help="Comma-separated partial-success state values."),
+    click.option("--failed", help="Comma-separated failed state values."),
+    click.option("--canceled", help="Comma-separated canceled state values."),
+    click.option("--expired", help="Comma-separated expired state values."),
+    click.option("--require", multiple=True, help="JMESPath non-null on success (repeatable)."),
+    click.option("--result-path", help="JMESPath to the result in the result document."),
+    click.option("--error-path", help="JMESPath to the provider's error."),
+    click.option("--job-id-path", help="JMESPath to the provider's job id."),
+    click.option("--poll-hint-path", help="JMESPath to a poll hint in seconds."),
+)
+POLICY_OPTIONS = options(
+    click.option("--deadline", callback=duration, default="10m", show_default=True),
+    click.option(
+        "--max-requests", type=_budget(1), default=30, show_default=True, help="At most 100000."
+    ),
+    click.option(
+        "--max-transport-failures",
+        type=_budget(0),
+        default=3,
+        show_default=True,
+        help="At most 100000.",
+    ),
+    click.option(
+        "--max-rate-limited",
+        type=_budget(0),
+        default=5,
+        show_default=True,
+        help="At most 100000.",
+    ),
+    click.option("--base-delay", callback=duration, default="5s", show_default=True),
+    click.option("--max-delay", callback=duration, default="120s", show_default=True),
+    click.option(
+        "--min-delay",
+        callback=positive_duration,
+        help="Delay floor, more than 0 [default: min(1s, base)].",
+    ),
+    click.option("--not-found-grace", callback=duration, default="30s", show_default=True),
+    click.option("--request-timeout", callback=duration, default="30s", show_default=True),
+    click.option("--result-url", help="Result endpoint, fetched once after a terminal success."),
+    click.option("--cancel-url", help="Cancel endpoint, when no receipt or profile names one."),
+    click.option(
+        "--cancel-on-deadline", is_flag=True, help="Send one cancel when the deadline passes."
+    ),
+)
+PROGRESS_OPTIONS = options(
+    click.option(
+        "--progress/--quiet",
+        default=None,
+        help="Story lines on stderr, and a live status line on a terminal "
+        "[default: if stderr is a terminal].",
+    ),
+    click.option("--events", "every_event", is_flag=True, help="One story line per audit event."),
+)
+RUN_OPTIONS = options(
+    click.option("--header", "headers", multiple=True, help="'Name: value': sent, never stored."),
+    click.option(
+        "--trust-origin",
+        "trusted_origins",
+        multiple=True,
+        help="Another origin (https://host[:port]) that may receive the headers.",
+    ),
+    click.option("--operation-id", help="Our id for the operation; an existing one is resumed."),
+    click.option("--store", help=STORE_HELP),
+    click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout."),
+    PROGRESS_OPTIONS,
+    MAX_RESPONSE_OPTION,
+)
+
+
+# --- stores -------------------------------------------------------------------------
+
+
+def shown_store(spec: str | None) -> str | None:
+    """The store as a message or hint may show it: a DSN's password is ``***``."""
+    if spec is None:
+        return None
+    if is_postgres_dsn(spec):
+        try:
+            from waitbound.stores.postgres import redact_dsn
+        except ImportError:
+            return redact_url(spec)
+        return redact_dsn(spec)
+    return spec
+
+
+def resume_hint(
+    operation_id: str, store: str | None, header_names: Sequence[str], command: str = "wait"
+) -> str:
+    """The command that resumes *operation_id*: its store, and its headers by name only."""
+    words = ["waitbound", command, "--operation-id", operation_id]
+    shown = shown_store(store)
+    if shown is not None:
+        words += ["--store", shown]
+    hint = shlex.join(words)
+    for name in header_names:
+        hint += f" --header '{name}: …'"
+    return f"`{hint}`"
+
+
+def _advice(message: str) -> str:
+    lowered = message.lower()
+    if "full" in lowered:
+        return "free disk space"
+    if "readonly" in lowered or "read-only" in lowered:
+        return "make the store file and its folder writable"
+    return "fix the store"
+
+
+def store_failed(exc: StoreError, then: str) -> StoreFailed:
+    """A store failure as one line saying what to do, then *then*."""
+    return StoreFailed(f"{exc}; nothing half-written was kept. {_advice(str(exc))}, then {then}")
+
+
+def _is_usage(exc: StoreError) -> bool:
+    return isinstance(exc, UsageError | SchemaVersionError)
+
+
+@contextmanager
+def opened_store(
+    spec: str | None, *, create: bool = False, read_only: bool = False, then: str
+) -> Iterator[Store]:
+    """Open the store for what the command does; a store failure names what to do next.
+
+    Only commands that record operations pass ``create``; ``then`` ends the message of a
+    store failure ("run the command again", "resume with …").
+    """
+    try:
+        store = waitbound.open_store(spec, create=create, read_only=read_only)
+    except StoreError as exc:
+        if _is_usage(exc):
+            raise
+        raise store_failed(exc, then) from None
+    try:
+        yield store
+    except StoreError as exc:
+        if _is_usage(exc):
+            raise
+        raise store_failed(exc, then) from None
+    finally:
+        store.close()
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt: the record is persisted after every step."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def drive(
+    operation_id: str,
+    store: str | None,
+    action: Callable[[Store], _T],
+    *,
+    create: bool,
+    header_names: Sequence[str] = (),
+    progress: Progress | None = None,
+) -> _T:
+    """Open the store, run *action* on it, close it; Ctrl-C and store failures say how
+    to resume (with the store and the header names, never a value)."""
+    hint = resume_hint(operation_id, store, header_names)
+    try:
+        with opened_store(store, create=create, then=f"resume with {hint}") as opened:
+            stop_on_sigterm()
+            try:
+                return action(opened)
+            except KeyboardInterrupt:
+                raise Interrupted(hint, operation_id) from None
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+# --- progress -----------------------------------------------------------------------
+
+
+class _StatusView:
+    """The live line, rendered afresh at each refresh (so the countdown moves)."""
+
+    def __init__(self, status: LiveStatus) -> None:
+        self.status = status
+
+    def __rich__(self) -> Text:
+        return Text(status_line(self.status, datetime.now(UTC)), no_wrap=True, overflow="ellipsis")
+
+
+class Progress:
+    """Story lines on stderr as events are persisted; on a terminal also a live status line.
+
+    Args:
+        enabled: ``--progress`` / ``--quiet``; ``None``: when stderr is a terminal.
+        every_event: ``--events``: one line per event instead of one per request.
+        as_json: ``--json``; to a pipe, the live line is left out (plain lines only).
+        live: whether a live status line may be shown at all (a worker's events are of
+            many operations, so it shows plain lines).
+    """
+
+    def __init__(
+        self,
+        enabled: bool | None,
+        *,
+        every_event: bool = False,
+        as_json: bool = False,
+        live: bool = True,
+    ) -> None:
+        terminal = sys.stderr.isatty()
+        show = terminal if enabled is None else enabled
+        self.console = Console(stderr=True, highlight=False) if show else None
+        self.grouper = StoryGrouper(every_event=every_event)
+        self.live_allowed = live and show and terminal and not (as_json and not sys.stdout.isatty())
+        self.live: Live | None = None
+        self.view: _StatusView | None = None
+
+    def start(self, operation_id: str) -> None:
+        """Name the operation; on a terminal, start the live status line."""
+        self.note(f"operation {operation_id}")
+        if self.live_allowed and self.console is not None:
+            self.view = _StatusView(LiveStatus(operation_id=operation_id))
+            self.live = Live(self.view, console=self.console, refresh_per_second=4, transient=True)
+            self.live.start()
+
+    def __call__(self, event: AuditEvent) -> None:
+        if self.view is not None:
+            self.view.status = self.view.status.after(event)
+        for line in self.grouper.push(event):
+            self.note(line)
+
+    def note(self, text: str) -> None:
+        """Print one line (above the live line, when there is one)."""
+        if self.console is not None:
+            self.console.print(text, markup=False, soft_wrap=True)
+
+    def close(self) -> None:
+        """Print what is held back and stop the live line."""
+        for line in self.grouper.flush():
+            self.note(line)
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+# --- output -------------------------------------------------------------------------
+
+
+def print_outcome(outcome: Outcome, as_json: bool) -> int:
+    """Print an outcome (one JSON object with ``--json``); return its exit code."""
+    if as_json:
+        click.echo(json.dumps(outcome.as_json(), ensure_ascii=False))
+    else:
+        reason = f" ({outcome.reason.value})" if outcome.reason else ""
+        status = outcome.outcome.value if outcome.outcome else "still waiting"
+        click.echo(f"{outcome.operation_id}: {status}{reason}")
+        click.echo(printable(outcome.message))
+        for label, value, limit in (
+            ("job id", outcome.job_id, 200),
+            ("request id", outcome.request_id, 200),
+            ("error", outcome.error, 500),
+            ("counts", outcome.counts, 500),
+            ("usage", outcome.usage, 500),
+            ("result", outcome.result, 2000),
+        ):
+            if value is not None:
+                text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+                click.echo(f"{label}: {printable(text[:limit])}")
+    return outcome.exit_code
+
+
+def header_names(headers: Sequence[tuple[str, str]]) -> list[str]:
+    """The names of *headers*, in order, each once."""
+    return list(dict.fromkeys(name for name, _ in headers))

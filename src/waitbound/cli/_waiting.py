@@ -1,0 +1,310 @@
+"""``wait``, ``submit``, ``run`` and ``cancel``: one operation, driven by this process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, BinaryIO
+
+import click
+
+import waitbound
+from waitbound import AuditEvent, Operation, Outcome, Record, Store, Submission, UsageError
+from waitbound._json import JSON
+from waitbound._urls import redact_url
+from waitbound.cli._common import (
+    EXIT_CODES_HELP,
+    MAX_RESPONSE_OPTION,
+    POLICY_OPTIONS,
+    PROFILE_OPTIONS,
+    PROGRESS_OPTIONS,
+    RUN_OPTIONS,
+    STORE_HELP,
+    Progress,
+    drive,
+    header_names,
+    http_settings,
+    policy_from_flags,
+    print_outcome,
+    profile_from_flags,
+    resume_hint,
+)
+from waitbound.cli._params import parse_header
+from waitbound.cli._render import printable
+
+__all__ = ["cancel_command", "run", "submit", "wait"]
+
+SUBMIT_OPTIONS = [
+    click.argument(
+        "method", type=click.Choice(["POST", "PUT", "PATCH", "DELETE", "GET"], case_sensitive=False)
+    ),
+    click.argument("url"),
+    click.option(
+        "--body",
+        "body_file",
+        type=click.File("rb"),
+        help="Request body from FILE, or - for standard input.",
+    ),
+    click.option("--content-type", default="application/json", show_default=True),
+    click.option("--idempotency-key", help="Sent in the profile's idempotency header."),
+    click.option(
+        "--max-submit-attempts",
+        type=click.IntRange(min=1, max=10),
+        default=3,
+        show_default=True,
+        help="With an idempotency key: sends of a submission that got no answer.",
+    ),
+]
+
+
+def _submit_options(function: Any) -> Any:
+    for decorator in reversed(SUBMIT_OPTIONS):
+        function = decorator(function)
+    return function
+
+
+@click.command(
+    help="Wait on STATUS_URL until the job has one honest outcome.\n\n"
+    "Resume an operation with --operation-id alone (its stored deadline and budgets "
+    "apply). --detach records it for `waitbound worker` and exits 4.\n\n" + EXIT_CODES_HELP
+)
+@click.argument("status_url", required=False)
+@PROFILE_OPTIONS
+@POLICY_OPTIONS
+@RUN_OPTIONS
+@click.option(
+    "--detach", is_flag=True, help="Record the operation for `waitbound worker`; exit 4 at once."
+)
+def wait(  # noqa: PLR0917 - click passes every option
+    status_url: str | None,
+    detach: bool,
+    headers: Sequence[str],
+    trusted_origins: Sequence[str],
+    operation_id: str | None,
+    store: str | None,
+    as_json: bool,
+    progress: bool | None,
+    every_event: bool,
+    max_response_bytes: int | None,
+    result_url: str | None,
+    cancel_url: str | None,
+    cancel_on_deadline: bool,
+    profile_spec: str | None,
+    **flags: object,
+) -> int:
+    sent = [parse_header(h) for h in headers]
+    policy = policy_from_flags(flags)
+    http = http_settings(max_response_bytes)
+    operation = None
+    if status_url is not None:
+        operation = Operation(
+            status_url=status_url,
+            profile=profile_from_flags(profile_spec, flags),
+            policy=policy,
+            result_url=result_url,
+            cancel_url=cancel_url,
+            cancel_on_deadline=cancel_on_deadline,
+            trusted_origins=tuple(trusted_origins),
+        )
+    elif operation_id is None:
+        raise UsageError("give a STATUS_URL to wait on, or --operation-id to resume")
+    op_id = operation_id or waitbound.new_operation_id()
+    names = header_names(sent)
+    if detach:
+        if operation is None:
+            raise UsageError("--detach records a new operation: give its STATUS_URL")
+        started = drive(
+            op_id,
+            store,
+            lambda opened: waitbound.start(operation, operation_id=op_id, store=opened),
+            create=True,
+            header_names=names,
+        )
+        return print_outcome(started, as_json)
+    sink = Progress(progress, every_event=every_event, as_json=as_json)
+    sink.start(op_id)
+    outcome = drive(
+        op_id,
+        store,
+        lambda opened: waitbound.wait(
+            operation,
+            operation_id=op_id,
+            store=opened,
+            headers=dict(sent),
+            on_event=sink,
+            http=http,
+        ),
+        create=operation is not None,
+        header_names=names,
+        progress=sink,
+    )
+    return print_outcome(outcome, as_json)
+
+
+def _submission(flags: dict[str, Any]) -> Submission:
+    """The job request from the flags of ``submit`` / ``run`` (popped from *flags*)."""
+    policy = policy_from_flags(flags)
+    body_file: BinaryIO | None = flags.pop("body_file")
+    body = body_file.read() if body_file is not None else b""
+    return Submission(
+        method=str(flags.pop("method")).upper(),
+        url=flags.pop("url"),
+        profile=profile_from_flags(flags.pop("profile_spec"), flags),
+        policy=policy,
+        body=body,
+        content_type=flags.pop("content_type") if body else None,
+        idempotency_key=flags.pop("idempotency_key"),
+        max_submit_attempts=flags.pop("max_submit_attempts"),
+        result_url=flags.pop("result_url"),
+        cancel_url=flags.pop("cancel_url"),
+        cancel_on_deadline=bool(flags.pop("cancel_on_deadline")),
+        trusted_origins=tuple(flags.pop("trusted_origins")),
+    )
+
+
+def _submitted(record: Record, as_json: bool, hint: str) -> int:
+    receipt: dict[str, JSON] = {
+        "operation_id": record.operation_id,
+        "phase": record.phase.value,
+        "job_id": record.job_id,
+        "status_url": redact_url(record.status_url or ""),
+        "next_poll_at": record.next_poll_at.isoformat(),
+        "idempotency_key": record.idempotency_key,
+        "submit_fingerprint": record.submit_fingerprint,
+    }
+    if as_json:
+        click.echo(json.dumps(receipt, ensure_ascii=False))
+    else:
+        click.echo(f"{record.operation_id}: submitted; job {printable(record.job_id or '(no id)')}")
+        click.echo(f"wait for it: {hint.strip('`')}")
+    return 0
+
+
+def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> int:
+    """The body of ``submit`` and ``run``: they take the same flags."""
+    sent = [parse_header(h) for h in flags.pop("headers")]
+    http = http_settings(flags.pop("max_response_bytes"))
+    submission = _submission(flags)
+    op_id = flags.pop("operation_id") or waitbound.new_operation_id()
+    as_json = bool(flags.pop("as_json"))
+    sink = Progress(flags.pop("progress"), every_event=flags.pop("every_event"), as_json=as_json)
+    if wait_for_outcome:
+        sink.start(op_id)
+    send = waitbound.run if wait_for_outcome else waitbound.submit
+    store = flags.pop("store")
+    names = header_names(sent)
+
+    def act(opened: Store) -> tuple[Outcome, Record | None]:
+        outcome = send(
+            submission,
+            operation_id=op_id,
+            store=opened,
+            headers=dict(sent),
+            on_event=sink,
+            http=http,
+        )
+        return outcome, opened.get(op_id)
+
+    outcome, record = drive(op_id, store, act, create=True, header_names=names, progress=sink)
+    if outcome.done or record is None:
+        return print_outcome(outcome, as_json)
+    return _submitted(record, as_json, resume_hint(op_id, store, names))
+
+
+@click.command(
+    help="Send a job request (METHOD URL) once and record its receipt; do not wait.\n\n"
+    "The operation is stored before the request is sent. With --json, prints the "
+    "operation id, job id and status URL. Wait for it with the `waitbound wait "
+    "--operation-id …` it prints. Exit 0 once submitted; an answer that ends the job "
+    "at once exits as `wait` does.\n\n" + EXIT_CODES_HELP
+)
+@_submit_options
+@PROFILE_OPTIONS
+@POLICY_OPTIONS
+@RUN_OPTIONS
+def submit(**flags: Any) -> int:
+    return _submit_and_maybe_wait(flags, wait_for_outcome=False)
+
+
+@click.command(
+    help="Submit a job (METHOD URL), then wait on it: `submit` and `wait` in one command.\n\n"
+    "Same flags as `submit`; same output as `wait`.\n\n" + EXIT_CODES_HELP
+)
+@_submit_options
+@PROFILE_OPTIONS
+@POLICY_OPTIONS
+@RUN_OPTIONS
+def run(**flags: Any) -> int:
+    return _submit_and_maybe_wait(flags, wait_for_outcome=True)
+
+
+class _CancelAnswered(Exception):
+    """Raised by the event sink of ``cancel --no-wait`` once the answer is persisted."""
+
+
+@click.command(
+    name="cancel",
+    help="Cancel an operation's job through its documented cancel action, then wait for "
+    "it to end (--no-wait: send the cancel, record the answer, exit 4).\n\n"
+    "Refused (exit 2) when the job is not cancelable: the last status answer did not "
+    "say so and the profile does not declare it always cancelable.\n\n" + EXIT_CODES_HELP,
+)
+@click.argument("operation_id")
+@click.option("--reason", help="Why; kept in the audit log.")
+@click.option("--requested-by", help="Who asks [default: $USER@host].")
+@click.option("--header", "headers", multiple=True, help="'Name: value': sent, never stored.")
+@click.option("--store", help=STORE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="Return once the cancel's answer is recorded (exit 4 while the job still runs).",
+)
+@PROGRESS_OPTIONS
+@MAX_RESPONSE_OPTION
+def cancel_command(  # noqa: PLR0917 - click passes every option
+    operation_id: str,
+    reason: str | None,
+    requested_by: str | None,
+    headers: Sequence[str],
+    store: str | None,
+    as_json: bool,
+    no_wait: bool,
+    progress: bool | None,
+    every_event: bool,
+    max_response_bytes: int | None,
+) -> int:
+    sent = [parse_header(h) for h in headers]
+    http = http_settings(max_response_bytes)
+    sink = Progress(progress, every_event=every_event, as_json=as_json)
+
+    def on_event(event: AuditEvent) -> None:
+        sink(event)
+        if no_wait and event.kind == "cancel_answered":
+            raise _CancelAnswered
+
+    def act(opened: Store) -> Outcome:
+        try:
+            return waitbound.cancel(
+                operation_id,
+                reason=reason,
+                requested_by=requested_by,
+                store=opened,
+                headers=dict(sent),
+                on_event=on_event,
+                http=http,
+            )
+        except _CancelAnswered:
+            record = opened.get(operation_id)
+            assert record is not None, "a canceled operation stays in the store"
+            return record.to_outcome()
+
+    outcome = drive(
+        operation_id,
+        store,
+        act,
+        create=False,
+        header_names=header_names(sent),
+        progress=sink,
+    )
+    return print_outcome(outcome, as_json)

@@ -1,0 +1,191 @@
+"""``worker``: drive every due operation in a store, with credentials bound to origins."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import click
+
+import waitbound
+from waitbound import AuditEvent, StoreError, UsageError, WaitboundError, WorkerSettings
+from waitbound._json import JSON
+from waitbound.cli._common import (
+    EXIT_CODES_HELP,
+    MAX_RESPONSE_OPTION,
+    STORE_HELP,
+    Progress,
+    http_settings,
+    opened_store,
+    store_failed,
+)
+from waitbound.cli._credentials import OriginCredentials, from_flags, load_credentials
+from waitbound.cli._params import duration
+from waitbound.cli._render import worker_summary_lines
+
+__all__ = ["worker"]
+
+
+def credentials(
+    header_for: Sequence[tuple[str, str]], credentials_file: Path | None
+) -> OriginCredentials:
+    """The worker's credentials: ``--header-for`` flags and a ``--credentials`` file.
+
+    Raises:
+        UsageError: a bad origin, header or file (one line naming it).
+    """
+    found = from_flags(header_for)
+    if credentials_file is not None:
+        found = found.merged(load_credentials(credentials_file), "--credentials")
+    return found
+
+
+@click.command(
+    help="Drive every due operation in the store; many workers may share one store.\n\n"
+    "Each operation is owned by one worker at a time (a lease held only while deciding "
+    "and sending one request). Headers are bound to origins (--header-for ORIGIN, "
+    "--credentials FILE): an operation gets only those of the origin it named. "
+    "SIGTERM or Ctrl-C: the requests in flight finish and are persisted, leases are "
+    "released, and the worker prints its summary and exits 0. The store must exist.\n\n"
+    + EXIT_CODES_HELP
+)
+@click.option("--store", help=STORE_HELP)
+@click.option("--concurrency", type=click.IntRange(1, 10_000), default=16, show_default=True)
+@click.option("--until-idle", is_flag=True, help="Exit 0 once no operation is waiting.")
+@click.option("--lease", callback=duration, default="30s", show_default=True)
+@click.option(
+    "--per-origin-concurrency", type=click.IntRange(1, 10_000), default=8, show_default=True
+)
+@click.option(
+    "--per-origin-rate",
+    type=click.FloatRange(min=0.001),
+    default=20.0,
+    show_default=True,
+    help="Requests per second to one origin (per worker).",
+)
+@click.option(
+    "--header-for",
+    "header_for",
+    nargs=2,
+    multiple=True,
+    metavar="ORIGIN 'NAME: VALUE'",
+    help="A header for one origin (scheme://host[:port]) only (repeatable); never stored.",
+)
+@click.option(
+    "--credentials",
+    "credentials_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML file of [[credentials]] origin = …, headers = {…} (${ENV} expanded).",
+)
+@click.option("--header", "headers", multiple=True, hidden=True)
+@click.option(
+    "--label-prefix",
+    default="",
+    help="Drive only operations whose label starts with this.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the exit summary as one JSON object.")
+@click.option("--progress/--quiet", default=None, help="Story lines on stderr.")
+@MAX_RESPONSE_OPTION
+def worker(  # noqa: PLR0917 - click passes every option
+    store: str | None,
+    concurrency: int,
+    until_idle: bool,
+    lease: float,
+    per_origin_concurrency: int,
+    per_origin_rate: float,
+    header_for: Sequence[tuple[str, str]],
+    credentials_file: Path | None,
+    headers: Sequence[str],
+    label_prefix: str,
+    as_json: bool,
+    progress: bool | None,
+    max_response_bytes: int | None,
+) -> int:
+    if headers:
+        raise UsageError(
+            "worker takes no --header (it would go to every origin in the store); "
+            "give --header-for ORIGIN 'Name: value' or --credentials FILE"
+        )
+    per_origin = credentials(header_for, credentials_file)
+    settings = WorkerSettings(
+        concurrency=concurrency,
+        until_idle=until_idle,
+        lease_s=lease,
+        per_origin_concurrency=per_origin_concurrency,
+        per_origin_rate=per_origin_rate,
+        per_origin_burst=max(1, int(per_origin_rate)),
+        label_prefix=label_prefix,
+    )
+    http = http_settings(max_response_bytes)
+    sink = Progress(progress, every_event=True, live=False)
+    finished: Counter[str] = Counter()
+    stopped = "idle" if until_idle else "signal"
+
+    def on_event(event: AuditEvent) -> None:
+        if event.kind == "finished" and isinstance(event.data.get("outcome"), str):
+            finished[str(event.data["outcome"])] += 1
+        sink(event)
+
+    with opened_store(store, then="start the worker again") as opened:
+
+        async def main() -> int:
+            nonlocal stopped
+            stop = anyio.Event()
+            async with anyio.create_task_group() as group:
+
+                async def on_signal() -> None:
+                    nonlocal stopped
+                    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                        async for _ in signals:
+                            stopped = "signal"
+                            stop.set()
+                            return
+
+                group.start_soon(on_signal)
+                steps = await waitbound.work(
+                    opened,
+                    settings=settings,
+                    headers=per_origin,
+                    on_event=on_event,
+                    stop=stop,
+                    http=http,
+                )
+                group.cancel_scope.cancel()
+            return steps
+
+        errors: list[JSON] = []
+        steps = 0
+        failure: WaitboundError | None = None
+        try:
+            steps = anyio.run(main)
+        except WaitboundError as exc:
+            failure = exc
+            errors.append(str(exc))
+            stopped = "error"
+        try:
+            waiting, _ = opened.pending_summary()
+        except StoreError:
+            waiting = -1
+    summary: dict[str, JSON] = {
+        "stopped": stopped,
+        "steps": steps,
+        "finished": dict(sorted(finished.items())),
+        "operations_finished": sum(finished.values()),
+        "still_waiting": waiting if waiting >= 0 else None,
+        "errors": errors,
+    }
+    sink.close()
+    if as_json:
+        click.echo(json.dumps(summary, ensure_ascii=False))
+    else:
+        for line in worker_summary_lines(summary):
+            click.echo(line)
+    if isinstance(failure, StoreError) and not isinstance(failure, UsageError):
+        raise store_failed(failure, "start the worker again")
+    if failure is not None:
+        raise failure
+    return 0

@@ -1,0 +1,206 @@
+"""Opening a SQLite store for what the caller does: create or not, read-only, foreign files."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.stores.test_store_contract import events, make_record
+from waitbound import MemoryStore, SQLiteStore, StoreError, UsageError, open_store
+from waitbound.stores import NotAStoreError, StoreNotFoundError, sqlite
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _stored(path: Path) -> None:
+    store = SQLiteStore(path)
+    try:
+        store.create(make_record(), events("created"))
+    finally:
+        store.close()
+
+
+def _raw(path: Path, *statements: str) -> None:
+    db = sqlite3.connect(path)
+    try:
+        for statement in statements:
+            db.execute(statement)
+        db.commit()
+    finally:
+        db.close()
+
+
+def _tables(path: Path) -> list[str]:
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        return [name for (name,) in rows]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(
+    "options", [{"create": False}, {"read_only": True}], ids=["no-create", "read-only"]
+)
+def test_a_missing_store_is_not_created_when_create_is_false(
+    tmp_path: Path, options: dict[str, bool]
+) -> None:
+    """create=False (or read-only): a missing file is refused; no file, no folder appears."""
+    path = tmp_path / "typo" / "x.db"
+    with pytest.raises(StoreNotFoundError, match="does not exist") as caught:
+        open_store(path, **options)
+    assert isinstance(caught.value, UsageError)
+    assert "x.db" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_create_is_the_default_for_the_python_api(tmp_path: Path) -> None:
+    """open_store(path) still creates the file and its folders, as before."""
+    store = open_store(tmp_path / "new" / "deeper" / "s.db")
+    store.close()
+    assert (tmp_path / "new" / "deeper" / "s.db").exists()
+
+
+def test_read_only_store_reads_and_refuses_writes_leaving_the_file_unchanged(
+    tmp_path: Path,
+) -> None:
+    """A read-only store reads records and audit; a write is a StoreError; no byte changes."""
+    path = tmp_path / "s.db"
+    _stored(path)
+    before = _digest(path)
+    store = open_store(path, read_only=True)
+    try:
+        record = store.get("op-1")
+        assert record is not None
+        assert [e.event.kind for e in store.audit("op-1")] == ["created"]
+        with pytest.raises(StoreError, match="readonly"):
+            store.save(replace(record, attempt=1), [])
+    finally:
+        store.close()
+    assert _digest(path) == before
+    # A reader of a WAL file may leave SQLite's (empty) -wal and -shm beside it.
+    assert {p.name for p in tmp_path.iterdir()} <= {"s.db", "s.db-wal", "s.db-shm"}
+    wal = tmp_path / "s.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+
+
+def test_read_only_opens_immutable_when_the_file_or_folder_is_not_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not writable (a read-only copy kept for audit): mode=ro&immutable=1, and it reads."""
+    path = tmp_path / "copy.db"
+    _stored(path)
+    assert sqlite._uri(path, create=False, read_only=True).endswith("?mode=ro")
+    monkeypatch.setattr("os.access", lambda *args, **kwargs: False)
+    uri = sqlite._uri(path, create=False, read_only=True)
+    assert uri.startswith("file:///")
+    assert uri.endswith("?mode=ro&immutable=1")
+    store = open_store(path, read_only=True)
+    try:
+        assert store.get("op-1") is not None
+    finally:
+        store.close()
+
+
+def test_a_path_with_uri_characters_opens_as_that_file(tmp_path: Path) -> None:
+    """'?' and '#' in a file name are part of the name, not URI parameters."""
+    path = tmp_path / "odd ?mode=memory#x.db"
+    _stored(path)
+    store = open_store(path, read_only=True)
+    try:
+        assert store.get("op-1") is not None
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
+def test_a_foreign_sqlite_database_is_refused_and_gets_no_tables(
+    tmp_path: Path, read_only: bool
+) -> None:
+    """Another program's database: NotAStoreError naming a table; nothing in it changes."""
+    path = tmp_path / "app.db"
+    _raw(path, "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    before = _digest(path)
+    with pytest.raises(NotAStoreError, match="not a waitbound store") as caught:
+        open_store(path, read_only=read_only)
+    assert "'customers'" in str(caught.value)
+    assert isinstance(caught.value, StoreError | UsageError)
+    assert _tables(path) == ["customers"]
+    assert _digest(path) == before
+
+
+def test_waitbound_tables_without_the_schema_version_are_refused(tmp_path: Path) -> None:
+    """waitbound's tables but user_version 0 (its metadata missing): refused, unchanged."""
+    path = tmp_path / "s.db"
+    _stored(path)
+    _raw(path, "PRAGMA user_version = 0")
+    before = _digest(path)
+    with pytest.raises(NotAStoreError, match="schema version is missing"):
+        open_store(path)
+    assert _digest(path) == before
+
+
+def test_a_waitbound_store_with_an_extra_table_is_refused(tmp_path: Path) -> None:
+    """A store file with a table that is not waitbound's is refused, naming that table."""
+    path = tmp_path / "s.db"
+    _stored(path)
+    _raw(path, "CREATE TABLE notes (text TEXT)")
+    with pytest.raises(NotAStoreError, match="'notes'"):
+        open_store(path)
+
+
+def test_a_schema_version_without_the_tables_is_refused(tmp_path: Path) -> None:
+    """user_version says waitbound, but a table is missing: refused, no table added."""
+    path = tmp_path / "s.db"
+    _raw(path, "PRAGMA user_version = 1", "CREATE TABLE operations (x TEXT)")
+    with pytest.raises(NotAStoreError, match="'audit_events' is missing"):
+        open_store(path)
+    assert _tables(path) == ["operations"]
+
+
+def test_an_empty_file_is_made_a_store_only_when_writing(tmp_path: Path) -> None:
+    """A zero-byte file: read-only refuses it as empty; a writer makes it a store."""
+    path = tmp_path / "empty.db"
+    path.write_bytes(b"")
+    with pytest.raises(NotAStoreError, match="empty"):
+        open_store(path, read_only=True)
+    open_store(path).close()
+    assert _tables(path) == ["audit_events", "operations"]
+
+
+def test_a_full_store_fails_in_one_line_and_keeps_nothing_half_written(tmp_path: Path) -> None:
+    """The file cannot grow (disk full): StoreError saying so; the failed create left no trace."""
+    store = SQLiteStore(tmp_path / "s.db")
+    try:
+        (pages,) = store._db.execute("PRAGMA page_count").fetchone()
+        store._db.execute(f"PRAGMA max_page_count = {pages}")
+        created = 0
+        failure: StoreError | None = None
+        for n in range(1000):
+            try:
+                store.create(make_record(f"op-{n}"), events("created", "reserved"))
+            except StoreError as exc:
+                failure = exc
+                break
+            created += 1
+        assert failure is not None
+        message = str(failure)
+        assert "full" in message
+        assert "\n" not in message
+        assert store.get(f"op-{created}") is None
+        assert store.audit(f"op-{created}") == []
+        assert store.get("op-0") is not None
+    finally:
+        store.close()
+
+
+def test_memory_store_ignores_create_and_read_only(tmp_path: Path) -> None:
+    """memory: ignores create/read_only (it holds nothing to protect) and writes no file."""
+    assert isinstance(open_store("memory:", create=False, read_only=True), MemoryStore)
+    assert list(tmp_path.iterdir()) == []
