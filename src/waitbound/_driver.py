@@ -129,9 +129,13 @@ def _drive(
     headers: Callable[[Record], Mapping[str, str]],
     submission: Submission | None = None,
     until: Callable[[Record], bool] | None = None,
+    per_origin: bool = False,
 ) -> Generator[_Sleep | _Send, Observation | None, Record]:
     """The one loop: plan, persist, sleep or send, observe, persist; until an outcome
-    (or until *until* holds for the record). Returns the last record."""
+    (or until *until* holds for the record). Returns the last record.
+
+    *per_origin*: the caller's credentials are given per operation (a function), so an
+    operation they hold none for is audited as polled without them."""
 
     def persist(record: Record, events: tuple[AuditEvent, ...]) -> Record:
         saved = store.save(record, events)
@@ -165,6 +169,8 @@ def _drive(
             case Sleep(seconds=seconds):
                 yield _Sleep(seconds)
             case Send(transition=reservation, request=request):
+                if per_origin and request.kind != "submit":
+                    reservation = _note_missing_credentials(reservation, request, headers)
                 try:
                     reserved = persist(reservation.record, reservation.events)
                 except ConflictError:
@@ -189,6 +195,19 @@ def _drive(
                     continue  # our lease expired and another worker moved on
 
 
+def _note_missing_credentials(
+    reservation: Transition, request: Request, headers: Callable[[Record], Mapping[str, str]]
+) -> Transition:
+    """Say in the reservation's audit event that a request to a trusted origin goes
+    without credentials because the caller holds none for this operation."""
+    record = reservation.record
+    if not record.trusts(request.url) or headers(record):
+        return reservation  # another origin is audited by the controller; or sent with them
+    *notes, event = reservation.events
+    summary = f"{event.summary}; without the caller's credentials (none held for this origin)"
+    return replace(reservation, events=(*notes, replace(event, summary=summary)))
+
+
 def _observed(reserved: Record, observation: Observation, rng: random.Random) -> Transition:
     """The controller's reading of an answer; one it cannot read stops this operation only."""
     try:
@@ -207,6 +226,8 @@ class Tools:
     rng: random.Random
     on_event: EventSink | None
     headers: Callable[[Record], Mapping[str, str]]
+    per_origin: bool = False
+    """The headers are a function giving each operation its own (see :data:`Credentials`)."""
 
 
 def tools(
@@ -230,6 +251,7 @@ def tools(
         rng=rng or random.Random(),
         on_event=on_event,
         headers=per_record,
+        per_origin=callable(headers),
     )
 
 
@@ -251,6 +273,7 @@ def loop(
         headers=tools.headers,
         submission=submission,
         until=until,
+        per_origin=tools.per_origin,
     )
 
 

@@ -133,11 +133,6 @@ def test_worker_credentials_file_binds_headers_to_origins(tmp_path: Path) -> Non
 
 
 @pytest.mark.e2e
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: the reserved event says 'without the caller's credentials' only for an "
-    "untrusted origin, not when the worker holds none for the operation's own origin",
-)
 def test_worker_audit_says_a_request_went_without_credentials(tmp_path: Path) -> None:
     """B's story says its requests went without the caller's credentials."""
     _, store = _two_origins(tmp_path, lambda a: ["--header-for", a, "Authorization: Bearer A-ONLY"])

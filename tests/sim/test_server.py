@@ -293,7 +293,6 @@ CREDENTIALS = {
     "X-Client-Secret": "s-1",
     "X-Amz-Signature": "sig-1",
     "X-Password": "pw-1",
-    "Idempotency-Key": "order-42",
 }
 
 
@@ -303,7 +302,10 @@ def test_sim_log_redacts_credentials_in_memory_the_log_file_and_the_log_endpoint
     """Credential headers are logged by name with the value [redacted]; others as sent."""
     path = tmp_path / "requests.jsonl"
     with serving({"status": [{"code": 200}]}, log_path=path) as (sim, client):
-        client.get("/status", headers={**CREDENTIALS, "X-Request-Tag": "visible"})
+        client.get(
+            "/status",
+            headers={**CREDENTIALS, "X-Request-Tag": "visible", "Idempotency-Key": "order-42"},
+        )
         listing = client.get("/_sim/log").json()
     written = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     for headers in (dict(sim.log()[0].headers), listing[0]["headers"], written[0]["headers"]):
@@ -311,6 +313,7 @@ def test_sim_log_redacts_credentials_in_memory_the_log_file_and_the_log_endpoint
         for name in CREDENTIALS:
             assert lowered[name.lower()] == "[redacted]", name
         assert lowered["x-request-tag"] == "visible"
+        assert lowered["idempotency-key"] == "order-42"  # identifies, does not authorize
         assert lowered["user-agent"].startswith("python-httpx")
     everything = json.dumps(listing) + path.read_text(encoding="utf-8")
     assert not [value for value in CREDENTIALS.values() if value in everything]

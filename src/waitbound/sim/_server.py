@@ -33,6 +33,8 @@ _ROUTES = {path: name for name, path in ENDPOINT_PATHS.items()}
 REDACTED = "[redacted]"
 _CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
 _CREDENTIAL_WORDS = re.compile(r"key|token|secret|auth|signature|password", re.IGNORECASE)
+_NOT_CREDENTIALS = frozenset({"idempotency-key"})
+"""Names with a credential word that name no credential (tests compare their values)."""
 _TEMPLATE = re.compile(r"\{(?:(base_url)|(now|http_date|start)(?:([+-]\d+(?:\.\d+)?)s)?)\}")
 _NAMES = ", ".join(ENDPOINT_PATHS)
 _JSON = "application/json"
@@ -80,12 +82,13 @@ def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
     Credentials: ``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``,
     and any header whose name contains ``key``, ``token``, ``secret``, ``auth``,
-    ``signature`` or ``password`` (case-insensitive), such as ``X-Api-Key`` or
-    ``Idempotency-Key``.
+    ``signature`` or ``password`` (case-insensitive), such as ``X-Api-Key`` — but not
+    ``Idempotency-Key``, which identifies a request and is kept so tests can compare it.
     """
     return {
         name: REDACTED
-        if name.lower() in _CREDENTIAL_HEADERS or _CREDENTIAL_WORDS.search(name)
+        if name.lower() in _CREDENTIAL_HEADERS
+        or (_CREDENTIAL_WORDS.search(name) and name.lower() not in _NOT_CREDENTIALS)
         else value
         for name, value in headers.items()
     }
