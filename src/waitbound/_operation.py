@@ -21,7 +21,7 @@ from waitbound._contract import Profile
 from waitbound._controller import audit_event, cancel_url, created_event
 from waitbound._errors import ConflictError, OperationNotFoundError, UsageError
 from waitbound._record import Phase, Policy, Record
-from waitbound._urls import checked_url, redact_url
+from waitbound._urls import checked_url, shown_url
 from waitbound.stores import Store
 
 __all__ = [
@@ -50,7 +50,7 @@ def check_url(url: str, what: str) -> str:
     try:
         return checked_url(url)
     except ValueError as exc:
-        raise UsageError(f"{what} {redact_url(url)!r} cannot be used ({exc})") from None
+        raise UsageError(f"{what} {shown_url(url)} cannot be used ({exc})") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

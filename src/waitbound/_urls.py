@@ -130,7 +130,8 @@ def redact_url(url: str) -> str:
 
 
 def shown_url(url: str) -> str:
-    """A URL as a message may quote it: without user info or query, control and
-    non-ASCII characters escaped, at most 200 characters, in quotes."""
-    text = redact_url(url)
-    return f"'{text if len(text) <= 200 else text[:200] + '...'}'"
+    """A URL as a message quotes it: as written (not normalised), without user info or
+    query, control and non-ASCII characters escaped, at most 200 characters, in quotes."""
+    bare, *rest = re.split(r"[?#]", str(url), maxsplit=1)
+    shown = _quoted(re.sub(r"//[^/@]*@", "//", bare), 200)
+    return f"'{shown}'" + ("?..." if rest else "")

@@ -519,15 +519,12 @@ def assert_one_line_store_error(error: StoreError) -> None:
 
 
 def test_file_with_schema_version_but_no_tables_is_a_store_error(tmp_path: Path) -> None:
-    """user_version = 1 without tables: get raises a one-line StoreError, not sqlite3's."""
+    """user_version = 1 without tables: opening it raises a one-line StoreError, not
+    sqlite3's, and adds no table."""
     path = tmp_path / "empty.db"
     raw_sql(path, "PRAGMA user_version = 1")
-    store = SQLiteStore(path)
-    try:
-        with pytest.raises(StoreError) as caught:
-            store.get("op-x")
-    finally:
-        store.close()
+    with pytest.raises(StoreError) as caught:
+        SQLiteStore(path)
     assert_one_line_store_error(caught.value)
 
 
