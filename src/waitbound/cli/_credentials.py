@@ -18,8 +18,6 @@ The credentials file is TOML, in the MCP config's style::
 from __future__ import annotations
 
 import os
-import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +25,9 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from waitbound import Record, UsageError
+from waitbound._config_file import expand_env, load_toml
+from waitbound._urls import checked_url
+from waitbound._urls import origin as url_origin
 from waitbound.cli._params import header_problem, parse_header
 
 __all__ = ["Origin", "OriginCredentials", "load_credentials", "origin_of", "parse_origin"]
@@ -34,22 +35,16 @@ __all__ = ["Origin", "OriginCredentials", "load_credentials", "origin_of", "pars
 Origin = tuple[str, str, int]
 """An origin: scheme, lower-case host, port (the scheme's default filled in)."""
 
-_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
-_ENV: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENTRY_KEYS: Final = frozenset({"origin", "headers"})
 
 
 def origin_of(url: str) -> Origin | None:
-    """The origin of an http(s) *url*, or ``None`` when it has none."""
+    """The origin of an http(s) *url* as httpx reads it, or ``None`` when it has none."""
     try:
-        parts = urlsplit(url)
-        port = parts.port
+        scheme, host, port = url_origin(checked_url(url))
     except ValueError:
         return None
-    scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not parts.hostname:
-        return None
-    return scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme]
+    return (scheme, host, port) if host is not None and port is not None else None
 
 
 def parse_origin(text: str, where: str) -> Origin:
@@ -63,7 +58,6 @@ def parse_origin(text: str, where: str) -> Origin:
     )
     try:
         parts = urlsplit(text.strip())
-        parts.port  # noqa: B018 - urllib checks the port only when it is read
     except ValueError:
         raise UsageError(wrong) from None
     if parts.username is not None or parts.password is not None:
@@ -144,20 +138,8 @@ def load_credentials(
         UsageError: the file cannot be read, is not TOML, or holds a bad value; one line
             naming the file and the key, never a header value.
     """
-    path = Path(path)
     env = os.environ if environ is None else environ
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"credentials file {path}: cannot read it ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"credentials file {path}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"credentials file {path}: not valid TOML ({exc})") from None
-    try:
-        return _parse(data, env)
-    except UsageError as exc:
-        raise UsageError(f"credentials file {path}: {exc}") from None
+    return load_toml(path, "credentials file", lambda data: _parse(data, env))
 
 
 def _parse(data: Mapping[str, Any], env: Mapping[str, str]) -> OriginCredentials:
@@ -194,15 +176,7 @@ def _value(name: str, raw: object, where: str, env: Mapping[str, str]) -> str:
     if not isinstance(raw, str):
         raise UsageError(f"{where}.{name[:40]} must be text")
 
-    def expand(match: re.Match[str]) -> str:
-        variable = match.group(1)
-        if variable not in env:
-            raise UsageError(
-                f"{where}.{name[:40]} needs the environment variable {variable}, which is not set"
-            )
-        return env[variable]
-
-    value = _ENV.sub(expand, raw).strip()
+    value = expand_env(raw, f"{where}.{name[:40]}", env).strip()
     problem = header_problem(name, value) or (None if value else "the value is empty")
     if problem is not None:
         raise UsageError(f"{where}.{name[:40]}: {problem}")

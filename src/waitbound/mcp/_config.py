@@ -29,12 +29,12 @@ from __future__ import annotations
 import math
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
+from waitbound._config_file import expand_env, load_toml
 from waitbound._contract import Profile, parse_profile
 from waitbound._errors import UsageError, WaitboundError
 from waitbound._operation import check_url
@@ -48,7 +48,6 @@ __all__ = ["LABEL_PREFIX", "McpConfig", "ProviderConfig", "load_config", "parse_
 LABEL_PREFIX: Final = "mcp:"
 """The label prefix of every operation an MCP server starts (``mcp:PROVIDER``)."""
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-_ENV: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2
 _FIELD_VALUE: Final = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")  # §5.5, ASCII
 _METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
@@ -130,19 +129,11 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> M
         UsageError: the file cannot be read, is not TOML, or holds a bad value; the
             message names the file and the key, never a header value.
     """
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"config file {path}: cannot read it ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"config file {path}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"config file {path}: not valid TOML ({exc})") from None
-    try:
-        return parse_config(data, base_dir=path.parent, environ=environ)
-    except UsageError as exc:
-        raise UsageError(f"config file {path}: {exc}") from None
+    return load_toml(
+        path,
+        "config file",
+        lambda data: parse_config(data, base_dir=Path(path).parent, environ=environ),
+    )
 
 
 def parse_config(
@@ -261,16 +252,7 @@ def _headers(
         if not isinstance(value, str):
             raise UsageError(f"{where}.headers.{name} must be text")
 
-        def expand(match: re.Match[str], header: str = name) -> str:
-            variable = match.group(1)
-            if variable not in env:
-                raise UsageError(
-                    f"{where}.headers.{header} needs the environment variable {variable}, "
-                    "which is not set"
-                )
-            return env[variable]
-
-        expanded = _ENV.sub(expand, value)
+        expanded = expand_env(value, f"{where}.headers.{name}", env)
         if not _FIELD_VALUE.fullmatch(expanded):
             raise UsageError(
                 f"{where}.headers.{name}: the value (after ${{NAME}} expansion) must be "
