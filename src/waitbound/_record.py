@@ -24,7 +24,7 @@ from waitbound._outcome import ESCALATION_OPTIONS, Outcome, OutcomeKind, Reason
 from waitbound._schedule import DelaySource
 from waitbound._urls import origin
 
-__all__ = ["RECORD_SCHEMA", "Phase", "Policy", "Record", "RequestKind"]
+__all__ = ["MAX_COUNT", "RECORD_SCHEMA", "Phase", "Policy", "Record", "RequestKind"]
 
 RECORD_SCHEMA: Final = 1
 RequestKind = Literal["submit", "status", "result", "errors", "cancel"]
@@ -43,7 +43,8 @@ class Policy:
         max_rate_limited: throttled answers (429, a throttling body) tolerated; one
             more escalates ``rate_limited``.
         base_delay_s: backoff base; ``max_delay_s``: backoff cap.
-        min_delay_s: the floor for every delay; ``None`` means ``min(1, base_delay_s)``.
+        min_delay_s: the floor for every delay (more than 0); ``None`` means
+            ``min(1, base_delay_s)``.
         not_found_grace_s: how long a 404 (or a body without a state) is read as
             "not visible yet" before the job was ever seen.
         request_timeout_s: the timeout of one request (never more than the time left).
@@ -53,7 +54,8 @@ class Policy:
         lease_s: how long a worker's lease outlives the request it holds it for.
 
     Raises:
-        UsageError: a value out of range (durations must be finite and positive).
+        UsageError: a value out of range (durations must be finite and positive, at most
+            a year; counts whole and at most :data:`MAX_COUNT`).
     """
 
     deadline_s: float = 600.0
@@ -75,8 +77,8 @@ class Policy:
             _check_number(name, getattr(self, name), positive=True)
         for name in ("not_found_grace_s", "confirm_window_s", "hint_jitter"):
             _check_number(name, getattr(self, name), positive=False)
-        if self.min_delay_s is not None:
-            _check_number("min_delay_s", self.min_delay_s, positive=False)
+        if self.min_delay_s is not None:  # a zero floor would allow a tight loop
+            _check_number("min_delay_s", self.min_delay_s, positive=True)
             if self.min_delay_s > self.max_delay_s:
                 raise UsageError(
                     f"min_delay_s ({self.min_delay_s:g}) is above max_delay_s "
@@ -112,6 +114,9 @@ def _profile(name: str, table: str) -> Profile:
     return parse_profile(json.loads(table), name=name)
 
 
+MAX_COUNT: Final = 100_000
+"""No budget may exceed this many requests or answers (a larger one is a typo, not a plan)."""
+
 MAX_DURATION_S: Final = 366 * 24 * 3600.0
 """No duration may exceed a year (a deadline further away is a scheduling job, not a wait)."""
 
@@ -128,6 +133,8 @@ def _check_number(name: str, value: object, *, positive: bool) -> None:
 def _check_int(name: str, value: object, *, minimum: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise UsageError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    if value > MAX_COUNT:
+        raise UsageError(f"{name} must be at most {MAX_COUNT}, got {value!r}")
 
 
 class Phase(StrEnum):

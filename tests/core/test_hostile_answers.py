@@ -393,6 +393,19 @@ def test_floor_above_the_cap_is_refused() -> None:
     assert "max_delay_s" in str(caught.value)
 
 
+def test_a_zero_floor_is_refused_by_the_policy_itself() -> None:
+    """min_delay_s = 0 would allow a tight loop: refused for the API as for the CLI."""
+    with pytest.raises(UsageError, match="min_delay_s must be a positive"):
+        Policy(min_delay_s=0)
+
+
+@pytest.mark.parametrize("name", ["max_requests", "max_transport_failures", "max_rate_limited"])
+def test_an_absurd_budget_is_refused_by_the_policy_itself(name: str) -> None:
+    """A budget above 100,000 is a typo, not a plan: refused naming the field and limit."""
+    with pytest.raises(UsageError, match=f"{name} must be at most 100000"):
+        Policy(**{name: 10**12})
+
+
 def test_deadline_beyond_a_year_is_refused() -> None:
     """deadline_s = 10**9 is a UsageError that says the limit is a year."""
     with pytest.raises(UsageError, match="year"):

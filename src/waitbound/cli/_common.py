@@ -32,9 +32,9 @@ from waitbound import (
     WaitboundError,
 )
 from waitbound._json import JSON
+from waitbound._record import MAX_COUNT
 from waitbound._urls import redact_url
 from waitbound.cli._params import (
-    MAX_BUDGET,
     MAX_RESPONSE_BYTES,
     MIN_RESPONSE_BYTES,
     duration,
@@ -164,7 +164,7 @@ def http_settings(max_response_bytes: int | None) -> HttpSettings:
 
 
 def _budget(minimum: int) -> click.IntRange:
-    return click.IntRange(min=minimum, max=MAX_BUDGET)
+    return click.IntRange(min=minimum, max=MAX_COUNT)
 
 
 MAX_RESPONSE_OPTION = click.option(

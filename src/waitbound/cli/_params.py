@@ -10,7 +10,6 @@ import click
 from waitbound._json import JSON
 
 __all__ = [
-    "MAX_BUDGET",
     "MAX_RESPONSE_BYTES",
     "MIN_RESPONSE_BYTES",
     "duration",
@@ -21,7 +20,6 @@ __all__ = [
     "split_values",
 ]
 
-MAX_BUDGET: Final = 100_000
 """The most requests, transport failures or rate-limited answers one operation may allow."""
 MIN_RESPONSE_BYTES: Final = 1024
 MAX_RESPONSE_BYTES: Final = 1024**3
