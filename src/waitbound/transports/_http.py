@@ -37,7 +37,7 @@ from waitbound._contract import Profile
 from waitbound._controller import Request
 from waitbound._json import JSON, NestingError, parse_provider_json
 from waitbound._observation import Observation, kept_header_names
-from waitbound._secrets import redact_bytes, redact_headers, redact_text
+from waitbound._secrets import redact_headers, redact_text
 from waitbound._urls import origin, resolve
 
 __all__ = ["ACCEPT_ENCODING", "HttpSettings", "send_async", "send_sync"]
@@ -293,9 +293,9 @@ class _Exchange:
         )
         parsed: JSON = None
         problem = None if self.problem is None else redact_text(self.problem, self.secrets)
-        body = redact_bytes(bytes(self.body), self.secrets)
+        body = bytes(self.body)
         if problem is None and body.strip():
-            try:
+            try:  # redacts before and after parsing
                 parsed = parse_provider_json(body, secrets=self.secrets)
             except NestingError as exc:
                 problem = str(exc)
