@@ -40,6 +40,7 @@ from waitbound._errors import (
 from waitbound._observation import Observation
 from waitbound._operation import Operation, Submission, new_operation_id
 from waitbound._outcome import Outcome, OutcomeKind, Reason
+from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Record
 from waitbound._schedule import DelaySource, parse_retry_after
 from waitbound._worker import WorkerSettings, work
@@ -56,6 +57,7 @@ __all__ = [
     "Counts",
     "DelaySource",
     "EscalatedError",
+    "FinalStateVia",
     "HttpSettings",
     "JobFailedError",
     "MemoryStore",
@@ -82,6 +84,7 @@ __all__ = [
     "Submission",
     "SystemClock",
     "TimedOutError",
+    "UrlKind",
     "UsageError",
     "WaitboundError",
     "WorkerSettings",

@@ -21,6 +21,14 @@ from typing import Final
 from waitbound._errors import ProfileError
 from waitbound._jmes import Expression, compile_expression, search
 from waitbound._json import JSON, contains_ambiguous
+from waitbound._protocol import (
+    FinalStateVia,
+    PollSource,
+    UrlKind,
+    carry_query,
+    parse_final_state_via,
+    parse_poll_sources,
+)
 from waitbound._urls import resolve, shown_url
 
 __all__ = [
@@ -39,12 +47,18 @@ SUBMIT_KEYS: Final = frozenset(
         "status_url_headers",
         "status_url_template",
         "idempotency_header",
+        "idempotency_scheme",
         "final_get",
+        "final_state_via",
+        "polling_url",
+        "http_status_states",
+        "carry_query",
     )
 )
 DEFAULT_STATUS_URL_HEADERS: Final = ("azure-asyncoperation", "operation-location", "location")
 CANCEL_KEYS: Final = frozenset(("method", "url_template", "always"))
 FINAL_GET_SOURCES: Final = ("request_url", "location")
+IDEMPOTENCY_SCHEMES: Final = ("header", "repeatability")
 
 
 def repeated_key(document: str, key: str) -> str:
@@ -62,6 +76,11 @@ class Receipt:
     job_id: str | None = None
     status_url: str | None = None
     status_url_origin: str | None = None
+    status_url_kind: UrlKind = UrlKind.STATUS
+    status_url_header: str | None = None
+    """The header that named the status URL: a poll answer carrying it moves the URL."""
+    location_url: str | None = None
+    """The answer's ``Location``, absolute: where ``final-state-via: location`` looks."""
     result_url: str | None = None
     cancel_url: str | None = None
     poll_hint: JSON = None
@@ -74,21 +93,44 @@ class SubmitContract:
     """How to read a receipt.
 
     Attributes:
-        status_url_headers: response headers naming the status URL, in precedence order.
+        polling: where the receipt names its polling URL, in precedence order, each
+            with the URL's kind (``submit.polling_url``; by default the headers
+            ``Azure-AsyncOperation``, ``Operation-Location``, ``Location``, then the
+            body's ``status_url``, all status monitors).
         expressions: ``job_id``, ``status_url``, ``result_url``, ``cancel_url``,
             ``poll_hint`` (seconds) over the receipt body.
         status_url_template: a documented status URL with ``{job_id}``.
         idempotency_header: where the provider accepts an idempotency key; ``None``
-            means it accepts none.
-        final_get: HTTP method → where the resource is fetched once after success
-            (``"request_url"`` or ``"location"``), for patterns that require it.
+            means it accepts none (unless ``idempotency_scheme`` is ``repeatability``).
+        idempotency_scheme: ``header`` (the key in ``idempotency_header``) or
+            ``repeatability`` (Azure's repeatable requests: ``Repeatability-Request-ID``
+            and ``Repeatability-First-Sent``).
+        final_get: HTTP method → where the final state is fetched by default
+            (``"request_url"`` or ``"location"``), the protocol's defaults by method.
+        final_state_via: where the final state is, overriding the defaults by method.
+        carry_query: query parameters carried from the submit URL onto the polling
+            and final URLs at its origin that lack them (``api-version``).
     """
 
-    status_url_headers: tuple[str, ...] = DEFAULT_STATUS_URL_HEADERS
+    polling: tuple[PollSource, ...] = tuple(
+        PollSource(kind=UrlKind.STATUS, header=h) for h in DEFAULT_STATUS_URL_HEADERS
+    )
     expressions: Mapping[str, Expression] = field(default_factory=dict, repr=False)
     status_url_template: str | None = None
     idempotency_header: str | None = None
+    idempotency_scheme: str = "header"
     final_get: Mapping[str, str] = field(default_factory=dict)
+    final_state_via: FinalStateVia | None = None
+    carry_query: tuple[str, ...] = ()
+
+    @property
+    def status_url_headers(self) -> tuple[str, ...]:
+        """The response headers that may name a polling URL (lower-case), in order."""
+        return tuple(s.header for s in self.polling if s.header is not None)
+
+    def carried(self, url: str, submit_url: str | None) -> str:
+        """*url* with the parameters of :attr:`carry_query` carried from *submit_url*."""
+        return carry_query(url, submit_url, self.carry_query)
 
     def read(
         self, *, method: str, request_url: str, headers: Mapping[str, str], body: JSON
@@ -104,8 +146,7 @@ class SubmitContract:
 
         problems: list[str] = []
 
-        def text(key: str) -> str | None:
-            expression = self.expressions.get(key)
+        def text(expression: Expression | None) -> str | None:
             value = search(expression, body) if expression is not None else None
             if (repeated := contains_ambiguous(value)) is not None:
                 problems.append(repeated_key("receipt", repeated))
@@ -116,35 +157,38 @@ class SubmitContract:
             if not url:
                 return None
             try:
-                return resolve(request_url, url)
+                return self.carried(resolve(request_url, url), request_url)
             except ValueError as exc:
                 problems.append(f"the receipt's {what} {shown_url(url)} cannot be used ({exc})")
                 return None
 
-        job_id = text("job_id")
-        status_url, origin = None, None
-        for name in self.status_url_headers:
-            if headers.get(name):
-                status_url, origin = headers[name], f"{name} header"
+        job_id = text(self.expressions.get("job_id"))
+        status_url, source = None, None
+        for candidate in self.polling:
+            if candidate.header is not None:
+                status_url = headers.get(candidate.header) or None
+            elif candidate.field is not None:
+                status_url = text(candidate.field)
+            elif method.upper() in candidate.request_methods:
+                status_url = request_url
+            if status_url:
+                source = candidate
                 break
-        if status_url is None and text("status_url"):
-            status_url, origin = text("status_url"), "receipt body"
+        origin = source.origin if source else None
         if status_url is None and self.status_url_template and job_id:
             status_url, origin = self.status_url_template.replace("{job_id}", job_id), "template"
-        result_url = text("result_url")
-        source = self.final_get.get(method.upper())
-        if result_url is None and source == "request_url":
-            result_url = request_url
-        elif result_url is None and source == "location":
-            result_url = headers.get("location")
-        expression = self.expressions.get("poll_hint")
         return Receipt(
             job_id=job_id,
             status_url=absolute(status_url, "status URL"),
             status_url_origin=origin,
-            result_url=absolute(result_url, "result URL"),
-            cancel_url=absolute(text("cancel_url"), "cancel URL"),
-            poll_hint=search(expression, body) if expression is not None else None,
+            status_url_kind=source.kind if source else UrlKind.STATUS,
+            status_url_header=source.header if source else None,
+            location_url=absolute(headers.get("location"), "Location"),
+            result_url=absolute(text(self.expressions.get("result_url")), "result URL"),
+            cancel_url=absolute(text(self.expressions.get("cancel_url")), "cancel URL"),
+            poll_hint=search(expression, body)
+            if (expression := self.expressions.get("poll_hint")) is not None
+            else None,
             problem=problems[0] if problems else None,
         )
 
@@ -183,6 +227,8 @@ class CancelContract:
 def parse_submit(where: str, data: object, *, job_id: Expression | None) -> SubmitContract:
     """Validate the profile's ``submit`` object (absent: the default headers, no template).
 
+    ``submit.http_status_states`` is accepted here and read by the state tables.
+
     Args:
         where: names the profile in messages.
         data: the ``submit`` object, or ``None``.
@@ -193,6 +239,10 @@ def parse_submit(where: str, data: object, *, job_id: Expression | None) -> Subm
         ProfileError: an unknown key, a wrong type or an expression that does not compile.
     """
     section = _section(where, "submit", {} if data is None else data, SUBMIT_KEYS)
+    if "polling_url" in section and "status_url_headers" in section:
+        raise ProfileError(
+            f"{where}: give submit.polling_url or submit.status_url_headers, not both"
+        )
     headers = section.get("status_url_headers", list(DEFAULT_STATUS_URL_HEADERS))
     if not isinstance(headers, list) or not all(isinstance(h, str) and h for h in headers):
         raise ProfileError(f"{where}: submit.status_url_headers must be a list of header names")
@@ -206,6 +256,14 @@ def parse_submit(where: str, data: object, *, job_id: Expression | None) -> Subm
         raise ProfileError(
             f"{where}: submit.final_get must map HTTP methods to 'request_url' or 'location'"
         )
+    scheme = section.get("idempotency_scheme", "header")
+    if scheme not in IDEMPOTENCY_SCHEMES:
+        raise ProfileError(
+            f"{where}: submit.idempotency_scheme = {scheme!r}; expected header or repeatability"
+        )
+    carried = section.get("carry_query", [])
+    if not isinstance(carried, list) or not all(isinstance(n, str) and n for n in carried):
+        raise ProfileError(f"{where}: submit.carry_query must be a list of query parameter names")
     expressions = {
         key: compile_expression(where, f"submit.{key}", section[key])
         for key in SUBMIT_EXPRESSIONS
@@ -213,12 +271,23 @@ def parse_submit(where: str, data: object, *, job_id: Expression | None) -> Subm
     }
     if "job_id" not in expressions and job_id is not None:
         expressions["job_id"] = job_id
+    if "polling_url" in section:
+        polling = parse_poll_sources(where, section["polling_url"])
+    else:
+        polling = tuple(PollSource(kind=UrlKind.STATUS, header=h.lower()) for h in headers)
+        if "status_url" in expressions:
+            polling += (PollSource(kind=UrlKind.STATUS, field=expressions["status_url"]),)
     return SubmitContract(
-        status_url_headers=tuple(h.lower() for h in headers),
+        polling=polling,
         expressions=expressions,
         status_url_template=template,
         idempotency_header=_optional_text(where, "submit.idempotency_header", section),
+        idempotency_scheme=str(scheme),
         final_get={str(k).upper(): str(v) for k, v in final_get.items()},
+        final_state_via=parse_final_state_via(
+            where, "submit.final_state_via", section.get("final_state_via")
+        ),
+        carry_query=tuple(carried),
     )
 
 

@@ -29,6 +29,7 @@ from waitbound._actions import CancelContract, SubmitContract, parse_cancel, par
 from waitbound._errors import ProfileError
 from waitbound._jmes import Expression, compile_expression, search
 from waitbound._json import JSON, JSONScalar, contains_ambiguous
+from waitbound._protocol import UrlKind
 
 __all__ = [
     "Classification",
@@ -36,6 +37,7 @@ __all__ = [
     "Profile",
     "Reading",
     "ResultReading",
+    "StateTable",
     "load_profile",
     "parse_profile",
 ]
@@ -83,6 +85,7 @@ EXPRESSION_KEYS: Final = (
     "output_error",
     "usage",
     "errors_url",
+    "result_document",
 )
 OTHER_KEYS: Final = (
     "name",
@@ -96,7 +99,19 @@ OTHER_KEYS: Final = (
     "request_id_headers",
     "submit",
     "cancel",
+    "url_kinds",
+    "case_insensitive_states",
+    "unlisted_state",
+    "$schema",
 )
+URL_KIND_KEYS: Final = frozenset(("state", "http_status_states", "when_no_state", "unlisted_state"))
+UNLISTED_STATES: Final = ("unknown", "pending")
+LOCATION_DEFAULTS: Final = {
+    "http_status_states": {"202": "pending", "200": "succeeded", "201": "succeeded",
+                           "204": "succeeded"},
+}  # fmt: skip
+"""How a ``location`` URL is read when the profile does not say: by status code (the
+Azure REST API guidelines' Location pattern); its terminal body is the result document."""
 KNOWN_KEYS: Final = frozenset((*STATE_LISTS, *EXPRESSION_KEYS, *OTHER_KEYS))
 DEFAULT_REQUEST_ID_HEADERS: Final = ("x-request-id", "request-id", "x-ms-request-id")
 HINT_UNITS: Final = {"s": 1.0, "ms": 0.001}
@@ -106,8 +121,9 @@ RPC_CANCELLED: Final = 1
 _ValueKey = tuple[str, object]
 
 
-def _value_key(value: object) -> _ValueKey | None:
-    """Key a state value by JSON type, so ``true`` never matches ``1``."""
+def _value_key(value: object, *, fold: bool = False) -> _ValueKey | None:
+    """Key a state value by JSON type, so ``true`` never matches ``1``; *fold* compares
+    strings case-insensitively."""
     if isinstance(value, bool):
         return ("bool", value)
     if isinstance(value, int | float):
@@ -117,8 +133,39 @@ def _value_key(value: object) -> _ValueKey | None:
             return ("number", value)
         return ("number", number) if math.isfinite(number) else None
     if isinstance(value, str):
-        return ("string", value)
+        return ("string", value.casefold() if fold else value)
     return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateTable:
+    """How answers from one kind of URL are read (see ``_protocol.UrlKind``).
+
+    Attributes:
+        state: the expression giving the state value, or ``None`` (read by code only).
+        codes: HTTP status code → class, checked before the body (``http_status_states``).
+        code_classes: ``2``/``4``/``5`` → class, for rows such as ``"4xx"``; they apply
+            only after the fixed rules for 401, 403, 404, 410 and 429.
+        when_no_state: HTTP status code → class when a 2xx body (possibly empty) has no
+            state.
+        unlisted: what a state value in no list means: ``UNKNOWN`` (the default: stop)
+            or ``PENDING`` (only where the provider documents "any other value is
+            in progress").
+    """
+
+    state: Expression | None = None
+    codes: Mapping[int, Classification] = field(default_factory=dict)
+    code_classes: Mapping[int, Classification] = field(default_factory=dict)
+    when_no_state: Mapping[int, Classification] = field(default_factory=dict)
+    unlisted: Classification = Classification.UNKNOWN
+
+    def by_code(self, code: int) -> Classification | None:
+        """The class an exact ``http_status_states`` row gives *code*, or ``None``."""
+        return self.codes.get(code)
+
+    def by_code_class(self, code: int) -> Classification | None:
+        """The class a ``"4xx"``-style row gives *code*, or ``None``."""
+        return self.code_classes.get(code // 100)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,6 +213,8 @@ class Reading:
         ambiguous: a key the body holds more than once with different values, found
             inside a value the profile read (the first one); ``None`` when none is.
             Such a body is never read as either value.
+        unlisted: the state is in no list and the profile reads unlisted values as
+            pending (``unlisted_state``).
     """
 
     classification: Classification | None
@@ -189,6 +238,7 @@ class Reading:
     usage: JSON = None
     errors_url: str | None = None
     ambiguous: str | None = None
+    unlisted: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,50 +289,73 @@ class Profile:
     expressions: Mapping[str, Expression] = field(repr=False)
     require_on_success: tuple[tuple[str, Expression], ...] = field(repr=False)
     count_expressions: Mapping[str, tuple[Expression, ...]] = field(repr=False)
-    http_status_states: Mapping[int, Classification]
+    tables: Mapping[UrlKind, StateTable] = field(repr=False)
+    first_answer_states: Mapping[int, Classification] = field(default_factory=dict)
+    case_insensitive: bool = False
     hint_headers: tuple[tuple[str, float], ...]
     request_id_headers: tuple[str, ...]
     result_url_template: str | None
     submit: SubmitContract = field(default_factory=SubmitContract)
     cancel: CancelContract = field(default_factory=CancelContract)
 
-    def classify_value(self, value: object) -> Classification:
-        """Classify one state value by lookup; a value in no list is ``UNKNOWN``."""
-        key = _value_key(value)
-        return self.states.get(key, Classification.UNKNOWN) if key else Classification.UNKNOWN
+    @property
+    def http_status_states(self) -> Mapping[int, Classification]:
+        """The exact ``http_status_states`` rows of the status monitor."""
+        return self.tables[UrlKind.STATUS].codes
+
+    def table(self, kind: UrlKind) -> StateTable:
+        """How answers from a URL of *kind* are read (the status monitor's by default)."""
+        return self.tables.get(kind) or self.tables[UrlKind.STATUS]
+
+    def classify_value(
+        self, value: object, *, unlisted: Classification = Classification.UNKNOWN
+    ) -> Classification:
+        """Classify one state value by lookup; a value in no list is *unlisted*
+        (``UNKNOWN`` unless the profile reads unlisted values as pending)."""
+        key = _value_key(value, fold=self.case_insensitive)
+        return self.states.get(key, unlisted) if key else Classification.UNKNOWN
 
     def _search(self, key: str, body: JSON) -> JSON:
         expression = self.expressions.get(key)
         return None if expression is None else search(expression, body)
 
-    def read(self, body: JSON) -> Reading:
-        """Read the state and every named field from one parsed status body.
+    def read(self, body: JSON, kind: UrlKind = UrlKind.STATUS) -> Reading:
+        """Read the state and every named field from one parsed answer body.
 
-        The state comes from ``state`` when the profile has it, else from ``done``
-        (AIP-151: ``done`` true with an ``error`` means failed — canceled when its
-        ``code`` is 1, google.rpc.Code CANCELLED — without one succeeded; ``done``
-        false or absent means pending). ``ambiguous`` names a key the body repeats
+        For a status monitor the state comes from ``state`` when the profile has it,
+        else from ``done`` (AIP-151: ``done`` true with an ``error`` means failed —
+        canceled when its ``code`` is 1, google.rpc.Code CANCELLED — without one
+        succeeded; ``done`` false or absent means pending), and ``result`` is read
+        from it. For a ``location`` or ``resource`` URL the state comes from that
+        kind's ``state`` (a terminal body there is a result document, see
+        :meth:`read_result`). ``ambiguous`` names a key the body repeats
         with different values inside anything read (see :class:`Reading`).
         """
         ambiguous: list[str] = []
+        table = self.table(kind)
 
-        def find(key: str) -> JSON:
-            value = self._search(key, body)
+        def found(value: JSON) -> JSON:
             if (repeated := contains_ambiguous(value)) is not None:
                 ambiguous.append(repeated)
             return value
 
+        def find(key: str) -> JSON:
+            return found(self._search(key, body))
+
         classification: Classification | None
         state: JSONScalar = None
         error = find("error")
-        if "state" in self.expressions:
-            raw_state = find("state")
+        unlisted = False
+        if table.state is not None:
+            raw_state = found(search(table.state, body))
             if raw_state is None:
                 classification = None
             else:
                 state = raw_state if not isinstance(raw_state, list | dict) else str(raw_state)
-                classification = self.classify_value(raw_state)
-        elif "done" in self.expressions:
+                key = _value_key(raw_state, fold=self.case_insensitive)
+                unlisted = key is not None and key not in self.states
+                classification = self.classify_value(raw_state, unlisted=table.unlisted)
+        elif kind is UrlKind.STATUS and "done" in self.expressions:
             done = find("done")
             state = done if isinstance(done, bool) else None
             if done is True and isinstance(error, dict) and error.get("code") == RPC_CANCELLED:
@@ -306,7 +379,7 @@ class Profile:
             classification=classification,
             state=state,
             job_id=_text(find("job_id")),
-            result=find("result"),
+            result=find("result") if kind is UrlKind.STATUS else None,
             error=error,
             progress=find("progress"),
             counts=counts,
@@ -324,17 +397,20 @@ class Profile:
             usage=find("usage"),
             errors_url=_text(find("errors_url")),
             ambiguous=ambiguous[0] if ambiguous else None,
+            unlisted=unlisted and classification is Classification.PENDING,
         )
 
     def read_result(self, document: JSON) -> ResultReading:
-        """Read the output, output error and usage from a result endpoint's body.
+        """Read the output, output error and usage from a result document (the final
+        GET's body, a result endpoint's body, a first answer that is the result).
 
-        A text body (not JSON) is the output as it is.
+        The output is ``result_document`` over it, or the whole document without one;
+        a text body (not JSON) is the output as it is.
         """
-        if isinstance(document, str) or "result" not in self.expressions:
+        if isinstance(document, str) or "result_document" not in self.expressions:
             output = document
         else:
-            output = self._search("result", document)
+            output = self._search("result_document", document)
         output_error = self._search("output_error", document)
         usage = self._search("usage", document)
         repeated = (contains_ambiguous(v) for v in (output, output_error, usage))
@@ -397,6 +473,9 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
             f"{where}: no state source; give 'state', 'done' or 'http_status_states'"
         )
 
+    fold = data.get("case_insensitive_states", False)
+    if not isinstance(fold, bool):
+        raise ProfileError(f"{where}: case_insensitive_states must be true or false")
     states: dict[_ValueKey, Classification] = {}
     listed: dict[_ValueKey, str] = {}
     for list_name in STATE_LISTS:
@@ -404,7 +483,7 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         if not isinstance(values, list):
             raise ProfileError(f"{where}: {list_name} must be a list of state values")
         for value in values:
-            key = _value_key(value)
+            key = _value_key(value, fold=fold)
             if key is None:
                 raise ProfileError(
                     f"{where}: {list_name} holds {value!r}; state values are strings, "
@@ -416,7 +495,8 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
                     if listed[key] == list_name
                     else f"in both {listed[key]} and {list_name}"
                 )
-                raise ProfileError(f"{where}: state value {value!r} is {where_else}")
+                same = " (ignoring case)" if fold else ""
+                raise ProfileError(f"{where}: state value {value!r} is {where_else}{same}")
             listed[key] = list_name
             states[key] = Classification(list_name)
     if "state" in data and not states:
@@ -434,6 +514,21 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
     require_on_success = tuple(
         (str(text), compile_expression(where, "require_on_success", text)) for text in required
     )
+    status = StateTable(
+        state=expressions.get("state"),
+        **_parse_codes(where, "http_status_states", data.get("http_status_states")),
+        unlisted=_parse_unlisted(where, "unlisted_state", data.get("unlisted_state")),
+    )
+    tables = {UrlKind.STATUS: status} | _parse_url_kinds(where, data.get("url_kinds"))
+    submit = parse_submit(where, data.get("submit"), job_id=expressions.get("job_id"))
+    for source in submit.polling:
+        if source.kind not in tables:
+            raise ProfileError(
+                f"{where}: submit.polling_url names kind {source.kind.value!r} but "
+                f"url_kinds has no {source.kind.value!r} entry"
+            )
+    section = data.get("submit")
+    first = section.get("http_status_states") if isinstance(section, Mapping) else None
     return Profile(
         name=name,
         source=dict(data),
@@ -441,13 +536,80 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         expressions=expressions,
         require_on_success=require_on_success,
         count_expressions=_parse_counts(where, data.get("counts")),
-        http_status_states=_parse_http_status_states(where, data.get("http_status_states")),
+        tables=tables,
+        first_answer_states=_parse_http_status_states(where, "submit.http_status_states", first),
+        case_insensitive=fold,
         hint_headers=_parse_hint_headers(where, data.get("hint_headers")),
         request_id_headers=_parse_header_names(where, data.get("request_id_headers")),
         result_url_template=_parse_template(where, data),
-        submit=parse_submit(where, data.get("submit"), job_id=expressions.get("job_id")),
+        submit=submit,
         cancel=parse_cancel(where, data.get("cancel")),
     )
+
+
+def _parse_url_kinds(where: str, data: object) -> dict[UrlKind, StateTable]:
+    """``url_kinds``: how ``location`` and ``resource`` URLs are read.
+
+    A ``location`` URL is read by :data:`LOCATION_DEFAULTS` unless the profile says
+    otherwise; a ``resource`` URL must name its ``state``.
+    """
+    kinds = {} if data is None else data
+    if not isinstance(kinds, Mapping):
+        raise ProfileError(f"{where}: url_kinds must be an object with location / resource")
+    unknown = sorted(set(kinds) - {"location", "resource"})
+    if unknown:
+        raise ProfileError(
+            f"{where}: url_kinds has unknown key {unknown[0]!r} (known: location, resource)"
+        )
+    tables = {}
+    for kind in (UrlKind.LOCATION, UrlKind.RESOURCE):
+        at = f"url_kinds.{kind.value}"
+        section = kinds.get(kind.value, LOCATION_DEFAULTS if kind is UrlKind.LOCATION else None)
+        if section is None:
+            continue
+        if not isinstance(section, Mapping):
+            raise ProfileError(f"{where}: {at} must be an object")
+        extra = sorted(set(section) - URL_KIND_KEYS)
+        if extra:
+            raise ProfileError(
+                f"{where}: {at} has unknown key {extra[0]!r} "
+                f"(known: {', '.join(sorted(URL_KIND_KEYS))})"
+            )
+        if kind is UrlKind.RESOURCE and "state" not in section:
+            raise ProfileError(f"{where}: {at} needs 'state' (where the resource keeps it)")
+        tables[kind] = StateTable(
+            state=_compiled(where, f"{at}.state", section.get("state")),
+            **_parse_codes(where, f"{at}.http_status_states", section.get("http_status_states")),
+            when_no_state=_parse_http_status_states(
+                where, f"{at}.when_no_state", section.get("when_no_state")
+            ),
+            unlisted=_parse_unlisted(where, f"{at}.unlisted_state", section.get("unlisted_state")),
+        )
+    return tables
+
+
+def _compiled(where: str, key: str, text: object) -> Expression | None:
+    return None if text is None else compile_expression(where, key, text)
+
+
+def _parse_unlisted(where: str, key: str, value: object) -> Classification:
+    if value is None:
+        return Classification.UNKNOWN
+    if value not in UNLISTED_STATES:
+        raise ProfileError(f"{where}: {key} = {value!r}; expected 'unknown' or 'pending'")
+    return Classification(value)
+
+
+def _parse_codes(where: str, key: str, table: object) -> dict[str, dict[int, Classification]]:
+    """An ``http_status_states`` table split into exact codes and ``"4xx"``-style rows."""
+    exact: object = table
+    classes: dict[int, Classification] = {}
+    if isinstance(table, Mapping):
+        exact = {k: v for k, v in table.items() if not re.fullmatch(r"[1-5]xx", str(k))}
+        for row, value in table.items():
+            if row not in exact:
+                classes[int(str(row)[0])] = _class(where, f"{key}[{row}]", value)
+    return {"codes": _parse_http_status_states(where, key, exact), "code_classes": classes}
 
 
 def _parse_counts(where: str, counts: object) -> dict[str, tuple[Expression, ...]]:
@@ -468,23 +630,24 @@ def _parse_counts(where: str, counts: object) -> dict[str, tuple[Expression, ...
     return parsed
 
 
-def _parse_http_status_states(where: str, table: object) -> dict[int, Classification]:
+def _parse_http_status_states(where: str, key: str, table: object) -> dict[int, Classification]:
     if table is None:
         return {}
     if not isinstance(table, Mapping):
-        raise ProfileError(f"{where}: http_status_states must map HTTP status codes to classes")
+        raise ProfileError(f"{where}: {key} must map HTTP status codes to classes")
     parsed: dict[int, Classification] = {}
-    allowed = [c.value for c in Classification if c is not Classification.UNKNOWN]
     for code, value in table.items():
         if not re.fullmatch(r"[1-5][0-9][0-9]", str(code)):
-            raise ProfileError(f"{where}: http_status_states key {code!r} is not an HTTP status")
-        if value not in allowed:
-            raise ProfileError(
-                f"{where}: http_status_states[{code}] = {value!r}; expected one of "
-                f"{', '.join(allowed)}"
-            )
-        parsed[int(code)] = Classification(value)
+            raise ProfileError(f"{where}: {key} key {code!r} is not an HTTP status")
+        parsed[int(code)] = _class(where, f"{key}[{code}]", value)
     return parsed
+
+
+def _class(where: str, at: str, value: object) -> Classification:
+    allowed = [c.value for c in Classification if c is not Classification.UNKNOWN]
+    if value not in allowed:
+        raise ProfileError(f"{where}: {at} = {value!r}; expected one of {', '.join(allowed)}")
+    return Classification(value)
 
 
 def _parse_hint_headers(where: str, table: object) -> tuple[tuple[str, float], ...]:

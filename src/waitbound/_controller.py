@@ -33,11 +33,13 @@ from waitbound._decide import (
     decide_result,
     decide_status,
     decide_submit,
+    first_answer_kind,
 )
 from waitbound._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._json import JSON, show
 from waitbound._observation import Observation
 from waitbound._outcome import Reason
+from waitbound._protocol import IDEMPOTENT_METHODS
 from waitbound._record import Phase, Record, RequestKind
 from waitbound._urls import redact_url, resolve, shown_url
 
@@ -236,7 +238,8 @@ def _plan_submit(
     record: Record, now: datetime, owner: str, notes: list[AuditEvent], *, can_submit: bool
 ) -> Decision:
     """The submission: sent once; again only with its idempotency key after no answer."""
-    if record.submit_attempts and not record.idempotency_key:
+    resendable = record.idempotency_key or record.submit_method in IDEMPOTENT_METHODS
+    if record.submit_attempts and not resendable:
         why = "its answer was never recorded (the process stopped)"
     elif record.submit_attempts >= record.max_submit_attempts:
         why = f"no answer after {record.submit_attempts} attempt(s)"
@@ -387,7 +390,7 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
                 base, now, Reason.INTEGRATION_FAILURE, bad_url, response=observation.body
             )
         case "submit":
-            step = decide_submit(base, observation, rng)
+            step = decide_submit(base, observation, reading, rng)
         case "result":
             step = decide_result(base, observation, rng)
         case "errors":
@@ -421,17 +424,23 @@ def _absolute(record: Record, url: str | None, what: str) -> tuple[str | None, s
     if not url:
         return None, None
     try:
-        return resolve(record.status_url or "", url), None
+        return resolve(record.status_url or record.submit_url or "", url), None
     except ValueError as exc:
         return None, f"the status body's {what} {shown_url(url)} cannot be used ({exc})"
 
 
 def _read(record: Record, observation: Observation) -> Reading | None:
-    if observation.kind != "status" or observation.body_problem is not None:
+    """What the profile reads from a status answer's or a first answer's JSON body (by
+    the kind of URL that answered), or ``None`` without one."""
+    if observation.body_problem is not None or observation.body is None:
         return None
-    if observation.body is None:
-        return None
-    return record.profile.read(observation.body)
+    match observation.kind:
+        case "status":
+            return record.profile.read(observation.body, record.poll_kind)
+        case "submit":
+            return record.profile.read(observation.body, first_answer_kind(record))
+        case _:
+            return None
 
 
 def _describe(observation: Observation, reading: Reading | None, after: Record) -> str:

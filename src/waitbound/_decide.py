@@ -12,8 +12,10 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Final
 
 from waitbound._actions import repeated_key
+from waitbound._answers import Meaning, meaning
 from waitbound._contract import Classification, Counts, Reading, is_present
 from waitbound._finish import (
     Step,
@@ -28,6 +30,7 @@ from waitbound._finish import (
 from waitbound._json import JSON, show
 from waitbound._observation import Observation
 from waitbound._outcome import OutcomeKind, Reason
+from waitbound._protocol import IDEMPOTENT_METHODS, UrlKind, final_url
 from waitbound._record import Phase, Record
 from waitbound._schedule import DelaySource, backoff_delay_s, hinted_delay_s, read_hints
 from waitbound._urls import redact_url, resolve, shown_url
@@ -39,6 +42,7 @@ __all__ = [
     "decide_result",
     "decide_status",
     "decide_submit",
+    "first_answer_kind",
 ]
 
 THROTTLE_FACTOR = 4.0
@@ -48,7 +52,8 @@ THROTTLE_FACTOR = 4.0
 def decide_status(
     record: Record, observation: Observation, reading: Reading | None, rng: random.Random
 ) -> Step:
-    """Decide what a status answer means (the table in ``docs/waiting.md``).
+    """Decide what a status answer means (the tables in ``_answers.py`` and the rules
+    in ``docs/waiting.md``), read by the kind of the URL that answered.
 
     Args:
         record: the record with the answer's bookkeeping applied.
@@ -58,9 +63,7 @@ def decide_status(
     """
     now = observation.at
     code = observation.http_status
-    if observation.transport_error is not None or code is None:
-        return _provider_trouble(record, observation, reading, rng)
-    if reading is not None and reading.ambiguous is not None:
+    if reading is not None and reading.ambiguous is not None and code is not None:
         return escalate(
             record,
             now,
@@ -68,55 +71,72 @@ def decide_status(
             repeated_key("status body", reading.ambiguous),
             response=observation.body,
         )
-    mapped = record.profile.http_status_states.get(code)
-    if mapped is not None:
-        return _classified(record, observation, mapped, reading, rng)
-    if code in (401, 403):
-        return escalate(
-            record,
-            now,
-            Reason.AUTHORIZATION_DENIED,
-            f"the status URL answered HTTP {code}; check the credentials (not retried)",
-            response=observation.body,
-        )
-    if code == 429 or (reading is not None and reading.throttled):
-        return _throttled(record, observation, reading, rng)
-    if code >= 500:
-        return _provider_trouble(record, observation, reading, rng)
-    if code in (404, 410) or (200 <= code < 300 and reading and reading.classification is None):
-        what = f"HTTP {code}" if code in (404, 410) else "a body without a state"
-        if record.job_seen_at is None and seconds_between(record.created_at, now) < (
-            record.policy.not_found_grace_s
-        ):
-            return _schedule(record, observation, reading, rng, note=f"{what}: not visible yet")
-        seen = "after the job was seen" if record.job_seen_at else "past the not-found grace"
-        return escalate(
-            record,
-            now,
-            Reason.INTEGRATION_FAILURE,
-            f"the status URL answered {what} {seen}; the contract does not explain it",
-            response=observation.body,
-        )
-    if not 200 <= code < 300:
-        return escalate(
-            record,
-            now,
-            Reason.INTEGRATION_FAILURE,
-            f"the status URL answered HTTP {code}"
-            + (f" with {observation.body_problem}" if observation.body_problem else "")
-            + ", which the profile does not explain",
-            response=observation.body,
-        )
-    if reading is None:
-        problem = observation.body_problem or "an empty body"
-        return escalate(
-            record,
-            now,
-            Reason.INTEGRATION_FAILURE,
-            f"the status URL answered HTTP {code} with {problem}",
-        )
-    assert reading.classification is not None
-    return _classified(record, observation, reading.classification, reading, rng)
+    table = record.profile.table(record.poll_kind)
+    throttled = reading is not None and reading.throttled
+    answer = meaning("status", code, table=table, throttled=throttled)
+    match answer.meaning:
+        case Meaning.TROUBLE:
+            return _provider_trouble(record, observation, reading, rng)
+        case Meaning.THROTTLED:
+            return _throttled(record, observation, reading, rng)
+        case Meaning.CLASSIFIED:
+            assert answer.classification is not None
+            return _classified(record, observation, answer.classification, reading, rng)
+        case Meaning.DENIED:
+            return escalate(
+                record,
+                now,
+                Reason.AUTHORIZATION_DENIED,
+                f"the status URL answered HTTP {code}; check the credentials (not retried)",
+                response=observation.body,
+            )
+        case Meaning.NOT_FOUND:
+            return _not_visible(record, observation, reading, rng, f"HTTP {code}")
+        case Meaning.BODY:
+            found = reading.classification if reading is not None else None
+            if found is None and code is not None and observation.body_problem is None:
+                found = table.when_no_state.get(code)
+            if found is not None:
+                return _classified(record, observation, found, reading, rng)
+            if reading is not None:
+                return _not_visible(record, observation, reading, rng, "a body without a state")
+            problem = observation.body_problem or "an empty body"
+            return escalate(
+                record,
+                now,
+                Reason.INTEGRATION_FAILURE,
+                f"the status URL answered HTTP {code} with {problem}",
+            )
+        case _:
+            return escalate(
+                record,
+                now,
+                Reason.INTEGRATION_FAILURE,
+                f"the status URL answered HTTP {code}"
+                + (f" with {observation.body_problem}" if observation.body_problem else "")
+                + ", which the profile does not explain",
+                response=observation.body,
+            )
+
+
+def _not_visible(
+    record: Record, observation: Observation, reading: Reading | None, rng: random.Random, what: str
+) -> Step:
+    """A 404 or a body without a state: "not visible yet" within the not-found grace
+    before the job was ever seen; else the contract does not explain it."""
+    now = observation.at
+    if record.job_seen_at is None and seconds_between(record.created_at, now) < (
+        record.policy.not_found_grace_s
+    ):
+        return _schedule(record, observation, reading, rng, note=f"{what}: not visible yet")
+    seen = "after the job was seen" if record.job_seen_at else "past the not-found grace"
+    return escalate(
+        record,
+        now,
+        Reason.INTEGRATION_FAILURE,
+        f"the status URL answered {what} {seen}; the contract does not explain it",
+        response=observation.body,
+    )
 
 
 def _classified(
@@ -125,7 +145,12 @@ def _classified(
     classification: Classification,
     reading: Reading | None,
     rng: random.Random,
+    *,
+    final_here: bool | None = None,
 ) -> Step:
+    """A classified answer: pending → schedule (moving the polling URL when the answer
+    names a new one); terminal → the outcome. *final_here*: this answer's body is the
+    final state (by default: it came from a ``location`` or ``resource`` URL)."""
     now = observation.at
     if reading is not None:
         record = replace(
@@ -136,6 +161,8 @@ def _classified(
         )
     record = replace(record, job_seen_at=record.job_seen_at or now)
     error = reading.error if reading is not None else None
+    if final_here is None:
+        final_here = record.poll_kind is not UrlKind.STATUS
     match classification:
         case Classification.PENDING:
             if record.success_seen_at is not None:
@@ -155,9 +182,9 @@ def _classified(
                     f"{reading.expires_at.isoformat()}",
                     response=observation.body,
                 )
-            return _schedule(record, observation, reading, rng)
+            return _pending(record, observation, reading, rng)
         case Classification.SUCCEEDED | Classification.PARTIAL:
-            return _settle(record, observation, classification, reading, rng)
+            return _settle(record, observation, classification, reading, rng, final_here=final_here)
         case Classification.FAILED:
             return terminal(record, now, OutcomeKind.FAILED, error=error)
         case Classification.CANCELED:
@@ -177,14 +204,58 @@ def _classified(
             )
 
 
+def _pending(
+    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+) -> Step:
+    """Still running: look again later, at the polling URL this answer names (a new
+    ``Location`` on every 202 moves it; same-origin and credential rules as ever)."""
+    notes = []
+    if reading is not None and reading.unlisted:
+        notes.append(f"unlisted state {show(reading.state)}: pending by the profile")
+    header = record.poll_header
+    named = observation.headers.get(header) if header and observation.kind == "status" else None
+    moved: dict[str, JSON] = {}
+    if named:
+        try:
+            url = record.profile.submit.carried(
+                resolve(record.status_url or "", named), record.submit_url
+            )
+        except ValueError as exc:
+            return escalate(
+                record,
+                observation.at,
+                Reason.INTEGRATION_FAILURE,
+                f"the {header} header named a polling URL {shown_url(named)} that cannot be "
+                f"used ({exc})",
+            )
+        if url != record.status_url:
+            old = record.status_url or ""
+            moved = {"polling_url_moved": {"from": redact_url(old), "to": redact_url(url)}}
+            notes.append(f"polling URL moved from {redact_url(old)} to {redact_url(url)}")
+            pinned = record.caller_url or record.submit_url or old
+            record = replace(record, status_url=url, caller_url=pinned)
+    after, kind, summary, extra = _schedule(
+        record, observation, reading, rng, note="; ".join(notes)
+    )
+    return after, kind, summary, extra | moved
+
+
 def _settle(
     record: Record,
     observation: Observation,
     classification: Classification,
     reading: Reading | None,
     rng: random.Random,
+    *,
+    final_here: bool,
 ) -> Step:
-    """A terminal success or partial success: validate it, then fetch or finish."""
+    """A terminal success or partial success: validate it, then fetch or finish.
+
+    *final_here*: this answer's body is the final state (a ``location`` or
+    ``resource`` URL's, or a first answer that ended the operation), read as the
+    result document; else the final state is fetched once from the result URL or
+    where ``final-state-via`` points, or is the monitor's own ``result``.
+    """
     now = observation.at
     policy = record.policy
     if reading is not None and reading.missing_required:
@@ -224,9 +295,25 @@ def _settle(
         outcome = _by_counts(counts)
     if outcome in (OutcomeKind.FAILED, OutcomeKind.CANCELED, OutcomeKind.EXPIRED):
         return terminal(record, now, outcome, error=error, counts=counts)
-    result_url = _result_url(record, reading)
+    result_url = _result_url(record, observation, reading, final_here=final_here)
     if isinstance(result_url, ValueError):
         return escalate(record, now, Reason.INTEGRATION_FAILURE, str(result_url))
+    if result_url is HERE:
+        document = record.profile.read_result(
+            observation.body if observation.body_problem is None else None
+        )
+        if document.ambiguous is not None:
+            detail = repeated_key("result", document.ambiguous)
+            return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
+        if is_present(document.output_error):
+            return terminal(
+                record, now, OutcomeKind.FAILED, error=document.output_error, counts=counts,
+                usage=document.usage,
+            )  # fmt: skip
+        return _complete(
+            record, now, outcome, result=document.output, error=error, counts=counts,
+            usage=document.usage,
+        )  # fmt: skip
     if result_url is None:
         if reading is not None and is_present(reading.output_error):
             return terminal(
@@ -271,63 +358,109 @@ def _by_counts(counts: Counts) -> OutcomeKind:
     return OutcomeKind.CANCELED if counts.canceled else OutcomeKind.EXPIRED
 
 
-def _result_url(record: Record, reading: Reading | None) -> str | ValueError | None:
-    """The result URL: given, or read from the body; relative resolves against the status URL."""
-    candidate = record.result_url
+HERE: Final = "this answer"
+"""The final state is the answer just read (its body is the result document)."""
+
+
+def _result_url(
+    record: Record, observation: Observation, reading: Reading | None, *, final_here: bool
+) -> str | ValueError | None:
+    """Where the final state is: a URL to fetch once, :data:`HERE`, or ``None`` when
+    the status monitor is the final state (its own ``result``).
+
+    A URL the caller or the receipt named comes first; then, unless this answer is
+    final by its kind (*final_here*), the place ``final-state-via`` names, the
+    monitor's ``result_url`` / ``result_id`` among them (``_protocol.final_url``).
+    Relative URLs resolve against the status URL; the URL that just answered is not
+    fetched again (:data:`HERE`).
+    """
     profile = record.profile
-    if candidate is None and reading is not None:
-        if reading.result_url:
-            candidate = reading.result_url
-        elif reading.result_id and profile.result_url_template:
-            candidate = profile.result_url_template.replace("{result_id}", reading.result_id)
+    base = record.status_url or ""
+    if record.result_url is None and final_here:
+        return HERE
+    candidate = record.result_url
+    if candidate is None:
+        named = None
+        if reading is not None and reading.result_url:
+            named = reading.result_url
+        elif reading is not None and reading.result_id and profile.result_url_template:
+            named = profile.result_url_template.replace("{result_id}", reading.result_id)
+        try:
+            named = resolve(base, named) if named is not None else None
+        except ValueError as exc:
+            return ValueError(f"the result URL {shown_url(named or '')} cannot be used ({exc})")
+        candidate = _final_url(record, named)
     if candidate is None:
         return None
     try:
-        return resolve(record.status_url or "", candidate)
+        url = profile.submit.carried(resolve(base, candidate), record.submit_url)
     except ValueError as exc:
         return ValueError(f"the result URL {shown_url(candidate)} cannot be used ({exc})")
+    answered = record.submit_url if observation.kind == "submit" else record.status_url
+    return HERE if url == answered and record.result_url is None else url
+
+
+def _final_url(record: Record, monitor_result_url: str | None) -> str | None:
+    """Where the protocol puts the final state (``_protocol.final_url``) for *record*."""
+    contract = record.profile.submit
+    return final_url(
+        method=record.submit_method,
+        request_url=record.submit_url,
+        location_url=record.location_url,
+        monitor_result_url=monitor_result_url,
+        via=record.final_state_via or contract.final_state_via,
+        by_method=contract.final_get,
+    )
 
 
 def decide_result(record: Record, observation: Observation, rng: random.Random) -> Step:
-    """Decide what a result-endpoint answer means: 409/425 not ready, 2xx the result."""
+    """Decide what a result-endpoint answer means: 409/425 not ready, 2xx the result
+    document (the tables in ``_answers.py``)."""
     now = observation.at
     code = observation.http_status
-    if observation.transport_error is not None or code is None or code >= 500:
-        return _provider_trouble(record, observation, None, rng)
-    if code in (401, 403):
-        return escalate(
-            record, now, Reason.AUTHORIZATION_DENIED, f"the result URL answered HTTP {code}"
-        )
-    if code == 429:
-        return _throttled(record, observation, None, rng)
-    if code in (409, 425):
-        return _schedule(record, observation, None, rng, note=f"result not ready (HTTP {code})")
-    if 200 <= code < 300 and observation.body_problem is None:
-        document = record.profile.read_result(observation.body)
-        record = replace(record, result_fetched_at=now)
-        if document.ambiguous is not None:
-            detail = repeated_key("result", document.ambiguous)
-            return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
-        if is_present(document.output_error):
-            return terminal(
-                record, now, OutcomeKind.FAILED, error=document.output_error, usage=document.usage
+    answer = meaning("result", code)
+    match answer.meaning:
+        case Meaning.TROUBLE:
+            return _provider_trouble(record, observation, None, rng)
+        case Meaning.DENIED:
+            return escalate(
+                record, now, Reason.AUTHORIZATION_DENIED, f"the result URL answered HTTP {code}"
             )
-        return _complete(
-            record,
-            now,
-            record.settled_outcome or OutcomeKind.SUCCEEDED,
-            result=document.output,
-            error=record.error,
-            usage=document.usage,
-        )
-    problem = observation.body_problem or f"HTTP {code}"
-    return escalate(
-        record,
-        now,
-        Reason.INTEGRATION_FAILURE,
-        f"the result URL answered {problem}",
-        response=observation.body,
-    )
+        case Meaning.THROTTLED:
+            return _throttled(record, observation, None, rng)
+        case Meaning.NOT_READY:
+            return _schedule(record, observation, None, rng, note=f"result not ready (HTTP {code})")
+        case Meaning.BODY if observation.body_problem is None:
+            document = record.profile.read_result(observation.body)
+            record = replace(record, result_fetched_at=now)
+            if document.ambiguous is not None:
+                detail = repeated_key("result", document.ambiguous)
+                return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
+            if is_present(document.output_error):
+                return terminal(
+                    record,
+                    now,
+                    OutcomeKind.FAILED,
+                    error=document.output_error,
+                    usage=document.usage,
+                )
+            return _complete(
+                record,
+                now,
+                record.settled_outcome or OutcomeKind.SUCCEEDED,
+                result=document.output,
+                error=record.error,
+                usage=document.usage,
+            )
+        case _:
+            problem = observation.body_problem or f"HTTP {code}"
+            return escalate(
+                record,
+                now,
+                Reason.INTEGRATION_FAILURE,
+                f"the result URL answered {problem}",
+                response=observation.body,
+            )
 
 
 def _throttled(
@@ -510,58 +643,92 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
     return record, "cancel_answered", summary, {"http_status": code, "accepted": accepted}
 
 
-def decide_submit(record: Record, observation: Observation, rng: random.Random) -> Step:
-    """Read the receipt; a submission is repeated only with its idempotency key after no answer.
+def decide_submit(
+    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+) -> Step:
+    """Read the first answer: an outcome already, or where and when to poll.
+
+    The first answer is an observation like any other: a terminal state in its body
+    (read by the request URL's kind: the resource itself for a PUT or PATCH where the
+    profile polls the original URI) ends the operation with zero polls; without a
+    polling URL, the profile's ``submit.http_status_states`` may say the code alone
+    means done, its body the result. A submission is sent again after no answer only
+    when that is safe: with its idempotency key, or by an idempotent method (PUT,
+    DELETE; RFC 9110 §9.2.2).
 
     Raises nothing: every answer becomes a step (waiting, a retry, or an outcome).
     """
     now = observation.at
     code = observation.http_status
-    if observation.transport_error is not None or code is None or code >= 500:
-        what = observation.transport_error or f"HTTP {code}"
-        record = replace(record, transport_failures_used=record.transport_failures_used + 1)
-        if record.idempotency_key and record.submit_attempts < record.max_submit_attempts:
-            return _schedule(
-                record,
-                observation,
-                None,
-                rng,
-                note=f"no answer to the submission ({what}); sending it again with the "
-                "same idempotency key",
-                demanded=code == 503,
+    answer = meaning("submit", code, throttled=reading is not None and reading.throttled)
+    resend = bool(record.idempotency_key) or record.submit_method in IDEMPOTENT_METHODS
+    match answer.meaning:
+        case Meaning.TROUBLE:
+            what = observation.transport_error or f"HTTP {code}"
+            record = replace(record, transport_failures_used=record.transport_failures_used + 1)
+            if resend and record.submit_attempts < record.max_submit_attempts:
+                why = (
+                    "with the same idempotency key"
+                    if record.idempotency_key
+                    else f"({record.submit_method} is idempotent)"
+                )
+                return _schedule(
+                    record,
+                    observation,
+                    None,
+                    rng,
+                    note=f"no answer to the submission ({what}); sending it again {why}",
+                    demanded=code == 503,
+                )
+            key = (
+                f" with idempotency key {record.idempotency_key}" if record.idempotency_key else ""
             )
-        key = f" with idempotency key {record.idempotency_key}" if record.idempotency_key else ""
-        return escalate(
-            record,
-            now,
-            Reason.PROVIDER_FAILURE,
-            f"no answer to the submission ({what}) after {record.submit_attempts} attempt(s)"
-            f"{key}; it may have created a job",
-        )
-    if code in (401, 403):
-        return escalate(
-            record,
-            now,
-            Reason.AUTHORIZATION_DENIED,
-            f"the submission answered HTTP {code}",
-            response=observation.body,
-        )
-    if code == 429:
-        return escalate(
-            record,
-            now,
-            Reason.RATE_LIMITED,
-            "the submission was throttled (HTTP 429): no job was created; submit again later",
-            response=observation.body,
-        )
-    if not (200 <= code < 300 or code == 303):
-        return terminal(
-            record,
-            now,
-            OutcomeKind.FAILED,
-            error={"http_status": code, "response": bounded(observation.body)},
-        )
-    contract = record.profile.submit
+            return escalate(
+                record,
+                now,
+                Reason.PROVIDER_FAILURE,
+                f"no answer to the submission ({what}) after {record.submit_attempts} attempt(s)"
+                f"{key}; it may have created a job",
+            )
+        case Meaning.DENIED:
+            return escalate(
+                record,
+                now,
+                Reason.AUTHORIZATION_DENIED,
+                f"the submission answered HTTP {code}",
+                response=observation.body,
+            )
+        case Meaning.THROTTLED:
+            return escalate(
+                record,
+                now,
+                Reason.RATE_LIMITED,
+                f"the submission was throttled (HTTP {code}): no job was created; "
+                "submit again later",
+                response=observation.body,
+            )
+        case Meaning.BODY:
+            return _receipt(record, observation, reading, rng)
+        case _:
+            return terminal(
+                record,
+                now,
+                OutcomeKind.FAILED,
+                error={"http_status": code, "response": bounded(observation.body)},
+            )
+
+
+_TERMINAL: Final = frozenset(Classification) - {Classification.PENDING, Classification.UNKNOWN}
+
+
+def _receipt(
+    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+) -> Step:
+    """A 2xx (or 303) first answer: end here, or poll where it says."""
+    now = observation.at
+    code = observation.http_status
+    profile = record.profile
+    contract = profile.submit
     receipt = contract.read(
         method=record.submit_method or "POST",
         request_url=record.submit_url or "",
@@ -572,8 +739,26 @@ def decide_submit(record: Record, observation: Observation, rng: random.Random) 
         return escalate(
             record, now, Reason.INTEGRATION_FAILURE, receipt.problem, response=observation.body
         )
+    if reading is not None and reading.ambiguous is not None:
+        detail = repeated_key("first answer", reading.ambiguous)
+        return escalate(record, now, Reason.INTEGRATION_FAILURE, detail, response=observation.body)
+    record = replace(
+        record,
+        phase=Phase.WAITING,
+        job_id=record.job_id or receipt.job_id,
+        result_url=record.result_url or receipt.result_url,
+        cancel_url=record.cancel_url or receipt.cancel_url,
+        location_url=receipt.location_url,
+        attempt=0,
+    )
+    stated = reading.classification if reading is not None else None
     if receipt.status_url is None:
-        places = ", ".join(contract.status_url_headers) + " headers, the receipt body"
+        by_code = profile.first_answer_states.get(code) if code is not None else None
+        if stated in _TERMINAL or by_code in _TERMINAL:
+            done = stated if stated in _TERMINAL else by_code
+            assert done is not None
+            return _classified(record, observation, done, reading, rng, final_here=True)
+        places = ", ".join(s.origin for s in contract.polling) or "nowhere"
         return escalate(
             record,
             now,
@@ -584,20 +769,33 @@ def decide_submit(record: Record, observation: Observation, rng: random.Random) 
         )
     record = replace(
         record,
-        phase=Phase.WAITING,
         status_url=receipt.status_url,
-        job_id=record.job_id or receipt.job_id,
-        result_url=record.result_url or receipt.result_url,
-        cancel_url=record.cancel_url or receipt.cancel_url,
-        attempt=0,
+        poll_kind=receipt.status_url_kind,
+        poll_header=receipt.status_url_header,
     )
+    if stated in _TERMINAL:
+        assert stated is not None
+        final_here = first_answer_kind(record) is not UrlKind.STATUS
+        return _classified(record, observation, stated, reading, rng, final_here=final_here)
     hint = Reading(classification=None, poll_hint_s=receipt.poll_hint)
     job = f" job {receipt.job_id}" if receipt.job_id else ""
+    kind = receipt.status_url_kind
+    kind_note = f" ({kind.value} URL)" if kind is not UrlKind.STATUS else ""
     return _schedule(
         record,
         observation,
         hint,
         rng,
-        note=f"submitted:{job} status at {redact_url(receipt.status_url)} "
+        note=f"submitted:{job} status at {redact_url(receipt.status_url)}{kind_note} "
         f"(from the {receipt.status_url_origin})",
     )
+
+
+def first_answer_kind(record: Record) -> UrlKind:
+    """How the first answer's body is read: as the resource itself when the profile
+    polls the original URI for this method (a PUT or PATCH at Azure), else as a
+    status body."""
+    for source in record.profile.submit.polling:
+        if source.kind is UrlKind.RESOURCE and record.submit_method in source.request_methods:
+            return UrlKind.RESOURCE
+    return UrlKind.STATUS

@@ -112,9 +112,7 @@ def _request_headers(
     if request.kind == "submit" and submission is not None:
         if submission.body and submission.content_type:
             sent.setdefault("Content-Type", submission.content_type)
-        key_header = submission.key_header()
-        if key_header and record.idempotency_key:
-            sent[key_header] = record.idempotency_key
+        sent |= submission.idempotency_headers(record.idempotency_key, record.created_at)
     return sent
 
 

@@ -7,6 +7,7 @@ budget).
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import os
 import re
@@ -20,6 +21,7 @@ from waitbound._clock import Clock
 from waitbound._contract import Profile
 from waitbound._controller import audit_event, cancel_url, created_event
 from waitbound._errors import ConflictError, OperationNotFoundError, UsageError
+from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Record
 from waitbound._urls import checked_url, shown_url
 from waitbound.stores import Store
@@ -71,6 +73,10 @@ class Operation:
         job_id: the provider's job id, when the caller knows it.
         label: who or what the operation belongs to (1-128 printable characters),
             e.g. ``mcp:transcode``; :meth:`Store.recent` lists by its prefix.
+        url_kind: how the status URL's answers are read: ``status`` (a status
+            monitor, the default), ``location`` (by status code, e.g. an Azure
+            ``Location`` URL) or ``resource`` (the resource's provisioning state; the
+            profile must describe that kind).
     """
 
     status_url: str
@@ -82,6 +88,7 @@ class Operation:
     trusted_origins: tuple[str, ...] = ()
     job_id: str | None = None
     label: str | None = None
+    url_kind: UrlKind = UrlKind.STATUS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,10 +103,15 @@ class Submission:
         policy: deadline (counted from the submission), budgets and pacing.
         body: the request body (never stored; only its fingerprint is).
         content_type: sent as ``Content-Type`` with a body.
-        idempotency_key: sent in the profile's idempotency header (generated when
-            the profile names one and this is ``None``).
-        max_submit_attempts: with an idempotency key, how many times a submission
-            without an answer (a timeout, a dropped connection, a 5xx) may be sent.
+        idempotency_key: sent in the profile's idempotency header, or as Azure's
+            ``Repeatability-Request-ID`` (generated when the profile names a scheme and
+            this is ``None``).
+        max_submit_attempts: how many times a submission without an answer (a
+            timeout, a dropped connection, a 5xx) may be sent, when sending it again is
+            safe: with an idempotency key, or by an idempotent method (PUT, DELETE;
+            RFC 9110 §9.2.2). Otherwise it is sent once.
+        final_state_via: where the final state is after the status monitor reports
+            success (Azure's ``final-state-via``), overriding the profile.
         result_url, cancel_url, cancel_on_deadline, trusted_origins, label: as in
             :class:`Operation` (headers go to the submit URL's origin and these).
     """
@@ -112,6 +124,7 @@ class Submission:
     content_type: str | None = "application/json"
     idempotency_key: str | None = None
     max_submit_attempts: int = 3
+    final_state_via: FinalStateVia | None = None
     result_url: str | None = None
     cancel_url: str | None = None
     cancel_on_deadline: bool = False
@@ -123,10 +136,23 @@ class Submission:
         digest = hashlib.sha256(f"{self.method.upper()}\n{self.url}\n".encode() + self.body)
         return f"sha256:{digest.hexdigest()}"
 
-    def key_header(self) -> str | None:
-        """The header the idempotency key travels in, or ``None`` without a key."""
-        named = self.profile.submit.idempotency_header
-        return named or ("Idempotency-Key" if self.idempotency_key else None)
+    def idempotency_headers(self, key: str | None, first_sent: datetime) -> dict[str, str]:
+        """The headers that make a resend of this request safe (none without a key).
+
+        ``repeatability`` (Azure's repeatable requests): ``Repeatability-Request-ID``
+        with the key and ``Repeatability-First-Sent`` with *first_sent* as an
+        IMF-fixdate, the same on every attempt. Otherwise the key in the profile's
+        ``idempotency_header`` (``Idempotency-Key`` when the caller gave a key).
+        """
+        if key is None:
+            return {}
+        contract = self.profile.submit
+        if contract.idempotency_scheme == "repeatability":
+            return {
+                "Repeatability-Request-ID": key,
+                "Repeatability-First-Sent": email.utils.format_datetime(first_sent, usegmt=True),
+            }
+        return {contract.idempotency_header or "Idempotency-Key": key}
 
 
 def _check_id(operation_id: str | None) -> None:
@@ -232,18 +258,34 @@ def _new_record(
         next_poll_at=now,
     )
     if isinstance(operation, Operation):
-        return replace(record, status_url=operation.status_url, job_id=operation.job_id)
+        if operation.url_kind not in operation.profile.tables:
+            raise UsageError(
+                f"profile {operation.profile.name} does not say how to read a "
+                f"{operation.url_kind.value} URL (add url_kinds.{operation.url_kind.value})"
+            )
+        return replace(
+            record,
+            status_url=operation.status_url,
+            job_id=operation.job_id,
+            poll_kind=operation.url_kind,
+        )
     key = operation.idempotency_key
-    if key is None and operation.profile.submit.idempotency_header:
+    contract = operation.profile.submit
+    if key is None and contract.idempotency_scheme == "repeatability":
+        key = str(uuid.uuid4())
+    elif key is None and contract.idempotency_header:
         key = f"wb-{uuid.uuid4().hex}"
+    method = operation.method.upper()
+    resendable = key is not None or method in IDEMPOTENT_METHODS
     return replace(
         record,
         phase=Phase.SUBMITTING,
-        submit_method=operation.method.upper(),
+        submit_method=method,
         submit_url=operation.url,
         submit_fingerprint=operation.fingerprint(),
         idempotency_key=key,
-        max_submit_attempts=operation.max_submit_attempts if key else 1,
+        max_submit_attempts=operation.max_submit_attempts if resendable else 1,
+        final_state_via=operation.final_state_via,
     )
 
 

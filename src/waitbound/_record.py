@@ -21,6 +21,7 @@ from waitbound._contract import Profile, parse_profile
 from waitbound._errors import SchemaVersionError, StoreError, UsageError
 from waitbound._json import JSON, JSONScalar, canonical_json
 from waitbound._outcome import ESCALATION_OPTIONS, Outcome, OutcomeKind, Reason
+from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._schedule import DelaySource
 from waitbound._urls import origin
 
@@ -158,6 +159,13 @@ class Record:
 
     ``in_flight`` names a request that was reserved (counted and persisted) but
     whose answer is not recorded yet; after a crash it stays counted.
+
+    ``status_url`` is the polling URL; ``poll_kind`` says how its answers are read and
+    ``poll_header`` which header named it (a poll answer carrying that header moves
+    it). ``caller_url`` pins the URL the caller named once a polling URL has moved, so
+    credentials never follow a move. ``location_url`` is the first answer's
+    ``Location`` and ``final_state_via`` the caller's or profile's choice of where the
+    final state is.
     """
 
     operation_id: str
@@ -167,6 +175,11 @@ class Record:
     created_at: datetime
     deadline_at: datetime
     next_poll_at: datetime
+    caller_url: str | None = None
+    poll_kind: UrlKind = UrlKind.STATUS
+    poll_header: str | None = None
+    location_url: str | None = None
+    final_state_via: FinalStateVia | None = None
     result_url: str | None = None
     cancel_url: str | None = None
     errors_url: str | None = None
@@ -239,7 +252,10 @@ class Record:
         (the submit URL, else the status URL) or one of ``trusted_origins``."""
         try:
             wanted = origin(url)
-            named = [self.submit_url or self.status_url or "", *self.trusted_origins]
+            named = [
+                self.caller_url or self.submit_url or self.status_url or "",
+                *self.trusted_origins,
+            ]
             return any(origin(trusted) == wanted for trusted in named)
         except ValueError:
             return False
@@ -322,5 +338,9 @@ class Record:
             reason=Reason(record.reason) if record.reason else None,
             settled_outcome=OutcomeKind(record.settled_outcome) if record.settled_outcome else None,
             delay_source=DelaySource(record.delay_source) if record.delay_source else None,
+            poll_kind=UrlKind(record.poll_kind),
+            final_state_via=FinalStateVia(record.final_state_via)
+            if record.final_state_via
+            else None,
             trusted_origins=tuple(record.trusted_origins),
         )

@@ -21,6 +21,7 @@ PROFILE = {
     "expired": ["expired"],
     "error": "error",
     "result": "output",
+    "result_document": "output",
     "job_id": "id",
 }
 SEED = 1234

@@ -191,6 +191,7 @@ RESULTS: dict[str, Any] = {
     "pending": ["running"],
     "succeeded": ["done"],
     "result": "output",
+    "result_document": "output",
     "output_error": "output_error",
     "usage": "usage",
 }

@@ -308,10 +308,10 @@ def test_result_url_from_body_resolves_against_the_status_url() -> None:
 
 
 def test_result_url_template_builds_the_url_from_an_id() -> None:
-    """result_id + result_url_template name the result endpoint; without a result
+    """result_id + result_url_template name the result endpoint; without a result_document
     expression the whole result body is the result."""
     profile = {
-        **{key: value for key, value in PROFILE.items() if key != "result"},
+        **{key: value for key, value in PROFILE.items() if key != "result_document"},
         "result_id": "output_file_id",
         "result_url_template": "/files/{result_id}/content",
     }

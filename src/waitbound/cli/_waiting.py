@@ -9,7 +9,17 @@ from typing import Any, BinaryIO
 import click
 
 import waitbound
-from waitbound import AuditEvent, Operation, Outcome, Record, Store, Submission, UsageError
+from waitbound import (
+    AuditEvent,
+    FinalStateVia,
+    Operation,
+    Outcome,
+    Record,
+    Store,
+    Submission,
+    UrlKind,
+    UsageError,
+)
 from waitbound._json import JSON
 from waitbound._urls import redact_url
 from waitbound.cli._common import (
@@ -52,7 +62,14 @@ SUBMIT_OPTIONS = [
         type=click.IntRange(min=1, max=10),
         default=3,
         show_default=True,
-        help="With an idempotency key: sends of a submission that got no answer.",
+        help="Sends of a submission that got no answer, when a resend is safe: with an "
+        "idempotency key, or by PUT or DELETE (idempotent methods).",
+    ),
+    click.option(
+        "--final-state-via",
+        type=click.Choice([v.value for v in FinalStateVia]),
+        help="Where the final state is once the status monitor reports success "
+        "(overrides the profile; default: by method, as the profile says).",
     ),
 ]
 
@@ -75,9 +92,18 @@ def _submit_options(function: Any) -> Any:
 @click.option(
     "--detach", is_flag=True, help="Record the operation for `waitbound worker`; exit 4 at once."
 )
+@click.option(
+    "--url-kind",
+    type=click.Choice([k.value for k in UrlKind]),
+    default=UrlKind.STATUS.value,
+    show_default=True,
+    help="How STATUS_URL's answers are read: a status monitor's body, a Location URL's "
+    "status code, or the resource's own provisioning state.",
+)
 def wait(  # noqa: PLR0917 - click passes every option
     status_url: str | None,
     detach: bool,
+    url_kind: str,
     headers: Sequence[str],
     trusted_origins: Sequence[str],
     operation_id: str | None,
@@ -105,6 +131,7 @@ def wait(  # noqa: PLR0917 - click passes every option
             cancel_url=cancel_url,
             cancel_on_deadline=cancel_on_deadline,
             trusted_origins=tuple(trusted_origins),
+            url_kind=UrlKind(url_kind),
         )
     elif operation_id is None:
         raise UsageError("give a STATUS_URL to wait on, or --operation-id to resume")
@@ -155,6 +182,7 @@ def _submission(flags: dict[str, Any]) -> Submission:
         content_type=flags.pop("content_type") if body else None,
         idempotency_key=flags.pop("idempotency_key"),
         max_submit_attempts=flags.pop("max_submit_attempts"),
+        final_state_via=FinalStateVia(via) if (via := flags.pop("final_state_via")) else None,
         result_url=flags.pop("result_url"),
         cancel_url=flags.pop("cancel_url"),
         cancel_on_deadline=bool(flags.pop("cancel_on_deadline")),
