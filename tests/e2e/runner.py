@@ -44,35 +44,46 @@ def wait_args(
 ) -> list[str]:
     """Translate a scenario's ``wait`` settings into ``waitbound wait`` arguments.
 
-    ``profile`` is an inline profile object, or a file path relative to the scenario.
+    ``profile`` is an inline profile object, a file path relative to the scenario (ending in
+    ``.json`` or ``.toml``), or a built-in profile's name (e.g. ``"azure"``).
+    ``final_state_via`` becomes ``--final-state-via VALUE``.
     """
     profile = settings["profile"]
-    if isinstance(profile, str):
-        profile_path = scenario_dir / profile
+    if isinstance(profile, str) and not profile.endswith((".json", ".toml")):
+        profile_arg = profile
+    elif isinstance(profile, str):
+        profile_arg = str(scenario_dir / profile)
     else:
         profile_path = workdir / "profile.json"
         profile_path.write_text(json.dumps(profile))
-    args = ["--profile", str(profile_path), "--json"]
+        profile_arg = str(profile_path)
+    args = ["--profile", profile_arg, "--json"]
     for key, flag in _WAIT_FLAGS.items():
         if key in settings:
             args += [flag, f"{settings[key]}s" if key.endswith("_s") else str(settings[key])]
     if settings.get("result"):
         args += ["--result-url", f"{base_url}/result"]
+    if "final_state_via" in settings:
+        args += ["--final-state-via", str(settings["final_state_via"])]
     return args
 
 
 def command(scenario: Scenario, base_url: str, workdir: Path, scenario_dir: Path) -> list[str]:
     """``run METHOD {base_url}/jobs`` when the scenario scripts a submit endpoint, else
-    ``wait {base_url}/status``; then the scenario's ``wait`` settings."""
+    ``wait {base_url}/status``; then the scenario's ``wait`` settings.
+
+    ``wait.submit_method`` (default ``POST``) and ``wait.submit_path`` (default ``/jobs``,
+    query allowed) say what to submit."""
     settings = dict(scenario.wait)
     head = ["wait", f"{base_url}/status"]
     if scenario.endpoints["submit"]:
-        head = ["run", str(settings.get("submit_method", "POST")), f"{base_url}/jobs"]
+        method = str(settings.get("submit_method", "POST")).lower()
+        head = ["run", method, f"{base_url}{settings.get('submit_path', '/jobs')}"]
         if "submit_body" in settings:
             body = workdir / "body.json"
             body.write_text(json.dumps(settings["submit_body"]))
             head += ["--body", str(body)]
-    own = ("submit_method", "submit_body", "cancel_after_status_requests")
+    own = ("submit_method", "submit_path", "submit_body", "cancel_after_status_requests")
     rest = {k: v for k, v in settings.items() if k not in own}
     return [*head, *wait_args(rest, base_url, workdir, scenario_dir)]
 
@@ -171,6 +182,13 @@ def unmet(run: CaseRun, expect: dict[str, object]) -> list[str]:
             run.outcome["last_http_status"] == expect.get("last_http_status"),
         ),
     }
+    if "result" in expect:
+        checks["result"] = (
+            run.outcome.get("result"),
+            run.outcome.get("result") == expect["result"],
+        )
+    if "requests" in expect:
+        checks["requests"] = (len(run.log), len(run.log) == expect["requests"])
     for key, (got, ok) in checks.items():
         if key in expect and not ok:
             problems.append(f"{key}: expected {expect[key]!r}, got {got!r}")

@@ -28,12 +28,15 @@ BASE: dict[str, object] = {
 
 
 def _with(path: str, value: object) -> dict[str, object]:
-    """Return a copy of BASE with the dotted ``path`` set to ``value`` (``-`` deletes)."""
+    """Return a copy of BASE with the dotted ``path`` set to ``value`` (``-`` deletes).
+
+    A missing object on the way is created empty.
+    """
     data = copy.deepcopy(BASE)
     *parents, last = path.split(".")
     node: object = data
     for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]  # type: ignore[index]
+        node = node.setdefault(part, {}) if isinstance(node, dict) else node[int(part)]  # type: ignore[index]
     if value == "-":
         del node[last]  # type: ignore[attr-defined]
     else:
@@ -112,7 +115,11 @@ def test_parse_keeps_every_entry_field() -> None:
         ("description", None, "description: expected string, got null"),
         ("endpoints", "-", "top level: missing required key 'endpoints'"),
         ("endpoints", [], "endpoints: expected object, got array"),
-        ("endpoints.statuses", [], "endpoints: unknown key 'statuses' (expected one of: status,"),
+        (
+            "endpoints.statuses",
+            [],
+            "endpoints.statuses: an extra endpoint needs its routes in paths",
+        ),
         ("endpoints.status", {}, "endpoints.status: expected array, got object"),
         ("endpoints.status.1", "x", "endpoints.status[1]: expected object, got string"),
         ("endpoints.status.1.cod", 1, "endpoints.status[1]: unknown key 'cod' (expected one of:"),
@@ -137,6 +144,21 @@ def test_parse_keeps_every_entry_field() -> None:
         ("endpoints.status.1.headers", {"A": "x\r\nB: y"}, "endpoints.status[1].headers.A: exp"),
         ("endpoints.status.1.headers", {"A B": "x"}, "endpoints.status[1].headers: bad header"),
         ("endpoints.status.1.headers", {"content-length": "9"}, "endpoints.status[1].headers: r"),
+        ("paths", [], "paths: expected object, got array"),
+        ("paths.nope", ["/x"], "paths: unknown key 'nope' (expected one of: status, result,"),
+        ("paths.status", "/x", "paths.status: expected a non-empty array of routes"),
+        ("paths.status", [], "paths.status: expected a non-empty array of routes"),
+        ("paths.status", [1], "paths.status[0]: expected a route string, got integer"),
+        ("paths.status", ["x"], "paths.status[0]: bad route 'x' (expected '/path' or 'METHOD"),
+        ("paths.status", ["get /x"], "paths.status[0]: bad route 'get /x'"),
+        ("paths.status", ["/x?a=1"], "paths.status[0]: a route matches the path only; remove"),
+        ("paths.status", ["/x", "/x"], "paths.status[1]: route '/x' is already 'status'"),
+        ("endpoints.Mon", [], "endpoints.Mon: bad name (expected lower-case letters"),
+        ("require_query", [], "require_query: expected object, got array"),
+        ("require_query.nope", {}, "require_query: unknown key 'nope' (expected one of: st"),
+        ("require_query.status", {"api-version": 1}, "require_query.status.api-version: exp"),
+        ("require_query.status", {"api-version": ""}, "require_query.status.api-version: ex"),
+        ("reference", 1, "reference: expected object, got integer"),
         ("wait", [], "wait: expected object, got array"),
         ("expect", "x", "expect: expected object, got string"),
     ],
@@ -194,3 +216,40 @@ def test_scenario_is_a_keyword_only_dataclass() -> None:
     """Scenario is built with keywords only."""
     with pytest.raises(TypeError):
         Scenario("x", endpoints={})  # type: ignore[call-arg]
+
+
+def test_extra_endpoints_routes_and_required_query_are_kept() -> None:
+    """Extra endpoints join the built-in four; routes and required query are kept as given."""
+    data = copy.deepcopy(BASE)
+    data["endpoints"] = {"resource": [{"code": 200}], "monitor": []}
+    data["paths"] = {
+        "submit": ["PUT /resource"],
+        "resource": ["GET /resource"],
+        "monitor": ["/ops/1"],
+    }
+    data["require_query"] = {"monitor": {"api-version": "2024-01-01"}}
+    data["reference"] = {"poller": "arm"}
+    scenario = parse_scenario(data)
+    assert list(scenario.endpoints) == [
+        "status",
+        "result",
+        "cancel",
+        "submit",
+        "resource",
+        "monitor",
+    ]
+    assert scenario.endpoints["monitor"] == ()
+    assert scenario.paths["resource"] == ("GET /resource",)
+    assert dict(scenario.require_query["monitor"]) == {"api-version": "2024-01-01"}
+    assert dict(scenario.reference) == {"poller": "arm"}
+
+
+def test_the_same_path_under_two_methods_is_two_routes() -> None:
+    """``PUT /r`` and ``GET /r`` may name different endpoints; ``/r`` alone may name a third."""
+    data = copy.deepcopy(BASE)
+    data["endpoints"] = {"resource": [], "other": []}
+    data["paths"] = {"submit": ["PUT /r"], "resource": ["GET /r"], "other": ["/r"]}
+    assert parse_scenario(data).paths["other"] == ("/r",)
+    data["paths"] = {"submit": ["PUT /r"], "resource": ["PUT /r"], "other": ["/r"]}
+    with pytest.raises(ScenarioError, match=r"paths\.resource\[0\]: route 'PUT /r' is already"):
+        parse_scenario(data)

@@ -21,10 +21,10 @@ from waitbound.sim import Simulator, parse_scenario
 
 @contextmanager
 def serving(
-    endpoints: Mapping[str, object], log_path: Path | None = None
+    endpoints: Mapping[str, object], log_path: Path | None = None, **more: object
 ) -> Iterator[tuple[Simulator, httpx.Client]]:
-    """Serve ``endpoints`` and yield the simulator with a client bound to it."""
-    scenario = parse_scenario({"id": "t", "endpoints": endpoints})
+    """Serve ``endpoints`` (and top-level keys *more*) and yield the simulator and a client."""
+    scenario = parse_scenario({"id": "t", "endpoints": endpoints, **more})
     with (
         Simulator(scenario, log_path=log_path) as sim,
         httpx.Client(base_url=sim.base_url, timeout=5) as client,
@@ -317,3 +317,87 @@ def test_sim_log_redacts_credentials_in_memory_the_log_file_and_the_log_endpoint
         assert lowered["user-agent"].startswith("python-httpx")
     everything = json.dumps(listing) + path.read_text(encoding="utf-8")
     assert not [value for value in CREDENTIALS.values() if value in everything]
+
+
+def test_extra_endpoints_are_served_at_their_routes_and_counted() -> None:
+    """A named extra endpoint is served at its paths only, with its own cursor and count."""
+    endpoints = {
+        "monitor": [{"code": 200, "body": {"status": "Running"}}, {"code": 200, "body": "done"}],
+        "location2": [{"code": 202}],
+        "status": [{"code": 200, "body": "s"}],
+    }
+    paths = {"monitor": ["/ops/1", "/ops/1b"], "location2": ["/loc/2"]}
+    with serving(endpoints, paths=paths) as (sim, client):
+        first = client.get("/ops/1").json()
+        second = client.get("/ops/1b?api-version=1").json()
+        moved = client.get("/loc/2").status_code
+        status = client.get("/status").json()
+        unknown = client.get("/monitor").status_code
+    assert (first, second, moved, status, unknown) == ({"status": "Running"}, "done", 202, "s", 404)
+    assert (sim.count("monitor"), sim.count("location2"), sim.count("status")) == (2, 1, 1)
+    assert [e.endpoint for e in sim.log()] == ["monitor", "monitor", "location2", "status", None]
+    with pytest.raises(UsageError, match="expected one of: status, result, cancel, submit, moni"):
+        sim.count("resource")
+
+
+def test_method_and_path_wins_over_path_alone() -> None:
+    """``PUT /resource`` submits and ``GET /resource`` reads the resource: the original URI."""
+    endpoints = {
+        "submit": [{"code": 201, "body": {"properties": {"provisioningState": "Creating"}}}],
+        "resource": [{"code": 200, "body": {"properties": {"provisioningState": "Succeeded"}}}],
+        "other": [{"code": 200, "body": "other"}],
+    }
+    paths = {"submit": ["PUT /resource"], "resource": ["GET /resource"], "other": ["/resource"]}
+    with serving(endpoints, paths=paths) as (sim, client):
+        put = client.put("/resource?api-version=2024-01-01", json={"location": "x"})
+        get = client.get("/resource?api-version=2024-01-01")
+        delete = client.delete("/resource")
+        jobs = client.post("/jobs")
+    assert put.status_code == 201
+    assert put.json()["properties"]["provisioningState"] == "Creating"
+    assert get.json()["properties"]["provisioningState"] == "Succeeded"
+    assert (delete.json(), jobs.status_code) == ("other", 201)
+    logged = [(e.method, e.path, e.endpoint) for e in sim.log()]
+    assert logged == [
+        ("PUT", "/resource?api-version=2024-01-01", "submit"),
+        ("GET", "/resource?api-version=2024-01-01", "resource"),
+        ("DELETE", "/resource", "other"),
+        ("POST", "/jobs", "submit"),
+    ]
+
+
+def test_require_query_refuses_a_request_without_it() -> None:
+    """A request lacking a required query parameter gets an Azure 400, logged, no entry served."""
+    endpoints = {
+        "monitor": [{"code": 200, "body": {"status": "Running"}}, {"code": 200, "body": "done"}],
+        "status": [{"code": 200, "body": "free"}],
+    }
+    with serving(
+        endpoints,
+        paths={"monitor": ["/ops/1"]},
+        require_query={"monitor": {"api-version": "2024-01-01"}, "status": {"tenant": "t1"}},
+    ) as (sim, client):
+        missing = client.get("/ops/1")
+        wrong = client.get("/ops/1?api-version=2023-01-01")
+        served = [client.get("/ops/1?x=1&api-version=2024-01-01").json() for _ in range(2)]
+        other = client.get("/status?tenant=t2")
+    assert missing.status_code == wrong.status_code == 400
+    assert missing.json()["error"]["code"] == "MissingApiVersionParameter"
+    assert "api-version=2024-01-01" in missing.json()["error"]["message"]
+    assert served == [{"status": "Running"}, "done"]  # the refusals served no entry
+    assert (other.status_code, other.json()["error"]["code"]) == (400, "MissingQueryParameter")
+    logged = [(e.path, e.endpoint, e.index, e.code) for e in sim.log()]
+    assert logged[:2] == [
+        ("/ops/1", "monitor", None, 400),
+        ("/ops/1?api-version=2023-01-01", "monitor", None, 400),
+    ]
+    assert sim.count("monitor") == 4
+
+
+def test_log_keeps_the_method_and_the_query() -> None:
+    """The log's ``path`` is the request target with its query; ``method`` is as sent."""
+    with serving({"status": [{"code": 200}]}) as (sim, client):
+        client.request("PATCH", "/status?api-version=2024-01-01&b=%20x")
+    entry = sim.log()[0]
+    assert (entry.method, entry.path) == ("PATCH", "/status?api-version=2024-01-01&b=%20x")
+    assert entry.to_json()["path"] == "/status?api-version=2024-01-01&b=%20x"

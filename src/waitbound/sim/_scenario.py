@@ -3,7 +3,8 @@
 The format is ARCHITECTURE.md, "Scenario files". Loading validates strictly: every refusal
 is a :class:`~waitbound.ScenarioError` whose one-line message names the spot in the file,
 e.g. ``scenario cases/x.json: endpoints.status[1].repeat: expected an integer >= 1, got 0``.
-``wait`` and ``expect`` are kept as raw mappings; the modules that use them validate them.
+``wait``, ``expect`` and ``reference`` are kept as raw mappings; the modules that use them
+validate them.
 """
 
 from __future__ import annotations
@@ -25,9 +26,22 @@ from waitbound._json import JSON
 ENDPOINT_PATHS: Mapping[str, str] = MappingProxyType(
     {"status": "/status", "result": "/result", "cancel": "/cancel", "submit": "/jobs"}
 )
-_TOP_KEYS = ("description", "endpoints", "expect", "id", "paths", "source", "wait")
+_TOP_KEYS = (
+    "description",
+    "endpoints",
+    "expect",
+    "id",
+    "paths",
+    "reference",
+    "require_query",
+    "source",
+    "wait",
+)
 _ENTRY_KEYS = ("after_s", "body", "code", "delay_s", "drop", "headers", "raw", "repeat")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2 field name
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")  # an extra endpoint's name
+_METHOD = re.compile(r"[A-Z]{1,20}")
+_BUILT_IN = ", ".join(ENDPOINT_PATHS)
 _T = TypeVar("_T")
 
 
@@ -65,12 +79,19 @@ class Scenario:
         id: the scenario's name.
         description: what the provider does and what must follow, in plain words.
         source: the public bug report the case was rebuilt from (``""`` if none).
-        endpoints: ``status``, ``result``, ``cancel`` and ``submit``, each mapped to its
-            entries in serving order (all four present; an empty tuple answers 404).
+        endpoints: ``status``, ``result``, ``cancel`` and ``submit``, plus any named extra
+            endpoint (e.g. ``resource``, ``monitor``), each mapped to its entries in serving
+            order (the four built-in ones always present; an empty tuple answers 404).
         wait: the ``waitbound wait`` settings, unvalidated.
         expect: the expected outcome, unvalidated.
-        paths: extra request paths per endpoint (e.g. a provider's own status path
-            ``/v1/batches/batch_1`` served as ``status``), besides the fixed ones.
+        paths: extra routes per endpoint (e.g. a provider's own status path
+            ``/v1/batches/batch_1`` served as ``status``), besides the fixed ones. A route is
+            a path (any method) or ``"METHOD /path"`` (that method only; it wins over a
+            path-only route). Extra endpoints are served only at their routes here.
+        require_query: endpoint -> query parameters (name -> value) every request to it
+            must carry; one that lacks one is answered 400 with an Azure-style error body.
+        reference: how a reference client runs the scenario (for differential tests),
+            unvalidated.
         raw: the original JSON object.
     """
 
@@ -81,6 +102,10 @@ class Scenario:
     wait: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     expect: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     paths: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    require_query: Mapping[str, Mapping[str, str]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    reference: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     raw: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
 
@@ -188,17 +213,69 @@ def _entry(value: object, where: str, *, first: bool) -> ResponseEntry:
     )
 
 
-def _paths(value: object) -> Mapping[str, tuple[str, ...]]:
-    obj = _object(value, "paths", tuple(ENDPOINT_PATHS))
+def parse_route(route: str) -> tuple[str | None, str]:
+    """Split a ``paths`` route into (method or None, path): ``"GET /r"`` -> ``("GET", "/r")``."""
+    method, _, path = route.rpartition(" ")
+    return method or None, path
+
+
+def _route(value: object, where: str) -> tuple[str | None, str]:
+    if not isinstance(value, str):
+        raise _Invalid(where, f"expected a route string, got {_kind(value)}")
+    method, path = parse_route(value)
+    if method is not None and not _METHOD.fullmatch(method):
+        raise _Invalid(where, f"bad route {value!r} (expected '/path' or 'METHOD /path')")
+    if not path.startswith("/"):
+        raise _Invalid(where, f"bad route {value!r} (expected '/path' or 'METHOD /path')")
+    if "?" in path or "#" in path:
+        raise _Invalid(where, f"a route matches the path only; remove the query from {value!r}")
+    return method, path
+
+
+def _paths(value: object, names: tuple[str, ...]) -> Mapping[str, tuple[str, ...]]:
+    obj = _object(value, "paths", names)
     aliases: dict[str, tuple[str, ...]] = {}
+    seen: dict[tuple[str | None, str], str] = {}
     for name, paths in obj.items():
-        ok = isinstance(paths, list) and all(
-            isinstance(p, str) and p.startswith("/") for p in paths
-        )
-        if not ok:
-            raise _Invalid(f"paths.{name}", "expected an array of paths starting with '/'")
-        aliases[name] = tuple(paths)  # type: ignore[arg-type]
+        if not isinstance(paths, list) or not paths:
+            raise _Invalid(f"paths.{name}", "expected a non-empty array of routes")
+        for i, item in enumerate(paths):
+            key = _route(item, f"paths.{name}[{i}]")
+            if key in seen:
+                raise _Invalid(f"paths.{name}[{i}]", f"route {item!r} is already {seen[key]!r}")
+            seen[key] = name
+        aliases[name] = tuple(paths)
     return MappingProxyType(aliases)
+
+
+def _require_query(value: object, names: tuple[str, ...]) -> Mapping[str, Mapping[str, str]]:
+    obj = _object(value, "require_query", names)
+    required: dict[str, Mapping[str, str]] = {}
+    for name, value_ in obj.items():
+        where = f"require_query.{name}"
+        params = _object(value_, where)
+        for param, text in params.items():
+            if not param or not isinstance(text, str) or not text:
+                raise _Invalid(f"{where}.{param}", f"expected a non-empty string, got {text!r}")
+        required[name] = MappingProxyType({k: str(v) for k, v in params.items()})
+    return MappingProxyType(required)
+
+
+def _endpoint_names(endpoints: Mapping[str, object], paths: object) -> tuple[str, ...]:
+    """The built-in names, then each extra one (it must be named in ``paths``)."""
+    routed = paths if isinstance(paths, dict) else {}
+    extra = [name for name in endpoints if name not in ENDPOINT_PATHS]
+    for name in extra:
+        if not _NAME.fullmatch(name):
+            raise _Invalid(
+                f"endpoints.{name}", "bad name (expected lower-case letters, digits, '-', '_')"
+            )
+        if name not in routed:
+            raise _Invalid(
+                f"endpoints.{name}",
+                f"an extra endpoint needs its routes in paths.{name} (built-in: {_BUILT_IN})",
+            )
+    return (*ENDPOINT_PATHS, *extra)
 
 
 def parse_scenario(data: object, *, source: str = "<scenario>") -> Scenario:
@@ -222,8 +299,8 @@ def parse_scenario(data: object, *, source: str = "<scenario>") -> Scenario:
             raise _Invalid("id", "required: a non-empty string naming the scenario")
         if "endpoints" not in top:
             raise _Invalid("top level", "missing required key 'endpoints'")
-        names = tuple(ENDPOINT_PATHS)
-        endpoints = _object(top["endpoints"], "endpoints", names)
+        endpoints = _object(top["endpoints"], "endpoints")
+        names = _endpoint_names(endpoints, top.get("paths", {}))
         served: dict[str, tuple[ResponseEntry, ...]] = {}
         for name in names:
             where = f"endpoints.{name}"
@@ -239,8 +316,10 @@ def parse_scenario(data: object, *, source: str = "<scenario>") -> Scenario:
             source=_get(top, "source", str, "") or "",
             endpoints=MappingProxyType(served),
             wait=MappingProxyType(_object(top.get("wait", {}), "wait")),
-            paths=_paths(top.get("paths", {})),
+            paths=_paths(top.get("paths", {}), names),
+            require_query=_require_query(top.get("require_query", {}), names),
             expect=MappingProxyType(_object(top.get("expect", {}), "expect")),
+            reference=MappingProxyType(_object(top.get("reference", {}), "reference")),
             raw=MappingProxyType(top),
         )
     except _Invalid as err:

@@ -23,20 +23,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from waitbound._errors import UsageError
 from waitbound._json import JSON
-from waitbound.sim._scenario import ENDPOINT_PATHS, ResponseEntry, Scenario
+from waitbound.sim._scenario import ENDPOINT_PATHS, ResponseEntry, Scenario, parse_route
 
-_ROUTES = {path: name for name, path in ENDPOINT_PATHS.items()}
+_ROUTES: dict[tuple[str | None, str], str] = {
+    (None, path): name for name, path in ENDPOINT_PATHS.items()
+}
 REDACTED = "[redacted]"
 _CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
 _CREDENTIAL_WORDS = re.compile(r"key|token|secret|auth|signature|password", re.IGNORECASE)
 _NOT_CREDENTIALS = frozenset({"idempotency-key"})
 """Names with a credential word that name no credential (tests compare their values)."""
 _TEMPLATE = re.compile(r"\{(?:(base_url)|(now|http_date|start)(?:([+-]\d+(?:\.\d+)?)s)?)\}")
-_NAMES = ", ".join(ENDPOINT_PATHS)
 _JSON = "application/json"
 
 
@@ -51,8 +52,10 @@ class RequestLogEntry:
     Attributes:
         method: the HTTP method.
         path: the request target as sent (query string included).
-        endpoint: ``status``, ``result``, ``cancel`` or ``submit``; ``None`` for an unknown path.
-        index: which entry of the endpoint was served; ``None`` for a 404 without entries.
+        endpoint: ``status``, ``result``, ``cancel``, ``submit`` or an extra endpoint's name;
+            ``None`` for an unknown path.
+        index: which entry of the endpoint was served; ``None`` for a 404 without entries
+            and for a 400 refusing a request that lacks a required query parameter.
         code: the HTTP status code sent; ``None`` for a drop.
         at_s: seconds from the scenario's first request to this one's arrival (first = 0.0).
         at: arrival time, aware UTC.
@@ -107,9 +110,12 @@ def _render(value: JSON, expand: Callable[[str], str]) -> JSON:
 class Simulator:
     """Serve a scenario on loopback HTTP so tests can script a provider.
 
-    Paths: ``/status``, ``/result``, ``/cancel`` and ``/jobs`` (``submit``), any method;
-    anything else answers 404 ``{"error": "no such endpoint"}``. ``GET /_sim/log`` answers
-    the request log as a JSON list and is neither logged nor counted.
+    Paths: ``/status``, ``/result``, ``/cancel`` and ``/jobs`` (``submit``), any method,
+    plus the scenario's ``paths`` routes (``"METHOD /path"`` wins over a path alone);
+    anything else answers 404 ``{"error": "no such endpoint"}``. A request lacking a query
+    parameter the scenario's ``require_query`` names for its endpoint is answered 400 with
+    an Azure-style error body, logged and counted, and serves no entry. ``GET /_sim/log``
+    answers the request log as a JSON list and is neither logged nor counted.
 
     Args:
         scenario: what each endpoint answers.
@@ -140,12 +146,12 @@ class Simulator:
             raise UsageError(f"simulator host must be a loopback address, got {host!r}")
         self.scenario = scenario
         self.routes = dict(_ROUTES) | {
-            path: name for name, paths in scenario.paths.items() for path in paths
+            parse_route(route): name for name, routes in scenario.paths.items() for route in routes
         }
         self._address = (host, port)
         self._log_path = log_path
         self._lock = threading.Lock()
-        self._cursors = dict.fromkeys(ENDPOINT_PATHS, (0, 0))  # (index, times served)
+        self._cursors = dict.fromkeys(scenario.endpoints, (0, 0))  # (index, times served)
         self._start: tuple[float, datetime] | None = None  # first request: monotonic, UTC
         self._log: list[RequestLogEntry] = []
         self._log_file: IO[str] | None = None
@@ -228,21 +234,39 @@ class Simulator:
         """Return how many requests were answered on ``endpoint`` (drops and 404s included).
 
         Raises:
-            UsageError: ``endpoint`` is not ``status``, ``result``, ``cancel`` or ``submit``.
+            UsageError: ``endpoint`` is not one of the scenario's endpoints (``status``,
+                ``result``, ``cancel``, ``submit`` and its extra ones).
         """
-        if endpoint not in ENDPOINT_PATHS:
-            raise UsageError(f"unknown endpoint {endpoint!r} (expected one of: {_NAMES})")
+        if endpoint not in self.scenario.endpoints:
+            names = ", ".join(self.scenario.endpoints)
+            raise UsageError(f"unknown endpoint {endpoint!r} (expected one of: {names})")
         with self._lock:
             return sum(1 for entry in self._log if entry.endpoint == endpoint)
 
-    def _arrive(self, endpoint: str | None, mono: float, at: datetime) -> tuple[int | None, float]:
-        """Start the clock on the first request, advance the endpoint's cursor."""
+    def route(self, method: str, path: str) -> str | None:
+        """The endpoint serving ``method`` ``path`` (query ignored), or None."""
+        path = urlsplit(path).path
+        return self.routes.get((method, path)) or self.routes.get((None, path))
+
+    def missing_query(self, endpoint: str | None, target: str) -> tuple[str, str] | None:
+        """The first ``require_query`` parameter *target* lacks (name, wanted value), or None."""
+        required = self.scenario.require_query.get(endpoint or "", {})
+        given = parse_qs(urlsplit(target).query, keep_blank_values=True)
+        for name, value in required.items():
+            if value not in given.get(name, []):
+                return name, value
+        return None
+
+    def _arrive(
+        self, endpoint: str | None, mono: float, at: datetime, *, serve: bool = True
+    ) -> tuple[int | None, float]:
+        """Start the clock on the first request, advance the endpoint's cursor if *serve*."""
         with self._lock:
             if self._start is None:
                 self._start = (mono, at)
             at_s = max(0.0, mono - self._start[0])
             entries = self.scenario.endpoints.get(endpoint or "", ())
-            if not entries or endpoint is None:
+            if not entries or endpoint is None or not serve:
                 return None, at_s
             index, served = self._cursors[endpoint]
             last = index + 1 == len(entries)
@@ -288,6 +312,17 @@ class Simulator:
                 self._log_file.flush()
 
 
+def _query_error(name: str, value: str) -> bytes:
+    """An Azure-style error body for a request lacking ``name=value`` in its query."""
+    if name.lower() == "api-version":
+        code = "MissingApiVersionParameter"
+        message = "The api-version query parameter (?api-version=) is required for all requests."
+    else:
+        code, message = "MissingQueryParameter", f"The query parameter {name!r} is required."
+    message += f" This endpoint wants {name}={value}."
+    return json.dumps({"error": {"code": code, "message": message}}).encode()
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -330,14 +365,17 @@ class _Handler(BaseHTTPRequestHandler):
             listing = [entry.to_json() for entry in sim.log()]
             self._send(200, json.dumps(listing).encode(), {"Content-Type": _JSON})
             return
-        endpoint = sim.routes.get(path)
-        index, at_s = sim._arrive(endpoint, mono, at)
+        endpoint = sim.route(self.command, path)
+        missing = sim.missing_query(endpoint, self.path)
+        index, at_s = sim._arrive(endpoint, mono, at, serve=missing is None)
         code: int | None = 404
         answer: tuple[bytes, Mapping[str, str]] | None = (
             b'{"error": "no such endpoint"}',
             {"Content-Type": _JSON},
         )
-        if index is not None and endpoint is not None:
+        if missing is not None:
+            code, answer = 400, (_query_error(*missing), {"Content-Type": _JSON})
+        elif index is not None and endpoint is not None:
             entry = sim.scenario.endpoints[endpoint][index]
             time.sleep(entry.delay_s)
             code = entry.code
