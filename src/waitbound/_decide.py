@@ -93,9 +93,7 @@ def decide_status(
         case Meaning.NOT_FOUND:
             return _not_visible(record, observation, reading, rng, f"HTTP {code}")
         case Meaning.BODY:
-            found = reading.classification if reading is not None else None
-            if found is None and code is not None and observation.body_problem is None:
-                found = table.when_no_state.get(code)
+            found = _by_table(record, observation, reading)
             if found is not None:
                 return _classified(record, observation, found, reading, rng)
             if reading is not None:
@@ -117,6 +115,22 @@ def decide_status(
                 + ", which the profile does not explain",
                 response=observation.body,
             )
+
+
+def _by_table(
+    record: Record, observation: Observation, reading: Reading | None
+) -> Classification | None:
+    """The class the polling URL's state table gives this answer: an exact code row,
+    the body's state, or the ``when_no_state`` row for a body (possibly empty) without
+    one; ``None`` when none applies."""
+    table = record.profile.table(record.poll_kind)
+    code = observation.http_status
+    if code is None or observation.body_problem is not None:
+        return None
+    if (by_code := table.by_code(code)) is not None:
+        return by_code
+    found = reading.classification if reading is not None else None
+    return found if found is not None else table.when_no_state.get(code)
 
 
 def _not_visible(
@@ -773,14 +787,18 @@ def _receipt(
         poll_kind=receipt.status_url_kind,
         poll_header=receipt.status_url_header,
     )
+    kind = first_answer_kind(record)
+    if kind is UrlKind.RESOURCE and receipt.status_url == record.submit_url:
+        # Polling the original URI: the first answer is its first answer, read whole.
+        stated = _by_table(record, observation, reading) or stated
     if stated in _TERMINAL:
         assert stated is not None
-        final_here = first_answer_kind(record) is not UrlKind.STATUS
+        final_here = kind is not UrlKind.STATUS
         return _classified(record, observation, stated, reading, rng, final_here=final_here)
     hint = Reading(classification=None, poll_hint_s=receipt.poll_hint)
     job = f" job {receipt.job_id}" if receipt.job_id else ""
-    kind = receipt.status_url_kind
-    kind_note = f" ({kind.value} URL)" if kind is not UrlKind.STATUS else ""
+    polled = receipt.status_url_kind
+    kind_note = f" ({polled.value} URL)" if polled is not UrlKind.STATUS else ""
     return _schedule(
         record,
         observation,
