@@ -44,6 +44,7 @@ from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Record
 from waitbound._schedule import DelaySource, parse_retry_after
 from waitbound._worker import WorkerSettings, work
+from waitbound.profiles import profile_schema
 from waitbound.stores import MemoryStore, SQLiteStore, Store, open_store
 from waitbound.transports import HttpSettings
 
@@ -98,6 +99,7 @@ __all__ = [
     "open_store",
     "parse_profile",
     "parse_retry_after",
+    "profile_schema",
     "run",
     "run_async",
     "start",

@@ -88,6 +88,7 @@ EXPRESSION_KEYS: Final = (
     "result_document",
 )
 OTHER_KEYS: Final = (
+    "$schema",
     "name",
     "description",
     "docs",
@@ -113,6 +114,9 @@ LOCATION_DEFAULTS: Final = {
 """How a ``location`` URL is read when the profile does not say: by status code (the
 Azure REST API guidelines' Location pattern); its terminal body is the result document."""
 KNOWN_KEYS: Final = frozenset((*STATE_LISTS, *EXPRESSION_KEYS, *OTHER_KEYS))
+COUNT_KEYS: Final = frozenset(("succeeded", "failed", "total", "canceled", "expired"))
+SCHEMA_KEY: Final = "$schema"
+"""Names the JSON Schema for editors; accepted (a string) and ignored: not kept in ``source``."""
 DEFAULT_REQUEST_ID_HEADERS: Final = ("x-request-id", "request-id", "x-ms-request-id")
 HINT_UNITS: Final = {"s": 1.0, "ms": 0.001}
 RPC_CANCELLED: Final = 1
@@ -444,7 +448,8 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
     """Validate and compile a profile from a mapping in the profile format.
 
     Args:
-        data: the profile's keys (see the architecture page, "Profile files").
+        data: the profile's keys (the format: ``docs/profile-format.md``; a
+            ``$schema`` string is accepted for editors and left out of ``source``).
         name: what error messages and records call the profile.
 
     Raises:
@@ -468,6 +473,8 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         raise ProfileError(f"{where}: every value must be plain JSON ({exc})") from None
     if "name" in data and not isinstance(data["name"], str):
         raise ProfileError(f"{where}: name must be a string")
+    if SCHEMA_KEY in data and not isinstance(data[SCHEMA_KEY], str):
+        raise ProfileError(f"{where}: $schema must be a string (the schema's path or URL)")
     if not any(key in data for key in ("state", "done", "http_status_states")):
         raise ProfileError(
             f"{where}: no state source; give 'state', 'done' or 'http_status_states'"
@@ -531,7 +538,7 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
     first = section.get("http_status_states") if isinstance(section, Mapping) else None
     return Profile(
         name=name,
-        source=dict(data),
+        source={key: value for key, value in data.items() if key != SCHEMA_KEY},
         states=states,
         expressions=expressions,
         require_on_success=require_on_success,
@@ -617,11 +624,10 @@ def _parse_counts(where: str, counts: object) -> dict[str, tuple[Expression, ...
         return {}
     if not isinstance(counts, Mapping):
         raise ProfileError(f"{where}: counts must be an object with succeeded / failed / total")
-    known = {"succeeded", "failed", "total", "canceled", "expired"}
-    extra = sorted(set(counts) - known)
+    extra = sorted(set(counts) - COUNT_KEYS)
     if extra:
         raise ProfileError(
-            f"{where}: counts has unknown key {extra[0]!r} (known: {', '.join(sorted(known))})"
+            f"{where}: counts has unknown key {extra[0]!r} (known: {', '.join(sorted(COUNT_KEYS))})"
         )
     parsed: dict[str, tuple[Expression, ...]] = {}
     for key, value in counts.items():

@@ -154,3 +154,12 @@ def test_unreadable_profile_file_is_one_line(
     assert words in str(caught.value)
     assert str(path) in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_schema_key_is_accepted_and_ignored() -> None:
+    """A "$schema" line (for an editor) is accepted, ignored, and not kept in the source."""
+    profile = parse_profile({"$schema": "./profile.schema.json", **BASIC}, name="p")
+    assert profile.source == BASIC
+    assert profile.classify_value("done") is Classification.SUCCEEDED
+    with pytest.raises(ProfileError, match=r"^profile p: \$schema must be a string"):
+        parse_profile({"$schema": 1, **BASIC}, name="p")

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from waitbound.profiles import builtin_names, builtin_profile
+from waitbound.profiles import builtin_names, builtin_profile, profile_schema
 
 __all__ = ["profiles"]
 
@@ -25,7 +25,7 @@ def _summary(name: str) -> str:
 )
 @click.pass_context
 def profiles(ctx: click.Context, as_json: bool) -> None:
-    """List the built-in profiles; `profiles show NAME` prints one."""
+    """List the built-in profiles; `profiles show NAME` prints one, `profiles schema` the format."""
     if ctx.invoked_subcommand is not None:
         return
     if as_json:
@@ -44,4 +44,11 @@ def profiles(ctx: click.Context, as_json: bool) -> None:
 def profiles_show(name: str) -> int:
     """Print the built-in profile NAME as JSON."""
     click.echo(json.dumps(dict(builtin_profile(name).source), indent=2, ensure_ascii=False))
+    return 0
+
+
+@profiles.command(name="schema")
+def profiles_schema() -> int:
+    """Print the profile format's JSON Schema (draft 2020-12), e.g. for an editor."""
+    click.echo(json.dumps(profile_schema(), indent=2, ensure_ascii=False))
     return 0

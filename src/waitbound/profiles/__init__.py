@@ -3,6 +3,9 @@
 Each ``NAME.json`` here is a profile in the ordinary format; ``docs/profiles/NAME.md``
 cites the public documentation it follows, and ``scenarios/NAME.json`` reproduces the
 documented lifecycle on the simulator (the tests run it).
+
+``profile.schema.json`` here is the JSON Schema of the profile format
+(``docs/profile-format.md``); :func:`profile_schema` returns it.
 """
 
 from __future__ import annotations
@@ -10,11 +13,29 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Final
 
 from waitbound._contract import Profile, load_profile, parse_profile
 from waitbound._errors import ProfileError
+from waitbound._json import JSON
 
-__all__ = ["builtin_names", "builtin_profile", "resolve_profile"]
+__all__ = ["SCHEMA_FILE", "builtin_names", "builtin_profile", "profile_schema", "resolve_profile"]
+
+SCHEMA_FILE: Final = "profile.schema.json"
+"""The JSON Schema's file name in this package (not a profile)."""
+
+
+def profile_schema() -> dict[str, JSON]:
+    """Return the JSON Schema (draft 2020-12) of the profile format, parsed.
+
+    It is the ``profile.schema.json`` file shipped in the ``waitbound.profiles``
+    package; each call returns a fresh copy. :func:`waitbound.parse_profile` accepts
+    everything the schema accepts and checks more (no value in two state lists,
+    every expression compiles). See ``docs/profile-format.md``.
+    """
+    text = resources.files(__name__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+    schema: dict[str, JSON] = json.loads(text)
+    return schema
 
 
 def builtin_names() -> list[str]:
@@ -23,7 +44,7 @@ def builtin_names() -> list[str]:
     return sorted(
         entry.name.removesuffix(".json")
         for entry in folder.iterdir()
-        if entry.name.endswith(".json")
+        if entry.name.endswith(".json") and entry.name != SCHEMA_FILE
     )
 
 
