@@ -438,6 +438,20 @@ class Profile:
         return Counts(**values)
 
 
+def _refuse_nulls(where: str, data: Mapping[str, object]) -> None:
+    """A key given as ``null`` is a mistake, never "absent": say which (top level, and in
+    the ``submit`` and ``cancel`` sections)."""
+    sections = [("", data)] + [
+        (f"{name}.", section)
+        for name in ("submit", "cancel")
+        if isinstance(section := data.get(name), Mapping)
+    ]
+    for prefix, section in sections:
+        nulls = sorted(str(key) for key, value in section.items() if value is None)
+        if nulls:
+            raise ProfileError(f"{where}: {prefix}{nulls[0]} is null; leave the key out instead")
+
+
 def _text(value: JSON) -> str | None:
     if value is None or isinstance(value, list | dict):
         return None
@@ -471,8 +485,14 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         json.dumps(data, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ProfileError(f"{where}: every value must be plain JSON ({exc})") from None
+    _refuse_nulls(where, data)
     if "name" in data and not isinstance(data["name"], str):
         raise ProfileError(f"{where}: name must be a string")
+    if "description" in data and not isinstance(data["description"], str):
+        raise ProfileError(f"{where}: description must be a string")
+    docs = data.get("docs", [])
+    if not all(isinstance(d, str) and d for d in (docs if isinstance(docs, list) else [docs])):
+        raise ProfileError(f"{where}: docs must be a URL or a list of URLs (non-empty strings)")
     if SCHEMA_KEY in data and not isinstance(data[SCHEMA_KEY], str):
         raise ProfileError(f"{where}: $schema must be a string (the schema's path or URL)")
     if not any(key in data for key in ("state", "done", "http_status_states")):
@@ -587,12 +607,21 @@ def _parse_url_kinds(where: str, data: object) -> dict[UrlKind, StateTable]:
         tables[kind] = StateTable(
             state=_compiled(where, f"{at}.state", section.get("state")),
             **_parse_codes(where, f"{at}.http_status_states", section.get("http_status_states")),
-            when_no_state=_parse_http_status_states(
-                where, f"{at}.when_no_state", section.get("when_no_state")
-            ),
+            when_no_state=_parse_when_no_state(where, f"{at}.when_no_state", section),
             unlisted=_parse_unlisted(where, f"{at}.unlisted_state", section.get("unlisted_state")),
         )
     return tables
+
+
+def _parse_when_no_state(
+    where: str, key: str, section: Mapping[str, object]
+) -> dict[int, Classification]:
+    """``when_no_state``: what a 2xx body without a state means, by its status code."""
+    table = _parse_http_status_states(where, key, section.get("when_no_state"))
+    outside = sorted(code for code in table if not 200 <= code < 300)
+    if outside:
+        raise ProfileError(f"{where}: {key} key {outside[0]} is not a 2xx status")
+    return table
 
 
 def _compiled(where: str, key: str, text: object) -> Expression | None:
@@ -612,7 +641,7 @@ def _parse_codes(where: str, key: str, table: object) -> dict[str, dict[int, Cla
     exact: object = table
     classes: dict[int, Classification] = {}
     if isinstance(table, Mapping):
-        exact = {k: v for k, v in table.items() if not re.fullmatch(r"[1-5]xx", str(k))}
+        exact = {k: v for k, v in table.items() if not re.fullmatch(r"[245]xx", str(k))}
         for row, value in table.items():
             if row not in exact:
                 classes[int(str(row)[0])] = _class(where, f"{key}[{row}]", value)
@@ -663,6 +692,8 @@ def _parse_hint_headers(where: str, table: object) -> tuple[tuple[str, float], .
         raise ProfileError(f"{where}: hint_headers must map header names to 's' or 'ms'")
     parsed = []
     for header, unit in table.items():
+        if not str(header):
+            raise ProfileError(f"{where}: hint_headers has an empty header name")
         if not isinstance(unit, str) or unit not in HINT_UNITS:
             raise ProfileError(
                 f"{where}: hint_headers[{header!r}] = {unit!r}; expected 's' or 'ms'"

@@ -112,7 +112,9 @@ def parse_poll_sources(where: str, data: object) -> tuple[PollSource, ...]:
         places = [key for key in ("header", "field", "request_url") if key in entry]
         if len(places) != 1:
             raise ProfileError(f"{at} must name exactly one of header, field or request_url")
-        kind = entry.get("kind", "status")
+        kind = entry.get("kind")
+        if kind is None:
+            raise ProfileError(f"{at} needs a kind ({', '.join(k.value for k in UrlKind)})")
         if kind not in tuple(UrlKind):
             raise ProfileError(
                 f"{at}.kind = {kind!r}; expected one of {', '.join(k.value for k in UrlKind)}"
@@ -120,18 +122,23 @@ def parse_poll_sources(where: str, data: object) -> tuple[PollSource, ...]:
         header = entry.get("header")
         if header is not None and (not isinstance(header, str) or not header):
             raise ProfileError(f"{at}.header must be a header name")
-        methods = entry.get("request_url", [])
-        if not isinstance(methods, list) or not all(
-            isinstance(m, str) and m.upper() in ("PUT", "PATCH", "POST", "DELETE") for m in methods
+        methods = entry.get("request_url")
+        if methods is not None and (
+            not isinstance(methods, list)
+            or not methods
+            or len(set(methods)) != len(methods)
+            or not all(m in ("PUT", "PATCH", "POST", "DELETE") for m in methods)
         ):
-            raise ProfileError(f"{at}.request_url must be a list of methods (PUT, PATCH, …)")
+            raise ProfileError(
+                f"{at}.request_url must be a list of methods (PUT, PATCH, POST, DELETE)"
+            )
         field = entry.get("field")
         sources.append(
             PollSource(
                 kind=UrlKind(kind),
                 header=header.lower() if isinstance(header, str) else None,
                 field=None if field is None else compile_expression(where, f"{at}.field", field),
-                request_methods=frozenset(m.upper() for m in methods),
+                request_methods=frozenset(methods or ()),
             )
         )
     return tuple(sources)
