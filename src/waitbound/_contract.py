@@ -19,8 +19,8 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Final
@@ -135,6 +135,13 @@ class Counts:
     def unsuccessful(self) -> int:
         """Items that did not succeed: failed, canceled and expired together."""
         return (self.failed or 0) + (self.canceled or 0) + (self.expired or 0)
+
+    def settled(self) -> Counts:
+        """Return the counts of a finished job: ``succeeded`` not reported but ``total``
+        known is derived as total minus unsuccessful (never below 0)."""
+        if self.succeeded is not None or self.total is None:
+            return self
+        return replace(self, succeeded=max(0, self.total - self.unsuccessful))
 
     def as_json(self) -> dict[str, JSON]:
         """Return the counts as a JSON object (canceled / expired only when reported)."""

@@ -135,7 +135,6 @@ def _classified(
             job_id=record.job_id or reading.job_id,
         )
     record = replace(record, job_seen_at=record.job_seen_at or now)
-    error = reading.error if reading is not None else None
     match classification:
         case Classification.PENDING:
             if record.success_seen_at is not None:
@@ -159,13 +158,13 @@ def _classified(
         case Classification.SUCCEEDED | Classification.PARTIAL:
             return _settle(record, observation, classification, reading, rng)
         case Classification.FAILED:
-            return terminal(record, now, OutcomeKind.FAILED, error=error)
+            return _ended(record, now, OutcomeKind.FAILED, reading)
         case Classification.CANCELED:
-            return terminal(record, now, OutcomeKind.CANCELED, error=error)
+            return _ended(record, now, OutcomeKind.CANCELED, reading)
         case Classification.EXPIRED:
-            return terminal(record, now, OutcomeKind.EXPIRED, error=error)
+            return _ended(record, now, OutcomeKind.EXPIRED, reading)
         case Classification.SKIPPED:
-            return terminal(record, now, OutcomeKind.CANCELED, error=error, reason=Reason.SKIPPED)
+            return _ended(record, now, OutcomeKind.CANCELED, reading, reason=Reason.SKIPPED)
         case _:
             return escalate(
                 record,
@@ -184,10 +183,16 @@ def _settle(
     reading: Reading | None,
     rng: random.Random,
 ) -> Step:
-    """A terminal success or partial success: validate it, then fetch or finish."""
+    """A terminal success or partial success: validate it, then fetch or finish.
+
+    Counts that report unsuccessful items decide the outcome first (they explain a
+    missing output file); only a success they leave standing needs its required fields.
+    """
     now = observation.at
     policy = record.policy
-    if reading is not None and reading.missing_required:
+    counts = reading.counts.settled() if reading is not None and reading.counts else None
+    by_counts = _by_counts(counts) if counts is not None and counts.unsuccessful else None
+    if by_counts is None and reading is not None and reading.missing_required:
         seen_at = record.success_seen_at or now
         confirms = record.confirm_requests_used + (record.success_seen_at is not None)
         window_over = record.success_seen_at is not None and (
@@ -212,18 +217,15 @@ def _settle(
             confirming=True,
         )
     error = reading.error if reading is not None else None
-    counts = reading.counts if reading is not None else None
     if classification is Classification.SUCCEEDED and is_present(error):
-        return terminal(record, now, OutcomeKind.FAILED, error=error, counts=counts)
-    outcome = (
+        return _ended(record, now, OutcomeKind.FAILED, reading, counts=counts)
+    outcome = by_counts or (
         OutcomeKind.COMPLETED_WITH_ERRORS
         if classification is Classification.PARTIAL
         else OutcomeKind.SUCCEEDED
     )
-    if counts is not None and counts.unsuccessful:
-        outcome = _by_counts(counts)
     if outcome in (OutcomeKind.FAILED, OutcomeKind.CANCELED, OutcomeKind.EXPIRED):
-        return terminal(record, now, outcome, error=error, counts=counts)
+        return _ended(record, now, outcome, reading, counts=counts)
     result_url = _result_url(record, reading)
     if isinstance(result_url, ValueError):
         return escalate(record, now, Reason.INTEGRATION_FAILURE, str(result_url))
@@ -249,6 +251,7 @@ def _settle(
         result_url=result_url,
         error=error,
         counts=counts.as_json() if counts else None,
+        usage=reading.usage if reading is not None else None,
         next_poll_at=now,
         delay_source=None,
         attempt=0,
@@ -258,6 +261,34 @@ def _settle(
         "result_due",
         f"terminal {outcome.value}; fetching the result from {redact_url(result_url)} once",
         {"result_url": redact_url(result_url)},
+    )
+
+
+def _ended(
+    record: Record,
+    now: datetime,
+    outcome: OutcomeKind,
+    reading: Reading | None,
+    *,
+    counts: Counts | None = None,
+    reason: Reason | None = None,
+) -> Step:
+    """A terminal state without success: the body's error, counts and usage are kept, and
+    a partial output it names (an expired batch's output file) is kept as a reference
+    (``result_url`` on the outcome), never fetched."""
+    if reading is None:
+        return terminal(record, now, outcome, reason=reason)
+    reference = _result_url(record, reading)
+    if isinstance(reference, str):
+        record = replace(record, result_url=reference)
+    return terminal(
+        record,
+        now,
+        outcome,
+        error=reading.error,
+        counts=counts or reading.counts,
+        usage=reading.usage,
+        reason=reason,
     )
 
 
@@ -308,9 +339,10 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
         if document.ambiguous is not None:
             detail = repeated_key("result", document.ambiguous)
             return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
+        usage = document.usage if is_present(document.usage) else record.usage
         if is_present(document.output_error):
             return terminal(
-                record, now, OutcomeKind.FAILED, error=document.output_error, usage=document.usage
+                record, now, OutcomeKind.FAILED, error=document.output_error, usage=usage
             )
         return _complete(
             record,
@@ -318,7 +350,7 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
             record.settled_outcome or OutcomeKind.SUCCEEDED,
             result=document.output,
             error=record.error,
-            usage=document.usage,
+            usage=usage,
         )
     problem = observation.body_problem or f"HTTP {code}"
     return escalate(
