@@ -29,6 +29,7 @@ from waitbound._actions import CancelContract, SubmitContract, parse_cancel, par
 from waitbound._errors import ProfileError
 from waitbound._jmes import Expression, compile_expression, search
 from waitbound._json import JSON, JSONScalar, contains_ambiguous
+from waitbound._throttle import Throttle, parse_hint_headers, parse_throttle
 
 __all__ = [
     "Classification",
@@ -96,10 +97,14 @@ OTHER_KEYS: Final = (
     "request_id_headers",
     "submit",
     "cancel",
+    "throttle",
+    "time_format",
 )
 KNOWN_KEYS: Final = frozenset((*STATE_LISTS, *EXPRESSION_KEYS, *OTHER_KEYS))
 DEFAULT_REQUEST_ID_HEADERS: Final = ("x-request-id", "request-id", "x-ms-request-id")
-HINT_UNITS: Final = {"s": 1.0, "ms": 0.001}
+TIME_FORMATS: Final = ("rfc3339", "epoch_s")
+"""How a body's times (``expires_at``, ``next_check_at``) are written: RFC 3339 text or
+a Unix time in seconds (a JSON number)."""
 RPC_CANCELLED: Final = 1
 """google.rpc.Code CANCELLED: an AIP-151 operation canceled by request ends done with it."""
 
@@ -169,7 +174,8 @@ class Reading:
         poll_hint_s: the body's poll hint in seconds as given (unvalidated), or ``None``.
         poll_hint_ms: the same in milliseconds (``poll_hint_ms``), or ``None``.
         next_check_at: the body's next-check time as given (unvalidated), or ``None``.
-        expires_at: the body's own expiry time, when it parses as RFC 3339.
+        expires_at: the body's own expiry time, when it parses in the profile's
+            ``time_format``.
         ambiguous: a key the body holds more than once with different values, found
             inside a value the profile read (the first one); ``None`` when none is.
             Such a body is never read as either value.
@@ -231,6 +237,22 @@ def parse_rfc3339(value: object) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
+def parse_time(value: object, time_format: str) -> datetime | None:
+    """Parse a body time in *time_format*; ``None`` if it is not one.
+
+    ``rfc3339``: see :func:`parse_rfc3339`. ``epoch_s``: a non-negative JSON number of
+    seconds since 1970-01-01T00:00:00Z (OpenAI's Batch times), aware UTC.
+    """
+    if time_format != "epoch_s":
+        return parse_rfc3339(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    try:
+        return datetime.fromtimestamp(value, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Profile:
     """A provider's state table, validated and compiled.
@@ -247,11 +269,22 @@ class Profile:
     require_on_success: tuple[tuple[str, Expression], ...] = field(repr=False)
     count_expressions: Mapping[str, tuple[Expression, ...]] = field(repr=False)
     http_status_states: Mapping[int, Classification]
-    hint_headers: tuple[tuple[str, float], ...]
+    hint_headers: tuple[tuple[str, str], ...]
     request_id_headers: tuple[str, ...]
     result_url_template: str | None
     submit: SubmitContract = field(default_factory=SubmitContract)
     cancel: CancelContract = field(default_factory=CancelContract)
+    throttle: Throttle | None = None
+    time_format: str = "rfc3339"
+
+    def throttled_by(
+        self, status: int, headers: Mapping[str, str], *, body_throttled: bool = False
+    ) -> bool:
+        """Tell whether the ``throttle`` rule makes an answer a throttle (see
+        :meth:`Throttle.matches`); always ``False`` without one."""
+        return self.throttle is not None and self.throttle.matches(
+            status, headers, body_throttled=body_throttled
+        )
 
     def classify_value(self, value: object) -> Classification:
         """Classify one state value by lookup; a value in no list is ``UNKNOWN``."""
@@ -322,7 +355,7 @@ class Profile:
             poll_hint_s=find("poll_hint"),
             poll_hint_ms=find("poll_hint_ms"),
             next_check_at=find("next_check_at"),
-            expires_at=parse_rfc3339(find("expires_at")),
+            expires_at=parse_time(find("expires_at"), self.time_format),
             result_url=_text(find("result_url")),
             result_id=_text(find("result_id")),
             cancel_url=_text(find("cancel_url")),
@@ -449,11 +482,13 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         require_on_success=require_on_success,
         count_expressions=_parse_counts(where, data.get("counts")),
         http_status_states=_parse_http_status_states(where, data.get("http_status_states")),
-        hint_headers=_parse_hint_headers(where, data.get("hint_headers")),
+        hint_headers=parse_hint_headers(where, data.get("hint_headers"), "hint_headers"),
         request_id_headers=_parse_header_names(where, data.get("request_id_headers")),
         result_url_template=_parse_template(where, data),
         submit=parse_submit(where, data.get("submit"), job_id=expressions.get("job_id")),
         cancel=parse_cancel(where, data.get("cancel")),
+        throttle=parse_throttle(where, data.get("throttle")),
+        time_format=_parse_time_format(where, data.get("time_format")),
     )
 
 
@@ -494,19 +529,14 @@ def _parse_http_status_states(where: str, table: object) -> dict[int, Classifica
     return parsed
 
 
-def _parse_hint_headers(where: str, table: object) -> tuple[tuple[str, float], ...]:
-    if table is None:
-        return ()
-    if not isinstance(table, Mapping):
-        raise ProfileError(f"{where}: hint_headers must map header names to 's' or 'ms'")
-    parsed = []
-    for header, unit in table.items():
-        if not isinstance(unit, str) or unit not in HINT_UNITS:
-            raise ProfileError(
-                f"{where}: hint_headers[{header!r}] = {unit!r}; expected 's' or 'ms'"
-            )
-        parsed.append((str(header).lower(), HINT_UNITS[unit]))
-    return tuple(parsed)
+def _parse_time_format(where: str, value: object) -> str:
+    if value is None:
+        return "rfc3339"
+    if value not in TIME_FORMATS:
+        raise ProfileError(
+            f"{where}: time_format = {value!r}; expected {TIME_FORMATS[0]!r} or {TIME_FORMATS[1]!r}"
+        )
+    return str(value)
 
 
 def _parse_header_names(where: str, names: object) -> tuple[str, ...]:

@@ -68,6 +68,8 @@ def decide_status(
             repeated_key("status body", reading.ambiguous),
             response=observation.body,
         )
+    if _throttled_by_rule(record, observation, reading):
+        return _throttled(record, observation, reading, rng)
     mapped = record.profile.http_status_states.get(code)
     if mapped is not None:
         return _classified(record, observation, mapped, reading, rng)
@@ -325,12 +327,12 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
     code = observation.http_status
     if observation.transport_error is not None or code is None or code >= 500:
         return _provider_trouble(record, observation, None, rng)
+    if code == 429 or _throttled_by_rule(record, observation, None):
+        return _throttled(record, observation, None, rng)
     if code in (401, 403):
         return escalate(
             record, now, Reason.AUTHORIZATION_DENIED, f"the result URL answered HTTP {code}"
         )
-    if code == 429:
-        return _throttled(record, observation, None, rng)
     if code in (409, 425):
         return _schedule(record, observation, None, rng, note=f"result not ready (HTTP {code})")
     if 200 <= code < 300 and observation.body_problem is None:
@@ -359,6 +361,16 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
         Reason.INTEGRATION_FAILURE,
         f"the result URL answered {problem}",
         response=observation.body,
+    )
+
+
+def _throttled_by_rule(record: Record, observation: Observation, reading: Reading | None) -> bool:
+    """The profile's ``throttle`` rule says this answer is a throttle (checked before the
+    401/403 rule: GitHub throttles with 403)."""
+    code = observation.http_status
+    body_throttled = reading is not None and reading.throttled
+    return code is not None and record.profile.throttled_by(
+        code, observation.headers, body_throttled=body_throttled
     )
 
 
@@ -421,7 +433,9 @@ def _schedule(
     now = observation.at
     policy = record.policy
     floor = policy.floor_s
-    hint, invalid = read_hints(observation.headers, reading, record.profile, now=now)
+    hint, invalid = read_hints(
+        observation.headers, reading, record.profile, now=now, throttled=throttle
+    )
     if hint is not None:
         minimum = max(hint.delay_s, floor)
         delay = hinted_delay_s(minimum, jitter=policy.hint_jitter, rng=rng)
@@ -570,20 +584,20 @@ def decide_submit(record: Record, observation: Observation, rng: random.Random) 
             f"no answer to the submission ({what}) after {record.submit_attempts} attempt(s)"
             f"{key}; it may have created a job",
         )
+    if code == 429 or _throttled_by_rule(record, observation, None):
+        return escalate(
+            record,
+            now,
+            Reason.RATE_LIMITED,
+            f"the submission was throttled (HTTP {code}): no job was created; submit again later",
+            response=observation.body,
+        )
     if code in (401, 403):
         return escalate(
             record,
             now,
             Reason.AUTHORIZATION_DENIED,
             f"the submission answered HTTP {code}",
-            response=observation.body,
-        )
-    if code == 429:
-        return escalate(
-            record,
-            now,
-            Reason.RATE_LIMITED,
-            "the submission was throttled (HTTP 429): no job was created; submit again later",
             response=observation.body,
         )
     if not (200 <= code < 300 or code == 303):

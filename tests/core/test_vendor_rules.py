@@ -3,17 +3,29 @@ said with headers, Unix times, and a hint of zero. Virtual time and a seeded RNG
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+import random
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from typing import Any
 
 import pytest
 
 from tests.core.harness import PROFILE, run
-from tests.fakes import START, Answer
+from tests.fakes import START, Answer, FakeClock, ScriptedProvider
 from waitbound import (
+    MemoryStore,
     OutcomeKind,
+    Policy,
+    ProfileError,
     Reason,
+    Submission,
+    parse_profile,
 )
+from waitbound import run as run_submission
+from waitbound._contract import parse_time
+from waitbound._observation import kept_header_names
+from waitbound._schedule import parse_retry_after
 from waitbound.profiles import builtin_profile
 
 OPENAI = dict(builtin_profile("openai-batch").source)
@@ -159,3 +171,195 @@ def test_usage_from_the_status_body_is_kept_unless_the_document_has_its_own(
     result = run({"/status": [(200, status)], "/out": [(200, document)]}, profile=table)
     assert result.outcome.outcome is OutcomeKind.SUCCEEDED
     assert result.outcome.usage == usage
+
+
+# --- 4. throttling said with headers, before the 401/403 rule -------------------------
+
+RUNNING = {"status": "in_progress", "id": 7}
+DONE = {"status": "completed", "conclusion": "success", "id": 7}
+
+
+def test_a_403_with_no_requests_remaining_waits_until_the_reset() -> None:
+    """GitHub: 403 with x-ratelimit-remaining 0 is a throttle; wait until x-ratelimit-reset
+    (epoch seconds, 120 s away), not an authorization failure."""
+    limited = (
+        403,
+        {"message": "API rate limit exceeded"},
+        {"x-ratelimit-remaining": "0", "x-ratelimit-reset": _epoch(120)},
+    )
+    result = run({"/status": [limited, (200, DONE)]}, profile=GITHUB, deadline_s=600)
+    assert result.outcome.outcome is OutcomeKind.SUCCEEDED
+    assert result.outcome.rate_limited_used == 1
+    assert 120.0 <= result.clock.sleeps[0] <= 132.0
+
+
+def test_a_403_with_retry_after_waits_that_long() -> None:
+    """A secondary limit with retry-after: wait that many seconds (before the reset)."""
+    limited = (
+        403,
+        {"message": "You have exceeded a secondary rate limit"},
+        {"retry-after": "30", "x-ratelimit-remaining": "12", "x-ratelimit-reset": _epoch(900)},
+    )
+    result = run({"/status": [limited, (200, DONE)]}, profile=GITHUB, deadline_s=600)
+    assert result.outcome.outcome is OutcomeKind.SUCCEEDED
+    assert 30.0 <= result.clock.sleeps[0] <= 33.0
+
+
+def test_a_secondary_limit_said_only_in_the_message_waits_the_default() -> None:
+    """403, a rate-limit message, no header saying how long: at least 60 s."""
+    limited = (403, {"message": "You have exceeded a secondary rate limit"})
+    result = run({"/status": [limited, (200, DONE)]}, profile=GITHUB, deadline_s=600)
+    assert result.outcome.outcome is OutcomeKind.SUCCEEDED
+    assert 60.0 <= result.clock.sleeps[0] <= 66.0
+
+
+def test_a_403_that_is_not_a_throttle_is_still_an_authorization_failure() -> None:
+    """Requests remaining, no retry-after, no rate-limit message: authorization_denied."""
+    denied = (403, {"message": "Resource not accessible"}, {"x-ratelimit-remaining": "4999"})
+    result = run({"/status": [denied]}, profile=GITHUB)
+    assert result.outcome.reason is Reason.AUTHORIZATION_DENIED
+
+
+def test_a_reset_header_on_an_ordinary_answer_does_not_delay_polling() -> None:
+    """x-ratelimit-reset an hour away on a 200 is no hint: local backoff applies."""
+    ok = (200, RUNNING, {"x-ratelimit-remaining": "4000", "x-ratelimit-reset": _epoch(3600)})
+    result = run({"/status": [ok, (200, DONE)]}, profile=GITHUB, base_delay_s=1)
+    assert result.outcome.outcome is OutcomeKind.SUCCEEDED
+    assert 0.5 <= result.clock.sleeps[0] <= 1.0
+
+
+def test_a_throttled_result_url_is_waited_on() -> None:
+    """The result endpoint answering 403 with no requests remaining is a throttle too."""
+    table = {**PROFILE, "throttle": GITHUB["throttle"]}
+    limited = (403, None, {"x-ratelimit-remaining": "0", "x-ratelimit-reset": _epoch(20)})
+    script: dict[str, list[Answer]] = {
+        "/status": [(200, {"status": "done"})],
+        "/result": [limited, (200, {"output": 1})],
+    }
+    result = run(script, profile=table, result_url="http://provider.test/result")
+    assert result.outcome.outcome is OutcomeKind.SUCCEEDED
+    assert result.outcome.rate_limited_used == 1
+
+
+def test_a_throttled_submission_is_rate_limited_not_denied() -> None:
+    """A submission answered 403 with no requests remaining: rate_limited, sent once."""
+    clock = FakeClock()
+    limited = (403, {"message": "API rate limit exceeded"}, {"x-ratelimit-remaining": "0"})
+    provider = ScriptedProvider(clock, {"/dispatches": [limited]})
+    store = MemoryStore()
+    outcome = run_submission(
+        Submission(
+            method="POST",
+            url="http://provider.test/dispatches",
+            profile=parse_profile(GITHUB),
+            policy=Policy(),
+            body=b"{}",
+        ),
+        store=store,
+        client=provider.client(),
+        clock=clock,
+        sleep=clock.sleep,
+        rng=random.Random(5),
+    )
+    assert outcome.reason is Reason.RATE_LIMITED
+    assert provider.count("/dispatches") == 1
+
+
+def test_the_throttle_headers_are_kept() -> None:
+    """The headers the throttle rule reads survive the observation's allowlist."""
+    kept = kept_header_names(parse_profile(GITHUB))
+    assert {"x-ratelimit-remaining", "x-ratelimit-reset", "retry-after"} <= kept
+
+
+@pytest.mark.parametrize(
+    ("throttle", "words"),
+    [
+        ([403], "throttle must be an object"),
+        ({"statuses": [403], "after": 1}, "unknown key 'after'"),
+        ({"statuses": []}, "throttle.statuses must be a non-empty list"),
+        ({"statuses": [200]}, "throttle.statuses must be a non-empty list"),
+        ({"statuses": [True]}, "throttle.statuses must be a non-empty list"),
+        ({"statuses": [403], "when_headers": {"a": 1}}, "throttle.when_headers must be a list"),
+        ({"statuses": [403], "when_headers": [{"equals": "0"}]}, "names no header"),
+        ({"statuses": [403], "when_headers": [{"header": "a", "equals": 0}]}, "must be a string"),
+        ({"statuses": [403], "when_headers": [{"header": "a", "is": "0"}]}, "optional 'equals'"),
+        ({"statuses": [403], "reset_headers": {"x": "h"}}, "throttle.reset_headers['x']"),
+        ({"statuses": [403], "default_delay_s": 0}, "throttle.default_delay_s must be"),
+        ({"statuses": [403], "default_delay_s": "60"}, "throttle.default_delay_s must be"),
+    ],
+)
+def test_a_bad_throttle_is_refused_in_one_line(throttle: object, words: str) -> None:
+    """Every wrong throttle key is a one-line ProfileError naming it."""
+    with pytest.raises(ProfileError, match="throttle") as caught:
+        parse_profile({**PROFILE, "throttle": throttle})
+    assert words in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+# --- 5. Unix times --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("at_s", "low", "high"), [(45, 45.0, 49.5)])
+def test_an_epoch_hint_header_waits_until_that_time(at_s: float, low: float, high: float) -> None:
+    """hint_headers unit epoch_s: delay = value - now; a time past is 0 (no minimum)."""
+    table = {**PROFILE, "hint_headers": {"X-Next-Poll-At": "epoch_s"}}
+    hinted = (200, {"status": "running"}, {"X-Next-Poll-At": _epoch(at_s)})
+    result = run({"/status": [hinted, (200, {"status": "done"})]}, profile=table, base_delay_s=1)
+    assert result.outcome.outcome is OutcomeKind.SUCCEEDED
+    assert low <= result.clock.sleeps[0] <= high
+
+
+def test_an_epoch_next_check_at_in_the_body_is_a_hint() -> None:
+    """time_format epoch_s: next_check_at is a Unix time."""
+    table = {**PROFILE, "time_format": "epoch_s", "next_check_at": "next"}
+    body = {"status": "running", "next": int((START + timedelta(seconds=20)).timestamp())}
+    result = run({"/status": [(200, body), (200, {"status": "done"})]}, profile=table)
+    assert 20.0 <= result.clock.sleeps[0] <= 22.0
+
+
+def test_a_batch_pending_past_its_epoch_expiry_is_a_contradiction() -> None:
+    """OpenAI's expires_at is epoch seconds: pending after it escalates contradiction."""
+    body = _batch("in_progress", 0, 0, expires_at=int((START - timedelta(hours=1)).timestamp()))
+    result = run({"/status": [(200, body)]}, profile=OPENAI)
+    assert result.outcome.reason is Reason.CONTRADICTION
+    assert "expiry" in json.dumps(result.outcome.error)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0, datetime(1970, 1, 1, tzinfo=UTC)),
+        (1767225600, datetime(2026, 1, 1, tzinfo=UTC)),
+        (1767225600.5, datetime(2026, 1, 1, 0, 0, 0, 500000, tzinfo=UTC)),
+        ("1767225600", None),
+        (True, None),
+        (-1, None),
+        (10**30, None),
+    ],
+)
+def test_epoch_body_times_are_json_numbers(value: object, expected: datetime | None) -> None:
+    """epoch_s reads a non-negative JSON number of seconds; anything else is no time."""
+    assert parse_time(value, "epoch_s") == expected
+
+
+def test_an_unknown_time_format_is_refused() -> None:
+    """time_format is rfc3339 or epoch_s."""
+    with pytest.raises(ProfileError, match="time_format = 'unix'; expected 'rfc3339' or"):
+        parse_profile({**PROFILE, "time_format": "unix"})
+
+
+# --- 7. every HTTP-date form --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994"],
+    ids=["imf-fixdate", "rfc-850", "asctime"],
+)
+def test_the_three_rfc_9110_date_forms_name_the_same_instant(value: str) -> None:
+    """RFC 9110 §5.6.7's own example in its three forms: 90 s after a `now` before it,
+    0 after it (a date past is no wait)."""
+    when = datetime(1994, 11, 6, 8, 49, 37, tzinfo=UTC)
+    assert parse_retry_after(value, now=when - timedelta(seconds=90)) == 90.0
+    assert parse_retry_after(value, now=START) == 0.0
+    assert format_datetime(when, usegmt=True) == "Sun, 06 Nov 1994 08:49:37 GMT"
