@@ -426,16 +426,20 @@ def _schedule(
 ) -> Step:
     """Set ``next_poll_at`` from hints, backoff and jitter; stop if it lands past the deadline.
 
-    A valid hint is a minimum (raised to the floor, then jittered upward only). Without
-    one: local backoff; a throttle multiplies it by :data:`THROTTLE_FACTOR`; a
-    confirmation re-check fits its requests inside the confirmation window.
+    A valid positive hint is a minimum (raised to the floor, then jittered upward
+    only). Without one, or with a hint of zero (no minimum, audited as such): local
+    backoff; a throttle multiplies it by :data:`THROTTLE_FACTOR`; a confirmation
+    re-check fits its requests inside the confirmation window.
     """
     now = observation.at
     policy = record.policy
     floor = policy.floor_s
-    hint, invalid = read_hints(
+    told, invalid = read_hints(
         observation.headers, reading, record.profile, now=now, throttled=throttle
     )
+    hint = told if told is not None and told.delay_s > 0 else None
+    if told is not None and hint is None:
+        note = f"{note + '; ' if note else ''}hint 0 ({told.origin}): no minimum"
     if hint is not None:
         minimum = max(hint.delay_s, floor)
         delay = hinted_delay_s(minimum, jitter=policy.hint_jitter, rng=rng)
@@ -465,9 +469,11 @@ def _schedule(
     }
     if hint is not None:
         extra["hint"] = {"origin": hint.origin, "delay_s": hint.delay_s}
+    elif told is not None:
+        extra["hint"] = {"origin": told.origin, "delay_s": 0.0, "minimum": False}
     earliest = now + timedelta(seconds=minimum)
     if earliest >= record.deadline_at:
-        told = (
+        wait = (
             f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
         )
         if demanded:
@@ -475,11 +481,11 @@ def _schedule(
                 record,
                 now,
                 Reason.RATE_LIMITED,
-                f"{note or 'throttled'}: {told}, past the deadline",
+                f"{note or 'throttled'}: {wait}, past the deadline",
             )
         else:
             record, kind, summary, more = deadline_reached(
-                record, now, f"; {told}, past the deadline"
+                record, now, f"; {wait}, past the deadline"
             )
         return record, kind, summary, extra | more
     next_poll_at = min(now + timedelta(seconds=delay), record.deadline_at)

@@ -299,7 +299,7 @@ def test_a_bad_throttle_is_refused_in_one_line(throttle: object, words: str) -> 
 # --- 5. Unix times --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("at_s", "low", "high"), [(45, 45.0, 49.5)])
+@pytest.mark.parametrize(("at_s", "low", "high"), [(45, 45.0, 49.5), (-30, 0.5, 1.0)])
 def test_an_epoch_hint_header_waits_until_that_time(at_s: float, low: float, high: float) -> None:
     """hint_headers unit epoch_s: delay = value - now; a time past is 0 (no minimum)."""
     table = {**PROFILE, "hint_headers": {"X-Next-Poll-At": "epoch_s"}}
@@ -346,6 +346,47 @@ def test_an_unknown_time_format_is_refused() -> None:
     """time_format is rfc3339 or epoch_s."""
     with pytest.raises(ProfileError, match="time_format = 'unix'; expected 'rfc3339' or"):
         parse_profile({**PROFILE, "time_format": "unix"})
+
+
+# --- 6. a hint of zero imposes no minimum ---------------------------------------------
+
+
+def test_retry_after_zero_lets_local_backoff_grow() -> None:
+    """Retry-After: 0 on every answer: the delays back off (with jitter) instead of
+    every poll waiting exactly the floor; each is audited as hint 0, no minimum."""
+    zero = (200, {"status": "running"}, {"Retry-After": "0"})
+    script: dict[str, list[Answer]] = {"/status": [zero] * 4 + [(200, {"status": "done"})]}
+    result = run(script, profile=PROFILE, base_delay_s=1, max_delay_s=60, min_delay_s=0.25)
+    sleeps = result.clock.sleeps
+    assert [low <= s <= 2 * low for s, low in zip(sleeps, [0.5, 1, 2, 4], strict=True)] == [
+        True
+    ] * 4
+    scheduled = [
+        e.event
+        for e in result.store.audit(result.outcome.operation_id)
+        if e.event.kind == "scheduled"
+    ]
+    assert scheduled[0].data["hint"] == {
+        "origin": "Retry-After header",
+        "delay_s": 0.0,
+        "minimum": False,
+    }
+    assert "hint 0 (Retry-After header): no minimum" in scheduled[0].summary
+    assert scheduled[0].data["delay_source"] == "local_backoff"
+
+
+def test_a_positive_hint_below_the_floor_is_still_raised_to_it() -> None:
+    """Retry-After: 0.1 with a 3 s floor waits 3 s (plus at most 10 %)."""
+    tiny = (200, {"status": "running"}, {"Retry-After": "0.1"})
+    result = run({"/status": [tiny, (200, {"status": "done"})]}, min_delay_s=3, base_delay_s=5)
+    assert 3.0 <= result.clock.sleeps[0] <= 3.3
+
+
+def test_a_throttle_with_retry_after_zero_backs_off_as_a_throttle() -> None:
+    """429 with Retry-After: 0: no minimum from the hint, the throttle backoff applies."""
+    throttled = (429, None, {"Retry-After": "0"})
+    result = run({"/status": [throttled, (200, {"status": "done"})]}, base_delay_s=1)
+    assert 4 * 0.5 <= result.clock.sleeps[0] <= 4 * 1.0
 
 
 # --- 7. every HTTP-date form --------------------------------------------------------
