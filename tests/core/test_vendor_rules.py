@@ -354,8 +354,9 @@ def test_an_unknown_time_format_is_refused() -> None:
 def test_retry_after_zero_lets_local_backoff_grow() -> None:
     """Retry-After: 0 on every answer: the delays back off (with jitter) instead of
     every poll waiting exactly the floor; each is audited as hint 0, no minimum."""
-    zero = (200, {"status": "running"}, {"Retry-After": "0"})
-    script: dict[str, list[Answer]] = {"/status": [zero] * 4 + [(200, {"status": "done"})]}
+    zero: Answer = (200, {"status": "running"}, {"Retry-After": "0"})
+    done: Answer = (200, {"status": "done"})
+    script: dict[str, list[Answer]] = {"/status": [zero, zero, zero, zero, done]}
     result = run(script, profile=PROFILE, base_delay_s=1, max_delay_s=60, min_delay_s=0.25)
     sleeps = result.clock.sleeps
     assert [low <= s <= 2 * low for s, low in zip(sleeps, [0.5, 1, 2, 4], strict=True)] == [
