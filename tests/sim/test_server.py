@@ -317,3 +317,21 @@ def test_sim_log_redacts_credentials_in_memory_the_log_file_and_the_log_endpoint
         assert lowered["user-agent"].startswith("python-httpx")
     everything = json.dumps(listing) + path.read_text(encoding="utf-8")
     assert not [value for value in CREDENTIALS.values() if value in everything]
+
+
+def test_unix_time_templates_are_integers_in_a_body_and_text_in_a_header() -> None:
+    """{epoch±Ns} and {start_epoch±Ns} give Unix seconds: a body string that is only the
+    template becomes a JSON integer (OpenAI's times); in a header or text it stays text."""
+    body = {"expires_at": "{start_epoch+86400s}", "now": "{epoch}", "text": "at {epoch+5s}"}
+    headers = {"x-ratelimit-reset": "{epoch+60s}"}
+    with serving({"status": [{"code": 200, "body": body, "headers": headers}]}) as (sim, client):
+        before = int(datetime.now(UTC).timestamp())
+        answer = client.get("/status")
+        after = int(datetime.now(UTC).timestamp())
+    got = answer.json()
+    start = int(sim.log()[0].at.timestamp())
+    assert got["expires_at"] == start + 86400
+    assert isinstance(got["now"], int)
+    assert before <= got["now"] <= after
+    assert before + 5 <= int(got["text"].removeprefix("at ")) <= after + 5
+    assert before + 60 <= int(answer.headers["x-ratelimit-reset"]) <= after + 60
