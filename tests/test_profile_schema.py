@@ -2,8 +2,7 @@
 the three agree.
 
 - Every key the loader knows is in the schema and in ``docs/profile-format.md``, and every
-  key in either is known to the loader (a key the protocol layer has not landed yet is
-  found by name from the schema and its test is an expected failure until it lands).
+  key in either is known to the loader.
 - Every built-in profile and every profile on the page passes the schema and loads.
 - A table of invalid profiles is refused by both, the loader with one line naming the key.
 - Random JSON values in key positions are accepted by the schema iff by the loader (the
@@ -49,32 +48,6 @@ CONSTANTS: dict[str, frozenset[str]] = {
 }
 """The loader's key sets that exist in the code today, by section."""
 
-PLANNED_KEYS: dict[str, frozenset[str]] = {
-    "": frozenset(
-        (
-            "url_kinds",
-            "case_insensitive_states",
-            "unlisted_state",
-            "result_document",
-            "throttle",
-            "time_format",
-        )
-    ),
-    "submit": frozenset(
-        (
-            "polling_url",
-            "http_status_states",
-            "final_state_via",
-            "carry_query",
-            "idempotency_scheme",
-        )
-    ),
-}
-PLANNED_SECTIONS = frozenset(
-    ("url_kinds", "url_kinds.KIND", "submit.polling_url[]", "throttle", "throttle.when_headers[]")
-)
-"""Keys and sections of issue 10's protocol layer, in the schema and on the page already."""
-LANDS = pytest.mark.xfail(strict=True, reason="key lands with the protocol layer")
 PROBE = "zz_probe"
 CONTAINERS: dict[str, dict[str, Any]] = {
     "submit.polling_url[]": {"kind": "status"},
@@ -116,16 +89,6 @@ SECTIONS = _schema_sections()
 def _split(path: str) -> tuple[str, str]:
     section, _, key = path.rpartition(".")
     return section, key
-
-
-def _is_planned(path: str) -> bool:
-    section, key = _split(path)
-    top = path.split(".", maxsplit=1)[0]
-    return (
-        section in PLANNED_SECTIONS
-        or key in PLANNED_KEYS.get(section, ())
-        or top in PLANNED_KEYS[""]
-    )
 
 
 def _profile_with(path: str, value: object) -> dict[str, Any]:
@@ -236,42 +199,15 @@ def _resolve_section(section: str) -> dict[str, Any]:
 
 # --- the keys: loader, schema and page ------------------------------------------------
 
-CURRENT_SECTIONS = sorted(s for s in SECTIONS if s not in PLANNED_SECTIONS)
 
-
-@pytest.mark.parametrize("section", CURRENT_SECTIONS, ids=lambda s: s or "top")
+@pytest.mark.parametrize("section", sorted(SECTIONS), ids=lambda s: s or "top")
 def test_loader_and_schema_know_the_same_keys(section: str) -> None:
-    """Every key the loader knows is in the schema; every schema key is known or planned."""
+    """Every key the loader knows is in the schema; every schema key is known to it."""
     loader = _loader_keys(section)
     assert loader is not None, f"the loader has no section {section!r}"
     schema = set(SECTIONS[section])
     assert sorted(loader - schema) == [], f"the schema lacks these {section or 'top'} keys"
-    unplanned = schema - loader - PLANNED_KEYS.get(section, frozenset())
-    assert sorted(unplanned) == [], f"the loader lacks these {section or 'top'} keys"
-
-
-@pytest.mark.parametrize(
-    "section", [pytest.param(s, marks=LANDS) for s in sorted(PLANNED_SECTIONS)]
-)
-def test_loader_knows_the_planned_section(section: str) -> None:
-    """A protocol-layer section: the loader lists exactly the schema's keys for it."""
-    loader = _loader_keys(section)
-    assert loader is not None, f"the loader does not know {section!r} yet"
-    assert sorted(set(SECTIONS[section]) ^ loader) == []
-
-
-PLANNED_PATHS = sorted(
-    f"{section}.{key}".lstrip(".") for section, keys in PLANNED_KEYS.items() for key in keys
-)
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=LANDS) for p in PLANNED_PATHS])
-def test_loader_knows_the_planned_key(path: str) -> None:
-    """A protocol-layer key: the loader does not refuse it as unknown."""
-    section, key = _split(path)
-    loader = _loader_keys(section)
-    assert loader is not None
-    assert key in loader
+    assert sorted(schema - loader) == [], f"the loader lacks these {section or 'top'} keys"
 
 
 def _page_rows() -> Iterator[tuple[str, list[str]]]:
@@ -313,7 +249,7 @@ def test_page_row_agrees_with_the_schema(path: str) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    [pytest.param(p, marks=LANDS) if _is_planned(p) else p for p in sorted(PAGE_ROWS)],
+    sorted(PAGE_ROWS),
 )
 def test_page_example_passes_schema_and_loader(path: str) -> None:
     """Each key's documented example, in a valid profile, passes both the schema and the loader."""
@@ -343,20 +279,12 @@ def _page_profiles() -> list[tuple[str, Any]]:
     return found
 
 
-def _uses_planned(data: dict[str, Any]) -> bool:
-    submit = data.get("submit", {})
-    return bool(set(data) & PLANNED_KEYS[""] or set(submit) & PLANNED_KEYS["submit"])
-
-
 PAGE_PROFILES = _page_profiles()
 
 
 @pytest.mark.parametrize(
     "data",
-    [
-        pytest.param(d, id=i, marks=LANDS) if _uses_planned(d) else pytest.param(d, id=i)
-        for i, d in PAGE_PROFILES
-    ],
+    [pytest.param(d, id=i) for i, d in PAGE_PROFILES],
 )
 def test_page_profile_passes_schema_and_loader(data: dict[str, Any]) -> None:
     """Every worked example on the page is valid by the schema and loads."""
@@ -446,7 +374,7 @@ INVALID: dict[str, tuple[Any, str]] = {
     "cancel.always": _case({"cancel": {"always": "yes"}}, "cancel.always"),
     "cancel.url_template": _case({"cancel": {"url_template": ""}}, "cancel.url_template"),
 }
-INVALID_PLANNED: dict[str, tuple[Any, str]] = {
+INVALID |= {
     "case_insensitive_states": _case({"case_insensitive_states": "yes"}, "case_insensitive"),
     "unlisted_state": _case({"unlisted_state": "maybe"}, "unlisted_state"),
     "result_document": _case({"result_document": 1}, "result_document"),
@@ -459,10 +387,11 @@ INVALID_PLANNED: dict[str, tuple[Any, str]] = {
         {"url_kinds": {"location": {"unlisted_state": "maybe"}}}, "unlisted_state"
     ),
     "url_kinds.resource.when_no_state": _case(
-        {"url_kinds": {"resource": {"when_no_state": {"404": "failed"}}}}, "when_no_state"
+        {"url_kinds": {"resource": {"state": "s", "when_no_state": {"404": "failed"}}}},
+        "when_no_state",
     ),
     "url_kinds.resource.http_status_states": _case(
-        {"url_kinds": {"resource": {"http_status_states": {"3xx": "pending"}}}},
+        {"url_kinds": {"resource": {"state": "s", "http_status_states": {"3xx": "pending"}}}},
         "http_status_states",
     ),
     "submit.polling_url not a list": _case(
@@ -509,14 +438,12 @@ INVALID_PLANNED: dict[str, tuple[Any, str]] = {
 
 @pytest.mark.parametrize(
     ("profile", "words"),
-    [pytest.param(*case, id=name) for name, case in INVALID.items()]
-    + [pytest.param(*case, id=name, marks=LANDS) for name, case in INVALID_PLANNED.items()],
+    [pytest.param(*case, id=name) for name, case in INVALID.items()],
 )
 def test_invalid_profile_is_refused_by_both(profile: Any, words: str) -> None:
     """The schema refuses it; the loader refuses it with one line naming the key.
 
-    A protocol-layer key refused as *unknown* does not count: it must be refused for
-    being used wrongly.
+    A key refused as *unknown* does not count: it must be refused for being used wrongly.
     """
     assert _schema_problem(profile) is not None
     message = _loader_problem(profile)
@@ -524,10 +451,10 @@ def test_invalid_profile_is_refused_by_both(profile: Any, words: str) -> None:
     assert "\n" not in message
     assert words in message
     submit = profile.get("submit") if isinstance(profile, dict) else None
-    planned = set(profile) & PLANNED_KEYS[""] if isinstance(profile, dict) else set()
+    used = set(profile) & KNOWN_KEYS if isinstance(profile, dict) else set()
     if isinstance(submit, dict):
-        planned |= set(submit) & PLANNED_KEYS["submit"]
-    assert [k for k in sorted(planned) if f"unknown key {k!r}" in message] == []
+        used |= set(submit) & SUBMIT_KEYS
+    assert [k for k in sorted(used) if f"unknown key {k!r}" in message] == []
 
 
 @pytest.mark.parametrize(
@@ -537,14 +464,12 @@ def test_invalid_profile_is_refused_by_both(profile: Any, words: str) -> None:
         pytest.param({**BASE, "hint_headers": {"x-reset": "epoch_s"}}, id="hint unit epoch_s"),
     ],
 )
-@LANDS
-def test_planned_value_is_accepted_by_both(profile: dict[str, Any]) -> None:
+def test_new_value_of_an_old_key_is_accepted_by_both(profile: dict[str, Any]) -> None:
     """Values the protocol layer adds to existing keys: both accept them."""
     assert _schema_problem(profile) is None
     assert _loader_problem(profile) is None
 
 
-@LANDS
 def test_case_insensitive_lists_refuse_values_equal_ignoring_case() -> None:
     """Only the loader can see it: "Done" and "done" in two lists, compared ignoring case."""
     profile = {**BASE, "case_insensitive_states": True, "pending": ["Done"]}
@@ -556,7 +481,7 @@ def test_case_insensitive_lists_refuse_values_equal_ignoring_case() -> None:
     assert "Done" in message
 
 
-KNOWN_DISAGREEMENTS: dict[str, dict[str, Any]] = {
+ONCE_DISAGREEMENTS: dict[str, dict[str, Any]] = {
     "description not text": {"description": 5},
     "docs not text": {"docs": {"url": 1}},
     "docs blank": {"docs": ""},
@@ -572,15 +497,14 @@ KNOWN_DISAGREEMENTS: dict[str, dict[str, Any]] = {
     "submit.idempotency_header null": {"submit": {"idempotency_header": None}},
     "cancel.url_template null": {"cancel": {"url_template": None}},
 }
-"""What the schema refuses and the loader accepts today: a loader bug each."""
+"""What the schema refused and the loader once accepted: a loader bug each, fixed."""
 
 
 @pytest.mark.parametrize(
-    "fragment", [pytest.param(f, id=name) for name, f in KNOWN_DISAGREEMENTS.items()]
+    "fragment", [pytest.param(f, id=name) for name, f in ONCE_DISAGREEMENTS.items()]
 )
-@pytest.mark.xfail(strict=True, reason="loader bug: accepts a value the format does not allow")
 def test_loader_refuses_what_the_schema_refuses(fragment: dict[str, Any]) -> None:
-    """The documented type holds in the loader too (today it lets these through)."""
+    """The documented type holds in the loader too (a null is never read as absent)."""
     profile = {**BASE, **fragment}
     assert _schema_problem(profile) is not None
     message = _loader_problem(profile)
@@ -644,41 +568,21 @@ _VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3),
     max_leaves=6,
 )
-_NULL_AS_ABSENT = frozenset(
-    (
-        "counts",
-        "http_status_states",
-        "hint_headers",
-        "request_id_headers",
-        "result_url_template",
-        "submit",
-        "cancel",
-        "submit.status_url_template",
-        "submit.idempotency_header",
-        "cancel.url_template",
-    )
-)
 _COMPILE_PROBLEMS = re.compile(
     r"is not a valid JMESPath expression|: unknown function |argument\(s\), got"
 )
 PROPERTY_PATHS = sorted(
-    p
-    for p in PAGE_ROWS
-    if not _is_planned(p) and p not in ("description", "docs") and _split(p)[0] in CONSTANTS
+    p for p in PAGE_ROWS if p not in ("description", "docs") and _split(p)[0] in CONSTANTS
 )
 
 
-def _null_as_absent(path: str, value: object) -> bool:
-    """A null the loader reads as absent (a known disagreement, tested above)."""
-    if value is None:
-        return path in _NULL_AS_ABSENT
-    if isinstance(value, dict) and path in ("submit", "cancel"):
-        return any(_null_as_absent(f"{path}.{k}", v) for k, v in value.items())
-    return False
-
-
 @pytest.mark.parametrize("path", PROPERTY_PATHS)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.filter_too_much],
+)
 @given(value=_VALUES)
 def test_schema_accepts_iff_loader_accepts(path: str, value: object) -> None:
     """Any JSON value at a key: the schema and the loader agree on accepting it.
@@ -686,7 +590,6 @@ def test_schema_accepts_iff_loader_accepts(path: str, value: object) -> None:
     The loader may refuse what the schema accepts only for an expression that does not
     compile (the schema cannot check JMESPath).
     """
-    assume(not _null_as_absent(path, value))
     profile = _profile_with(path, value)
     by_schema, by_loader = _schema_problem(profile), _loader_problem(profile)
     if by_schema is None and by_loader is not None:

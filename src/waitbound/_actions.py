@@ -262,8 +262,14 @@ def parse_submit(where: str, data: object, *, job_id: Expression | None) -> Subm
             f"{where}: submit.idempotency_scheme = {scheme!r}; expected header or repeatability"
         )
     carried = section.get("carry_query", [])
-    if not isinstance(carried, list) or not all(isinstance(n, str) and n for n in carried):
-        raise ProfileError(f"{where}: submit.carry_query must be a list of query parameter names")
+    if (
+        not isinstance(carried, list)
+        or not all(isinstance(n, str) and n for n in carried)
+        or len(set(carried)) != len(carried)
+    ):
+        raise ProfileError(
+            f"{where}: submit.carry_query must be a list of distinct query parameter names"
+        )
     expressions = {
         key: compile_expression(where, f"submit.{key}", section[key])
         for key in SUBMIT_EXPRESSIONS

@@ -19,8 +19,8 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Final
@@ -30,6 +30,7 @@ from waitbound._errors import ProfileError
 from waitbound._jmes import Expression, compile_expression, search
 from waitbound._json import JSON, JSONScalar, contains_ambiguous
 from waitbound._protocol import UrlKind
+from waitbound._throttle import Throttle, parse_hint_headers, parse_throttle
 
 __all__ = [
     "Classification",
@@ -104,6 +105,8 @@ OTHER_KEYS: Final = (
     "case_insensitive_states",
     "unlisted_state",
     "$schema",
+    "throttle",
+    "time_format",
 )
 URL_KIND_KEYS: Final = frozenset(("state", "http_status_states", "when_no_state", "unlisted_state"))
 UNLISTED_STATES: Final = ("unknown", "pending")
@@ -118,7 +121,9 @@ COUNT_KEYS: Final = frozenset(("succeeded", "failed", "total", "canceled", "expi
 SCHEMA_KEY: Final = "$schema"
 """Names the JSON Schema for editors; accepted (a string) and ignored: not kept in ``source``."""
 DEFAULT_REQUEST_ID_HEADERS: Final = ("x-request-id", "request-id", "x-ms-request-id")
-HINT_UNITS: Final = {"s": 1.0, "ms": 0.001}
+TIME_FORMATS: Final = ("rfc3339", "epoch_s")
+"""How a body's times (``expires_at``, ``next_check_at``) are written: RFC 3339 text or
+a Unix time in seconds (a JSON number)."""
 RPC_CANCELLED: Final = 1
 """google.rpc.Code CANCELLED: an AIP-151 operation canceled by request ends done with it."""
 
@@ -187,6 +192,13 @@ class Counts:
         """Items that did not succeed: failed, canceled and expired together."""
         return (self.failed or 0) + (self.canceled or 0) + (self.expired or 0)
 
+    def settled(self) -> Counts:
+        """Return the counts of a finished job: ``succeeded`` not reported but ``total``
+        known is derived as total minus unsuccessful (never below 0)."""
+        if self.succeeded is not None or self.total is None:
+            return self
+        return replace(self, succeeded=max(0, self.total - self.unsuccessful))
+
     def as_json(self) -> dict[str, JSON]:
         """Return the counts as a JSON object (canceled / expired only when reported)."""
         counted: dict[str, JSON] = {
@@ -213,7 +225,8 @@ class Reading:
         poll_hint_s: the body's poll hint in seconds as given (unvalidated), or ``None``.
         poll_hint_ms: the same in milliseconds (``poll_hint_ms``), or ``None``.
         next_check_at: the body's next-check time as given (unvalidated), or ``None``.
-        expires_at: the body's own expiry time, when it parses as RFC 3339.
+        expires_at: the body's own expiry time, when it parses in the profile's
+            ``time_format``.
         ambiguous: a key the body holds more than once with different values, found
             inside a value the profile read (the first one); ``None`` when none is.
             Such a body is never read as either value.
@@ -278,6 +291,22 @@ def parse_rfc3339(value: object) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
+def parse_time(value: object, time_format: str) -> datetime | None:
+    """Parse a body time in *time_format*; ``None`` if it is not one.
+
+    ``rfc3339``: see :func:`parse_rfc3339`. ``epoch_s``: a non-negative JSON number of
+    seconds since 1970-01-01T00:00:00Z (OpenAI's Batch times), aware UTC.
+    """
+    if time_format != "epoch_s":
+        return parse_rfc3339(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    try:
+        return datetime.fromtimestamp(value, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Profile:
     """A provider's state table, validated and compiled.
@@ -296,11 +325,22 @@ class Profile:
     tables: Mapping[UrlKind, StateTable] = field(repr=False)
     first_answer_states: Mapping[int, Classification] = field(default_factory=dict)
     case_insensitive: bool = False
-    hint_headers: tuple[tuple[str, float], ...]
+    hint_headers: tuple[tuple[str, str], ...]
     request_id_headers: tuple[str, ...]
     result_url_template: str | None
     submit: SubmitContract = field(default_factory=SubmitContract)
     cancel: CancelContract = field(default_factory=CancelContract)
+    throttle: Throttle | None = None
+    time_format: str = "rfc3339"
+
+    def throttled_by(
+        self, status: int, headers: Mapping[str, str], *, body_throttled: bool = False
+    ) -> bool:
+        """Tell whether the ``throttle`` rule makes an answer a throttle (see
+        :meth:`Throttle.matches`); always ``False`` without one."""
+        return self.throttle is not None and self.throttle.matches(
+            status, headers, body_throttled=body_throttled
+        )
 
     @property
     def http_status_states(self) -> Mapping[int, Classification]:
@@ -392,7 +432,7 @@ class Profile:
             poll_hint_s=find("poll_hint"),
             poll_hint_ms=find("poll_hint_ms"),
             next_check_at=find("next_check_at"),
-            expires_at=parse_rfc3339(find("expires_at")),
+            expires_at=parse_time(find("expires_at"), self.time_format),
             result_url=_text(find("result_url")),
             result_id=_text(find("result_id")),
             cancel_url=_text(find("cancel_url")),
@@ -504,7 +544,7 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
     if not isinstance(fold, bool):
         raise ProfileError(f"{where}: case_insensitive_states must be true or false")
     states: dict[_ValueKey, Classification] = {}
-    listed: dict[_ValueKey, str] = {}
+    listed: dict[_ValueKey, tuple[str, object]] = {}
     for list_name in STATE_LISTS:
         values = data.get(list_name, [])
         if not isinstance(values, list):
@@ -517,14 +557,19 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
                     "finite numbers or booleans"
                 )
             if key in listed:
+                other, first = listed[key]
+                if first != value:
+                    raise ProfileError(
+                        f"{where}: state values {first!r} ({other}) and {value!r} "
+                        f"({list_name}) are the same ignoring case"
+                    )
                 where_else = (
                     f"twice in {list_name}"
-                    if listed[key] == list_name
-                    else f"in both {listed[key]} and {list_name}"
+                    if other == list_name
+                    else f"in both {other} and {list_name}"
                 )
-                same = " (ignoring case)" if fold else ""
-                raise ProfileError(f"{where}: state value {value!r} is {where_else}{same}")
-            listed[key] = list_name
+                raise ProfileError(f"{where}: state value {value!r} is {where_else}")
+            listed[key] = (list_name, value)
             states[key] = Classification(list_name)
     if "state" in data and not states:
         raise ProfileError(
@@ -566,11 +611,13 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         tables=tables,
         first_answer_states=_parse_http_status_states(where, "submit.http_status_states", first),
         case_insensitive=fold,
-        hint_headers=_parse_hint_headers(where, data.get("hint_headers")),
+        hint_headers=parse_hint_headers(where, data.get("hint_headers"), "hint_headers"),
         request_id_headers=_parse_header_names(where, data.get("request_id_headers")),
         result_url_template=_parse_template(where, data),
         submit=submit,
         cancel=parse_cancel(where, data.get("cancel")),
+        throttle=parse_throttle(where, data.get("throttle")),
+        time_format=_parse_time_format(where, data.get("time_format")),
     )
 
 
@@ -685,21 +732,14 @@ def _class(where: str, at: str, value: object) -> Classification:
     return Classification(value)
 
 
-def _parse_hint_headers(where: str, table: object) -> tuple[tuple[str, float], ...]:
-    if table is None:
-        return ()
-    if not isinstance(table, Mapping):
-        raise ProfileError(f"{where}: hint_headers must map header names to 's' or 'ms'")
-    parsed = []
-    for header, unit in table.items():
-        if not str(header):
-            raise ProfileError(f"{where}: hint_headers has an empty header name")
-        if not isinstance(unit, str) or unit not in HINT_UNITS:
-            raise ProfileError(
-                f"{where}: hint_headers[{header!r}] = {unit!r}; expected 's' or 'ms'"
-            )
-        parsed.append((str(header).lower(), HINT_UNITS[unit]))
-    return tuple(parsed)
+def _parse_time_format(where: str, value: object) -> str:
+    if value is None:
+        return "rfc3339"
+    if value not in TIME_FORMATS:
+        raise ProfileError(
+            f"{where}: time_format = {value!r}; expected {TIME_FORMATS[0]!r} or {TIME_FORMATS[1]!r}"
+        )
+    return str(value)
 
 
 def _parse_header_names(where: str, names: object) -> tuple[str, ...]:

@@ -72,8 +72,9 @@ def decide_status(
             response=observation.body,
         )
     table = record.profile.table(record.poll_kind)
-    throttled = reading is not None and reading.throttled
-    answer = meaning("status", code, table=table, throttled=throttled)
+    answer = meaning(
+        "status", code, table=table, throttled=_is_throttled(record, observation, reading)
+    )
     match answer.meaning:
         case Meaning.TROUBLE:
             return _provider_trouble(record, observation, reading, rng)
@@ -174,7 +175,6 @@ def _classified(
             job_id=record.job_id or reading.job_id,
         )
     record = replace(record, job_seen_at=record.job_seen_at or now)
-    error = reading.error if reading is not None else None
     if final_here is None:
         final_here = record.poll_kind is not UrlKind.STATUS
     match classification:
@@ -200,13 +200,13 @@ def _classified(
         case Classification.SUCCEEDED | Classification.PARTIAL:
             return _settle(record, observation, classification, reading, rng, final_here=final_here)
         case Classification.FAILED:
-            return terminal(record, now, OutcomeKind.FAILED, error=error)
+            return _ended(record, now, OutcomeKind.FAILED, reading)
         case Classification.CANCELED:
-            return terminal(record, now, OutcomeKind.CANCELED, error=error)
+            return _ended(record, now, OutcomeKind.CANCELED, reading)
         case Classification.EXPIRED:
-            return terminal(record, now, OutcomeKind.EXPIRED, error=error)
+            return _ended(record, now, OutcomeKind.EXPIRED, reading)
         case Classification.SKIPPED:
-            return terminal(record, now, OutcomeKind.CANCELED, error=error, reason=Reason.SKIPPED)
+            return _ended(record, now, OutcomeKind.CANCELED, reading, reason=Reason.SKIPPED)
         case _:
             return escalate(
                 record,
@@ -269,10 +269,15 @@ def _settle(
     ``resource`` URL's, or a first answer that ended the operation), read as the
     result document; else the final state is fetched once from the result URL or
     where ``final-state-via`` points, or is the monitor's own ``result``.
+
+    Counts that report unsuccessful items decide the outcome first (they explain a
+    missing output file); only a success they leave standing needs its required fields.
     """
     now = observation.at
     policy = record.policy
-    if reading is not None and reading.missing_required:
+    counts = reading.counts.settled() if reading is not None and reading.counts else None
+    by_counts = _by_counts(counts) if counts is not None and counts.unsuccessful else None
+    if by_counts is None and reading is not None and reading.missing_required:
         seen_at = record.success_seen_at or now
         confirms = record.confirm_requests_used + (record.success_seen_at is not None)
         window_over = record.success_seen_at is not None and (
@@ -297,18 +302,15 @@ def _settle(
             confirming=True,
         )
     error = reading.error if reading is not None else None
-    counts = reading.counts if reading is not None else None
     if classification is Classification.SUCCEEDED and is_present(error):
-        return terminal(record, now, OutcomeKind.FAILED, error=error, counts=counts)
-    outcome = (
+        return _ended(record, now, OutcomeKind.FAILED, reading, counts=counts)
+    outcome = by_counts or (
         OutcomeKind.COMPLETED_WITH_ERRORS
         if classification is Classification.PARTIAL
         else OutcomeKind.SUCCEEDED
     )
-    if counts is not None and counts.unsuccessful:
-        outcome = _by_counts(counts)
     if outcome in (OutcomeKind.FAILED, OutcomeKind.CANCELED, OutcomeKind.EXPIRED):
-        return terminal(record, now, outcome, error=error, counts=counts)
+        return _ended(record, now, outcome, reading, counts=counts)
     result_url = _result_url(record, observation, reading, final_here=final_here)
     if isinstance(result_url, ValueError):
         return escalate(record, now, Reason.INTEGRATION_FAILURE, str(result_url))
@@ -350,6 +352,7 @@ def _settle(
         result_url=result_url,
         error=error,
         counts=counts.as_json() if counts else None,
+        usage=reading.usage if reading is not None else None,
         next_poll_at=now,
         delay_source=None,
         attempt=0,
@@ -359,6 +362,34 @@ def _settle(
         "result_due",
         f"terminal {outcome.value}; fetching the result from {redact_url(result_url)} once",
         {"result_url": redact_url(result_url)},
+    )
+
+
+def _ended(
+    record: Record,
+    now: datetime,
+    outcome: OutcomeKind,
+    reading: Reading | None,
+    *,
+    counts: Counts | None = None,
+    reason: Reason | None = None,
+) -> Step:
+    """A terminal state without success: the body's error, counts and usage are kept, and
+    a partial output it names (an expired batch's output file) is kept as a reference
+    (``result_url`` on the outcome), never fetched."""
+    if reading is None:
+        return terminal(record, now, outcome, reason=reason)
+    reference = record.result_url or _named_result_url(record, reading)
+    if isinstance(reference, str):
+        record = replace(record, result_url=reference)
+    return terminal(
+        record,
+        now,
+        outcome,
+        error=reading.error,
+        counts=counts or reading.counts,
+        usage=reading.usage,
+        reason=reason,
     )
 
 
@@ -394,15 +425,9 @@ def _result_url(
         return HERE
     candidate = record.result_url
     if candidate is None:
-        named = None
-        if reading is not None and reading.result_url:
-            named = reading.result_url
-        elif reading is not None and reading.result_id and profile.result_url_template:
-            named = profile.result_url_template.replace("{result_id}", reading.result_id)
-        try:
-            named = resolve(base, named) if named is not None else None
-        except ValueError as exc:
-            return ValueError(f"the result URL {shown_url(named or '')} cannot be used ({exc})")
+        named = _named_result_url(record, reading)
+        if isinstance(named, ValueError):
+            return named
         candidate = _final_url(record, named)
     if candidate is None:
         return None
@@ -412,6 +437,23 @@ def _result_url(
         return ValueError(f"the result URL {shown_url(candidate)} cannot be used ({exc})")
     answered = record.submit_url if observation.kind == "submit" else record.status_url
     return HERE if url == answered and record.result_url is None else url
+
+
+def _named_result_url(record: Record, reading: Reading | None) -> str | ValueError | None:
+    """The result URL a status body names (``result_url``, or ``result_id`` in the
+    profile's template), resolved against the status URL; ``None`` when it names none."""
+    profile = record.profile
+    named = None
+    if reading is not None and reading.result_url:
+        named = reading.result_url
+    elif reading is not None and reading.result_id and profile.result_url_template:
+        named = profile.result_url_template.replace("{result_id}", reading.result_id)
+    if named is None:
+        return None
+    try:
+        return resolve(record.status_url or record.submit_url or "", named)
+    except ValueError as exc:
+        return ValueError(f"the result URL {shown_url(named)} cannot be used ({exc})")
 
 
 def _final_url(record: Record, monitor_result_url: str | None) -> str | None:
@@ -432,7 +474,7 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
     document (the tables in ``_answers.py``)."""
     now = observation.at
     code = observation.http_status
-    answer = meaning("result", code)
+    answer = meaning("result", code, throttled=_is_throttled(record, observation, None))
     match answer.meaning:
         case Meaning.TROUBLE:
             return _provider_trouble(record, observation, None, rng)
@@ -450,13 +492,10 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
             if document.ambiguous is not None:
                 detail = repeated_key("result", document.ambiguous)
                 return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
+            usage = document.usage if is_present(document.usage) else record.usage
             if is_present(document.output_error):
                 return terminal(
-                    record,
-                    now,
-                    OutcomeKind.FAILED,
-                    error=document.output_error,
-                    usage=document.usage,
+                    record, now, OutcomeKind.FAILED, error=document.output_error, usage=usage
                 )
             return _complete(
                 record,
@@ -464,7 +503,7 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
                 record.settled_outcome or OutcomeKind.SUCCEEDED,
                 result=document.output,
                 error=record.error,
-                usage=document.usage,
+                usage=usage,
             )
         case _:
             problem = observation.body_problem or f"HTTP {code}"
@@ -475,6 +514,17 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
                 f"the result URL answered {problem}",
                 response=observation.body,
             )
+
+
+def _is_throttled(record: Record, observation: Observation, reading: Reading | None) -> bool:
+    """The answer is a throttle by the profile's word: its body's ``throttled``
+    expression, or its ``throttle`` rule (a status such as GitHub's 403 with a
+    rate-limit header), checked before the 401/403 rule; a 429 always is."""
+    code = observation.http_status
+    body_throttled = reading is not None and reading.throttled
+    return body_throttled or (
+        code is not None and record.profile.throttled_by(code, observation.headers)
+    )
 
 
 def _throttled(
@@ -529,14 +579,20 @@ def _schedule(
 ) -> Step:
     """Set ``next_poll_at`` from hints, backoff and jitter; stop if it lands past the deadline.
 
-    A valid hint is a minimum (raised to the floor, then jittered upward only). Without
-    one: local backoff; a throttle multiplies it by :data:`THROTTLE_FACTOR`; a
-    confirmation re-check fits its requests inside the confirmation window.
+    A valid positive hint is a minimum (raised to the floor, then jittered upward
+    only). Without one, or with a hint of zero (no minimum, audited as such): local
+    backoff; a throttle multiplies it by :data:`THROTTLE_FACTOR`; a confirmation
+    re-check fits its requests inside the confirmation window.
     """
     now = observation.at
     policy = record.policy
     floor = policy.floor_s
-    hint, invalid = read_hints(observation.headers, reading, record.profile, now=now)
+    told, invalid = read_hints(
+        observation.headers, reading, record.profile, now=now, throttled=throttle
+    )
+    hint = told if told is not None and told.delay_s > 0 else None
+    if told is not None and hint is None:
+        note = f"{note + '; ' if note else ''}hint 0 ({told.origin}): no minimum"
     if hint is not None:
         minimum = max(hint.delay_s, floor)
         delay = hinted_delay_s(minimum, jitter=policy.hint_jitter, rng=rng)
@@ -566,9 +622,11 @@ def _schedule(
     }
     if hint is not None:
         extra["hint"] = {"origin": hint.origin, "delay_s": hint.delay_s}
+    elif told is not None:
+        extra["hint"] = {"origin": told.origin, "delay_s": 0.0, "minimum": False}
     earliest = now + timedelta(seconds=minimum)
     if earliest >= record.deadline_at:
-        told = (
+        wait = (
             f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
         )
         if demanded:
@@ -576,11 +634,11 @@ def _schedule(
                 record,
                 now,
                 Reason.RATE_LIMITED,
-                f"{note or 'throttled'}: {told}, past the deadline",
+                f"{note or 'throttled'}: {wait}, past the deadline",
             )
         else:
             record, kind, summary, more = deadline_reached(
-                record, now, f"; {told}, past the deadline"
+                record, now, f"; {wait}, past the deadline"
             )
         return record, kind, summary, extra | more
     next_poll_at = min(now + timedelta(seconds=delay), record.deadline_at)
@@ -674,7 +732,7 @@ def decide_submit(
     """
     now = observation.at
     code = observation.http_status
-    answer = meaning("submit", code, throttled=reading is not None and reading.throttled)
+    answer = meaning("submit", code, throttled=_is_throttled(record, observation, reading))
     resend = bool(record.idempotency_key) or record.submit_method in IDEMPOTENT_METHODS
     match answer.meaning:
         case Meaning.TROUBLE:

@@ -18,16 +18,19 @@ HINT_HEADERS: Final = ("retry-after", "retry-after-ms", "x-ms-retry-after-ms")
 
 
 def kept_header_names(profile: Profile) -> frozenset[str]:
-    """The response headers an observation keeps (lower-case): hints and request ids.
+    """The response headers an observation keeps (lower-case): hints, the throttle
+    rule's headers and request ids.
 
     Every other header is dropped before anything is stored.
     """
     hint_headers = (name for name, _ in profile.hint_headers)
+    throttle_headers = profile.throttle.header_names if profile.throttle else ()
     receipt_headers = profile.submit.status_url_headers
     return frozenset(
         (
             *HINT_HEADERS,
             *hint_headers,
+            *throttle_headers,
             *profile.request_id_headers,
             *DEFAULT_STATUS_URL_HEADERS,
             *receipt_headers,

@@ -93,6 +93,10 @@ class Outcome:
         last_http_status: the last HTTP status seen, or ``None``.
         request_id: the provider's request id of the last answer, or ``None``.
         result: the result (inline JSON) for a success, else ``None``.
+        result_url: where the provider keeps a result that was not fetched (an expired
+            or canceled batch's partial output file), without user info, a query
+            string shown as ``?…``; ``None`` when there is none or it was fetched
+            into ``result``.
         error: the provider's error, or our description of why we stopped.
         counts: per-item counts, when the profile names them.
         usage: the provider's usage report; ``None`` when it gave none (unknown, not 0).
@@ -115,6 +119,7 @@ class Outcome:
     last_http_status: int | None = None
     request_id: str | None = None
     result: JSON = None
+    result_url: str | None = None
     error: JSON = None
     counts: Mapping[str, JSON] | None = None
     usage: JSON = None
@@ -219,6 +224,7 @@ class Outcome:
             "last_http_status": self.last_http_status,
             "request_id": self.request_id,
             "result": self.result,
+            "result_url": self.result_url,
             "error": self.error,
             "counts": dict(self.counts) if self.counts is not None else None,
             "usage": self.usage,

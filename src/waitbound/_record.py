@@ -23,7 +23,7 @@ from waitbound._json import JSON, JSONScalar, canonical_json
 from waitbound._outcome import ESCALATION_OPTIONS, Outcome, OutcomeKind, Reason
 from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._schedule import DelaySource
-from waitbound._urls import origin
+from waitbound._urls import origin, redact_url
 
 __all__ = ["MAX_COUNT", "RECORD_SCHEMA", "Phase", "Policy", "Record", "RequestKind"]
 
@@ -277,6 +277,7 @@ class Record:
             last_http_status=self.last_http_status,
             request_id=self.last_request_id,
             result=self.result,
+            result_url=self._unfetched_result_url(),
             error=self.error,
             counts=self.counts,
             usage=self.usage,
@@ -284,6 +285,12 @@ class Record:
             options=ESCALATION_OPTIONS.get(self.reason, ()) if self.reason else (),
             next_check_at=None if self.is_finished else self.next_poll_at,
         )
+
+    def _unfetched_result_url(self) -> str | None:
+        """The result URL, redacted, when the result was not fetched from it."""
+        if self.result_url is None or self.result_fetched_at is not None:
+            return None
+        return redact_url(self.result_url)
 
     def to_json(self) -> dict[str, JSON]:
         """Encode the record as versioned JSON (``schema`` = :data:`RECORD_SCHEMA`)."""

@@ -11,14 +11,17 @@ winning:
 2. ``Retry-After`` (RFC 9110 §10.2.3: delay-seconds, decimals accepted, or an
    HTTP-date in any §5.6.7 form; a header sent twice, joined as ``"2, 30"``, gives
    its largest valid value);
-3. the profile's ``hint_headers`` (seconds or milliseconds, as declared);
-4. the body's ``poll_hint`` / ``poll_hint_ms`` (seconds / milliseconds);
-5. the body's ``next_check_at`` (RFC 3339).
+3. the profile's ``hint_headers`` (seconds, milliseconds or a Unix time, as declared);
+4. on a throttled answer only, the profile's ``throttle.reset_headers`` (same units);
+5. the body's ``poll_hint`` / ``poll_hint_ms`` (seconds / milliseconds);
+6. the body's ``next_check_at`` (in the profile's ``time_format``);
+7. on a throttled answer with none of them, the profile's ``throttle.default_delay_s``.
 
-A valid hint is a minimum: the next request waits at least that long, with only an
-upward jitter of at most ``hint_jitter`` (10 %) so a fleet told "120" does not come
-back in one wave. An unparsable or negative hint is ignored and reported as an
-:class:`InvalidHint`; the next one in precedence (or local backoff) applies.
+A valid positive hint is a minimum: the next request waits at least that long, with
+only an upward jitter of at most ``hint_jitter`` (10 %) so a fleet told "120" does not
+come back in one wave. A hint of zero imposes no minimum (local backoff applies). An
+unparsable or negative hint is ignored and reported as an :class:`InvalidHint`; the
+next one in precedence (or local backoff) applies.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from enum import StrEnum
 from functools import partial
 from typing import Final
 
-from waitbound._contract import Profile, Reading, parse_rfc3339
+from waitbound._contract import Profile, Reading, parse_time
 
 __all__ = [
     "DelaySource",
@@ -225,6 +228,18 @@ def _seconds(value: object, *, scale: float) -> float:
     Raises:
         ValueError: not a non-negative number (a string must be plain digits).
     """
+    number = _number(value)
+    if number >= MAX_HINT_S / scale:  # exact for huge integers; no float overflow
+        return MAX_HINT_S
+    return number * scale
+
+
+def _number(value: object) -> int | float:
+    """A hint's plain non-negative number (a string must be plain digits).
+
+    Raises:
+        ValueError: it is not one.
+    """
     number: int | float
     if isinstance(value, bool):
         raise ValueError("a boolean is not a number of seconds")
@@ -240,9 +255,7 @@ def _seconds(value: object, *, scale: float) -> float:
         raise ValueError("not a number")
     if number < 0:
         raise ValueError("negative")
-    if number >= MAX_HINT_S / scale:  # exact for huge integers; no float overflow
-        return MAX_HINT_S
-    return number * scale
+    return number
 
 
 def read_hints(
@@ -251,14 +264,18 @@ def read_hints(
     profile: Profile,
     *,
     now: datetime,
+    throttled: bool = False,
 ) -> tuple[Hint | None, tuple[InvalidHint, ...]]:
     """Pick the first valid hint in precedence order; report every invalid one seen before it.
 
     Args:
         headers: response headers, names lower-cased.
         reading: what the profile read from the body, or ``None`` without a JSON body.
-        profile: supplies ``hint_headers``.
-        now: the observation time, for HTTP-date and ``next_check_at`` hints.
+        profile: supplies ``hint_headers``, ``throttle`` and ``time_format``.
+        now: the observation time, for HTTP-date, Unix-time and ``next_check_at`` hints.
+        throttled: the answer is a throttle: the profile's ``throttle.reset_headers``
+            are read, and its ``default_delay_s`` applies when nothing else is valid
+            (a reset time on an ordinary answer is not a reason to wait).
 
     Returns:
         ``(hint or None, invalid hints)``.
@@ -279,15 +296,22 @@ def read_hints(
             )
         )
     candidates.extend(
-        (
-            f"{name} header",
-            headers[name],
-            DelaySource.PROVIDER_POLL_HINT,
-            partial(_seconds, scale=scale),
-        )
-        for name, scale in profile.hint_headers
+        (f"{name} header", headers[name], DelaySource.PROVIDER_POLL_HINT, _unit(unit, now=now))
+        for name, unit in profile.hint_headers
         if name in headers
     )
+    throttle = profile.throttle if throttled else None
+    if throttle is not None:
+        candidates.extend(
+            (
+                f"{name} header",
+                headers[name],
+                DelaySource.PROVIDER_RETRY_AFTER,
+                _unit(unit, now=now),
+            )
+            for name, unit in throttle.reset_headers
+            if name in headers
+        )
     if reading is not None and reading.poll_hint_s is not None:
         candidates.append(
             (
@@ -307,7 +331,7 @@ def read_hints(
                 "body next_check_at",
                 reading.next_check_at,
                 DelaySource.PROVIDER_POLL_HINT,
-                partial(_until, now=now),
+                partial(_until, now=now, time_format=profile.time_format),
             )
         )
     invalid: list[InvalidHint] = []
@@ -319,7 +343,33 @@ def read_hints(
             continue
         delay = min(delay, MAX_HINT_S)
         return Hint(delay_s=delay, source=source, origin=origin), tuple(invalid)
+    if throttle is not None and throttle.default_delay_s is not None:
+        default = Hint(
+            delay_s=throttle.default_delay_s,
+            source=DelaySource.PROVIDER_RETRY_AFTER,
+            origin="the profile's throttle.default_delay_s",
+        )
+        return default, tuple(invalid)
     return None, tuple(invalid)
+
+
+def _unit(unit: str, *, now: datetime) -> Callable[[object], float]:
+    """How a header hint in *unit* (``s``, ``ms``, ``epoch_s``) becomes seconds from *now*."""
+    if unit == "epoch_s":
+        return partial(_until_epoch, now=now)
+    return partial(_seconds, scale=0.001 if unit == "ms" else 1.0)
+
+
+def _until_epoch(value: object, *, now: datetime) -> float:
+    """Seconds from *now* until the Unix time *value* (seconds), 0 when past.
+
+    Raises:
+        ValueError: not a plain non-negative number.
+    """
+    when, start = _number(value), now.timestamp()
+    if when >= start + MAX_HINT_S:  # exact for huge integers; no float overflow
+        return MAX_HINT_S
+    return max(0.0, when - start)
 
 
 def _retry_after_origin(value: str, *, now: datetime) -> str:
@@ -334,8 +384,12 @@ def _retry_after_origin(value: str, *, now: datetime) -> str:
     return f"Retry-After header {value[:80]!a} ({note})" if note else "Retry-After header"
 
 
-def _until(value: object, *, now: datetime) -> float:
-    when = parse_rfc3339(value)
+def _until(value: object, *, now: datetime, time_format: str) -> float:
+    when = parse_time(value, time_format)
     if when is None:
-        raise ValueError("not an RFC 3339 time with a zone")
+        raise ValueError(
+            "not a Unix time in seconds"
+            if time_format == "epoch_s"
+            else "not an RFC 3339 time with a zone"
+        )
     return max(0.0, (when - now).total_seconds())

@@ -24,7 +24,7 @@ BASIC = {"state": "status", "pending": ["running"], "succeeded": ["done"], "fail
         ({**BASIC, "http_status_states": {"2x": "pending"}}, "not an HTTP status"),
         ({**BASIC, "http_status_states": {"204": "done"}}, "expected one of"),
         ({**BASIC, "counts": {"ok": "a"}}, "counts has unknown key"),
-        ({**BASIC, "hint_headers": {"X-Poll": "minutes"}}, "expected 's' or 'ms'"),
+        ({**BASIC, "hint_headers": {"X-Poll": "minutes"}}, "expected 's', 'ms' or 'epoch_s'"),
         ({**BASIC, "result_id": "file_id"}, "needs result_url_template"),
         ({**BASIC, "result_url_template": "/files/x"}, "{result_id}"),
         ({**BASIC, "require_on_success": "out"}, "must be a list"),

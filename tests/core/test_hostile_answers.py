@@ -371,16 +371,17 @@ def test_timed_out_detail_says_whether_the_deadline_was_reached(
     ("answer", "profile"),
     [
         ((200, {"status": "running"}, {"retry-after-ms": "1"}), PROFILE),
-        ((200, {"status": "running"}, {"Retry-After": "0"}), PROFILE),
-        ((429, None, {"Retry-After": "0"}), PROFILE),
+        ((200, {"status": "running"}, {"Retry-After": "0.5"}), PROFILE),
+        ((429, None, {"Retry-After": "1"}), PROFILE),
         ((200, {"status": "running", "poll_after_seconds": 0.01}), HINTED),
     ],
-    ids=["retry-after-ms-1", "retry-after-0", "429-retry-after-0", "body-hint-10ms"],
+    ids=["retry-after-ms-1", "retry-after-0.5", "429-retry-after-1", "body-hint-10ms"],
 )
 def test_hint_below_the_floor_is_raised_to_the_floor(
     answer: Any, profile: Mapping[str, Any]
 ) -> None:
-    """A hint shorter than min_delay waits the floor (plus at most 10 %), never less."""
+    """A positive hint shorter than min_delay waits the floor (plus at most 10 %), never
+    less (a hint of zero imposes no minimum: tests/core/test_vendor_rules.py)."""
     result = run({"/status": [answer, DONE]}, profile=profile, min_delay_s=3, base_delay_s=5)
     assert result.outcome.outcome is OutcomeKind.SUCCEEDED
     assert 3.0 <= result.clock.sleeps[0] <= 3.3

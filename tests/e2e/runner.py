@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from waitbound.sim import RequestLogEntry, Scenario, Simulator, load_scenario
 
@@ -180,6 +181,17 @@ def unmet(run: CaseRun, expect: dict[str, object]) -> list[str]:
         "last_http_status": (
             run.outcome["last_http_status"],
             run.outcome["last_http_status"] == expect.get("last_http_status"),
+        ),
+        "rate_limited_used": (
+            run.outcome["rate_limited_used"],
+            run.outcome["rate_limited_used"] == expect.get("rate_limited_used"),
+        ),
+        "counts": (run.outcome["counts"], run.outcome["counts"] == expect.get("counts")),
+        "usage": (run.outcome["usage"], run.outcome["usage"] == expect.get("usage")),
+        "result_url_path": (
+            run.outcome["result_url"],
+            isinstance(run.outcome["result_url"], str)
+            and urlsplit(run.outcome["result_url"]).path == expect.get("result_url_path"),
         ),
     }
     if "result" in expect:

@@ -401,3 +401,21 @@ def test_log_keeps_the_method_and_the_query() -> None:
     entry = sim.log()[0]
     assert (entry.method, entry.path) == ("PATCH", "/status?api-version=2024-01-01&b=%20x")
     assert entry.to_json()["path"] == "/status?api-version=2024-01-01&b=%20x"
+
+
+def test_unix_time_templates_are_integers_in_a_body_and_text_in_a_header() -> None:
+    """{epoch±Ns} and {start_epoch±Ns} give Unix seconds: a body string that is only the
+    template becomes a JSON integer (OpenAI's times); in a header or text it stays text."""
+    body = {"expires_at": "{start_epoch+86400s}", "now": "{epoch}", "text": "at {epoch+5s}"}
+    headers = {"x-ratelimit-reset": "{epoch+60s}"}
+    with serving({"status": [{"code": 200, "body": body, "headers": headers}]}) as (sim, client):
+        before = int(datetime.now(UTC).timestamp())
+        answer = client.get("/status")
+        after = int(datetime.now(UTC).timestamp())
+    got = answer.json()
+    start = int(sim.log()[0].at.timestamp())
+    assert got["expires_at"] == start + 86400
+    assert isinstance(got["now"], int)
+    assert before <= got["now"] <= after
+    assert before + 5 <= int(got["text"].removeprefix("at ")) <= after + 5
+    assert before + 60 <= int(answer.headers["x-ratelimit-reset"]) <= after + 60

@@ -440,6 +440,7 @@ def print_outcome(outcome: Outcome, as_json: bool) -> int:
             ("error", outcome.error, 500),
             ("counts", outcome.counts, 500),
             ("usage", outcome.usage, 500),
+            ("result url (not fetched)", outcome.result_url, 500),
             ("result", outcome.result, 2000),
         ):
             if value is not None:

@@ -39,7 +39,8 @@ __all__ = [
 Answer = dict[str, JSON]
 
 SMALL_CHARS: Final = 300
-"""The budget of a provider value shown beside the main answer (state, progress, counts)."""
+"""The budget of a provider value shown beside the main answer (state, progress, counts,
+an unfetched result URL)."""
 
 ID_CHARS: Final = 120
 """The most characters of a provider's job id shown."""
@@ -47,8 +48,8 @@ ID_CHARS: Final = 120
 
 def answer_bound(max_chars: int) -> int:
     """The most characters an answer's JSON text can have: a result and an error of
-    *max_chars* each, three small provider values, and the fixed fields and sentences."""
-    return 2 * max_chars + 3 * SMALL_CHARS + 4 * ID_CHARS + 2000
+    *max_chars* each, four small provider values, and the fixed fields and sentences."""
+    return 2 * max_chars + 4 * SMALL_CHARS + 4 * ID_CHARS + 2000
 
 
 def _text(value: JSON) -> str:
@@ -168,6 +169,8 @@ def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
             answer["next_tool"] = "start_job"
         return answer
     answer["counts"] = bounded(dict(record.counts) if record.counts else None, SMALL_CHARS)[0]
+    if outcome.result_url is not None:
+        answer["result_url"] = bounded(outcome.result_url, SMALL_CHARS)[0]
     message = outcome.message
     if record.result is not None:
         result, cut = bounded(record.result, max_chars)

@@ -101,7 +101,15 @@ class Jobs:
             return record
         said = {
             name: scrub(getattr(record, name), self._secrets)
-            for name in ("result", "error", "errors", "progress", "provider_state", "job_id")
+            for name in (
+                "result",
+                "result_url",
+                "error",
+                "errors",
+                "progress",
+                "provider_state",
+                "job_id",
+            )
         }
         return replace(record, **said)  # type: ignore[arg-type]
 

@@ -37,7 +37,11 @@ _CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie
 _CREDENTIAL_WORDS = re.compile(r"key|token|secret|auth|signature|password", re.IGNORECASE)
 _NOT_CREDENTIALS = frozenset({"idempotency-key"})
 """Names with a credential word that name no credential (tests compare their values)."""
-_TEMPLATE = re.compile(r"\{(?:(base_url)|(now|http_date|start)(?:([+-]\d+(?:\.\d+)?)s)?)\}")
+_TEMPLATE = re.compile(
+    r"\{(?:(base_url)|(now|http_date|start_epoch|start|epoch)(?:([+-]\d+(?:\.\d+)?)s)?)\}"
+)
+_EPOCH_ONLY = re.compile(r"\{(?:start_epoch|epoch)(?:[+-]\d+(?:\.\d+)?s)?\}")
+"""A body string that is one Unix-time template becomes a JSON integer (OpenAI's times)."""
 _JSON = "application/json"
 
 
@@ -99,7 +103,7 @@ def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 def _render(value: JSON, expand: Callable[[str], str]) -> JSON:
     if isinstance(value, str):
-        return expand(value)
+        return int(expand(value)) if _EPOCH_ONLY.fullmatch(value) else expand(value)
     if isinstance(value, list):
         return [_render(item, expand) for item in value]
     if isinstance(value, dict):
@@ -276,7 +280,8 @@ class Simulator:
             return index, at_s
 
     def _expand(self, text: str) -> str:
-        """Replace ``{base_url}``, ``{now±Ns}``, ``{http_date±Ns}`` and ``{start±Ns}``."""
+        """Replace ``{base_url}``, ``{now±Ns}``, ``{http_date±Ns}``, ``{start±Ns}`` and the
+        Unix times ``{epoch±Ns}`` / ``{start_epoch±Ns}`` (whole seconds)."""
         now = datetime.now(UTC)
         start = self._start[1] if self._start else now
 
@@ -286,6 +291,10 @@ class Simulator:
             offset = timedelta(seconds=float(match[3] or 0))
             if match[2] == "start":
                 return _rfc3339(start + offset)
+            if match[2] in ("epoch", "start_epoch"):
+                return str(
+                    int(((start if match[2] == "start_epoch" else now) + offset).timestamp())
+                )
             if match[2] == "http_date":
                 return email.utils.format_datetime(now + offset, usegmt=True)
             return _rfc3339(now + offset)
