@@ -268,6 +268,9 @@ def _new_record(
             status_url=operation.status_url,
             job_id=operation.job_id,
             poll_kind=operation.url_kind,
+            # A Location URL moves with every 202 that names a new one (as a submitted
+            # operation's does): the caller's URL is pinned as the trusted origin.
+            poll_header="location" if operation.url_kind is UrlKind.LOCATION else None,
         )
     key = operation.idempotency_key
     contract = operation.profile.submit
