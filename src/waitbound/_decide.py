@@ -315,9 +315,17 @@ def _settle(
     if isinstance(result_url, ValueError):
         return escalate(record, now, Reason.INTEGRATION_FAILURE, str(result_url))
     if result_url is HERE:
-        document = record.profile.read_result(
-            observation.body if observation.body_problem is None else None
-        )
+        if observation.body_problem is not None:
+            # The job is done, but its final state cannot be read: never report null.
+            where = "submission" if observation.kind == "submit" else "polling URL"
+            return escalate(
+                record,
+                now,
+                Reason.INTEGRATION_FAILURE,
+                f"the {where} answered HTTP {observation.http_status} ({outcome.value}) with "
+                f"{observation.body_problem}; the result cannot be read from it",
+            )
+        document = record.profile.read_result(observation.body)
         if document.ambiguous is not None:
             detail = repeated_key("result", document.ambiguous)
             return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
