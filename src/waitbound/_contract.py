@@ -323,7 +323,7 @@ class Profile:
     require_on_success: tuple[tuple[str, Expression], ...] = field(repr=False)
     count_expressions: Mapping[str, tuple[Expression, ...]] = field(repr=False)
     tables: Mapping[UrlKind, StateTable] = field(repr=False)
-    first_answer_states: Mapping[int, Classification] = field(default_factory=dict)
+    first_answer: StateTable = field(default_factory=StateTable)
     case_insensitive: bool = False
     hint_headers: tuple[tuple[str, str], ...]
     request_id_headers: tuple[str, ...]
@@ -540,6 +540,8 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
             f"{where}: no state source; give 'state', 'done' or 'http_status_states'"
         )
 
+    submit_data = data.get("submit")
+    first = submit_data.get("http_status_states") if isinstance(submit_data, Mapping) else None
     fold = data.get("case_insensitive_states", False)
     if not isinstance(fold, bool):
         raise ProfileError(f"{where}: case_insensitive_states must be true or false")
@@ -557,10 +559,10 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
                     "finite numbers or booleans"
                 )
             if key in listed:
-                other, first = listed[key]
-                if first != value:
+                other, earlier = listed[key]
+                if earlier != value:
                     raise ProfileError(
-                        f"{where}: state values {first!r} ({other}) and {value!r} "
+                        f"{where}: state values {earlier!r} ({other}) and {value!r} "
                         f"({list_name}) are the same ignoring case"
                     )
                 where_else = (
@@ -586,11 +588,15 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
     require_on_success = tuple(
         (str(text), compile_expression(where, "require_on_success", text)) for text in required
     )
+    codes, classes = _parse_codes(where, "http_status_states", data.get("http_status_states"))
     status = StateTable(
         state=expressions.get("state"),
-        **_parse_codes(where, "http_status_states", data.get("http_status_states")),
+        codes=codes,
+        code_classes=classes,
         unlisted=_parse_unlisted(where, "unlisted_state", data.get("unlisted_state")),
     )
+    codes, classes = _parse_codes(where, "submit.http_status_states", first)
+    first_answer = StateTable(codes=codes, code_classes=classes)
     tables = {UrlKind.STATUS: status} | _parse_url_kinds(where, data.get("url_kinds"))
     submit = parse_submit(where, data.get("submit"), job_id=expressions.get("job_id"))
     for source in submit.polling:
@@ -599,8 +605,6 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
                 f"{where}: submit.polling_url names kind {source.kind.value!r} but "
                 f"url_kinds has no {source.kind.value!r} entry"
             )
-    section = data.get("submit")
-    first = section.get("http_status_states") if isinstance(section, Mapping) else None
     return Profile(
         name=name,
         source={key: value for key, value in data.items() if key != SCHEMA_KEY},
@@ -609,7 +613,7 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         require_on_success=require_on_success,
         count_expressions=_parse_counts(where, data.get("counts")),
         tables=tables,
-        first_answer_states=_parse_http_status_states(where, "submit.http_status_states", first),
+        first_answer=first_answer,
         case_insensitive=fold,
         hint_headers=parse_hint_headers(where, data.get("hint_headers"), "hint_headers"),
         request_id_headers=_parse_header_names(where, data.get("request_id_headers")),
@@ -651,9 +655,13 @@ def _parse_url_kinds(where: str, data: object) -> dict[UrlKind, StateTable]:
             )
         if kind is UrlKind.RESOURCE and "state" not in section:
             raise ProfileError(f"{where}: {at} needs 'state' (where the resource keeps it)")
+        codes, classes = _parse_codes(
+            where, f"{at}.http_status_states", section.get("http_status_states")
+        )
         tables[kind] = StateTable(
             state=_compiled(where, f"{at}.state", section.get("state")),
-            **_parse_codes(where, f"{at}.http_status_states", section.get("http_status_states")),
+            codes=codes,
+            code_classes=classes,
             when_no_state=_parse_when_no_state(where, f"{at}.when_no_state", section),
             unlisted=_parse_unlisted(where, f"{at}.unlisted_state", section.get("unlisted_state")),
         )
@@ -683,8 +691,11 @@ def _parse_unlisted(where: str, key: str, value: object) -> Classification:
     return Classification(value)
 
 
-def _parse_codes(where: str, key: str, table: object) -> dict[str, dict[int, Classification]]:
-    """An ``http_status_states`` table split into exact codes and ``"4xx"``-style rows."""
+def _parse_codes(
+    where: str, key: str, table: object
+) -> tuple[dict[int, Classification], dict[int, Classification]]:
+    """An ``http_status_states`` table split into exact codes and ``"4xx"``-style rows
+    (keyed by the status class: 2, 4 or 5)."""
     exact: object = table
     classes: dict[int, Classification] = {}
     if isinstance(table, Mapping):
@@ -692,7 +703,7 @@ def _parse_codes(where: str, key: str, table: object) -> dict[str, dict[int, Cla
         for row, value in table.items():
             if row not in exact:
                 classes[int(str(row)[0])] = _class(where, f"{key}[{row}]", value)
-    return {"codes": _parse_http_status_states(where, key, exact), "code_classes": classes}
+    return _parse_http_status_states(where, key, exact), classes
 
 
 def _parse_counts(where: str, counts: object) -> dict[str, tuple[Expression, ...]]:

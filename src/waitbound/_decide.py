@@ -314,17 +314,17 @@ def _settle(
     result_url = _result_url(record, observation, reading, final_here=final_here)
     if isinstance(result_url, ValueError):
         return escalate(record, now, Reason.INTEGRATION_FAILURE, str(result_url))
+    if result_url in (HERE, None) and observation.body_problem is not None:
+        # The job is done, but its final state cannot be read: never report null.
+        where = "submission" if observation.kind == "submit" else "polling URL"
+        return escalate(
+            record,
+            now,
+            Reason.INTEGRATION_FAILURE,
+            f"the {where} answered HTTP {observation.http_status} ({outcome.value}) with "
+            f"{observation.body_problem}; the result cannot be read from it",
+        )
     if result_url is HERE:
-        if observation.body_problem is not None:
-            # The job is done, but its final state cannot be read: never report null.
-            where = "submission" if observation.kind == "submit" else "polling URL"
-            return escalate(
-                record,
-                now,
-                Reason.INTEGRATION_FAILURE,
-                f"the {where} answered HTTP {observation.http_status} ({outcome.value}) with "
-                f"{observation.body_problem}; the result cannot be read from it",
-            )
         document = record.profile.read_result(observation.body)
         if document.ambiguous is not None:
             detail = repeated_key("result", document.ambiguous)
@@ -845,7 +845,8 @@ def _receipt(
     )
     stated = reading.classification if reading is not None else None
     if receipt.status_url is None:
-        by_code = profile.first_answer_states.get(code) if code is not None else None
+        table = profile.first_answer
+        by_code = None if code is None else table.by_code(code) or table.by_code_class(code)
         if stated in _TERMINAL or by_code in _TERMINAL:
             done = stated if stated in _TERMINAL else by_code
             assert done is not None

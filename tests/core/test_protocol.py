@@ -1004,3 +1004,31 @@ def test_any_answers_at_a_location_or_resource_url_stay_bounded_and_end_once(
     if outcome.outcome is OutcomeKind.ESCALATED:
         assert isinstance(outcome.error, dict)
         assert "\n" not in str(outcome.error.get("detail"))
+
+
+def test_a_monitor_success_by_code_with_an_unreadable_body_is_not_a_null_result() -> None:
+    """A status monitor whose exact code row says 200 is succeeded, answering a body that
+    is not JSON: the job's result would be the monitor's own `result`, which cannot be
+    read: integration_failure, never succeeded with null (and require_on_success is not
+    skipped by it)."""
+    monitor = f"{ARM}/operations/1"
+    profile = {"state": "status", "succeeded": ["done"], "result": "result",
+               "http_status_states": {"200": "succeeded"}}  # fmt: skip
+    result = drive({monitor: [(200, b"<html>maintenance</html>")]}, wait_url=monitor,
+                   profile=profile)  # fmt: skip
+    assert result.outcome.reason is Reason.INTEGRATION_FAILURE
+    assert "the result cannot be read" in result.detail()
+
+
+@pytest.mark.parametrize(("code", "ended"), [(200, True), (204, True), (202, False)])
+def test_submit_http_status_states_accepts_a_class_row(code: int, ended: bool) -> None:
+    """`submit.http_status_states` takes `"2xx"`-style rows like every code table: with no
+    polling URL, `{"2xx": "succeeded", "202": "pending"}` ends a 200 or 204 at once and a
+    202 (exact row first) still names no status resource."""
+    first = {"2xx": "succeeded", "202": "pending"}
+    profile = {"state": "status", "succeeded": ["done"],
+               "submit": {"status_url_headers": [], "http_status_states": first}}  # fmt: skip
+    result = drive({ACTION: [(code, b"" if code == 204 else b"{}")]}, method="POST", url=ACTION,
+                   profile=profile)  # fmt: skip
+    assert (result.outcome.outcome is OutcomeKind.SUCCEEDED) is ended
+    assert len(result.web.sent) == 1

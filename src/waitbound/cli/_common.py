@@ -184,7 +184,11 @@ PROFILE_OPTIONS = options(
     click.option("--canceled", help="Comma-separated canceled state values."),
     click.option("--expired", help="Comma-separated expired state values."),
     click.option("--require", multiple=True, help="JMESPath non-null on success (repeatable)."),
-    click.option("--result-path", help="JMESPath to the result in the result document."),
+    click.option(
+        "--result-path",
+        help="JMESPath to the result in the status body (a fetched result document is "
+        "taken whole).",
+    ),
     click.option("--error-path", help="JMESPath to the provider's error."),
     click.option("--job-id-path", help="JMESPath to the provider's job id."),
     click.option("--poll-hint-path", help="JMESPath to a poll hint in seconds."),

@@ -121,8 +121,9 @@ def create_server(jobs: Jobs, *, settings: WorkerSettings | None = None) -> MCPS
     ) -> ToolAnswer:
         """Start a long-running job at a configured provider and return at once.
 
-        The answer has done=false and status "processing": the job has STARTED and is
-        NOT complete. Call await_job next with the operation_id.
+        Usually the answer has done=false and status "processing": the job has STARTED
+        and is NOT complete; call await_job next with the operation_id. When the
+        provider's first answer already ends the job, done=true and the outcome is final.
         """
         return await answer(lambda: jobs.start_job(provider, body, path, method, idempotency_key))
 
