@@ -69,12 +69,16 @@ class Request:
     """One request to send: ``method url`` with a total timeout in seconds.
 
     A ``submit`` request's body and headers come from the caller, never the record.
+    ``redirect_budget`` is how many same-origin redirects it may follow at most (each
+    is one more request to the provider, so never more than the request budget has
+    left); ``None`` leaves it to the transport's own limit.
     """
 
     kind: RequestKind
     url: str
     timeout_s: float
     method: str = "GET"
+    redirect_budget: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -325,7 +329,13 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
     )
     return Send(
         transition=Transition(record=reserved, events=(*notes, event)),
-        request=Request(kind=kind, url=url, timeout_s=timeout_s, method=method or "GET"),
+        request=Request(
+            kind=kind,
+            url=url,
+            timeout_s=timeout_s,
+            method=method or "GET",
+            redirect_budget=max(0, reserved.policy.max_requests - reserved.requests_used),
+        ),
     )
 
 
@@ -363,8 +373,10 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
         and what was decided (an outcome, or the next request time and its source).
     """
     now = observation.at
+    counter = _COUNTERS[observation.kind]
     base = replace(
         record,
+        **{counter: getattr(record, counter) + observation.redirects},
         in_flight=None,
         lease_owner=None,
         lease_expires_at=None,

@@ -53,6 +53,8 @@ class Observation:
         transport_error: a timeout or connection failure, in words; ``None`` otherwise.
         request_id: the provider's request id, from the profile's request-id headers.
         elapsed_s: seconds the request took.
+        redirects: same-origin redirects followed on the way (each one more request
+            to the provider, counted like the request itself).
     """
 
     kind: RequestKind
@@ -64,3 +66,4 @@ class Observation:
     transport_error: str | None = None
     request_id: str | None = None
     elapsed_s: float = 0.0
+    redirects: int = 0

@@ -165,11 +165,23 @@ class _Exchange:
         self.problem: str | None = None
         self.decoder: _Decoder | None = None
         self.received = False
+        self.followed = 0
+        """Redirects followed so far."""
         self.abandoned = threading.Event()
         """Set when the caller stopped waiting: the exchange stops at its next step."""
 
+    @property
+    def redirect_limit(self) -> int:
+        """Redirects this request may follow: the settings' limit, within its budget."""
+        budget = self.request.redirect_budget
+        return (
+            self.settings.max_redirects
+            if budget is None
+            else min(self.settings.max_redirects, budget)
+        )
+
     def hops(self) -> range:
-        return range(self.settings.max_redirects + 1)
+        return range(self.redirect_limit + 1)
 
     def request_headers(self) -> httpx.Headers:
         """The headers to send: ours, the caller's over them, our Accept-Encoding last.
@@ -228,10 +240,15 @@ class _Exchange:
             return False  # a submission is never sent twice; its 3xx is the answer
         if elsewhere:
             self.problem = f"a redirect to another origin ({origin(target)[1]}), not followed"
-        elif hops >= self.settings.max_redirects:
-            self.problem = f"more than {self.settings.max_redirects} redirects"
+        elif hops >= self.redirect_limit:
+            self.problem = (
+                f"more than {self.settings.max_redirects} redirects"
+                if self.redirect_limit == self.settings.max_redirects
+                else f"a redirect the request budget has no room for ({hops} followed)"
+            )
         else:
             self.url = target
+            self.followed = hops + 1
             return True
         return False
 
@@ -314,6 +331,7 @@ class _Exchange:
             body_problem=problem,
             request_id=request_id[:200] if request_id else None,
             elapsed_s=self._elapsed_s(),
+            redirects=self.followed,
         )
 
     def failed(self, exc: Exception) -> Observation:
@@ -333,6 +351,7 @@ class _Exchange:
             at=self.clock.now(),
             transport_error=what,
             elapsed_s=self._elapsed_s(),
+            redirects=self.followed,
         )
 
     def timed_out(self) -> Observation:
@@ -342,6 +361,7 @@ class _Exchange:
             at=self.clock.now(),
             transport_error=f"no answer within {self.request.timeout_s:.3g}s (timeout)",
             elapsed_s=self._elapsed_s(),
+            redirects=self.followed,
         )
 
 
