@@ -9,7 +9,8 @@ one transaction before they act.
 One step of an operation (the order matters):
 
 1. finished → stop.
-2. ``now >= deadline_at`` → ``timed_out`` (checked before any request).
+2. ``now >= stop_at`` (the deadline, or the business deadline when earlier) →
+   ``timed_out`` (checked before any request).
 3. the next request would exceed ``max_requests`` → escalate ``request_budget_exhausted``.
 4. ``now < next_poll_at`` → sleep until then (or the deadline), holding no lease;
    on waking late, send ONE request, never a burst.
@@ -127,7 +128,7 @@ def _standard_data(record: Record) -> dict[str, JSON]:
         "phase": record.phase.value,
         "state": record.provider_state,
         "requests_used": record.requests_used,
-        "max_requests": record.policy.max_requests,
+        "max_requests": record.max_requests,
         "next_poll_at": record.next_poll_at.isoformat() if not record.is_finished else None,
         "delay_source": record.delay_source.value if record.delay_source else None,
     }
@@ -152,10 +153,19 @@ def created_event(record: Record) -> AuditEvent:
         record.created_at,
         "created",
         f"{what} with profile {record.profile.name}: deadline "
-        f"{record.deadline_at.isoformat()}, at most {policy.max_requests} requests",
+        f"{record.deadline_at.isoformat()}"
+        + (
+            f", business deadline {record.business_deadline_at.isoformat()}"
+            if record.business_deadline_at
+            else ""
+        )
+        + f", at most {policy.max_requests} requests",
         status_url=redact_url(record.status_url) if record.status_url else None,
         submit_fingerprint=record.submit_fingerprint,
         deadline_at=record.deadline_at.isoformat(),
+        business_deadline_at=record.business_deadline_at.isoformat()
+        if record.business_deadline_at
+        else None,
     )
 
 
@@ -210,13 +220,13 @@ def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False)
             )
             step = escalate(record, now, Reason.RESULT_UNCONFIRMED, detail)
             return _finish_early(record, now, notes, step)
-    budget_left = record.requests_used < record.policy.max_requests
+    budget_left = record.requests_used < record.max_requests
     if record.phase is Phase.SUBMITTING:
         if not budget_left:
             return _budget_spent(record, now, notes, "the submission cannot be sent")
         return _plan_submit(record, now, owner, notes, can_submit=can_submit)
     cancel_at = cancel_url(record)
-    if now >= record.deadline_at:
+    if now >= record.stop_at:
         first_cancel = record.cancel_on_deadline and not record.cancel_requests_used
         if first_cancel and cancel_at and budget_left:
             return _reserve(record, now, owner, notes, "cancel", cancel_at)
@@ -227,7 +237,7 @@ def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False)
         why = "the cancel cannot be sent" if record.cancel_due and cancel_at else ""
         return _budget_spent(record, now, notes, why)
     if now < record.next_poll_at:
-        until = min(record.next_poll_at, record.deadline_at)
+        until = min(record.next_poll_at, record.stop_at)
         return Sleep(until=until, seconds=seconds_between(now, until))
     match record.phase:
         case Phase.FETCHING_RESULT:
@@ -250,10 +260,10 @@ def _plan_submit(
     elif not can_submit:
         why = "its body and headers are not at hand (they are never stored)"
     else:
-        if now >= record.deadline_at:
+        if now >= record.stop_at:
             return _finish_early(record, now, notes, deadline_reached(record, now))
         if now < record.next_poll_at:
-            until = min(record.next_poll_at, record.deadline_at)
+            until = min(record.next_poll_at, record.stop_at)
             return Sleep(until=until, seconds=seconds_between(now, until))
         url = record.submit_url or ""
         return _reserve(record, now, owner, notes, "submit", url, method=record.submit_method)
@@ -268,7 +278,7 @@ def _plan_submit(
 def _budget_spent(record: Record, now: datetime, notes: list[AuditEvent], why: str) -> Finish:
     """Every request of the budget is used (submit, status, result and cancel alike)."""
     detail = (
-        f"all {record.policy.max_requests} requests of the budget are used "
+        f"all {record.max_requests} requests of the budget are used "
         f"without a terminal answer (last state {show(record.provider_state)})"
     )
     if why:
@@ -304,7 +314,7 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
     method: str | None = None,
 ) -> Send:
     policy = record.policy
-    left_s = seconds_between(now, record.deadline_at)
+    left_s = seconds_between(now, record.stop_at)
     # A cancel at the deadline (--cancel-on-deadline) still gets a short timeout.
     timeout_s = min(policy.request_timeout_s, left_s if kind != "cancel" else policy.lease_s)
     if kind == "cancel":
@@ -318,7 +328,7 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
         **{counter: getattr(record, counter) + 1},
     )
     late_s = seconds_between(record.next_poll_at, now)
-    budget = f" {reserved.requests_used} of {policy.max_requests}"
+    budget = f" {reserved.requests_used} of {reserved.max_requests}"
     summary = f"reserved {kind} request{budget} (timeout {timeout_s:.3g}s)" + (
         f"; {late_s:.3g}s later than planned" if late_s > 1 and kind == "status" else ""
     )

@@ -552,12 +552,12 @@ def _throttled(
 ) -> Step:
     used = record.rate_limited_used + 1
     record = replace(record, rate_limited_used=used)
-    if used > record.policy.max_rate_limited:
+    if used > record.max_rate_limited:
         return escalate(
             record,
             observation.at,
             Reason.RATE_LIMITED,
-            f"throttled {used} times; the rate-limit budget is {record.policy.max_rate_limited}",
+            f"throttled {used} times; the rate-limit budget is {record.max_rate_limited}",
         )
     return _schedule(record, observation, reading, rng, note="throttled", throttle=True)
 
@@ -568,12 +568,12 @@ def _provider_trouble(
     what = observation.transport_error or f"HTTP {observation.http_status}"
     used = record.transport_failures_used + 1
     record = replace(record, transport_failures_used=used)
-    if used > record.policy.max_transport_failures:
+    if used > record.max_transport_failures:
         return escalate(
             record,
             observation.at,
             Reason.PROVIDER_FAILURE,
-            f"{what}; {used} transport failures (budget {record.policy.max_transport_failures}); "
+            f"{what}; {used} transport failures (budget {record.max_transport_failures}); "
             f"the job's state could not be learned (last known {show(record.provider_state)})",
         )
     return _schedule(
@@ -645,7 +645,7 @@ def _schedule(
     elif told is not None:
         extra["hint"] = {"origin": told.origin, "delay_s": 0.0, "minimum": False}
     earliest = now + timedelta(seconds=minimum)
-    if earliest >= record.deadline_at:
+    if earliest >= record.stop_at:
         wait = (
             f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
         )
@@ -661,7 +661,7 @@ def _schedule(
                 record, now, f"; {wait}, past the deadline"
             )
         return record, kind, summary, extra | more
-    next_poll_at = min(now + timedelta(seconds=delay), record.deadline_at)
+    next_poll_at = min(now + timedelta(seconds=delay), record.stop_at)
     record = replace(record, next_poll_at=next_poll_at, delay_source=source)
     ignored = (
         "; ignored " + ", ".join(f"{b.origin} {b.value!r}" for b in invalid) if invalid else ""
@@ -725,7 +725,7 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
     code = observation.http_status
     answer = observation.transport_error or f"HTTP {code}"
     record = replace(record, cancel_due=False)
-    if now >= record.deadline_at:
+    if now >= record.stop_at:
         return timed_out(record, now, f"; cancel requested at the deadline ({answer})")
     accepted = code is not None and 200 <= code < 300
     if accepted:

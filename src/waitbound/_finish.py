@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from waitbound._contract import Counts, is_present
 from waitbound._json import JSON
 from waitbound._outcome import OutcomeKind, Reason
-from waitbound._record import Phase, Record
+from waitbound._record import DecisionRequest, Phase, Record
 
 __all__ = [
     "Step",
@@ -56,15 +56,19 @@ def deadline_reached(record: Record, now: datetime, why: str = "") -> Step:
 
 
 def timed_out(record: Record, now: datetime, why: str = "") -> Step:
-    if now >= record.deadline_at:
-        detail = f"the deadline {record.deadline_at.isoformat()} was reached{why}"
+    """Stop at the deadline, or at the business deadline when that comes first."""
+    business = record.business_deadline_at is not None and record.stop_at < record.deadline_at
+    what = "business deadline" if business else "deadline"
+    if now >= record.stop_at:
+        detail = f"the {what} {record.stop_at.isoformat()} was reached{why}"
     else:
         detail = (
-            f"stopped before the deadline {record.deadline_at.isoformat()}: the next request "
+            f"stopped before the {what} {record.stop_at.isoformat()}: the next request "
             f"may not be sent before it{why}"
         )
     detail += "; the job may still run"
-    return finish(record, now, OutcomeKind.TIMED_OUT, Reason.DEADLINE_EXCEEDED, detail=detail)
+    reason = Reason.BUSINESS_DEADLINE_EXCEEDED if business else Reason.DEADLINE_EXCEEDED
+    return finish(record, now, OutcomeKind.TIMED_OUT, reason, detail=detail)
 
 
 def escalate(
@@ -107,13 +111,20 @@ def finish(
         if record.error is not None:
             error["provider_error"] = record.error
         record = replace(record, error=error)
+    asks = outcome in (OutcomeKind.ESCALATED, OutcomeKind.TIMED_OUT)
     record = replace(
         record,
         phase=Phase.DONE,
+        stopped_phase=record.phase,
         outcome=outcome,
         reason=reason,
         finished_at=now,
         delay_source=None,
+        decision_request=DecisionRequest(
+            opened_at=now, due_at=now + timedelta(seconds=record.policy.decision_timeout_s)
+        )
+        if asks
+        else None,
     )
     summary = f"outcome {outcome.value}" + (f" ({reason.value})" if reason else "")
     if detail:

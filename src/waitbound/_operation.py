@@ -170,7 +170,7 @@ def _resume(store: Store, existing: Record, clock: Clock) -> Record:
         existing,
         clock.now(),
         "resumed",
-        f"resumed: {existing.requests_used} of {existing.policy.max_requests} requests "
+        f"resumed: {existing.requests_used} of {existing.max_requests} requests "
         f"used, deadline {existing.deadline_at.isoformat()}",
     )
     try:
@@ -255,6 +255,9 @@ def _new_record(
         trusted_origins=tuple(check_url(o, "trusted origin") for o in operation.trusted_origins),
         created_at=now,
         deadline_at=now + timedelta(seconds=operation.policy.deadline_s),
+        business_deadline_at=None
+        if (business := operation.policy.business_deadline_s) is None
+        else now + timedelta(seconds=business),
         next_poll_at=now,
     )
     if isinstance(operation, Operation):

@@ -60,6 +60,12 @@ class Reason(StrEnum):
     again; a person may decide to fetch the result once more."""
     SKIPPED = "skipped"
     """With ``canceled``: the provider skipped the run (it never ran)."""
+    BUSINESS_DEADLINE_EXCEEDED = "business_deadline_exceeded"
+    """With ``timed_out``: the business deadline passed; the result would no longer be
+    useful, even though the provider's deadline was later."""
+    DECISION_TIMEOUT = "decision_timeout"
+    """A decision was asked of a person and nobody answered before the decision
+    deadline; the operation is closed (its last reason is in ``error``)."""
 
 
 ESCALATION_OPTIONS: Final[Mapping[Reason, tuple[str, ...]]] = {

@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 import json
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 from waitbound._audit import GENESIS_HASH
 from waitbound._clock import utc
@@ -25,9 +25,20 @@ from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._schedule import DelaySource
 from waitbound._urls import origin, redact_url
 
-__all__ = ["MAX_COUNT", "RECORD_SCHEMA", "Phase", "Policy", "Record", "RequestKind"]
+__all__ = [
+    "MAX_COUNT",
+    "RECORD_SCHEMA",
+    "Decision",
+    "DecisionRequest",
+    "Grants",
+    "Phase",
+    "Policy",
+    "Record",
+    "RequestKind",
+]
 
 RECORD_SCHEMA: Final = 1
+_P = TypeVar("_P", "Grants", "DecisionRequest", "Decision")
 RequestKind = Literal["submit", "status", "result", "errors", "cancel"]
 
 
@@ -53,6 +64,15 @@ class Policy:
         confirm_max_requests: how many more status requests that re-check may send.
         hint_jitter: the upward jitter added to provider hints (a fraction, 0.1 = 10 %).
         lease_s: how long a worker's lease outlives the request it holds it for.
+        business_deadline_s: from creation to the business deadline, after which the
+            result would no longer be useful (``None``: none); waiting stops there with
+            reason ``business_deadline_exceeded`` even when ``deadline_s`` is later.
+        max_extensions: how many grants (``extend``, ``treat_as_pending``, ``cancel``,
+            ``fetch_result_again``) people's decisions may give one operation.
+        max_extension_s: the longest one grant may extend the deadline by; ``None``
+            means ``deadline_s``.
+        decision_timeout_s: how long an open decision request waits for a person before
+            it is closed as ``decision_timeout``.
 
     Raises:
         UsageError: a value out of range (durations must be finite and positive, at most
@@ -72,10 +92,24 @@ class Policy:
     confirm_max_requests: int = 2
     hint_jitter: float = 0.1
     lease_s: float = 10.0
+    business_deadline_s: float | None = None
+    max_extensions: int = 3
+    max_extension_s: float | None = None
+    decision_timeout_s: float = 7 * 24 * 3600.0
 
     def __post_init__(self) -> None:
-        for name in ("deadline_s", "base_delay_s", "max_delay_s", "request_timeout_s", "lease_s"):
+        for name in (
+            "deadline_s",
+            "base_delay_s",
+            "max_delay_s",
+            "request_timeout_s",
+            "lease_s",
+            "decision_timeout_s",
+        ):
             _check_number(name, getattr(self, name), positive=True)
+        for name in ("business_deadline_s", "max_extension_s"):
+            if getattr(self, name) is not None:
+                _check_number(name, getattr(self, name), positive=True)
         for name in ("not_found_grace_s", "confirm_window_s", "hint_jitter"):
             _check_number(name, getattr(self, name), positive=False)
         if self.min_delay_s is not None:  # a zero floor would allow a tight loop
@@ -87,7 +121,12 @@ class Policy:
                 )
         for name in ("max_requests",):
             _check_int(name, getattr(self, name), minimum=1)
-        for name in ("max_transport_failures", "max_rate_limited", "confirm_max_requests"):
+        for name in (
+            "max_transport_failures",
+            "max_rate_limited",
+            "confirm_max_requests",
+            "max_extensions",
+        ):
             _check_int(name, getattr(self, name), minimum=0)
         if self.max_delay_s < self.base_delay_s:
             raise UsageError(
@@ -99,6 +138,11 @@ class Policy:
     def floor_s(self) -> float:
         """The smallest delay ever scheduled, in seconds."""
         return self.min_delay_s if self.min_delay_s is not None else min(1.0, self.base_delay_s)
+
+    @property
+    def extension_ceiling_s(self) -> float:
+        """The longest one grant may extend the deadline by, in seconds."""
+        return self.max_extension_s if self.max_extension_s is not None else self.deadline_s
 
 
 @functools.lru_cache(maxsize=64)
@@ -138,6 +182,66 @@ def _check_int(name: str, value: object, *, minimum: int) -> None:
         raise UsageError(f"{name} must be at most {MAX_COUNT}, got {value!r}")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grants:
+    """What people's decisions added to the policy's limits (never a reset: the
+    counters keep counting, the limits grow by these).
+
+    Attributes:
+        requests, transport_failures, rate_limited: added to ``max_requests``,
+            ``max_transport_failures`` and ``max_rate_limited``.
+        extensions: how many grants were made (bounded by ``policy.max_extensions``).
+        pending_states: provider states a person said to read as pending for this
+            operation only (``treat_as_pending``).
+    """
+
+    requests: int = 0
+    transport_failures: int = 0
+    rate_limited: int = 0
+    extensions: int = 0
+    pending_states: tuple[JSONScalar, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecisionRequest:
+    """A decision a person is asked for: an escalation, a timeout, or an agent's request.
+
+    Attributes:
+        opened_at: when it was opened.
+        due_at: when it is closed as ``decision_timeout`` if nobody answers.
+        requested_by: ``waitbound`` (the operation stopped) or who asked (an agent's
+            label, e.g. ``agent:mcp:transcode``).
+        minutes, checks, why: an agent's proposed extension and its reason (``None``
+            for an escalation).
+    """
+
+    opened_at: datetime
+    due_at: datetime
+    requested_by: str = "waitbound"
+    minutes: float | None = None
+    checks: int | None = None
+    why: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """One decision a person made, as recorded (also an audit event ``decided``).
+
+    Attributes:
+        option: what was decided (``extend``, ``cancel``, ``abandon``, …, or
+            ``decision_timeout`` when nobody decided in time).
+        by: who decided; ``why``: their reason; ``at``: when.
+        detail: what the decision changed: the limits before and after, the grant, the
+            new profile's version, the credential label, the evidence (never a secret).
+    """
+
+    option: str
+    by: str
+    why: str
+    at: datetime
+    detail: dict[str, JSON] = field(default_factory=dict)
+
+
 class Phase(StrEnum):
     """Where an operation is in its life."""
 
@@ -166,6 +270,13 @@ class Record:
     credentials never follow a move. ``location_url`` is the first answer's
     ``Location`` and ``final_state_via`` the caller's or profile's choice of where the
     final state is.
+
+    ``grants`` are what people's decisions added to the policy's limits; the limits
+    that apply are :attr:`max_requests`, :attr:`max_transport_failures`,
+    :attr:`max_rate_limited`. ``decision_request`` is the open request for a person's
+    decision (set when the operation stops without an honest outcome, or an agent asks
+    for more time), ``decisions`` the decisions made, ``stopped_phase`` the phase it
+    stopped in (where a decision resumes it).
     """
 
     operation_id: str
@@ -175,6 +286,7 @@ class Record:
     created_at: datetime
     deadline_at: datetime
     next_poll_at: datetime
+    business_deadline_at: datetime | None = None
     caller_url: str | None = None
     poll_kind: UrlKind = UrlKind.STATUS
     poll_header: str | None = None
@@ -227,6 +339,12 @@ class Record:
     result_fetched_at: datetime | None = None
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
+    stopped_phase: Phase | None = None
+    grants: Grants = Grants()
+    decision_request: DecisionRequest | None = None
+    decisions: tuple[Decision, ...] = ()
+    decided_by: str | None = None
+    credential_label: str | None = None
     audit_seq: int = 0
     audit_head: str = GENESIS_HASH
     version: int = 0
@@ -241,6 +359,27 @@ class Record:
             + self.result_requests_used
             + self.cancel_requests_used
         )
+
+    @property
+    def max_requests(self) -> int:
+        """The request budget that applies: the policy's plus what decisions granted."""
+        return self.policy.max_requests + self.grants.requests
+
+    @property
+    def max_transport_failures(self) -> int:
+        """Transport failures tolerated: the policy's plus what decisions granted."""
+        return self.policy.max_transport_failures + self.grants.transport_failures
+
+    @property
+    def max_rate_limited(self) -> int:
+        """Throttled answers tolerated: the policy's plus what decisions granted."""
+        return self.policy.max_rate_limited + self.grants.rate_limited
+
+    @property
+    def stop_at(self) -> datetime:
+        """When waiting stops: the deadline, or the business deadline when earlier."""
+        business = self.business_deadline_at
+        return self.deadline_at if business is None else min(self.deadline_at, business)
 
     @property
     def is_finished(self) -> bool:
@@ -301,10 +440,10 @@ class Record:
                 data["profile"] = {"name": value.name, "table": dict(value.source)}
             elif item.name == "policy":
                 data["policy"] = _policy_json(value)
-            elif isinstance(value, datetime):
-                data[item.name] = value.isoformat()
+            elif item.name == "decisions":
+                data["decisions"] = [_part_json(decision) for decision in value]
             else:
-                data[item.name] = value
+                data[item.name] = _part_json(value)
         return data
 
     @classmethod
@@ -333,6 +472,12 @@ class Record:
             elif item.name == "policy":
                 assert isinstance(raw, dict)
                 values["policy"] = Policy(**raw)  # type: ignore[arg-type]
+            elif item.name == "grants" and isinstance(raw, dict):
+                values["grants"] = _part(Grants, raw)
+            elif item.name == "decision_request" and isinstance(raw, dict):
+                values["decision_request"] = _part(DecisionRequest, raw)
+            elif item.name == "decisions" and isinstance(raw, list):
+                values["decisions"] = tuple(_part(Decision, d) for d in raw if isinstance(d, dict))
             elif raw is not None and item.name.endswith("_at"):
                 values[item.name] = utc(datetime.fromisoformat(str(raw)))
             else:
@@ -341,6 +486,7 @@ class Record:
         return replace(
             record,
             phase=Phase(record.phase),
+            stopped_phase=Phase(record.stopped_phase) if record.stopped_phase else None,
             outcome=OutcomeKind(record.outcome) if record.outcome else None,
             reason=Reason(record.reason) if record.reason else None,
             settled_outcome=OutcomeKind(record.settled_outcome) if record.settled_outcome else None,
@@ -351,3 +497,29 @@ class Record:
             else None,
             trusted_origins=tuple(record.trusted_origins),
         )
+
+
+def _part_json(value: object) -> JSON:
+    """A record value as stored: parts as objects, instants as RFC 3339, tuples as lists."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Grants | DecisionRequest | Decision):
+        return {item.name: _part_json(getattr(value, item.name)) for item in fields(value)}
+    if isinstance(value, tuple):
+        return [_part_json(item) for item in value]
+    return value  # type: ignore[return-value]
+
+
+def _part(kind: type[_P], raw: dict[str, JSON]) -> _P:
+    """Decode a part written by :func:`_part_json` (unknown keys ignored)."""
+    values: dict[str, object] = {}
+    for item in fields(kind):
+        if item.name not in raw:
+            continue
+        value: object = raw[item.name]
+        if value is not None and item.name.endswith("_at"):
+            value = utc(datetime.fromisoformat(str(value)))
+        elif isinstance(value, list):
+            value = tuple(value)
+        values[item.name] = value
+    return kind(**values)  # type: ignore[arg-type]

@@ -223,9 +223,9 @@ def record_summary(record: Record) -> list[str]:
         f"operation {record.operation_id}  profile {record.profile.name}",
         f"  status URL   {redact_url(record.status_url or '') or '(not known yet)'}",
         f"  created      {_time(record.created_at)}   deadline {_time(record.deadline_at)}",
-        f"  requests     {record.requests_used}/{policy.max_requests}   transport failures "
-        f"{record.transport_failures_used}/{policy.max_transport_failures}   rate limited "
-        f"{record.rate_limited_used}/{policy.max_rate_limited}",
+        f"  requests     {record.requests_used}/{record.max_requests}   transport failures "
+        f"{record.transport_failures_used}/{record.max_transport_failures}   rate limited "
+        f"{record.rate_limited_used}/{record.max_rate_limited}",
         f"  state        {printable(show(record.provider_state))}   "
         f"last HTTP {record.last_http_status}",
     ]

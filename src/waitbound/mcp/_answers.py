@@ -147,7 +147,7 @@ def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
         "progress": bounded(record.progress, SMALL_CHARS)[0],
         "elapsed_seconds": round(max(0.0, (end - started).total_seconds()), 1),
         "requests_used": record.requests_used,
-        "max_requests": record.policy.max_requests,
+        "max_requests": record.max_requests,
         "deadline_at": record.deadline_at.isoformat(),
     }
     if not done:

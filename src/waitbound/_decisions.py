@@ -1,0 +1,566 @@
+"""Decisions: the bounded choices a person has when waiting stops without an honest
+outcome, and exactly what each choice changes.
+
+An operation that escalates or times out carries an open :class:`DecisionRequest`;
+so does one an agent asked more time for. The options open on it are computed from
+its reason, its profile and its last answer (:func:`options`), each stated with its
+cost (:func:`cost`). A decision is applied by :func:`decide`, a pure function in the
+manner of the controller: it takes the record and the time and returns the record
+after the decision plus the audit event that explains it; the API persists both in
+one compare-and-swap write, so the first decision wins.
+
+Grants never reset a counter: an extension sets the request budget to the requests
+used so far plus the checks granted, and moves the deadline to now plus the minutes
+granted, both bounded by the policy (``max_extensions``, ``max_extension_s``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Final
+
+from waitbound._audit import AuditEvent
+from waitbound._contract import Profile
+from waitbound._controller import audit_event, cancel_url
+from waitbound._errors import UsageError
+from waitbound._json import JSON, canonical_json, show
+from waitbound._outcome import OutcomeKind, Reason
+from waitbound._record import MAX_COUNT, Decision, DecisionRequest, Phase, Record
+from waitbound._schedule import DelaySource
+
+__all__ = [
+    "Option",
+    "cancel_refusal",
+    "cost",
+    "decide",
+    "escalation_message",
+    "expire",
+    "options",
+    "request_extension",
+    "suggested_grant",
+]
+
+
+class Option(StrEnum):
+    """A bounded choice on an open decision request."""
+
+    EXTEND = "extend"
+    """Wait longer: a new deadline (minutes from now) and a number of further checks."""
+    CANCEL = "cancel"
+    """Send the provider's cancel action, then poll to ``canceled``."""
+    TREAT_AS_PENDING = "treat_as_pending"
+    """Read the unknown state as pending for this operation only, for a bounded grant."""
+    MARK_SUCCEEDED = "mark_succeeded"
+    """A person asserts success; the contradicting answer is kept as the evidence."""
+    MARK_FAILED = "mark_failed"
+    """A person asserts failure; the contradicting answer is kept as the evidence."""
+    RESUME_WITH_CREDENTIALS = "resume_with_credentials"
+    """Go on with other credentials (a different credential label), never the same."""
+    RESUME_WITH_PROFILE = "resume_with_profile"
+    """Go on with a corrected profile (its name and version recorded)."""
+    FETCH_RESULT_AGAIN = "fetch_result_again"
+    """Request the result once more (its first answer was lost to our own stop)."""
+    ABANDON = "abandon"
+    """Close the request; the outcome stays as it is."""
+    DECLINE = "decline"
+    """Turn down an agent's request for more time; the operation goes on as it was."""
+
+
+_BY_REASON: Final[dict[Reason | None, tuple[Option, ...]]] = {
+    Reason.REQUEST_BUDGET_EXHAUSTED: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
+    Reason.DEADLINE_EXCEEDED: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
+    Reason.PROVIDER_FAILURE: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
+    Reason.RATE_LIMITED: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
+    Reason.UNKNOWN_STATE: (
+        Option.TREAT_AS_PENDING,
+        Option.MARK_FAILED,
+        Option.CANCEL,
+        Option.ABANDON,
+    ),
+    Reason.CONTRADICTION: (Option.MARK_SUCCEEDED, Option.MARK_FAILED, Option.ABANDON),
+    Reason.AUTHORIZATION_DENIED: (Option.RESUME_WITH_CREDENTIALS, Option.ABANDON),
+    Reason.INTEGRATION_FAILURE: (Option.RESUME_WITH_PROFILE, Option.ABANDON),
+    Reason.RESULT_UNCONFIRMED: (Option.FETCH_RESULT_AGAIN, Option.ABANDON),
+    Reason.BUSINESS_DEADLINE_EXCEEDED: (Option.ABANDON,),
+}
+"""The options each reason offers, before the record's own limits are applied."""
+
+_RESUMING: Final = frozenset(
+    {
+        Option.EXTEND,
+        Option.CANCEL,
+        Option.TREAT_AS_PENDING,
+        Option.RESUME_WITH_CREDENTIALS,
+        Option.RESUME_WITH_PROFILE,
+        Option.FETCH_RESULT_AGAIN,
+    }
+)
+"""Options that continue the operation under a grant (minutes and checks)."""
+
+SYSTEM: Final = "waitbound"
+"""Who closes a decision request nobody answered."""
+
+
+def cancel_refusal(record: Record) -> str | None:
+    """Why the operation cannot be canceled at the provider now, or ``None`` if it can:
+    it needs a cancel action, and its last answer must have said it is cancelable (or
+    its profile declares it always cancelable before a terminal state)."""
+    if cancel_url(record) is None:
+        return (
+            f"operation {record.operation_id} has no cancel action: neither a receipt, a "
+            "status answer, the profile nor a cancel URL given with the operation names one"
+        )
+    if not (record.profile.cancel.always or record.cancelable is True):
+        said = {None: "did not say it is", False: "said it is not"}[record.cancelable]
+        return (
+            f"operation {record.operation_id} is not cancelable now: the last status answer "
+            f"{said} cancelable, and profile {record.profile.name} does not declare it always "
+            "cancelable"
+        )
+    return None
+
+
+def options(record: Record, now: datetime) -> tuple[Option, ...]:
+    """The options open on *record*'s decision request at *now* (none without one).
+
+    From the reason (``_BY_REASON``), then the record's limits: a resuming option only
+    while grants are left (``policy.max_extensions``), never for an operation that
+    stopped before its submission was answered (its body is not stored), and never
+    after the business deadline; ``cancel`` only where :func:`cancel_refusal` allows.
+    An agent's request on a running operation offers ``extend`` and ``decline``.
+    """
+    if record.decision_request is None:
+        return ()
+    if not record.is_finished:
+        offered: tuple[Option, ...] = (Option.EXTEND, Option.DECLINE)
+    else:
+        offered = _BY_REASON.get(record.reason, (Option.ABANDON,))
+    business = record.business_deadline_at
+    can_resume = (
+        record.grants.extensions < record.policy.max_extensions
+        and record.stopped_phase is not Phase.SUBMITTING
+        and (business is None or now < business)
+    )
+    return tuple(
+        option
+        for option in offered
+        if (option not in _RESUMING or can_resume)
+        and (option is not Option.CANCEL or cancel_refusal(record) is None)
+    )
+
+
+def suggested_grant(record: Record) -> tuple[int, int]:
+    """The grant a decision gives when it names none: ``(minutes, checks)``, a third of
+    the policy's deadline and request budget (at least 1 each), within the ceiling."""
+    policy = record.policy
+    ceiling_min = max(1, math.floor(policy.extension_ceiling_s / 60))
+    minutes = min(ceiling_min, max(1, round(policy.deadline_s / 60 / 3)))
+    return minutes, max(1, policy.max_requests // 3)
+
+
+def cost(record: Record, option: Option) -> str:
+    """What choosing *option* costs, in words, e.g. "extend waiting once by 15 minutes
+    with 4 more checks"; a resuming option states the suggested grant."""
+    minutes, checks = suggested_grant(record)
+    grant = f"by {minutes} minutes with {checks} more checks"
+    match option:
+        case Option.EXTEND:
+            return f"extend waiting once {grant}"
+        case Option.CANCEL:
+            return f"cancel at provider (then wait {grant} for it to end)"
+        case Option.TREAT_AS_PENDING:
+            return f"treat state {show(record.provider_state)} as pending, waiting {grant}"
+        case Option.MARK_SUCCEEDED:
+            return "mark it succeeded (your assertion; the answer is kept as evidence)"
+        case Option.MARK_FAILED:
+            return "mark it failed (your assertion; the answer is kept as evidence)"
+        case Option.RESUME_WITH_CREDENTIALS:
+            return f"resume with other credentials (a new credential label), waiting {grant}"
+        case Option.RESUME_WITH_PROFILE:
+            return f"resume with a corrected profile, waiting {grant}"
+        case Option.FETCH_RESULT_AGAIN:
+            return f"fetch the result once more, waiting {grant}"
+        case Option.DECLINE:
+            return "decline the request for more time (nothing changes)"
+        case _:
+            return "abandon it (the outcome stays as it is)"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Grant:
+    minutes: float
+    checks: int
+
+
+def _grant(record: Record, minutes: float | None, checks: int | None) -> _Grant:
+    """The grant asked for, checked against the policy's ceilings.
+
+    Raises:
+        UsageError: minutes not positive or beyond ``max_extension_s``; checks not a
+            whole number from 1 to the policy's own request budget.
+    """
+    suggested_minutes, suggested_checks = suggested_grant(record)
+    minutes = suggested_minutes if minutes is None else minutes
+    checks = suggested_checks if checks is None else checks
+    ceiling = record.policy.extension_ceiling_s / 60
+    if not (isinstance(minutes, int | float) and math.isfinite(minutes) and minutes > 0):
+        raise UsageError(f"--minutes must be a positive number, got {minutes!r}")
+    if minutes > ceiling:
+        raise UsageError(
+            f"--minutes {minutes:g} is beyond the ceiling of {ceiling:g} minutes for one "
+            "grant (policy max_extension_s)"
+        )
+    limit = min(record.policy.max_requests, MAX_COUNT)
+    if isinstance(checks, bool) or not isinstance(checks, int) or not 1 <= checks <= limit:
+        raise UsageError(
+            f"--checks must be a whole number from 1 to {limit} (the policy's request "
+            f"budget), got {checks!r}"
+        )
+    return _Grant(minutes=float(minutes), checks=checks)
+
+
+def _limits(record: Record) -> dict[str, JSON]:
+    return {
+        "deadline_at": record.deadline_at.isoformat(),
+        "max_requests": record.max_requests,
+        "max_transport_failures": record.max_transport_failures,
+        "max_rate_limited": record.max_rate_limited,
+        "requests_used": record.requests_used,
+    }
+
+
+def _granted(record: Record, grant: _Grant, now: datetime) -> Record:
+    """*record* under *grant*: the deadline moves to now + minutes, the request budget
+    becomes the requests used + checks, and a stop for transport failures or throttling
+    gets a fresh allowance of the policy's size for that counter; no counter resets."""
+    grants = record.grants
+    policy = record.policy
+    requests = record.requests_used + grant.checks - policy.max_requests
+    failures = grants.transport_failures
+    if record.reason is Reason.PROVIDER_FAILURE:
+        failures = record.transport_failures_used
+    throttles = grants.rate_limited
+    if record.reason is Reason.RATE_LIMITED:
+        throttles = record.rate_limited_used
+    return replace(
+        record,
+        deadline_at=now + timedelta(minutes=grant.minutes),
+        grants=replace(
+            grants,
+            requests=requests,
+            transport_failures=failures,
+            rate_limited=throttles,
+            extensions=grants.extensions + 1,
+        ),
+    )
+
+
+def _reopened(record: Record, now: datetime) -> Record:
+    """A stopped operation, due again in the phase it stopped in."""
+    if not record.is_finished:
+        return record
+    return replace(
+        record,
+        phase=record.stopped_phase or Phase.WAITING,
+        outcome=None,
+        reason=None,
+        finished_at=None,
+        error=None,
+        next_poll_at=now,
+        delay_source=DelaySource.MANUAL_EXTENSION,
+        attempt=0,
+    )
+
+
+def profile_version(profile: Profile) -> str:
+    """A short, stable version of a profile: the first 16 hex digits of the SHA-256 of
+    its canonical JSON."""
+    return hashlib.sha256(canonical_json(dict(profile.source)).encode()).hexdigest()[:16]
+
+
+def decide(
+    record: Record,
+    option: Option | str,
+    *,
+    by: str,
+    why: str,
+    now: datetime,
+    minutes: float | None = None,
+    checks: int | None = None,
+    profile: Profile | None = None,
+    credential_label: str | None = None,
+) -> tuple[Record, AuditEvent]:
+    """Apply one decision to *record*'s open decision request.
+
+    Args:
+        record: the stored record.
+        option: one of :func:`options` (``extend``, ``cancel``, …).
+        by: who decides; ``why``: their reason (required, one line).
+        now: the time of the decision.
+        minutes, checks: the grant of a resuming option (default
+            :func:`suggested_grant`), bounded by the policy.
+        profile: the corrected profile, for ``resume_with_profile`` (required there).
+        credential_label: a non-secret name for the new credentials, for
+            ``resume_with_credentials`` (required there; must differ from the
+            operation's current label).
+
+    Returns:
+        The record after the decision and its ``decided`` audit event.
+
+    Raises:
+        UsageError: no open decision request, an option not offered, a missing or
+            blank ``why``, a grant beyond the ceilings, or a missing / identical
+            profile or credential label. Nothing is changed.
+    """
+    who, reason_text = _person(by, why)
+    offered = options(record, now)
+    if record.decision_request is None:
+        state = record.outcome.value if record.outcome else "still waiting"
+        raise UsageError(
+            f"operation {record.operation_id} has no open decision request ({state}); "
+            "there is nothing to decide"
+        )
+    try:
+        chosen = Option(option)
+    except ValueError:
+        chosen = None
+    if chosen is None or chosen not in offered:
+        raise UsageError(
+            f"option {str(option)[:40]!r} is not open on operation {record.operation_id} "
+            f"({record.reason.value if record.reason else 'an agent request'}); open: "
+            f"{', '.join(o.value for o in offered) or 'none'}"
+        )
+    before = _limits(record)
+    detail: dict[str, JSON] = {"limits_before": before}
+    if record.reason is not None:
+        detail["stopped_because"] = record.reason.value
+    if record.error is not None:
+        detail["stopped_with"] = record.error
+    if chosen in _RESUMING:
+        grant = _grant(record, minutes, checks)
+        detail["grant"] = {"minutes": grant.minutes, "checks": grant.checks}
+    after = record
+    match chosen:
+        case Option.EXTEND:
+            after = _reopened(_granted(record, grant, now), now)
+        case Option.CANCEL:
+            after = replace(
+                _reopened(_granted(record, grant, now), now),
+                cancel_due=True,
+                cancel_requested_at=now,
+                cancel_requested_by=who,
+                cancel_reason=reason_text,
+            )
+        case Option.TREAT_AS_PENDING:
+            state = record.provider_state
+            grants = record.grants
+            after = _reopened(_granted(record, grant, now), now)
+            after = replace(
+                after,
+                grants=replace(
+                    after.grants, pending_states=(*grants.pending_states, state)
+                ),
+            )
+            detail["pending_state"] = state
+        case Option.RESUME_WITH_CREDENTIALS:
+            label = (credential_label or "").strip()
+            if not label:
+                raise UsageError(
+                    "resume_with_credentials needs --credential-label: a name for the new "
+                    "credentials (never the secret itself)"
+                )
+            if label == record.credential_label:
+                raise UsageError(
+                    f"credential label {label[:40]!r} is the one that was denied; resume only "
+                    "with other credentials"
+                )
+            after = replace(
+                _reopened(_granted(record, grant, now), now), credential_label=label[:128]
+            )
+            detail["credential_label"] = {"from": record.credential_label, "to": label[:128]}
+        case Option.RESUME_WITH_PROFILE:
+            if profile is None:
+                raise UsageError("resume_with_profile needs --profile: the corrected profile")
+            old, new = profile_version(record.profile), profile_version(profile)
+            if old == new:
+                raise UsageError(
+                    f"profile {profile.name} (version {new}) is the one that stopped; give the "
+                    "corrected profile"
+                )
+            after = replace(_reopened(_granted(record, grant, now), now), profile=profile)
+            detail["profile"] = {
+                "from": {"name": record.profile.name, "version": old},
+                "to": {"name": profile.name, "version": new},
+            }
+        case Option.FETCH_RESULT_AGAIN:
+            after = _reopened(_granted(record, grant, now), now)
+        case Option.MARK_SUCCEEDED | Option.MARK_FAILED:
+            evidence = record.error.get("response") if isinstance(record.error, dict) else None
+            detail["evidence"] = evidence
+            succeeded = chosen is Option.MARK_SUCCEEDED
+            after = replace(
+                record,
+                outcome=OutcomeKind.SUCCEEDED if succeeded else OutcomeKind.FAILED,
+                reason=None,
+                decided_by=who,
+                error=None if succeeded else record.error,
+            )
+        case _:  # abandon, decline: the outcome (or the running operation) stays
+            pass
+    decision = Decision(option=chosen.value, by=who, why=reason_text, at=now, detail=detail)
+    after = replace(after, decision_request=None, decisions=(*record.decisions, decision))
+    detail["limits_after"] = _limits(after)
+    summary = f"decided by {who}: {chosen.value} ({reason_text})"
+    if chosen in _RESUMING:
+        summary += (
+            f"; deadline {after.deadline_at.isoformat()}, requests {after.requests_used} of "
+            f"{after.max_requests}"
+        )
+    event = audit_event(
+        after, now, "decided", summary, option=chosen.value, by=who, why=reason_text, **detail
+    )
+    return after, event
+
+
+def _person(by: str, why: str) -> tuple[str, str]:
+    """The decider and their reason, checked: both non-blank, one line, bounded."""
+    who = (by or "").strip()
+    reason = (why or "").strip()
+    if not who or not who.isprintable():
+        raise UsageError("--by must name who decides (printable, one line)")
+    if not reason:
+        raise UsageError("--why is required: say why, in one line (it is kept in the audit log)")
+    if not reason.isprintable():
+        raise UsageError("--why must be one line of printable text")
+    return who[:128], reason[:500]
+
+
+def request_extension(
+    record: Record,
+    *,
+    now: datetime,
+    minutes: float,
+    checks: int,
+    why: str,
+    by: str,
+) -> tuple[Record, AuditEvent]:
+    """File an agent's request for more time: a person sees it and decides; nothing is
+    extended by the request itself.
+
+    On a running operation it opens a decision request (options ``extend``,
+    ``decline``); on one that already waits for a decision it adds the proposal to it.
+
+    Raises:
+        UsageError: a finished operation with no open request, a blank ``why``, or a
+            proposal beyond the ceilings (see :func:`decide`).
+    """
+    who, reason_text = _person(by, why)
+    proposal = _grant(record, minutes, checks)
+    if record.is_finished and record.decision_request is None:
+        raise UsageError(
+            f"operation {record.operation_id} is finished ({record.outcome}); there is "
+            "nothing to extend"
+        )
+    request = record.decision_request or DecisionRequest(
+        opened_at=now, due_at=now + timedelta(seconds=record.policy.decision_timeout_s)
+    )
+    request = replace(
+        request,
+        requested_by=who,
+        minutes=proposal.minutes,
+        checks=proposal.checks,
+        why=reason_text,
+    )
+    after = replace(record, decision_request=request)
+    event = audit_event(
+        after,
+        now,
+        "extension_requested",
+        f"{who} asks for {proposal.minutes:g} more minutes with {proposal.checks} more checks "
+        f"({reason_text}); a person decides",
+        requested_by=who,
+        minutes=proposal.minutes,
+        checks=proposal.checks,
+        why=reason_text,
+    )
+    return after, event
+
+
+def expire(record: Record, now: datetime) -> tuple[Record, AuditEvent] | None:
+    """Close a decision request nobody answered before its due time, or ``None``.
+
+    A stopped operation is closed with reason ``decision_timeout`` (its outcome stays;
+    the reason it stopped for stays in ``error``); a running one goes on as it was.
+    """
+    request = record.decision_request
+    if request is None or now < request.due_at:
+        return None
+    detail: dict[str, JSON] = {"due_at": request.due_at.isoformat()}
+    if record.reason is not None:
+        detail["stopped_because"] = record.reason.value
+    why = f"no decision before {request.due_at.isoformat()}"
+    decision = Decision(option="decision_timeout", by=SYSTEM, why=why, at=now, detail=detail)
+    after = replace(record, decision_request=None, decisions=(*record.decisions, decision))
+    if record.is_finished:
+        after = replace(after, reason=Reason.DECISION_TIMEOUT)
+    event = audit_event(
+        after, now, "decided", f"decision request closed: {why}", option="decision_timeout",
+        by=SYSTEM, why=why, **detail,
+    )  # fmt: skip
+    return after, event
+
+
+def escalation_message(record: Record, now: datetime) -> str:
+    """Everything a person needs to decide in one look, without secrets, e.g.::
+
+        External job needs a decision
+        Operation: report-export-2025-04-18-01
+        Provider job: exp_71c
+        Last state: running
+        Elapsed time: 40 minutes
+        Status requests: 12 of 12
+        Last HTTP result: 200 at 10:58 UTC
+        Stopped because: request_budget_exhausted
+        Safe options: extend waiting once by 15 minutes with 4 more checks, cancel at provider
+    """
+    request = record.decision_request
+    end = record.finished_at or now
+    elapsed = max(0.0, (end - record.created_at).total_seconds())
+    last = "none"
+    if record.last_observed_at is not None:
+        code = record.last_http_status
+        what = f"{code}" if code is not None else "no answer"
+        last = f"{what} at {record.last_observed_at.strftime('%H:%M')} UTC"
+    lines = [
+        "External job needs a decision",
+        f"Operation: {record.operation_id}",
+        f"Provider job: {record.job_id or '(not known)'}",
+        f"Last state: {show(record.provider_state) if record.provider_state is not None else 'none'}",
+        f"Elapsed time: {_duration(elapsed)}",
+        f"Status requests: {record.requests_used} of {record.max_requests}",
+        f"Last HTTP result: {last}",
+    ]
+    if record.is_finished:
+        lines.append(f"Stopped because: {record.reason.value if record.reason else 'unknown'}")
+    if request is not None and request.requested_by != SYSTEM:
+        lines.append(
+            f"Requested by: {request.requested_by}, {request.minutes:g} more minutes with "
+            f"{request.checks} more checks ({request.why})"
+        )
+    offered = ", ".join(cost(record, option) for option in options(record, now))
+    lines.append(f"Safe options: {offered or 'none'}")
+    if request is not None:
+        lines.append(f"Decide by: {request.due_at.strftime('%Y-%m-%d %H:%M')} UTC")
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} seconds"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:.1f} hours"
