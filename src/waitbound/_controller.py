@@ -53,7 +53,6 @@ __all__ = [
     "Sleep",
     "Transition",
     "audit_event",
-    "cancel_url",
     "created_event",
     "internal_failure",
     "observe",
@@ -169,13 +168,6 @@ def created_event(record: Record) -> AuditEvent:
     )
 
 
-def cancel_url(record: Record) -> str | None:
-    """The cancel URL: named by a receipt, a status body or the caller, else the template."""
-    return record.cancel_url or record.profile.cancel.url(
-        status_url=record.status_url, job_id=record.job_id
-    )
-
-
 def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False) -> Decision:
     """Decide the next action for *record* at *now*, for the worker *owner*.
 
@@ -225,7 +217,7 @@ def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False)
         if not budget_left:
             return _budget_spent(record, now, notes, "the submission cannot be sent")
         return _plan_submit(record, now, owner, notes, can_submit=can_submit)
-    cancel_at = cancel_url(record)
+    cancel_at = record.cancel_target()
     if now >= record.stop_at:
         first_cancel = record.cancel_on_deadline and not record.cancel_requests_used
         if first_cancel and cancel_at and budget_left:

@@ -175,6 +175,13 @@ def _classified(
             job_id=record.job_id or reading.job_id,
         )
     record = replace(record, job_seen_at=record.job_seen_at or now)
+    treated = (
+        classification is Classification.UNKNOWN
+        and reading is not None
+        and reading.state in record.grants.pending_states
+    )
+    if treated:  # a person decided this one value is pending for this operation
+        classification = Classification.PENDING
     if final_here is None:
         final_here = record.poll_kind is not UrlKind.STATUS
     match classification:
@@ -196,7 +203,7 @@ def _classified(
                     f"{reading.expires_at.isoformat()}",
                     response=observation.body,
                 )
-            return _pending(record, observation, reading, rng)
+            return _pending(record, observation, reading, rng, treated=treated)
         case Classification.SUCCEEDED | Classification.PARTIAL:
             return _settle(record, observation, classification, reading, rng, final_here=final_here)
         case Classification.FAILED:
@@ -219,13 +226,20 @@ def _classified(
 
 
 def _pending(
-    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    rng: random.Random,
+    *,
+    treated: bool = False,
 ) -> Step:
     """Still running: look again later, at the polling URL this answer names (a new
     ``Location`` on every 202 moves it; same-origin and credential rules as ever)."""
     notes = []
     if reading is not None and reading.unlisted:
         notes.append(f"unlisted state {show(reading.state)}: pending by the profile")
+    if treated and reading is not None:
+        notes.append(f"state {show(reading.state)}: pending by a person's decision")
     header = record.poll_header
     named = observation.headers.get(header) if header and observation.kind == "status" else None
     moved: dict[str, JSON] = {}

@@ -20,137 +20,26 @@ import hashlib
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import Final
 
 from waitbound._audit import AuditEvent
 from waitbound._contract import Profile
-from waitbound._controller import audit_event, cancel_url
+from waitbound._controller import audit_event
 from waitbound._errors import UsageError
 from waitbound._json import JSON, canonical_json, show
+from waitbound._options import RESUMING, SYSTEM, Option, open_request, options
 from waitbound._outcome import OutcomeKind, Reason
-from waitbound._record import MAX_COUNT, Decision, DecisionRequest, Phase, Record
+from waitbound._record import MAX_COUNT, Decision, Phase, Record
 from waitbound._schedule import DelaySource
 
 __all__ = [
-    "Option",
-    "cancel_refusal",
     "cost",
     "decide",
     "escalation_message",
     "expire",
-    "options",
+    "profile_version",
     "request_extension",
     "suggested_grant",
 ]
-
-
-class Option(StrEnum):
-    """A bounded choice on an open decision request."""
-
-    EXTEND = "extend"
-    """Wait longer: a new deadline (minutes from now) and a number of further checks."""
-    CANCEL = "cancel"
-    """Send the provider's cancel action, then poll to ``canceled``."""
-    TREAT_AS_PENDING = "treat_as_pending"
-    """Read the unknown state as pending for this operation only, for a bounded grant."""
-    MARK_SUCCEEDED = "mark_succeeded"
-    """A person asserts success; the contradicting answer is kept as the evidence."""
-    MARK_FAILED = "mark_failed"
-    """A person asserts failure; the contradicting answer is kept as the evidence."""
-    RESUME_WITH_CREDENTIALS = "resume_with_credentials"
-    """Go on with other credentials (a different credential label), never the same."""
-    RESUME_WITH_PROFILE = "resume_with_profile"
-    """Go on with a corrected profile (its name and version recorded)."""
-    FETCH_RESULT_AGAIN = "fetch_result_again"
-    """Request the result once more (its first answer was lost to our own stop)."""
-    ABANDON = "abandon"
-    """Close the request; the outcome stays as it is."""
-    DECLINE = "decline"
-    """Turn down an agent's request for more time; the operation goes on as it was."""
-
-
-_BY_REASON: Final[dict[Reason | None, tuple[Option, ...]]] = {
-    Reason.REQUEST_BUDGET_EXHAUSTED: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
-    Reason.DEADLINE_EXCEEDED: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
-    Reason.PROVIDER_FAILURE: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
-    Reason.RATE_LIMITED: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
-    Reason.UNKNOWN_STATE: (
-        Option.TREAT_AS_PENDING,
-        Option.MARK_FAILED,
-        Option.CANCEL,
-        Option.ABANDON,
-    ),
-    Reason.CONTRADICTION: (Option.MARK_SUCCEEDED, Option.MARK_FAILED, Option.ABANDON),
-    Reason.AUTHORIZATION_DENIED: (Option.RESUME_WITH_CREDENTIALS, Option.ABANDON),
-    Reason.INTEGRATION_FAILURE: (Option.RESUME_WITH_PROFILE, Option.ABANDON),
-    Reason.RESULT_UNCONFIRMED: (Option.FETCH_RESULT_AGAIN, Option.ABANDON),
-    Reason.BUSINESS_DEADLINE_EXCEEDED: (Option.ABANDON,),
-}
-"""The options each reason offers, before the record's own limits are applied."""
-
-_RESUMING: Final = frozenset(
-    {
-        Option.EXTEND,
-        Option.CANCEL,
-        Option.TREAT_AS_PENDING,
-        Option.RESUME_WITH_CREDENTIALS,
-        Option.RESUME_WITH_PROFILE,
-        Option.FETCH_RESULT_AGAIN,
-    }
-)
-"""Options that continue the operation under a grant (minutes and checks)."""
-
-SYSTEM: Final = "waitbound"
-"""Who closes a decision request nobody answered."""
-
-
-def cancel_refusal(record: Record) -> str | None:
-    """Why the operation cannot be canceled at the provider now, or ``None`` if it can:
-    it needs a cancel action, and its last answer must have said it is cancelable (or
-    its profile declares it always cancelable before a terminal state)."""
-    if cancel_url(record) is None:
-        return (
-            f"operation {record.operation_id} has no cancel action: neither a receipt, a "
-            "status answer, the profile nor a cancel URL given with the operation names one"
-        )
-    if not (record.profile.cancel.always or record.cancelable is True):
-        said = {None: "did not say it is", False: "said it is not"}[record.cancelable]
-        return (
-            f"operation {record.operation_id} is not cancelable now: the last status answer "
-            f"{said} cancelable, and profile {record.profile.name} does not declare it always "
-            "cancelable"
-        )
-    return None
-
-
-def options(record: Record, now: datetime) -> tuple[Option, ...]:
-    """The options open on *record*'s decision request at *now* (none without one).
-
-    From the reason (``_BY_REASON``), then the record's limits: a resuming option only
-    while grants are left (``policy.max_extensions``), never for an operation that
-    stopped before its submission was answered (its body is not stored), and never
-    after the business deadline; ``cancel`` only where :func:`cancel_refusal` allows.
-    An agent's request on a running operation offers ``extend`` and ``decline``.
-    """
-    if record.decision_request is None:
-        return ()
-    if not record.is_finished:
-        offered: tuple[Option, ...] = (Option.EXTEND, Option.DECLINE)
-    else:
-        offered = _BY_REASON.get(record.reason, (Option.ABANDON,))
-    business = record.business_deadline_at
-    can_resume = (
-        record.grants.extensions < record.policy.max_extensions
-        and record.stopped_phase is not Phase.SUBMITTING
-        and (business is None or now < business)
-    )
-    return tuple(
-        option
-        for option in offered
-        if (option not in _RESUMING or can_resume)
-        and (option is not Option.CANCEL or cancel_refusal(record) is None)
-    )
 
 
 def suggested_grant(record: Record) -> tuple[int, int]:
@@ -340,7 +229,7 @@ def decide(
         detail["stopped_because"] = record.reason.value
     if record.error is not None:
         detail["stopped_with"] = record.error
-    if chosen in _RESUMING:
+    if chosen in RESUMING:
         grant = _grant(record, minutes, checks)
         detail["grant"] = {"minutes": grant.minutes, "checks": grant.checks}
     after = record
@@ -356,16 +245,10 @@ def decide(
                 cancel_reason=reason_text,
             )
         case Option.TREAT_AS_PENDING:
-            state = record.provider_state
-            grants = record.grants
+            pending = (*record.grants.pending_states, record.provider_state)
             after = _reopened(_granted(record, grant, now), now)
-            after = replace(
-                after,
-                grants=replace(
-                    after.grants, pending_states=(*grants.pending_states, state)
-                ),
-            )
-            detail["pending_state"] = state
+            after = replace(after, grants=replace(after.grants, pending_states=pending))
+            detail["pending_state"] = record.provider_state
         case Option.RESUME_WITH_CREDENTIALS:
             label = (credential_label or "").strip()
             if not label:
@@ -415,7 +298,7 @@ def decide(
     after = replace(after, decision_request=None, decisions=(*record.decisions, decision))
     detail["limits_after"] = _limits(after)
     summary = f"decided by {who}: {chosen.value} ({reason_text})"
-    if chosen in _RESUMING:
+    if chosen in RESUMING:
         summary += (
             f"; deadline {after.deadline_at.isoformat()}, requests {after.requests_used} of "
             f"{after.max_requests}"
@@ -465,17 +348,14 @@ def request_extension(
             f"operation {record.operation_id} is finished ({record.outcome}); there is "
             "nothing to extend"
         )
-    request = record.decision_request or DecisionRequest(
-        opened_at=now, due_at=now + timedelta(seconds=record.policy.decision_timeout_s)
-    )
-    request = replace(
-        request,
+    after = open_request(
+        record,
+        now,
         requested_by=who,
         minutes=proposal.minutes,
         checks=proposal.checks,
         why=reason_text,
     )
-    after = replace(record, decision_request=request)
     event = audit_event(
         after,
         now,
@@ -517,15 +397,15 @@ def expire(record: Record, now: datetime) -> tuple[Record, AuditEvent] | None:
 def escalation_message(record: Record, now: datetime) -> str:
     """Everything a person needs to decide in one look, without secrets, e.g.::
 
-        External job needs a decision
-        Operation: report-export-2025-04-18-01
-        Provider job: exp_71c
-        Last state: running
-        Elapsed time: 40 minutes
-        Status requests: 12 of 12
-        Last HTTP result: 200 at 10:58 UTC
-        Stopped because: request_budget_exhausted
-        Safe options: extend waiting once by 15 minutes with 4 more checks, cancel at provider
+    External job needs a decision
+    Operation: report-export-2025-04-18-01
+    Provider job: exp_71c
+    Last state: running
+    Elapsed time: 40 minutes
+    Status requests: 12 of 12
+    Last HTTP result: 200 at 10:58 UTC
+    Stopped because: request_budget_exhausted
+    Safe options: extend waiting once by 15 minutes with 4 more checks, cancel at provider
     """
     request = record.decision_request
     end = record.finished_at or now
@@ -535,11 +415,12 @@ def escalation_message(record: Record, now: datetime) -> str:
         code = record.last_http_status
         what = f"{code}" if code is not None else "no answer"
         last = f"{what} at {record.last_observed_at.strftime('%H:%M')} UTC"
+    state = show(record.provider_state) if record.provider_state is not None else "none"
     lines = [
         "External job needs a decision",
         f"Operation: {record.operation_id}",
         f"Provider job: {record.job_id or '(not known)'}",
-        f"Last state: {show(record.provider_state) if record.provider_state is not None else 'none'}",
+        f"Last state: {state}",
         f"Elapsed time: {_duration(elapsed)}",
         f"Status requests: {record.requests_used} of {record.max_requests}",
         f"Last HTTP result: {last}",

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from waitbound._contract import Counts, is_present
 from waitbound._json import JSON
+from waitbound._options import open_request
 from waitbound._outcome import OutcomeKind, Reason
-from waitbound._record import DecisionRequest, Phase, Record
+from waitbound._record import Phase, Record
 
 __all__ = [
     "Step",
@@ -111,7 +112,6 @@ def finish(
         if record.error is not None:
             error["provider_error"] = record.error
         record = replace(record, error=error)
-    asks = outcome in (OutcomeKind.ESCALATED, OutcomeKind.TIMED_OUT)
     record = replace(
         record,
         phase=Phase.DONE,
@@ -120,12 +120,11 @@ def finish(
         reason=reason,
         finished_at=now,
         delay_source=None,
-        decision_request=DecisionRequest(
-            opened_at=now, due_at=now + timedelta(seconds=record.policy.decision_timeout_s)
-        )
-        if asks
-        else None,
     )
+    if outcome in (OutcomeKind.ESCALATED, OutcomeKind.TIMED_OUT):
+        record = open_request(record, now)
+    else:
+        record = replace(record, decision_request=None)
     summary = f"outcome {outcome.value}" + (f" ({reason.value})" if reason else "")
     if detail:
         summary += f": {detail}"

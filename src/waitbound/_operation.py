@@ -19,8 +19,9 @@ from typing import Final
 
 from waitbound._clock import Clock
 from waitbound._contract import Profile
-from waitbound._controller import audit_event, cancel_url, created_event
+from waitbound._controller import audit_event, created_event
 from waitbound._errors import ConflictError, OperationNotFoundError, UsageError
+from waitbound._options import cancel_refusal
 from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Record
 from waitbound._urls import checked_url, shown_url
@@ -342,19 +343,11 @@ def request_cancel(
 
 def _check_cancelable(record: Record) -> None:
     """Raise UsageError unless *record* may be canceled now (see :func:`request_cancel`)."""
-    operation_id = record.operation_id
     if record.is_finished:
         raise UsageError(
-            f"operation {operation_id} is finished ({record.outcome}); there is nothing to cancel"
+            f"operation {record.operation_id} is finished ({record.outcome}); "
+            "there is nothing to cancel"
         )
-    if cancel_url(record) is None:
-        raise UsageError(
-            f"operation {operation_id} has no cancel action: neither a receipt, a status "
-            "answer, the profile nor a cancel URL given with the operation names one"
-        )
-    if not (record.profile.cancel.always or record.cancelable is True):
-        said = {None: "did not say it is", False: "said it is not"}[record.cancelable]
-        raise UsageError(
-            f"operation {operation_id} is not cancelable now: the last status answer {said} "
-            f"cancelable, and profile {record.profile.name} does not declare it always cancelable"
-        )
+    refusal = cancel_refusal(record)
+    if refusal is not None:
+        raise UsageError(refusal)

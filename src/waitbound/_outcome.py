@@ -7,12 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Final
 
 from waitbound._errors import EscalatedError, JobFailedError, StillWaitingError, TimedOutError
 from waitbound._json import JSON, JSONScalar
 
-__all__ = ["ESCALATION_OPTIONS", "Outcome", "OutcomeKind", "Reason"]
+__all__ = ["Outcome", "OutcomeKind", "Reason"]
 
 
 class OutcomeKind(StrEnum):
@@ -68,19 +67,6 @@ class Reason(StrEnum):
     deadline; the operation is closed (its last reason is in ``error``)."""
 
 
-ESCALATION_OPTIONS: Final[Mapping[Reason, tuple[str, ...]]] = {
-    Reason.REQUEST_BUDGET_EXHAUSTED: ("extend_budget", "abandon"),
-    Reason.PROVIDER_FAILURE: ("extend_budget", "abandon"),
-    Reason.RATE_LIMITED: ("extend_budget", "abandon"),
-    Reason.UNKNOWN_STATE: ("treat_as_pending", "mark_failed", "abandon"),
-    Reason.AUTHORIZATION_DENIED: ("retry_with_new_credentials", "abandon"),
-    Reason.CONTRADICTION: ("mark_succeeded", "mark_failed", "abandon"),
-    Reason.INTEGRATION_FAILURE: ("fix_profile_and_resume", "abandon"),
-    Reason.RESULT_UNCONFIRMED: ("fetch_result_again", "abandon"),
-}
-"""The bounded choices a person may take on an escalation, by reason."""
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Outcome:
     """The answer to one wait.
@@ -107,7 +93,10 @@ class Outcome:
         counts: per-item counts, when the profile names them.
         usage: the provider's usage report; ``None`` when it gave none (unknown, not 0).
         errors: the first page of per-item errors, when the provider names an errors URL.
-        options: for ``escalated``, the bounded choices left to a person.
+        options: for ``escalated`` and ``timed_out``, the bounded choices left to a
+            person while the decision request is open (see ``waitbound decide``).
+        decided_by: who decided the outcome, when a person asserted it
+            (``mark_succeeded`` / ``mark_failed``).
         next_check_at: while still waiting (``outcome`` is ``None``), when the next
             request is due; ``None`` once finished.
     """
@@ -132,6 +121,7 @@ class Outcome:
     errors: JSON = None
     options: tuple[str, ...] = field(default=())
     next_check_at: datetime | None = None
+    decided_by: str | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -236,6 +226,7 @@ class Outcome:
             "usage": self.usage,
             "errors": self.errors,
             "options": list(self.options),
+            "decided_by": self.decided_by,
             "next_check_at": self.next_check_at.isoformat() if self.next_check_at else None,
             "message": self.message,
         }

@@ -20,7 +20,7 @@ from waitbound._clock import utc
 from waitbound._contract import Profile, parse_profile
 from waitbound._errors import SchemaVersionError, StoreError, UsageError
 from waitbound._json import JSON, JSONScalar, canonical_json
-from waitbound._outcome import ESCALATION_OPTIONS, Outcome, OutcomeKind, Reason
+from waitbound._outcome import Outcome, OutcomeKind, Reason
 from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._schedule import DelaySource
 from waitbound._urls import origin, redact_url
@@ -213,10 +213,12 @@ class DecisionRequest:
             label, e.g. ``agent:mcp:transcode``).
         minutes, checks, why: an agent's proposed extension and its reason (``None``
             for an escalation).
+        options: the options open when it was opened (checked again at the decision).
     """
 
     opened_at: datetime
     due_at: datetime
+    options: tuple[str, ...] = ()
     requested_by: str = "waitbound"
     minutes: float | None = None
     checks: int | None = None
@@ -381,6 +383,13 @@ class Record:
         business = self.business_deadline_at
         return self.deadline_at if business is None else min(self.deadline_at, business)
 
+    def cancel_target(self) -> str | None:
+        """The cancel URL: named by a receipt, a status body or the caller, else the
+        profile's template (``None`` when the operation has no cancel action)."""
+        return self.cancel_url or self.profile.cancel.url(
+            status_url=self.status_url, job_id=self.job_id
+        )
+
     @property
     def is_finished(self) -> bool:
         """Whether an outcome is recorded."""
@@ -421,7 +430,8 @@ class Record:
             counts=self.counts,
             usage=self.usage,
             errors=self.errors,
-            options=ESCALATION_OPTIONS.get(self.reason, ()) if self.reason else (),
+            options=self.decision_request.options if self.decision_request else (),
+            decided_by=self.decided_by,
             next_check_at=None if self.is_finished else self.next_poll_at,
         )
 

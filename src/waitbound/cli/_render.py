@@ -218,7 +218,6 @@ def worker_summary_lines(summary: Mapping[str, JSON]) -> list[str]:
 
 def record_summary(record: Record) -> list[str]:
     """A few lines that describe a record: what it waits on and where it stands."""
-    policy = record.policy
     lines = [
         f"operation {record.operation_id}  profile {record.profile.name}",
         f"  status URL   {redact_url(record.status_url or '') or '(not known yet)'}",

@@ -1,0 +1,148 @@
+"""The options of a decision request: what a person may choose when waiting stops
+without an honest outcome (or an agent asks for more time), by reason and by the
+operation's own limits. Computed when the request opens and checked again when a
+decision is made (``_decisions.py`` applies them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Final
+
+from waitbound._outcome import Reason
+from waitbound._record import DecisionRequest, Phase, Record
+
+__all__ = ["RESUMING", "SYSTEM", "Option", "cancel_refusal", "open_request", "options"]
+
+
+class Option(StrEnum):
+    """A bounded choice on an open decision request."""
+
+    EXTEND = "extend"
+    """Wait longer: a new deadline (minutes from now) and a number of further checks."""
+    CANCEL = "cancel"
+    """Send the provider's cancel action, then poll to ``canceled``."""
+    TREAT_AS_PENDING = "treat_as_pending"
+    """Read the unknown state as pending for this operation only, for a bounded grant."""
+    MARK_SUCCEEDED = "mark_succeeded"
+    """A person asserts success; the contradicting answer is kept as the evidence."""
+    MARK_FAILED = "mark_failed"
+    """A person asserts failure; the contradicting answer is kept as the evidence."""
+    RESUME_WITH_CREDENTIALS = "resume_with_credentials"
+    """Go on with other credentials (a different credential label), never the same."""
+    RESUME_WITH_PROFILE = "resume_with_profile"
+    """Go on with a corrected profile (its name and version recorded)."""
+    FETCH_RESULT_AGAIN = "fetch_result_again"
+    """Request the result once more (its first answer was lost to our own stop)."""
+    ABANDON = "abandon"
+    """Close the request; the outcome stays as it is."""
+    DECLINE = "decline"
+    """Turn down an agent's request for more time; the operation goes on as it was."""
+
+
+_BY_REASON: Final[dict[Reason | None, tuple[Option, ...]]] = {
+    Reason.REQUEST_BUDGET_EXHAUSTED: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
+    Reason.DEADLINE_EXCEEDED: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
+    Reason.PROVIDER_FAILURE: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
+    Reason.RATE_LIMITED: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
+    Reason.UNKNOWN_STATE: (
+        Option.TREAT_AS_PENDING,
+        Option.MARK_FAILED,
+        Option.CANCEL,
+        Option.ABANDON,
+    ),
+    Reason.CONTRADICTION: (Option.MARK_SUCCEEDED, Option.MARK_FAILED, Option.ABANDON),
+    Reason.AUTHORIZATION_DENIED: (Option.RESUME_WITH_CREDENTIALS, Option.ABANDON),
+    Reason.INTEGRATION_FAILURE: (Option.RESUME_WITH_PROFILE, Option.ABANDON),
+    Reason.RESULT_UNCONFIRMED: (Option.FETCH_RESULT_AGAIN, Option.ABANDON),
+    Reason.BUSINESS_DEADLINE_EXCEEDED: (Option.ABANDON,),
+}
+"""The options each reason offers, before the record's own limits are applied."""
+
+RESUMING: Final = frozenset(
+    {
+        Option.EXTEND,
+        Option.CANCEL,
+        Option.TREAT_AS_PENDING,
+        Option.RESUME_WITH_CREDENTIALS,
+        Option.RESUME_WITH_PROFILE,
+        Option.FETCH_RESULT_AGAIN,
+    }
+)
+"""Options that continue the operation under a grant (minutes and checks)."""
+
+SYSTEM: Final = "waitbound"
+"""Who closes a decision request nobody answered."""
+
+
+def cancel_refusal(record: Record) -> str | None:
+    """Why the operation cannot be canceled at the provider now, or ``None`` if it can:
+    it needs a cancel action, and its last answer must have said it is cancelable (or
+    its profile declares it always cancelable before a terminal state)."""
+    if record.cancel_target() is None:
+        return (
+            f"operation {record.operation_id} has no cancel action: neither a receipt, a "
+            "status answer, the profile nor a cancel URL given with the operation names one"
+        )
+    if not (record.profile.cancel.always or record.cancelable is True):
+        said = {None: "did not say it is", False: "said it is not"}[record.cancelable]
+        return (
+            f"operation {record.operation_id} is not cancelable now: the last status answer "
+            f"{said} cancelable, and profile {record.profile.name} does not declare it always "
+            "cancelable"
+        )
+    return None
+
+
+def options(record: Record, now: datetime) -> tuple[Option, ...]:
+    """The options open on *record*'s decision request at *now* (none without one).
+
+    From the reason (``_BY_REASON``), then the record's limits: a resuming option only
+    while grants are left (``policy.max_extensions``), never for an operation that
+    stopped before its submission was answered (its body is not stored), and never
+    after the business deadline; ``cancel`` only where :func:`cancel_refusal` allows.
+    An agent's request on a running operation offers ``extend`` and ``decline``.
+    """
+    if record.decision_request is None:
+        return ()
+    if not record.is_finished:
+        offered: tuple[Option, ...] = (Option.EXTEND, Option.DECLINE)
+    else:
+        offered = _BY_REASON.get(record.reason, (Option.ABANDON,))
+    business = record.business_deadline_at
+    can_resume = (
+        record.grants.extensions < record.policy.max_extensions
+        and record.stopped_phase is not Phase.SUBMITTING
+        and (business is None or now < business)
+    )
+    return tuple(
+        option
+        for option in offered
+        if (option not in RESUMING or can_resume)
+        and (option is not Option.CANCEL or cancel_refusal(record) is None)
+    )
+
+
+def open_request(
+    record: Record,
+    now: datetime,
+    *,
+    requested_by: str | None = None,
+    minutes: float | None = None,
+    checks: int | None = None,
+    why: str | None = None,
+) -> Record:
+    """*record* with a decision request open from *now* (due after the policy's
+    ``decision_timeout_s``) and its options computed now. A request already open keeps
+    its times and, unless *requested_by* is given, the proposal it holds (an agent's
+    request stays visible when the operation then stops)."""
+    opened = record.decision_request or DecisionRequest(
+        opened_at=now, due_at=now + timedelta(seconds=record.policy.decision_timeout_s)
+    )
+    if requested_by is not None:
+        opened = replace(opened, requested_by=requested_by, minutes=minutes, checks=checks, why=why)
+    record = replace(record, decision_request=opened)
+    offered = tuple(option.value for option in options(record, now))
+    return replace(record, decision_request=replace(opened, options=offered))
