@@ -23,6 +23,7 @@ from waitbound._clock import Clock, SystemClock
 from waitbound._contract import Classification, Counts, Profile, load_profile, parse_profile
 from waitbound._errors import (
     ConflictError,
+    DecisionConflictError,
     EscalatedError,
     JobFailedError,
     OperationNotFoundError,
@@ -37,11 +38,21 @@ from waitbound._errors import (
     UsageError,
     WaitboundError,
 )
+from waitbound._escalations import (
+    Escalation,
+    decide,
+    decide_async,
+    escalations,
+    escalations_async,
+    request_extension,
+    request_extension_async,
+)
 from waitbound._observation import Observation
 from waitbound._operation import Operation, Submission, new_operation_id
+from waitbound._options import Option
 from waitbound._outcome import Outcome, OutcomeKind, Reason
 from waitbound._protocol import FinalStateVia, UrlKind
-from waitbound._record import Phase, Policy, Record
+from waitbound._record import Decision, DecisionRequest, Grants, Phase, Policy, Record
 from waitbound._schedule import DelaySource, parse_retry_after
 from waitbound._worker import WorkerSettings, work
 from waitbound.profiles import profile_schema
@@ -55,16 +66,22 @@ __all__ = [
     "Classification",
     "Clock",
     "ConflictError",
+    "DecisionConflictError",
     "Counts",
+    "Decision",
+    "DecisionRequest",
     "DelaySource",
     "EscalatedError",
+    "Escalation",
     "FinalStateVia",
+    "Grants",
     "HttpSettings",
     "JobFailedError",
     "MemoryStore",
     "Observation",
     "Operation",
     "OperationNotFoundError",
+    "Option",
     "Outcome",
     "OutcomeError",
     "OutcomeKind",
@@ -94,12 +111,18 @@ __all__ = [
     "cancel_async",
     "check",
     "check_async",
+    "decide",
+    "decide_async",
+    "escalations",
+    "escalations_async",
     "load_profile",
     "new_operation_id",
     "open_store",
     "parse_profile",
     "parse_retry_after",
     "profile_schema",
+    "request_extension",
+    "request_extension_async",
     "run",
     "run_async",
     "start",

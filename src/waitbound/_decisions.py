@@ -33,11 +33,11 @@ from waitbound._schedule import DelaySource
 
 __all__ = [
     "cost",
-    "decide",
+    "decide_record",
     "escalation_message",
     "expire",
     "profile_version",
-    "request_extension",
+    "request_extension_record",
     "suggested_grant",
 ]
 
@@ -55,7 +55,7 @@ def cost(record: Record, option: Option) -> str:
     """What choosing *option* costs, in words, e.g. "extend waiting once by 15 minutes
     with 4 more checks"; a resuming option states the suggested grant."""
     minutes, checks = suggested_grant(record)
-    grant = f"by {minutes} minutes with {checks} more checks"
+    grant = f"by {_count(minutes, 'minute')} with {_count(checks, 'more check')}"
     match option:
         case Option.EXTEND:
             return f"extend waiting once {grant}"
@@ -171,7 +171,7 @@ def profile_version(profile: Profile) -> str:
     return hashlib.sha256(canonical_json(dict(profile.source)).encode()).hexdigest()[:16]
 
 
-def decide(
+def decide_record(
     record: Record,
     option: Option | str,
     *,
@@ -322,7 +322,7 @@ def _person(by: str, why: str) -> tuple[str, str]:
     return who[:128], reason[:500]
 
 
-def request_extension(
+def request_extension_record(
     record: Record,
     *,
     now: datetime,
@@ -415,12 +415,13 @@ def escalation_message(record: Record, now: datetime) -> str:
         code = record.last_http_status
         what = f"{code}" if code is not None else "no answer"
         last = f"{what} at {record.last_observed_at.strftime('%H:%M')} UTC"
-    state = show(record.provider_state) if record.provider_state is not None else "none"
+    state = record.provider_state
+    state_text = state if isinstance(state, str) else "none" if state is None else show(state)
     lines = [
         "External job needs a decision",
         f"Operation: {record.operation_id}",
         f"Provider job: {record.job_id or '(not known)'}",
-        f"Last state: {state}",
+        f"Last state: {state_text}",
         f"Elapsed time: {_duration(elapsed)}",
         f"Status requests: {record.requests_used} of {record.max_requests}",
         f"Last HTTP result: {last}",
@@ -429,14 +430,18 @@ def escalation_message(record: Record, now: datetime) -> str:
         lines.append(f"Stopped because: {record.reason.value if record.reason else 'unknown'}")
     if request is not None and request.requested_by != SYSTEM:
         lines.append(
-            f"Requested by: {request.requested_by}, {request.minutes:g} more minutes with "
-            f"{request.checks} more checks ({request.why})"
+            f"Requested by: {request.requested_by}, {_count(request.minutes or 0, 'more minute')}"
+            f" with {_count(request.checks or 0, 'more check')} ({request.why})"
         )
     offered = ", ".join(cost(record, option) for option in options(record, now))
     lines.append(f"Safe options: {offered or 'none'}")
     if request is not None:
         lines.append(f"Decide by: {request.due_at.strftime('%Y-%m-%d %H:%M')} UTC")
     return "\n".join(lines)
+
+
+def _count(n: float, what: str) -> str:
+    return f"{n:g} {what}" + ("" if n == 1 else "s")
 
 
 def _duration(seconds: float) -> str:

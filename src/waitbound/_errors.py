@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConflictError",
+    "DecisionConflictError",
     "EscalatedError",
     "JobFailedError",
     "OperationNotFoundError",
@@ -129,6 +130,25 @@ class ConflictError(StoreError):
         self.expected_version = expected_version
         super().__init__(
             f"operation {operation_id} changed since version {expected_version}; reload it"
+        )
+
+
+class DecisionConflictError(UsageError):
+    """Someone decided first: a decision request is answered once (compare-and-swap).
+
+    Attributes:
+        operation_id: the operation; ``decided_by``, ``option``, ``decided_at``: the
+            decision that won.
+    """
+
+    def __init__(self, operation_id: str, decided_by: str, option: str, decided_at: str) -> None:
+        self.operation_id = operation_id
+        self.decided_by = decided_by
+        self.option = option
+        self.decided_at = decided_at
+        super().__init__(
+            f"operation {operation_id} was decided first by {decided_by} at {decided_at}: "
+            f"{option}; nothing was changed"
         )
 
 

@@ -527,7 +527,7 @@ def _part(kind: type[_P], raw: dict[str, JSON]) -> _P:
         if item.name not in raw:
             continue
         value: object = raw[item.name]
-        if value is not None and item.name.endswith("_at"):
+        if value is not None and (item.name == "at" or item.name.endswith("_at")):
             value = utc(datetime.fromisoformat(str(value)))
         elif isinstance(value, list):
             value = tuple(value)
