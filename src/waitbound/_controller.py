@@ -336,7 +336,7 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
             url=url,
             timeout_s=timeout_s,
             method=method or "GET",
-            redirect_budget=max(0, reserved.policy.max_requests - reserved.requests_used),
+            redirect_budget=max(0, reserved.max_requests - reserved.requests_used),
         ),
     )
 
