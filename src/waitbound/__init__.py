@@ -18,7 +18,22 @@ from waitbound._api import (
     wait,
     wait_async,
 )
-from waitbound._audit import AuditEvent, StoredAuditEvent, verify_chain
+from waitbound._audit import (
+    AuditEvent,
+    AuditFinding,
+    AuditProblem,
+    StoredAuditEvent,
+    diagnose_chain,
+    verify_chain,
+)
+from waitbound._audit_check import (
+    AuditCheckpoint,
+    audit_checkpoint,
+    export_audit,
+    verify_audit,
+    verify_checkpoint,
+)
+from waitbound._audit_key import load_audit_key
 from waitbound._clock import Clock, SystemClock
 from waitbound._contract import Classification, Counts, Profile, load_profile, parse_profile
 from waitbound._errors import (
@@ -51,7 +66,10 @@ from waitbound.transports import HttpSettings
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuditCheckpoint",
     "AuditEvent",
+    "AuditFinding",
+    "AuditProblem",
     "Classification",
     "Clock",
     "ConflictError",
@@ -90,10 +108,14 @@ __all__ = [
     "WaitboundError",
     "WorkerSettings",
     "__version__",
+    "audit_checkpoint",
     "cancel",
     "cancel_async",
     "check",
     "check_async",
+    "diagnose_chain",
+    "export_audit",
+    "load_audit_key",
     "load_profile",
     "new_operation_id",
     "open_store",
@@ -105,7 +127,9 @@ __all__ = [
     "start",
     "submit",
     "submit_async",
+    "verify_audit",
     "verify_chain",
+    "verify_checkpoint",
     "wait",
     "wait_async",
     "work",

@@ -166,6 +166,10 @@ class Record:
     credentials never follow a move. ``location_url`` is the first answer's
     ``Location`` and ``final_state_via`` the caller's or profile's choice of where the
     final state is.
+
+    ``audit_seq`` and ``audit_head`` name the last event of the audit chain;
+    ``audit_mac`` is the HMAC of that head under the audit key kept outside the store
+    (``None``: written without a key). See ``docs/audit.md``.
     """
 
     operation_id: str
@@ -229,6 +233,7 @@ class Record:
     lease_expires_at: datetime | None = None
     audit_seq: int = 0
     audit_head: str = GENESIS_HASH
+    audit_mac: str | None = None
     version: int = 0
 
     @property
