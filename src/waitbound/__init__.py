@@ -18,7 +18,22 @@ from waitbound._api import (
     wait,
     wait_async,
 )
-from waitbound._audit import AuditEvent, StoredAuditEvent, verify_chain
+from waitbound._audit import (
+    AuditEvent,
+    AuditFinding,
+    AuditProblem,
+    StoredAuditEvent,
+    diagnose_chain,
+    verify_chain,
+)
+from waitbound._audit_check import (
+    AuditCheckpoint,
+    audit_checkpoint,
+    export_audit,
+    verify_audit,
+    verify_checkpoint,
+)
+from waitbound._audit_key import load_audit_key
 from waitbound._clock import Clock, SystemClock
 from waitbound._contract import Classification, Counts, Profile, load_profile, parse_profile
 from waitbound._errors import (
@@ -62,7 +77,10 @@ from waitbound.transports import HttpSettings
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuditCheckpoint",
     "AuditEvent",
+    "AuditFinding",
+    "AuditProblem",
     "Classification",
     "Clock",
     "ConflictError",
@@ -107,14 +125,18 @@ __all__ = [
     "WaitboundError",
     "WorkerSettings",
     "__version__",
+    "audit_checkpoint",
     "cancel",
     "cancel_async",
     "check",
     "check_async",
     "decide",
     "decide_async",
+    "diagnose_chain",
     "escalations",
     "escalations_async",
+    "export_audit",
+    "load_audit_key",
     "load_profile",
     "new_operation_id",
     "open_store",
@@ -128,7 +150,9 @@ __all__ = [
     "start",
     "submit",
     "submit_async",
+    "verify_audit",
     "verify_chain",
+    "verify_checkpoint",
     "wait",
     "wait_async",
     "work",

@@ -279,6 +279,9 @@ class Record:
     decision (set when the operation stops without an honest outcome, or an agent asks
     for more time), ``decisions`` the decisions made, ``stopped_phase`` the phase it
     stopped in (where a decision resumes it).
+    ``audit_seq`` and ``audit_head`` name the last event of the audit chain;
+    ``audit_mac`` is the HMAC of that head under the audit key kept outside the store
+    (``None``: written without a key). See ``docs/audit.md``.
     """
 
     operation_id: str
@@ -349,6 +352,7 @@ class Record:
     credential_label: str | None = None
     audit_seq: int = 0
     audit_head: str = GENESIS_HASH
+    audit_mac: str | None = None
     version: int = 0
 
     @property

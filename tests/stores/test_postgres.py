@@ -312,7 +312,7 @@ def test_open_store_opens_postgres_for_both_url_schemes(
     opened: list[str] = []
     sentinel = MemoryStore()
 
-    def fake(dsn: str) -> MemoryStore:
+    def fake(dsn: str, *, audit_key: bytes | None = None) -> MemoryStore:
         opened.append(dsn)
         return sentinel
 

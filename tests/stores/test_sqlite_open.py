@@ -54,7 +54,9 @@ def test_a_missing_store_is_not_created_when_create_is_false(
     """create=False (or read-only): a missing file is refused; no file, no folder appears."""
     path = tmp_path / "typo" / "x.db"
     with pytest.raises(StoreNotFoundError, match="does not exist") as caught:
-        open_store(path, **options)
+        open_store(
+            path, create=options.get("create", True), read_only=options.get("read_only", False)
+        )
     assert isinstance(caught.value, UsageError)
     assert "x.db" in str(caught.value)
     assert list(tmp_path.iterdir()) == []

@@ -722,19 +722,23 @@ def test_sqlite_second_connection_with_stale_read_loses(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("sql", "broken_at"),
+    ("sql", "found"),
     [
-        ("UPDATE audit_events SET summary = 'nothing happened' WHERE seq = 2", 2),
-        ("UPDATE audit_events SET kind = 'succeeded' WHERE seq = 3", 3),
-        ("UPDATE audit_events SET data = '{\"n\": 7}' WHERE seq = 4", 4),
-        ("UPDATE audit_events SET at = '2030-01-01T00:00:00+00:00' WHERE seq = 1", 1),
-        ("DELETE FROM audit_events WHERE seq = 3", 4),
-        ("DELETE FROM audit_events WHERE seq = 1", 2),
+        ("UPDATE audit_events SET summary = 'nothing happened' WHERE seq = 2", "edited at event 2"),
+        ("UPDATE audit_events SET kind = 'succeeded' WHERE seq = 3", "edited at event 3"),
+        ("UPDATE audit_events SET data = '{\"n\": 7}' WHERE seq = 4", "edited at event 4"),
+        (
+            "UPDATE audit_events SET at = '2030-01-01T00:00:00+00:00' WHERE seq = 1",
+            "edited at event 1",
+        ),
+        ("DELETE FROM audit_events WHERE seq = 3", "deleted at event 3"),
+        ("DELETE FROM audit_events WHERE seq = 1", "deleted at event 1"),
     ],
     ids=["edit-summary", "edit-kind", "edit-data", "edit-time", "drop-middle", "drop-first"],
 )
-def test_sqlite_edited_audit_rows_break_the_chain(tmp_path: Path, sql: str, broken_at: int) -> None:
-    """Editing or deleting an audit row behind the store's back makes verify_chain fail."""
+def test_sqlite_edited_audit_rows_break_the_chain(tmp_path: Path, sql: str, found: str) -> None:
+    """Editing or deleting an audit row behind the store's back makes verify_chain fail,
+    naming the first bad event and what was done to it."""
     path = tmp_path / "s.db"
     _stored_with_events(path)
     _raw(path, (sql, ()))
@@ -743,7 +747,7 @@ def test_sqlite_edited_audit_rows_break_the_chain(tmp_path: Path, sql: str, brok
         stored = store.audit("op-1")
     finally:
         store.close()
-    with pytest.raises(StoreError, match=f"broken at event {broken_at}"):
+    with pytest.raises(StoreError, match=f"broken: op-1: {found}:"):
         waitbound.verify_chain(stored)
 
 

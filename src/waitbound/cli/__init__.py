@@ -2,8 +2,8 @@
 
 Exit codes: 0 succeeded; 1 completed_with_errors, failed, canceled, expired; 2 a usage
 or configuration error; 3 timed_out, escalated; 4 still waiting (``--detach``,
-``cancel --no-wait``); 5 the store failed (disk full, read-only, unreachable); 130
-interrupted.
+``cancel --no-wait``); 5 the store failed (disk full, read-only, unreachable); 6 an
+audit chain is broken (``audit verify``, ``show``, ``audit story``); 130 interrupted.
 """
 
 from __future__ import annotations

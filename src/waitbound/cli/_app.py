@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 import waitbound
+from waitbound.cli._audit import audit
 from waitbound.cli._common import EXIT_CODES_HELP
 from waitbound.cli._db import db
 from waitbound.cli._inspect import show
@@ -30,5 +31,17 @@ def cli(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
-for _command in (wait, submit, run, cancel_command, worker, show, profiles, sim, db, mcp_command):
+for _command in (
+    wait,
+    submit,
+    run,
+    cancel_command,
+    worker,
+    show,
+    audit,
+    profiles,
+    sim,
+    db,
+    mcp_command,
+):
     cli.add_command(_command)

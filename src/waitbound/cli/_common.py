@@ -54,13 +54,20 @@ EXIT_USAGE: Final = 2
 EXIT_STOPPED: Final = 3
 EXIT_STILL_WAITING: Final = 4
 EXIT_STORE: Final = 5
+EXIT_AUDIT_BROKEN: Final = 6
 EXIT_INTERRUPTED: Final = 130
 
 EXIT_CODES_HELP: Final = (
     "Exit codes: 0 succeeded; 1 completed_with_errors, failed, canceled or expired; "
     "2 a usage or configuration error (nothing stored); 3 timed_out or escalated; "
     "4 still waiting (--detach, cancel --no-wait); 5 the store failed (disk full, "
-    "read-only, unreachable); 130 interrupted (the operation is saved)."
+    "read-only, unreachable); 6 an audit chain is broken (audit verify, show, audit "
+    "story); 130 interrupted (the operation is saved)."
+)
+
+AUDIT_KEY_FILE_HELP: Final = (
+    "File holding the audit key (at least 16 bytes); default $WAITBOUND_AUDIT_KEY_FILE or "
+    "$WAITBOUND_AUDIT_KEY. With a key, every chain head's MAC is checked too."
 )
 
 STORE_HELP: Final = (

@@ -3,15 +3,72 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import click
 
 import waitbound
+from waitbound import AuditFinding, Record, StoredAuditEvent
 from waitbound._json import JSON
-from waitbound.cli._common import STORE_HELP, opened_store
-from waitbound.cli._render import group_line, grouped, record_summary
+from waitbound.cli._common import (
+    AUDIT_KEY_FILE_HELP,
+    EXIT_AUDIT_BROKEN,
+    STORE_HELP,
+    opened_store,
+)
+from waitbound.cli._render import group_line, grouped, printable, record_summary
 
-__all__ = ["show"]
+__all__ = ["chain_status", "print_story", "read_operation", "report_broken", "show"]
+
+
+def read_operation(store: str | None, operation_id: str) -> tuple[Record, list[StoredAuditEvent]]:
+    """The operation's record and its audit events, from the store opened read-only.
+
+    Raises:
+        OperationNotFoundError: no operation with this id (exit 2).
+    """
+    with opened_store(store, read_only=True, then="run the command again") as opened:
+        record = opened.get(operation_id)
+        if record is None:
+            raise waitbound.OperationNotFoundError(operation_id)
+        return record, opened.audit(operation_id)
+
+
+def chain_status(
+    record: Record, events: Sequence[StoredAuditEvent], key: bytes | None
+) -> tuple[str, AuditFinding | None]:
+    """``intact`` (or ``intact, head authenticated``) or ``broken: …``, and the finding."""
+    finding = waitbound.diagnose_chain(
+        record.operation_id,
+        events,
+        head=(record.audit_seq, record.audit_head),
+        mac=record.audit_mac,
+        key=key,
+    )
+    if finding is not None:
+        return f"broken: {printable(finding.line())}", finding
+    return ("intact, head authenticated" if key is not None else "intact"), None
+
+
+def report_broken(finding: AuditFinding) -> int:
+    """Say on stderr, in one line, what is wrong with the chain; return exit code 6."""
+    click.echo(
+        f"waitbound: error: audit chain broken: {printable(finding.line())}; "
+        "do not trust this story (see docs/audit.md)",
+        err=True,
+    )
+    return EXIT_AUDIT_BROKEN
+
+
+def print_story(events: Sequence[StoredAuditEvent], *, every_event: bool) -> None:
+    """The audit story: one line per request (grouped), or per event, numbered by seq."""
+    plain = [stored.event for stored in events]
+    spans = [(i, i) for i in range(len(plain))] if every_event else grouped(plain)
+    for first, last in spans:
+        seqs = (
+            f"{events[first].seq}" if first == last else f"{events[first].seq}-{events[last].seq}"
+        )
+        click.echo(f"  {seqs:>7} {group_line(plain[first : last + 1])}")
 
 
 @click.command()
@@ -19,27 +76,29 @@ __all__ = ["show"]
 @click.option("--store", help=STORE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("--events", "every_event", is_flag=True, help="One story line per audit event.")
-def show(operation_id: str, store: str | None, as_json: bool, every_event: bool) -> int:
+@click.option("--audit-key-file", help=AUDIT_KEY_FILE_HELP)
+def show(
+    operation_id: str,
+    store: str | None,
+    as_json: bool,
+    every_event: bool,
+    audit_key_file: str | None,
+) -> int:
     """Show an operation's record and its audit story: one line per request by default.
 
     The store is opened read-only (a read-only file, or a copy kept for audit, can be
-    shown) and never created: a path that names no store exits 2.
+    shown) and never created: a path that names no store exits 2. A broken audit
+    chain is shown, then said in one line on stderr, and exits 6.
     """
-    with opened_store(store, read_only=True, then="run the command again") as opened:
-        record = opened.get(operation_id)
-        if record is None:
-            raise waitbound.OperationNotFoundError(operation_id)
-        events = opened.audit(operation_id)
-    try:
-        waitbound.verify_chain(events, head=(record.audit_seq, record.audit_head))
-        chain = "intact"
-    except waitbound.StoreError as exc:
-        chain = f"broken: {exc}"
+    key = waitbound.load_audit_key(audit_key_file)
+    record, events = read_operation(store, operation_id)
+    chain, finding = chain_status(record, events, key)
     if as_json:
         document: dict[str, JSON] = {
             "record": record.to_json(),
             "outcome": record.to_outcome().as_json() if record.is_finished else None,
             "audit_chain": chain,
+            "audit_finding": finding.as_json() if finding is not None else None,
             "audit": [
                 {
                     "seq": s.seq,
@@ -53,15 +112,9 @@ def show(operation_id: str, store: str | None, as_json: bool, every_event: bool)
             ],
         }
         click.echo(json.dumps(document, ensure_ascii=False))
-        return 0
-    for line in record_summary(record):
-        click.echo(line)
-    click.echo(f"audit ({len(events)} events, chain {chain}):")
-    plain = [stored.event for stored in events]
-    spans = [(i, i) for i in range(len(plain))] if every_event else grouped(plain)
-    for first, last in spans:
-        seqs = (
-            f"{events[first].seq}" if first == last else f"{events[first].seq}-{events[last].seq}"
-        )
-        click.echo(f"  {seqs:>7} {group_line(plain[first : last + 1])}")
-    return 0
+    else:
+        for line in record_summary(record):
+            click.echo(line)
+        click.echo(f"audit ({len(events)} events, chain {chain}):")
+        print_story(events, every_event=every_event)
+    return report_broken(finding) if finding is not None else 0

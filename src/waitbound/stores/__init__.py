@@ -16,7 +16,7 @@ from typing import Final
 
 import platformdirs
 
-from waitbound import _errors
+from waitbound import _audit_key, _errors
 from waitbound.stores._protocol import Store
 from waitbound.stores.memory import MemoryStore
 from waitbound.stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
@@ -88,7 +88,11 @@ def _postgres_extra() -> Iterator[None]:
 
 
 def open_store(
-    spec: str | Path | None = None, *, create: bool = True, read_only: bool = False
+    spec: str | Path | None = None,
+    *,
+    create: bool = True,
+    read_only: bool = False,
+    audit_key: bytes | None = None,
 ) -> Store:
     """Open a store from a spec: ``"memory:"``, a PostgreSQL DSN, a SQLite file path, or
     ``None`` (the default SQLite file, see :func:`default_store_path`).
@@ -106,9 +110,15 @@ def open_store(
         read_only: open a SQLite file for reading only (see :class:`SQLiteStore`);
             implies ``create=False``. A read-only store, or a read-only copy kept for
             audit, can then be read. PostgreSQL and memory stores ignore it.
+        audit_key: the key that signs every chain head this store writes (see
+            ``docs/audit.md``); ``None`` means the environment's key, if any
+            (``$WAITBOUND_AUDIT_KEY_FILE`` or ``$WAITBOUND_AUDIT_KEY``, see
+            :func:`waitbound.load_audit_key`): every writer that opens its store here
+            signs with the same key.
 
     Raises:
-        UsageError: an empty spec, or a DSN while psycopg is not installed.
+        UsageError: an empty spec, a DSN while psycopg is not installed, or an audit
+            key in the environment that cannot be used (unreadable, too short).
         StoreNotFoundError: ``create`` is false (or ``read_only`` true) and the SQLite
             file does not exist.
         NotAStoreError: the file is not a waitbound store (e.g. another program's
@@ -121,13 +131,14 @@ def open_store(
         spec = default_store_path()
     if str(spec).strip() == "":
         raise _errors.UsageError("the store path is empty; give a file path or 'memory:'")
+    key = audit_key if audit_key is not None else _audit_key.load_audit_key()
     if str(spec) == "memory:":
-        return MemoryStore()
+        return MemoryStore(audit_key=key)
     if is_postgres_dsn(spec):
         with _postgres_extra():
             from waitbound.stores.postgres import PostgresStore
-        return PostgresStore(str(spec).strip())
-    return SQLiteStore(Path(spec), create=create, read_only=read_only)
+        return PostgresStore(str(spec).strip(), audit_key=key)
+    return SQLiteStore(Path(spec), create=create, read_only=read_only, audit_key=key)
 
 
 def upgrade_store(

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from waitbound._audit import AuditEvent, StoredAuditEvent, seal_all
+from waitbound._audit import AuditEvent, StoredAuditEvent, head_is_authentic, head_mac, seal_all
 from waitbound._errors import StoreError
 from waitbound._json import JSON, canonical_json
 from waitbound._record import Record
@@ -155,11 +155,20 @@ def audit_rows(
     ]
 
 
-def advance(record: Record, events: Sequence[AuditEvent]) -> tuple[Record, list[StoredAuditEvent]]:
+def advance(
+    record: Record, events: Sequence[AuditEvent], audit_key: bytes | None = None
+) -> tuple[Record, list[StoredAuditEvent]]:
     """The record as it is after a successful write, and its events sealed onto its chain.
 
     The record carries the chain's head (``audit_seq``, ``audit_head``), written in the
     same transaction as the events, so removing the last events is detected too.
+
+    With *audit_key*, the head the write leaves is signed (``audit_mac``, see
+    :func:`waitbound._audit.head_mac`) when the head it extends is authentic: a new
+    operation, or a head whose MAC verifies. A head without a valid MAC is never
+    signed over (that would bless a rewrite): its ``audit_mac`` is kept as it was, so
+    ``verify`` goes on reporting it. Without a key, a write that moves the head drops
+    the MAC (nobody signed the new head); one that does not move it keeps it.
     """
     sealed = seal_all(
         record.operation_id, events, last_seq=record.audit_seq, last_hash=record.audit_head
@@ -167,4 +176,13 @@ def advance(record: Record, events: Sequence[AuditEvent]) -> tuple[Record, list[
     stored = replace(record, version=record.version + 1)
     if sealed:
         stored = replace(stored, audit_seq=sealed[-1].seq, audit_head=sealed[-1].hash)
+    if audit_key is not None:
+        extends_authentic = record.version == 0 or head_is_authentic(
+            audit_key, record.operation_id, record.audit_seq, record.audit_head, record.audit_mac
+        )
+        if extends_authentic:
+            mac = head_mac(audit_key, stored.operation_id, stored.audit_seq, stored.audit_head)
+            stored = replace(stored, audit_mac=mac)
+    elif sealed:
+        stored = replace(stored, audit_mac=None)
     return stored, sealed

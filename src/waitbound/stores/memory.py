@@ -26,9 +26,14 @@ class MemoryStore:
 
     Records are kept encoded, as a durable store keeps them, so what comes back has
     been through the same encoding.
+
+    Args:
+        audit_key: the audit key; every write then signs the chain head it leaves
+            (``Record.audit_mac``, see ``docs/audit.md``). ``None``: heads are not signed.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, audit_key: bytes | None = None) -> None:
+        self._audit_key = audit_key
         self._lock = threading.Lock()
         self._records: dict[str, tuple[int, str]] = {}
         self._events: dict[str, list[StoredAuditEvent]] = {}
@@ -38,7 +43,7 @@ class MemoryStore:
         with self._lock:
             if record.operation_id in self._records:
                 raise UsageError(f"operation {record.operation_id!r} exists already")
-            stored, sealed = advance(record, events)
+            stored, sealed = advance(record, events, self._audit_key)
             self._records[record.operation_id] = (stored.version, encode_record(stored))
             self._events[record.operation_id] = sealed
             return stored
@@ -55,7 +60,7 @@ class MemoryStore:
             entry = self._records.get(record.operation_id)
             if entry is None or entry[0] != record.version:
                 raise ConflictError(record.operation_id, record.version)
-            stored, sealed = advance(record, events)
+            stored, sealed = advance(record, events, self._audit_key)
             self._records[record.operation_id] = (stored.version, encode_record(stored))
             self._events[record.operation_id].extend(sealed)
             return stored
@@ -72,7 +77,9 @@ class MemoryStore:
             )[:limit]
             taken = []
             for record in due:
-                stored, _ = advance(claimed(record, owner=owner, now=now, lease_s=lease_s), [])
+                stored, _ = advance(
+                    claimed(record, owner=owner, now=now, lease_s=lease_s), [], self._audit_key
+                )
                 self._records[record.operation_id] = (stored.version, encode_record(stored))
                 taken.append(stored)
             return taken

@@ -146,6 +146,9 @@ class PostgresStore:
         max_size: connections the pool opens at most; a call waits up to 30 s for one.
         connect_timeout_s: how long opening a connection may take, in seconds (unless
             the DSN sets ``connect_timeout`` itself).
+        audit_key: the audit key; every write then signs the chain head it leaves
+            (``Record.audit_mac``, see ``docs/audit.md``). ``None``: heads are not signed.
+            It is kept in memory only: never stored, logged or shown.
 
     Raises:
         StoreError: the server cannot be reached, or the schema is missing or older
@@ -162,7 +165,9 @@ class PostgresStore:
         min_size: int = 1,
         max_size: int = 8,
         connect_timeout_s: float = 10.0,
+        audit_key: bytes | None = None,
     ) -> None:
+        self._audit_key = audit_key
         if not 0 <= min_size <= max_size or max_size < 1:
             raise UsageError(
                 f"pool sizes must satisfy 0 <= min_size <= max_size and max_size >= 1; "
@@ -219,7 +224,7 @@ class PostgresStore:
 
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.create`."""
-        stored, sealed = advance(record, events)
+        stored, sealed = advance(record, events, self._audit_key)
         with self._transaction() as conn:
             cursor = conn.execute(
                 self._sql["insert"],
@@ -238,7 +243,7 @@ class PostgresStore:
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save` (``UPDATE … WHERE version = %s``, one transaction)."""
-        stored, sealed = advance(record, events)
+        stored, sealed = advance(record, events, self._audit_key)
         with self._transaction() as conn:
             cursor = conn.execute(
                 self._sql["update"],
@@ -277,7 +282,9 @@ class PostgresStore:
             rows = conn.execute(self._sql[query], (*args, limit))
             for (text,) in rows.fetchall():
                 record = decode_record(text)
-                stored, _ = advance(claimed(record, owner=owner, now=now, lease_s=lease_s), [])
+                stored, _ = advance(
+                    claimed(record, owner=owner, now=now, lease_s=lease_s), [], self._audit_key
+                )
                 cursor = conn.execute(
                     self._sql["claim"],
                     (

@@ -90,6 +90,9 @@ class SQLiteStore:
             can be read). Implies ``create=False``; every write raises
             :class:`~waitbound.StoreError`. Changes committed by a writer still
             holding the file open may not be seen in immutable mode.
+        audit_key: the audit key; every write then signs the chain head it leaves
+            (``Record.audit_mac``, see ``docs/audit.md``). ``None``: heads are not signed.
+            It is kept in memory only: never stored, logged or shown.
 
     Raises:
         StoreNotFoundError: the file is missing and may not be created.
@@ -106,7 +109,9 @@ class SQLiteStore:
         timeout_s: float = 30.0,
         create: bool = True,
         read_only: bool = False,
+        audit_key: bytes | None = None,
     ) -> None:
+        self._audit_key = audit_key
         self.path = Path(path)
         self.read_only = read_only
         self._lock = threading.RLock()
@@ -239,7 +244,7 @@ class SQLiteStore:
 
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.create`."""
-        stored, sealed = advance(record, events)
+        stored, sealed = advance(record, events, self._audit_key)
         try:
             with self._transaction() as db:
                 db.execute(
@@ -263,7 +268,7 @@ class SQLiteStore:
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save`."""
-        stored, sealed = advance(record, events)
+        stored, sealed = advance(record, events, self._audit_key)
         with self._transaction() as db:
             cursor = db.execute(
                 "UPDATE operations SET version = ?, phase = ?, outcome = ?, next_poll_at = ?,"
@@ -309,7 +314,9 @@ class SQLiteStore:
             ).fetchall()
             for (text,) in rows:
                 record = decode_record(text)
-                stored, _ = advance(claimed(record, owner=owner, now=now, lease_s=lease_s), [])
+                stored, _ = advance(
+                    claimed(record, owner=owner, now=now, lease_s=lease_s), [], self._audit_key
+                )
                 db.execute(
                     "UPDATE operations SET version = ?, lease_owner = ?, lease_expires_at = ?,"
                     " data = ? WHERE operation_id = ? AND version = ?",
