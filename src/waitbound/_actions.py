@@ -29,6 +29,7 @@ from waitbound._protocol import (
     parse_final_state_via,
     parse_poll_sources,
 )
+from waitbound._sections import checked_section
 from waitbound._urls import resolve, shown_url
 
 __all__ = [
@@ -238,7 +239,7 @@ def parse_submit(where: str, data: object, *, job_id: Expression | None) -> Subm
     Raises:
         ProfileError: an unknown key, a wrong type or an expression that does not compile.
     """
-    section = _section(where, "submit", {} if data is None else data, SUBMIT_KEYS)
+    section = checked_section(where, "submit", {} if data is None else data, SUBMIT_KEYS)
     if "polling_url" in section and "status_url_headers" in section:
         raise ProfileError(
             f"{where}: give submit.polling_url or submit.status_url_headers, not both"
@@ -305,7 +306,7 @@ def parse_cancel(where: str, data: object) -> CancelContract:
     """
     if data is None:
         return CancelContract()
-    section = _section(where, "cancel", data, CANCEL_KEYS)
+    section = checked_section(where, "cancel", data, CANCEL_KEYS)
     method = section.get("method", "POST")
     if method not in ("POST", "DELETE", "PUT", "PATCH"):
         raise ProfileError(f"{where}: cancel.method must be POST, DELETE, PUT or PATCH")
@@ -317,17 +318,6 @@ def parse_cancel(where: str, data: object) -> CancelContract:
         url_template=_optional_text(where, "cancel.url_template", section),
         always=always,
     )
-
-
-def _section(where: str, name: str, data: object, known: frozenset[str]) -> Mapping[str, object]:
-    if not isinstance(data, Mapping):
-        raise ProfileError(f"{where}: {name} must be an object")
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ProfileError(
-            f"{where}: {name} has unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})"
-        )
-    return data
 
 
 def _optional_text(where: str, key: str, section: Mapping[str, object]) -> str | None:

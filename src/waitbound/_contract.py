@@ -30,6 +30,7 @@ from waitbound._errors import ProfileError
 from waitbound._jmes import Expression, compile_expression, search
 from waitbound._json import JSON, JSONScalar, contains_ambiguous
 from waitbound._protocol import UrlKind
+from waitbound._sections import checked_section
 from waitbound._throttle import Throttle, parse_hint_headers, parse_throttle
 
 __all__ = [
@@ -110,6 +111,7 @@ OTHER_KEYS: Final = (
 )
 URL_KIND_KEYS: Final = frozenset(("state", "http_status_states", "when_no_state", "unlisted_state"))
 UNLISTED_STATES: Final = ("unknown", "pending")
+_KINDS: Final = frozenset(("location", "resource"))
 LOCATION_DEFAULTS: Final = {
     "http_status_states": {"202": "pending", "200": "succeeded", "201": "succeeded",
                            "204": "succeeded"},
@@ -631,28 +633,14 @@ def _parse_url_kinds(where: str, data: object) -> dict[UrlKind, StateTable]:
     A ``location`` URL is read by :data:`LOCATION_DEFAULTS` unless the profile says
     otherwise; a ``resource`` URL must name its ``state``.
     """
-    kinds = {} if data is None else data
-    if not isinstance(kinds, Mapping):
-        raise ProfileError(f"{where}: url_kinds must be an object with location / resource")
-    unknown = sorted(set(kinds) - {"location", "resource"})
-    if unknown:
-        raise ProfileError(
-            f"{where}: url_kinds has unknown key {unknown[0]!r} (known: location, resource)"
-        )
+    kinds = checked_section(where, "url_kinds", {} if data is None else data, _KINDS)
     tables = {}
     for kind in (UrlKind.LOCATION, UrlKind.RESOURCE):
         at = f"url_kinds.{kind.value}"
         section = kinds.get(kind.value, LOCATION_DEFAULTS if kind is UrlKind.LOCATION else None)
         if section is None:
             continue
-        if not isinstance(section, Mapping):
-            raise ProfileError(f"{where}: {at} must be an object")
-        extra = sorted(set(section) - URL_KIND_KEYS)
-        if extra:
-            raise ProfileError(
-                f"{where}: {at} has unknown key {extra[0]!r} "
-                f"(known: {', '.join(sorted(URL_KIND_KEYS))})"
-            )
+        section = checked_section(where, at, section, URL_KIND_KEYS)
         if kind is UrlKind.RESOURCE and "state" not in section:
             raise ProfileError(f"{where}: {at} needs 'state' (where the resource keeps it)")
         codes, classes = _parse_codes(
@@ -709,13 +697,7 @@ def _parse_codes(
 def _parse_counts(where: str, counts: object) -> dict[str, tuple[Expression, ...]]:
     if counts is None:
         return {}
-    if not isinstance(counts, Mapping):
-        raise ProfileError(f"{where}: counts must be an object with succeeded / failed / total")
-    extra = sorted(set(counts) - COUNT_KEYS)
-    if extra:
-        raise ProfileError(
-            f"{where}: counts has unknown key {extra[0]!r} (known: {', '.join(sorted(COUNT_KEYS))})"
-        )
+    counts = checked_section(where, "counts", counts, COUNT_KEYS)
     parsed: dict[str, tuple[Expression, ...]] = {}
     for key, value in counts.items():
         items = value if isinstance(value, list) else [value]

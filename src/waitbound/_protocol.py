@@ -29,6 +29,7 @@ import httpx
 
 from waitbound._errors import ProfileError
 from waitbound._jmes import Expression, compile_expression
+from waitbound._sections import checked_section
 from waitbound._urls import origin
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "parse_poll_sources",
 ]
 
+_SOURCE_KEYS: Final = frozenset({"header", "field", "request_url", "kind"})
 IDEMPOTENT_METHODS: Final = frozenset({"PUT", "DELETE"})
 """Methods whose request may be sent again after no answer (RFC 9110 §9.2.2)."""
 
@@ -100,15 +102,9 @@ def parse_poll_sources(where: str, data: object) -> tuple[PollSource, ...]:
     if not isinstance(data, list):
         raise ProfileError(f"{where}: submit.polling_url must be a list of places to look")
     sources = []
-    for index, entry in enumerate(data):
+    for index, raw in enumerate(data):
         at = f"{where}: submit.polling_url[{index}]"
-        if not isinstance(entry, Mapping):
-            raise ProfileError(f"{at} must be an object")
-        unknown = sorted(set(entry) - {"header", "field", "request_url", "kind"})
-        if unknown:
-            raise ProfileError(
-                f"{at} has unknown key {unknown[0]!r} (known: field, header, kind, request_url)"
-            )
+        entry = checked_section(where, f"submit.polling_url[{index}]", raw, _SOURCE_KEYS)
         places = [key for key in ("header", "field", "request_url") if key in entry]
         if len(places) != 1:
             raise ProfileError(f"{at} must name exactly one of header, field or request_url")
@@ -135,7 +131,7 @@ def parse_poll_sources(where: str, data: object) -> tuple[PollSource, ...]:
         field = entry.get("field")
         sources.append(
             PollSource(
-                kind=UrlKind(kind),
+                kind=UrlKind(str(kind)),
                 header=header.lower() if isinstance(header, str) else None,
                 field=None if field is None else compile_expression(where, f"{at}.field", field),
                 request_methods=frozenset(methods or ()),

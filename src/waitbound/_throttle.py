@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from typing import Final
 
 from waitbound._errors import ProfileError
+from waitbound._sections import checked_section
 
 __all__ = ["HINT_UNITS", "Throttle", "parse_throttle"]
 
 HINT_UNITS: Final = ("s", "ms", "epoch_s")
 """How a hint header's number is read: seconds, milliseconds, or a Unix time (seconds)."""
 _KEYS: Final = ("statuses", "when_headers", "reset_headers", "default_delay_s")
+_HEADER_KEYS: Final = ("header", "equals")
 _MAX_DEFAULT_S: Final = 86400.0
 
 
@@ -78,13 +80,7 @@ def parse_throttle(where: str, data: object) -> Throttle | None:
     """
     if data is None:
         return None
-    if not isinstance(data, Mapping):
-        raise ProfileError(f"{where}: throttle must be an object ({', '.join(_KEYS)})")
-    unknown = sorted(set(data) - set(_KEYS))
-    if unknown:
-        raise ProfileError(
-            f"{where}: throttle has unknown key {unknown[0]!r} (known: {', '.join(_KEYS)})"
-        )
+    data = checked_section(where, "throttle", data, _KEYS)
     statuses = data.get("statuses", [429])
     if (
         not isinstance(statuses, list)
@@ -121,14 +117,8 @@ def _when_headers(where: str, items: object) -> tuple[tuple[str, str | None], ..
     if not isinstance(items, list):
         raise ProfileError(f"{what} must be a list of {{'header': NAME, 'equals': VALUE}}")
     parsed: list[tuple[str, str | None]] = []
-    for index, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            raise ProfileError(f"{what}[{index}] must be an object with 'header' and 'equals'")
-        unknown = sorted(set(item) - {"header", "equals"})
-        if unknown:
-            raise ProfileError(
-                f"{what}[{index}] has unknown key {unknown[0]!r} (known: equals, header)"
-            )
+    for index, raw in enumerate(items):
+        item = checked_section(where, f"throttle.when_headers[{index}]", raw, _HEADER_KEYS)
         name, value = item.get("header"), item.get("equals")
         if not isinstance(name, str) or not name:
             raise ProfileError(f"{what}[{index}] needs a header (a header name)")
