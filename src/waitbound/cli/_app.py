@@ -7,6 +7,7 @@ import click
 import waitbound
 from waitbound.cli._common import EXIT_CODES_HELP
 from waitbound.cli._db import db
+from waitbound.cli._decisions import decide_command, escalations_command
 from waitbound.cli._inspect import show
 from waitbound.cli._mcp import mcp_command
 from waitbound.cli._profiles import profiles
@@ -30,5 +31,18 @@ def cli(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
-for _command in (wait, submit, run, cancel_command, worker, show, profiles, sim, db, mcp_command):
+for _command in (
+    wait,
+    submit,
+    run,
+    cancel_command,
+    worker,
+    show,
+    escalations_command,
+    decide_command,
+    profiles,
+    sim,
+    db,
+    mcp_command,
+):
     cli.add_command(_command)

@@ -9,7 +9,7 @@ import click
 import waitbound
 from waitbound._json import JSON
 from waitbound.cli._common import STORE_HELP, opened_store
-from waitbound.cli._render import group_line, grouped, record_summary
+from waitbound.cli._render import group_line, grouped, option_costs, record_summary
 
 __all__ = ["show"]
 
@@ -39,6 +39,7 @@ def show(operation_id: str, store: str | None, as_json: bool, every_event: bool)
         document: dict[str, JSON] = {
             "record": record.to_json(),
             "outcome": record.to_outcome().as_json() if record.is_finished else None,
+            "option_costs": [{"option": o, "cost": c} for o, c in option_costs(record)],
             "audit_chain": chain,
             "audit": [
                 {
