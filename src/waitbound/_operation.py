@@ -74,6 +74,10 @@ class Operation:
         job_id: the provider's job id, when the caller knows it.
         label: who or what the operation belongs to (1-128 printable characters),
             e.g. ``mcp:transcode``; :meth:`Store.recent` lists by its prefix.
+        credential_label: a non-secret name for the credentials the caller's headers
+            carry (1-128 printable characters), e.g. ``reports-bot-2025``; kept on the
+            record so that ``resume_with_credentials`` can insist on other ones. Never
+            the secret itself.
         url_kind: how the status URL's answers are read: ``status`` (a status
             monitor, the default), ``location`` (by status code, e.g. an Azure
             ``Location`` URL) or ``resource`` (the resource's provisioning state; the
@@ -89,6 +93,7 @@ class Operation:
     trusted_origins: tuple[str, ...] = ()
     job_id: str | None = None
     label: str | None = None
+    credential_label: str | None = None
     url_kind: UrlKind = UrlKind.STATUS
 
 
@@ -113,8 +118,9 @@ class Submission:
             RFC 9110 §9.2.2). Otherwise it is sent once.
         final_state_via: where the final state is after the status monitor reports
             success (Azure's ``final-state-via``), overriding the profile.
-        result_url, cancel_url, cancel_on_deadline, trusted_origins, label: as in
-            :class:`Operation` (headers go to the submit URL's origin and these).
+        result_url, cancel_url, cancel_on_deadline, trusted_origins, label,
+            credential_label: as in :class:`Operation` (headers go to the submit URL's
+            origin and these).
     """
 
     method: str
@@ -131,6 +137,7 @@ class Submission:
     cancel_on_deadline: bool = False
     trusted_origins: tuple[str, ...] = ()
     label: str | None = None
+    credential_label: str | None = None
 
     def fingerprint(self) -> str:
         """``sha256`` over method, URL and body: what identifies the request in the record."""
@@ -235,15 +242,16 @@ def open_operation(
     return _create(store, _new_record(operation, operation_id, clock.now()), clock)
 
 
-def _check_label(label: str | None) -> None:
+def _check_label(label: str | None, what: str = "label") -> None:
     if label is not None and not (0 < len(label) <= 128 and label.isprintable()):
-        raise UsageError(f"label {label[:40]!r} must be 1-128 printable characters")
+        raise UsageError(f"{what} {label[:40]!r} must be 1-128 printable characters")
 
 
 def _new_record(
     operation: Operation | Submission, operation_id: str | None, now: datetime
 ) -> Record:
     _check_label(operation.label)
+    _check_label(operation.credential_label, "credential label")
     record = Record(
         operation_id=operation_id or new_operation_id(),
         profile=operation.profile,
@@ -253,6 +261,7 @@ def _new_record(
         cancel_url=operation.cancel_url,
         cancel_on_deadline=operation.cancel_on_deadline,
         label=operation.label,
+        credential_label=operation.credential_label,
         trusted_origins=tuple(check_url(o, "trusted origin") for o in operation.trusted_origins),
         created_at=now,
         deadline_at=now + timedelta(seconds=operation.policy.deadline_s),

@@ -9,9 +9,20 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from waitbound import OutcomeKind, Phase, Policy, Reason, Record, parse_profile
+from tests.fakes import FakeClock
+from waitbound import (
+    DecisionRequest,
+    MemoryStore,
+    OutcomeKind,
+    Phase,
+    Policy,
+    Reason,
+    Record,
+    parse_profile,
+    request_extension,
+)
 from waitbound._json import JSON
-from waitbound.mcp._answers import answer_bound, bounded, fit, scrub, view
+from waitbound.mcp._answers import answer_bound, bounded, escalation_answer, fit, scrub, view
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -99,3 +110,44 @@ def test_bounded_keeps_small_values_and_cuts_large_ones() -> None:
 def test_scrub_replaces_secrets_in_keys_and_values() -> None:
     said: JSON = {"Bearer t0k": ["x Bearer t0k y", 3, None]}
     assert scrub(said, ["Bearer t0k"]) == {"[redacted]": ["x [redacted] y", 3, None]}
+
+
+REASON_CHARS = st.characters(codec="utf-8", categories=["L", "N", "P"], include_characters=" ")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    state=st.text(max_size=2000),
+    job_id=st.text(min_size=1, max_size=500),
+    why=st.text(REASON_CHARS, min_size=1, max_size=2000).filter(str.strip),
+    escalated=st.booleans(),
+    max_chars=st.integers(200, 5000),
+)  # fmt: skip
+def test_a_request_extension_answer_never_exceeds_its_bound(
+    state: str, job_id: str, why: str, escalated: bool, max_chars: int
+) -> None:
+    """request_extension's answer stays within answer_bound whatever the provider's state,
+    job id and the agent's reason are, and says a person decides."""
+    store = MemoryStore()
+    shown = record(provider_state=state, job_id=job_id)
+    if escalated:
+        shown = replace(
+            shown,
+            outcome=OutcomeKind.ESCALATED,
+            reason=Reason.UNKNOWN_STATE,
+            phase=Phase.DONE,
+            finished_at=T0 + timedelta(seconds=9),
+            decision_request=DecisionRequest(opened_at=T0, due_at=T0 + timedelta(days=7)),
+        )
+    store.create(shown, [])
+    clock = FakeClock(T0 + timedelta(seconds=10))
+    filed = request_extension(
+        "op_1", minutes=5, checks=3, why=why, by="agent:mcp:reports", store=store, clock=clock
+    )
+    stored = store.get("op_1")
+    assert stored is not None
+    answer = escalation_answer(stored, filed, max_chars=max_chars)
+    assert len(json.dumps(answer, ensure_ascii=False)) <= answer_bound(max_chars)
+    assert answer["extended"] is False
+    assert "a PERSON decides" in str(answer["message"])
+    assert "Nothing was extended" in str(answer["message"])

@@ -20,7 +20,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from waitbound import Operation, Phase, SQLiteStore, parse_profile, start
+from waitbound import Operation, Phase, SQLiteStore, escalations, parse_profile, start
 from waitbound.mcp import Jobs, create_server, parse_config
 from waitbound.sim import Simulator, parse_scenario
 
@@ -456,3 +456,82 @@ async def test_the_server_drives_only_its_own_operations_in_a_shared_store(
     assert untouched is not None
     assert untouched.requests_used == 0
     assert sim.count("status") == 1
+
+
+async def test_request_extension_files_a_request_a_person_answers_and_extends_nothing(
+    mode: str, tmp_path: Path
+) -> None:
+    """An agent's request_extension opens a decision request filed by agent:LABEL; the
+    deadline and the request budget are unchanged until a person decides, and there is
+    no tool to decide."""
+    with Simulator(scenario([{**RUNNING, "repeat": 1000}])) as sim:
+        async with serving(mode, sim, tmp_path / "s.db") as h:
+            tools = {tool.name for tool in (await h.client.list_tools()).tools}
+            assert "request_extension" in tools
+            assert not any("decide" in name for name in tools)
+            started = await h.call("start_job", provider="reports")
+            operation_id = started["operation_id"]
+            before = h.store.get(operation_id)
+            assert before is not None
+            asked = await h.call(
+                "request_extension",
+                operation_id=operation_id,
+                minutes=0.5,
+                checks=4,
+                why="the export is large this quarter",
+            )
+            after = h.store.get(operation_id)
+            assert after is not None
+            listed = escalations(store=h.store)
+    assert asked["extended"] is False
+    assert asked["done"] is False
+    assert "a PERSON decides" in asked["message"]
+    assert "Nothing was extended" in asked["message"]
+    assert asked["escalation"]["requested_by"] == "agent:mcp:reports"
+    assert asked["escalation"]["proposed_minutes"] == 0.5
+    assert asked["escalation"]["proposed_checks"] == 4
+    assert [o["option"] for o in asked["escalation"]["options"]] == ["extend", "decline"]
+    assert "Requested by: agent:mcp:reports" in asked["escalation"]["message"]
+    assert (after.deadline_at, after.max_requests) == (before.deadline_at, before.max_requests)
+    assert after.decisions == ()
+    assert [e.operation_id for e in listed] == [operation_id]
+    assert listed[0].requested_by == "agent:mcp:reports"
+
+
+async def test_request_extension_refuses_bad_input_and_changes_nothing(
+    mode: str, tmp_path: Path
+) -> None:
+    """A blank why, a proposal beyond the ceilings, an unknown operation, a finished job:
+    one-line tool errors, no decision request opened."""
+    done = {"code": 200, "body": {"status": "completed", "output": "ok"}}
+    with Simulator(scenario([{**RUNNING, "repeat": 1000}])) as sim:
+        async with serving(mode, sim, tmp_path / "s.db") as h:
+            started = await h.call("start_job", provider="reports")
+            operation_id = started["operation_id"]
+            for arguments, says in (
+                ({"minutes": 0.5, "checks": 2, "why": "  "}, "--why is required"),
+                ({"minutes": 10_000, "checks": 2, "why": "w"}, "beyond the ceiling"),
+                ({"minutes": 0.5, "checks": 10_000, "why": "w"}, "--checks"),
+                ({"minutes": -1, "checks": 2, "why": "w"}, "--minutes"),
+            ):
+                text = await h.refused("request_extension", operation_id=operation_id, **arguments)
+                assert says in text, text
+            unknown = await h.refused(
+                "request_extension", operation_id="op_nope", minutes=1, checks=1, why="w"
+            )
+            assert "no operation" in unknown
+            record = h.store.get(operation_id)
+            assert record is not None
+            assert record.decision_request is None
+    with Simulator(scenario([done])) as sim:
+        async with serving(mode, sim, tmp_path / "t.db") as h:
+            started = await h.call("start_job", provider="reports")
+            await h.call("await_job", operation_id=started["operation_id"])
+            finished = await h.refused(
+                "request_extension",
+                operation_id=started["operation_id"],
+                minutes=0.5,
+                checks=1,
+                why="w",
+            )
+    assert "nothing to extend" in finished

@@ -8,6 +8,7 @@ import waitbound
 from waitbound.cli._audit import audit
 from waitbound.cli._common import EXIT_CODES_HELP
 from waitbound.cli._db import db
+from waitbound.cli._decisions import decide_command, escalations_command
 from waitbound.cli._inspect import show
 from waitbound.cli._mcp import mcp_command
 from waitbound.cli._profiles import profiles
@@ -39,6 +40,8 @@ for _command in (
     worker,
     show,
     audit,
+    escalations_command,
+    decide_command,
     profiles,
     sim,
     db,

@@ -41,7 +41,13 @@ from waitbound.cli._params import (
     positive_duration,
     split_values,
 )
-from waitbound.cli._render import LiveStatus, StoryGrouper, printable, status_line
+from waitbound.cli._render import (
+    LiveStatus,
+    StoryGrouper,
+    option_lines,
+    printable,
+    status_line,
+)
 from waitbound.profiles import resolve_profile
 from waitbound.stores import is_postgres_dsn
 
@@ -135,8 +141,8 @@ def profile_from_flags(profile_spec: str | None, inline: dict[str, object]) -> P
 def _flag_names(message: str) -> str:
     """Name the command-line flags in a Policy error (``max_delay_s`` → ``--max-delay``)."""
     return re.sub(
-        r"\b(deadline|max_requests|max_transport_failures|max_rate_limited|base_delay"
-        r"|max_delay|min_delay|not_found_grace|request_timeout)(?:_s)?\b",
+        r"\b(business_deadline|deadline|max_requests|max_transport_failures|max_rate_limited"
+        r"|base_delay|max_delay|min_delay|not_found_grace|request_timeout)(?:_s)?\b",
         lambda m: "--" + m.group(1).replace("_", "-"),
         message,
     )
@@ -144,6 +150,7 @@ def _flag_names(message: str) -> str:
 
 _POLICY_FLAGS: Final = {
     "deadline": "deadline_s",
+    "business_deadline": "business_deadline_s",
     "max_requests": "max_requests",
     "max_transport_failures": "max_transport_failures",
     "max_rate_limited": "max_rate_limited",
@@ -203,6 +210,12 @@ PROFILE_OPTIONS = options(
 POLICY_OPTIONS = options(
     click.option("--deadline", callback=duration, default="10m", show_default=True),
     click.option(
+        "--business-deadline",
+        callback=duration,
+        help="After this long the result is no longer useful: waiting stops with reason "
+        "business_deadline_exceeded, even before --deadline [default: none].",
+    ),
+    click.option(
         "--max-requests", type=_budget(1), default=30, show_default=True, help="At most 100000."
     ),
     click.option(
@@ -252,6 +265,12 @@ RUN_OPTIONS = options(
         help="Another origin (https://host[:port]) that may receive the headers.",
     ),
     click.option("--operation-id", help="Our id for the operation; an existing one is resumed."),
+    click.option(
+        "--credential-label",
+        help="A non-secret name for the credentials the headers carry (1-128 printable "
+        "characters), kept on the record: a person resumes a denied operation only with "
+        "other ones.",
+    ),
     click.option("--store", help=STORE_HELP),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout."),
     PROGRESS_OPTIONS,
@@ -436,10 +455,17 @@ class Progress:
 # --- output -------------------------------------------------------------------------
 
 
-def print_outcome(outcome: Outcome, as_json: bool) -> int:
-    """Print an outcome (one JSON object with ``--json``); return its exit code."""
+def print_outcome(outcome: Outcome, as_json: bool, costs: Sequence[tuple[str, str]] = ()) -> int:
+    """Print an outcome (one JSON object with ``--json``); return its exit code.
+
+    *costs* are the open options with their costs (see ``option_costs``): in JSON as
+    ``option_costs``, in text one line each; ``decided_by`` is shown when set.
+    """
     if as_json:
-        click.echo(json.dumps(outcome.as_json(), ensure_ascii=False))
+        document = outcome.as_json()
+        if costs:
+            document["option_costs"] = [{"option": o, "cost": c} for o, c in costs]
+        click.echo(json.dumps(document, ensure_ascii=False))
     else:
         reason = f" ({outcome.reason.value})" if outcome.reason else ""
         status = outcome.outcome.value if outcome.outcome else "still waiting"
@@ -457,6 +483,11 @@ def print_outcome(outcome: Outcome, as_json: bool) -> int:
             if value is not None:
                 text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
                 click.echo(f"{label}: {printable(text[:limit])}")
+        if outcome.decided_by is not None:
+            click.echo(f"decided by: {printable(outcome.decided_by)}")
+        shown = list(costs) or [(name, name) for name in outcome.options]
+        for line in option_lines(outcome.operation_id, shown, indent=""):
+            click.echo(line)
     return outcome.exit_code
 
 

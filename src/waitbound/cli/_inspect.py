@@ -16,7 +16,7 @@ from waitbound.cli._common import (
     STORE_HELP,
     opened_store,
 )
-from waitbound.cli._render import group_line, grouped, printable, record_summary
+from waitbound.cli._render import group_line, grouped, option_costs, printable, record_summary
 
 __all__ = ["chain_status", "print_story", "read_operation", "report_broken", "show"]
 
@@ -97,6 +97,7 @@ def show(
         document: dict[str, JSON] = {
             "record": record.to_json(),
             "outcome": record.to_outcome().as_json() if record.is_finished else None,
+            "option_costs": [{"option": o, "cost": c} for o, c in option_costs(record)],
             "audit_chain": chain,
             "audit_finding": finding.as_json() if finding is not None else None,
             "audit": [

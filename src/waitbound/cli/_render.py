@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from waitbound import AuditEvent, Record
+from waitbound import AuditEvent, Option, Record
+from waitbound._decisions import cost
 from waitbound._json import JSON, show
 from waitbound._urls import redact_url
 
@@ -19,6 +20,8 @@ __all__ = [
     "StoryGrouper",
     "group_line",
     "grouped",
+    "option_costs",
+    "option_lines",
     "printable",
     "record_summary",
     "status_line",
@@ -26,7 +29,7 @@ __all__ = [
     "worker_summary_lines",
 ]
 
-_NEXT_KINDS = ("scheduled", "created", "result_due")
+_NEXT_KINDS = ("scheduled", "created", "result_due", "decided")
 
 
 def _time(value: datetime) -> str:
@@ -216,6 +219,34 @@ def worker_summary_lines(summary: Mapping[str, JSON]) -> list[str]:
     return lines
 
 
+def option_costs(record: Record | None) -> list[tuple[str, str]]:
+    """The options open on *record*'s decision request, each with its cost in words
+    (none without an open request)."""
+    if record is None or record.decision_request is None:
+        return []
+    costs = []
+    for name in record.decision_request.options:
+        try:
+            costs.append((name, cost(record, Option(name))))
+        except ValueError:  # an option a newer waitbound stored: shown by its name
+            costs.append((name, name))
+    return costs
+
+
+def option_lines(
+    operation_id: str, costs: Sequence[tuple[str, str]], indent: str = "  "
+) -> list[str]:
+    """The options of an open decision request as lines, with the command that decides."""
+    if not costs:
+        return []
+    lines = [f"{indent}a person decides: waitbound decide {operation_id} OPTION --why '…'"]
+    lines += [
+        f"{indent}  {name}" if text == name else f"{indent}  {name:<24} {printable(text)}"
+        for name, text in costs
+    ]
+    return lines
+
+
 def record_summary(record: Record) -> list[str]:
     """A few lines that describe a record: what it waits on and where it stands."""
     lines = [
@@ -230,12 +261,30 @@ def record_summary(record: Record) -> list[str]:
     ]
     if record.job_id:
         lines.append(f"  job id       {printable(record.job_id)}")
+    if record.credential_label:
+        lines.append(f"  credentials  {printable(record.credential_label)} (label)")
+    if record.business_deadline_at is not None:
+        lines.append(f"  business deadline {_time(record.business_deadline_at)}")
     if record.outcome is not None:
         reason = f" ({record.reason.value})" if record.reason else ""
         lines.append(f"  outcome      {record.outcome.value}{reason}")
+        if record.decided_by:
+            lines.append(f"  decided by   {printable(record.decided_by)}")
     else:
         source = record.delay_source.value if record.delay_source else "now"
         lines.append(
             f"  phase        {record.phase.value}; next {_time(record.next_poll_at)} ({source})"
         )
+    for decision in record.decisions:
+        lines.append(
+            f"  decision     {decision.option} by {printable(decision.by)} at "
+            f"{_time(decision.at)} ({printable(decision.why)})"
+        )
+    request = record.decision_request
+    if request is not None:
+        lines.append(
+            f"  decision request open since {_time(request.opened_at)}, due "
+            f"{_time(request.due_at)} (requested by {printable(request.requested_by)})"
+        )
+        lines += option_lines(record.operation_id, option_costs(record), indent="    ")
     return lines

@@ -40,7 +40,7 @@ from waitbound.cli._common import (
     resume_hint,
 )
 from waitbound.cli._params import parse_header
-from waitbound.cli._render import printable
+from waitbound.cli._render import option_costs, printable
 
 __all__ = ["cancel_command", "run", "submit", "wait"]
 
@@ -107,6 +107,7 @@ def wait(  # noqa: PLR0917 - click passes every option
     headers: Sequence[str],
     trusted_origins: Sequence[str],
     operation_id: str | None,
+    credential_label: str | None,
     store: str | None,
     as_json: bool,
     progress: bool | None,
@@ -131,6 +132,7 @@ def wait(  # noqa: PLR0917 - click passes every option
             cancel_url=cancel_url,
             cancel_on_deadline=cancel_on_deadline,
             trusted_origins=tuple(trusted_origins),
+            credential_label=credential_label,
             url_kind=UrlKind(url_kind),
         )
     elif operation_id is None:
@@ -149,23 +151,43 @@ def wait(  # noqa: PLR0917 - click passes every option
         )
         return print_outcome(started, as_json)
     sink = Progress(progress, every_event=every_event, as_json=as_json)
-    sink.start(op_id)
-    outcome = drive(
-        op_id,
-        store,
-        lambda opened: waitbound.wait(
+
+    def act(opened: Store) -> tuple[Outcome, Record | None]:
+        if operation is None and credential_label is not None:
+            _check_credential_label(opened.get(op_id), credential_label)
+        sink.start(op_id)
+        outcome = waitbound.wait(
             operation,
             operation_id=op_id,
             store=opened,
             headers=dict(sent),
             on_event=sink,
             http=http,
-        ),
+        )
+        return outcome, opened.get(op_id)
+
+    outcome, record = drive(
+        op_id,
+        store,
+        act,
         create=operation is not None,
         header_names=names,
         progress=sink,
     )
-    return print_outcome(outcome, as_json)
+    return print_outcome(outcome, as_json, option_costs(record))
+
+
+def _check_credential_label(record: Record | None, label: str) -> None:
+    """A resume's ``--credential-label`` must be the record's own: the label is set
+    when the operation is created, and changed only by a person's decision
+    (``resume_with_credentials``)."""
+    if record is not None and record.credential_label != label:
+        held = repr(record.credential_label) if record.credential_label else "none"
+        raise UsageError(
+            f"operation {record.operation_id} holds credential label {held}, not "
+            f"{label[:40]!r}; other credentials need a person's decision: waitbound decide "
+            f"{record.operation_id} resume_with_credentials --credential-label …"
+        )
 
 
 def _submission(flags: dict[str, Any]) -> Submission:
@@ -187,6 +209,7 @@ def _submission(flags: dict[str, Any]) -> Submission:
         cancel_url=flags.pop("cancel_url"),
         cancel_on_deadline=bool(flags.pop("cancel_on_deadline")),
         trusted_origins=tuple(flags.pop("trusted_origins")),
+        credential_label=flags.pop("credential_label"),
     )
 
 
@@ -235,7 +258,7 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
 
     outcome, record = drive(op_id, store, act, create=True, header_names=names, progress=sink)
     if outcome.done or record is None:
-        return print_outcome(outcome, as_json)
+        return print_outcome(outcome, as_json, option_costs(record))
     return _submitted(record, as_json, resume_hint(op_id, store, names))
 
 

@@ -17,6 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Final
 
+from waitbound._escalations import Escalation
 from waitbound._json import JSON
 from waitbound._outcome import OutcomeKind
 from waitbound._record import Phase, Record
@@ -29,6 +30,7 @@ __all__ = [
     "answer_bound",
     "bounded",
     "entry",
+    "escalation_answer",
     "fit",
     "part_text",
     "provider_of",
@@ -193,6 +195,50 @@ def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
         }
     answer["message"] = message
     return answer
+
+
+COST_CHARS: Final = 200
+"""The most characters of one option's cost shown (a cost may quote the provider's
+state)."""
+
+
+def escalation_answer(record: Record, filed: Escalation, *, max_chars: int) -> Answer:
+    """The answer of ``request_extension``: the request as a person sees it, and a
+    message that a PERSON decides and nothing was extended yet.
+
+    The escalation message is cut to *max_chars*, each option's cost to
+    :data:`COST_CHARS`; the proposal's reason is at most 500 characters (the API's
+    bound), so the answer stays within :func:`answer_bound`.
+    """
+    request = record.decision_request
+    message, _ = bounded(filed.message, max_chars)
+    escalation: Answer = {
+        "reason": filed.reason.value if filed.reason else None,
+        "requested_by": filed.requested_by[: ID_CHARS + 10],
+        "opened_at": filed.opened_at.isoformat(),
+        "due_at": filed.due_at.isoformat(),
+        "proposed_minutes": request.minutes if request else None,
+        "proposed_checks": request.checks if request else None,
+        "options": [{"option": o, "cost": fit(c, COST_CHARS)} for o, c in filed.options],
+        "message": message,
+        "decided_by": "a person (not an agent tool)",
+    }
+    state = "NOT complete" if not record.is_finished else "stopped without an honest outcome"
+    return _head(record) | {
+        "requests_used": record.requests_used,
+        "max_requests": record.max_requests,
+        "deadline_at": record.deadline_at.isoformat(),
+        "extended": False,
+        "escalation": escalation,
+        "next_tool": "await_job",
+        "message": (
+            f"Your request for more time is filed; a PERSON decides it (waitbound "
+            f"escalations / waitbound decide). Nothing was extended yet: the deadline and "
+            f"the request budget are unchanged, and {_job(record)} is {state}. Do not "
+            f"report success. Call await_job or check_job with operation_id "
+            f"{record.operation_id!r} to see how it goes on."
+        ),
+    }
 
 
 def _job(record: Record) -> str:

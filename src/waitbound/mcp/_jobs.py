@@ -27,11 +27,21 @@ from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
 from waitbound._driver import loop, one_step, run_async_effects, tools
 from waitbound._errors import OperationNotFoundError, UsageError
+from waitbound._escalations import request_extension_async
 from waitbound._json import JSON
 from waitbound._operation import Submission, request_cancel
 from waitbound._record import Phase, Record
 from waitbound._worker import WorkerSettings, work
-from waitbound.mcp._answers import Answer, entry, fit, part_text, provider_of, scrub, view
+from waitbound.mcp._answers import (
+    Answer,
+    entry,
+    escalation_answer,
+    fit,
+    part_text,
+    provider_of,
+    scrub,
+    view,
+)
 from waitbound.mcp._config import LABEL_PREFIX, McpConfig, ProviderConfig
 from waitbound.stores import Store
 from waitbound.transports import HttpSettings
@@ -410,6 +420,35 @@ class Jobs:
             "the job ends."
         )
         return answer
+
+    async def request_extension(
+        self, operation_id: str, minutes: float, checks: int, why: str
+    ) -> Answer:
+        """File a request for more time that a PERSON answers (``waitbound escalations``,
+        ``waitbound decide``); nothing is extended by it. Filed as
+        ``agent:LABEL`` (``agent:mcp:PROVIDER``).
+
+        Raises:
+            UsageError: a blank ``why``, a proposal beyond the policy's ceilings, or a
+                finished operation with nothing open.
+            OperationNotFoundError: no such operation.
+        """
+        record = self._record(operation_id)
+        filed = await request_extension_async(
+            record.operation_id,
+            minutes=minutes,
+            checks=checks,
+            why=why,
+            by=f"agent:{record.label}",
+            store=self.store,
+            clock=self.clock,
+        )
+        answer = escalation_answer(
+            self._clean(self._record(operation_id)),
+            filed,
+            max_chars=self.config.max_answer_chars,
+        )
+        return scrub(answer, self._secrets)  # type: ignore[return-value]
 
     def _view(self, record: Record) -> Answer:
         return view(self._clean(record), self.clock.now(), max_chars=self.config.max_answer_chars)

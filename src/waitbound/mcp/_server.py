@@ -29,7 +29,9 @@ INSTRUCTIONS = (
     "turns. start_job returns at once: the job has STARTED and is NOT complete. Then call "
     "await_job (it blocks inside the server up to its ceiling) until `done` is true, and "
     "report only what `status` says. If you lose track of your jobs, call list_jobs. "
-    "Escalations are decided by a person, not by you."
+    "Escalations are decided by a person, not by you: if a job needs more time than its "
+    "budget allows, call request_extension, which asks a person; it extends nothing by "
+    "itself."
 )
 
 _T = TypeVar("_T")
@@ -182,5 +184,19 @@ def create_server(jobs: Jobs, *, settings: WorkerSettings | None = None) -> MCPS
         """Ask the provider to cancel a job, when the server allows agents to cancel it and
         the job is cancelable now; otherwise the answer says why not."""
         return await answer(lambda: now(jobs.cancel_job(operation_id, reason)))
+
+    @server.tool(annotations=ToolAnnotations(idempotent_hint=False, open_world_hint=False))
+    async def request_extension(
+        operation_id: OperationId,
+        minutes: Annotated[
+            float, Field(description="How many more minutes of waiting to ask for.")
+        ],
+        checks: Annotated[int, Field(description="How many more status checks to ask for.")],
+        why: Annotated[str, Field(description="Why more time is needed, in one line.")],
+    ) -> ToolAnswer:
+        """Ask a PERSON for more time on a job: the request appears in `waitbound
+        escalations` and a person decides it. Nothing is extended by this call (agents
+        never decide); the answer says so, with the request as the person sees it."""
+        return await answer(lambda: jobs.request_extension(operation_id, minutes, checks, why))
 
     return server

@@ -1,0 +1,190 @@
+"""``escalations`` and ``decide``: what waits on a person, and a person's answer.
+
+Thin adapters over :func:`waitbound.escalations` and :func:`waitbound.decide`: every
+rule (which options a reason offers, the ceilings of a grant, the first decision
+winning) is the API's; a refusal is one line and exit 2, and nothing is changed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+import waitbound
+from waitbound import Outcome, Profile, Store, UsageError
+from waitbound._json import JSON
+from waitbound.cli._common import STORE_HELP, opened_store, profile_from_flags, resume_hint
+from waitbound.cli._render import printable
+
+__all__ = ["decide_command", "escalations_command"]
+
+
+@click.command(
+    name="escalations",
+    help="List the open decision requests: operations that stopped without an honest "
+    "outcome (or that an agent asked more time for), each with its options and what "
+    "each costs.\n\n"
+    "Answer one with `waitbound decide OPERATION_ID OPTION --why …`. A request nobody "
+    "answers before its decision deadline is closed as decision_timeout on the way. "
+    "Exit 0, also when nothing waits.",
+)
+@click.option("--label-prefix", default="", help="Only operations whose label starts with it.")
+@click.option("--store", help=STORE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def escalations_command(label_prefix: str, store: str | None, as_json: bool) -> int:
+    with opened_store(store, then="run the command again") as opened:
+        found = waitbound.escalations(store=opened, label_prefix=label_prefix)
+    if as_json:
+        document: dict[str, object] = {
+            "escalations": [escalation.as_json() for escalation in found],
+            "count": len(found),
+        }
+        click.echo(json.dumps(document, ensure_ascii=False))
+        return 0
+    if not found:
+        click.echo("nothing waits on a decision")
+        return 0
+    for index, escalation in enumerate(found):
+        if index:
+            click.echo("")
+        for line in escalation.message.splitlines():
+            click.echo(printable(line))
+        click.echo("Options:")
+        for option, cost in escalation.options:
+            click.echo(f"  {option:<24} {printable(cost)}")
+        click.echo(
+            f"Decide: waitbound decide {escalation.operation_id} OPTION --why '…' "
+            "[--minutes N --checks K]"
+        )
+    return 0
+
+
+def _one_line(value: str | None, flag: str) -> str | None:
+    """A flag's text, refused before anything is opened when it spans lines."""
+    if value is not None and not value.strip().isprintable():
+        raise UsageError(f"{flag} must be one line of printable text")
+    return value
+
+
+@click.command(
+    name="decide",
+    help="Answer OPERATION_ID's open decision request with OPTION (one of those "
+    "`waitbound escalations` lists): extend, cancel, treat_as_pending, mark_succeeded, "
+    "mark_failed, resume_with_credentials, resume_with_profile, fetch_result_again, "
+    "abandon, decline.\n\n"
+    "The first decision wins; a second is refused, naming who decided what and when. "
+    "A resuming option (extend, …) makes the operation due again within the grant "
+    "(--minutes from now, --checks more requests; the counters are not reset): continue "
+    "it with the `waitbound wait --operation-id …` printed, or let any worker pick it "
+    "up.\n\n"
+    "Exit 0 once the decision is recorded; 2 when it is refused (nothing is changed); "
+    "5 the store failed.",
+)
+@click.argument("operation_id")
+@click.argument("option")
+@click.option("--why", help="Why, in one line (required; kept in the audit log).")
+@click.option("--by", "by", help="Who decides [default: user@host].")
+@click.option(
+    "--minutes",
+    type=float,
+    help="A resuming option's new deadline, in minutes from now (at most the policy's "
+    "max_extension_s) [default: a third of the deadline].",
+)
+@click.option(
+    "--checks",
+    type=int,
+    help="A resuming option's further requests (at most the policy's request budget) "
+    "[default: a third of the request budget].",
+)
+@click.option(
+    "--profile",
+    "profile_spec",
+    help="resume_with_profile: the corrected profile (file or built-in name).",
+)
+@click.option(
+    "--credential-label",
+    help="resume_with_credentials: a non-secret name for the new credentials (never "
+    "the secret); it must differ from the denied one.",
+)
+@click.option("--store", help=STORE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def decide_command(  # noqa: PLR0917 - click passes every option
+    operation_id: str,
+    option: str,
+    why: str | None,
+    by: str | None,
+    minutes: float | None,
+    checks: int | None,
+    profile_spec: str | None,
+    credential_label: str | None,
+    store: str | None,
+    as_json: bool,
+) -> int:
+    if why is None or not why.strip():
+        raise UsageError(
+            "--why is required: say why, in one line (it is kept in the audit log); "
+            "nothing was decided"
+        )
+    _one_line(why, "--why")
+    _one_line(by, "--by")
+    profile: Profile | None = None
+    if profile_spec is not None:
+        profile = profile_from_flags(profile_spec, {})
+    if credential_label is not None and not (
+        0 < len(credential_label) <= 128 and credential_label.isprintable()
+    ):
+        raise UsageError("--credential-label must be 1-128 printable characters")
+
+    def act(opened: Store) -> tuple[Outcome, JSON]:
+        outcome = waitbound.decide(
+            operation_id,
+            option,
+            why=why,
+            by=by,
+            minutes=minutes,
+            checks=checks,
+            profile=profile,
+            credential_label=credential_label,
+            store=opened,
+        )
+        record = opened.get(operation_id)
+        assert record is not None, "a decided operation stays in the store"
+        assert record.decisions, "a decision is recorded on the operation"
+        last = record.decisions[-1]
+        decision: JSON = {
+            "option": last.option,
+            "by": last.by,
+            "why": last.why,
+            "at": last.at.isoformat(),
+            "detail": dict(last.detail),
+        }
+        return outcome, decision
+
+    with opened_store(store, then="run the command again") as opened:
+        outcome, decision = act(opened)
+    follow = resume_hint(operation_id, store, ()).strip("`") if not outcome.done else None
+    if as_json:
+        document: dict[str, JSON] = {
+            "operation_id": operation_id,
+            "decision": decision,
+            "outcome": outcome.as_json(),
+            "continue_with": follow,
+        }
+        click.echo(json.dumps(document, ensure_ascii=False))
+        return 0
+    assert isinstance(decision, dict)
+    click.echo(
+        f"{operation_id}: decided {decision['option']} by {printable(str(decision['by']))} "
+        f"({printable(str(decision['why']))})"
+    )
+    status = outcome.outcome.value if outcome.outcome else "due again"
+    reason = f" ({outcome.reason.value})" if outcome.reason else ""
+    click.echo(f"now: {status}{reason}")
+    click.echo(printable(outcome.message))
+    if outcome.decided_by is not None:
+        click.echo(f"decided by: {printable(outcome.decided_by)}")
+    if follow is not None:
+        click.echo(f"continue it: {follow}")
+        click.echo("(any `waitbound worker` on this store picks it up too)")
+    return 0

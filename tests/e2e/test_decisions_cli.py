@@ -1,0 +1,211 @@
+"""Decisions end to end: the real CLI against the real simulator on loopback.
+
+A wait that exhausts its request budget is listed by ``waitbound escalations``; a
+person's ``waitbound decide … extend`` lets ``waitbound wait --operation-id`` continue
+the same operation to ``succeeded`` within the grant, and the story shows who decided
+what and the ``manual_extension`` that followed. A second decision conflicts; bad input
+is one line, exit 2, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.runner import cli
+from waitbound.sim import Simulator, parse_scenario
+
+pytestmark = pytest.mark.e2e
+
+PROFILE = {
+    "state": "status",
+    "pending": ["queued", "running"],
+    "succeeded": ["done"],
+    "failed": ["failed"],
+    "job_id": "id",
+    "result": "output",
+}
+
+SCENARIO = {
+    "id": "decide-extend",
+    "description": "Running for four answers, then done: a budget of 3 runs out first.",
+    "endpoints": {
+        "status": [
+            {"code": 200, "body": {"id": "exp_71c", "status": "running"}, "repeat": 4},
+            {"code": 200, "body": {"id": "exp_71c", "status": "done", "output": {"rows": 12}}},
+        ]
+    },
+}
+
+OP = "report-export-01"
+
+
+@dataclass
+class Setup:
+    sim: Simulator
+    store: str
+    profile: str
+
+    def run(self, *args: str) -> tuple[int, str, str]:
+        done = cli(*args, "--store", self.store)
+        assert "Traceback" not in done.stderr, done.stderr
+        return done.returncode, done.stdout, done.stderr
+
+    def json(self, *args: str) -> tuple[int, dict[str, Any]]:
+        code, out, err = self.run(*args, "--json")
+        assert out.strip(), err
+        return code, json.loads(out)
+
+
+@pytest.fixture
+def escalated(tmp_path: Path) -> Iterator[Setup]:
+    """An operation that stopped with request_budget_exhausted after 3 status requests."""
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    with Simulator(parse_scenario(SCENARIO)) as sim:
+        setup = Setup(sim=sim, store=str(tmp_path / "store.db"), profile=str(profile))
+        code, outcome = setup.json(
+            "wait",
+            f"{sim.base_url}/status",
+            "--profile",
+            str(profile),
+            "--operation-id",
+            OP,
+            "--max-requests",
+            "3",
+            "--base-delay",
+            "0.05s",
+            "--max-delay",
+            "0.1s",
+            "--min-delay",
+            "0.05s",
+            "--deadline",
+            "2m",
+        )
+        assert (code, outcome["reason"]) == (3, "request_budget_exhausted"), outcome
+        assert sim.count("status") == 3
+        assert "extend" in outcome["options"]
+        costs = {row["option"]: row["cost"] for row in outcome["option_costs"]}
+        assert costs["extend"].startswith("extend waiting once by")
+        yield setup
+
+
+def _extend(setup: Setup) -> tuple[int, dict[str, Any]]:
+    return setup.json(
+        "decide", OP, "extend", "--minutes", "1", "--checks", "3", "--why", "quarter close",
+        "--by", "ann",
+    )  # fmt: skip
+
+
+def _fingerprint(store: str) -> tuple[object, ...]:
+    """The stored record and audit log, to show that a refused command changed nothing."""
+    db = sqlite3.connect(store)
+    try:
+        return tuple(db.execute("SELECT * FROM operations").fetchall()) + tuple(
+            db.execute("SELECT * FROM audit_events").fetchall()
+        )
+    finally:
+        db.close()
+
+
+def test_extend_continues_the_same_operation_to_success_within_the_grant(
+    escalated: Setup,
+) -> None:
+    """escalations lists the stopped wait with extend; decide extend --checks 3 lets
+    `wait --operation-id` finish it with at most 3 more requests; show tells the story."""
+    setup = escalated
+    code, listed = setup.json("escalations")
+    assert code == 0
+    assert [e["operation_id"] for e in listed["escalations"]] == [OP]
+    (open_request,) = listed["escalations"]
+    assert "extend" in [o["option"] for o in open_request["options"]]
+    assert "Status requests: 3 of 3" in open_request["message"]
+    assert "Stopped because: request_budget_exhausted" in open_request["message"]
+
+    code, decided = _extend(setup)
+    assert code == 0, decided
+    assert decided["decision"]["option"] == "extend"
+    assert decided["decision"]["by"] == "ann"
+    assert decided["outcome"]["done"] is False
+    assert decided["continue_with"].startswith(f"waitbound wait --operation-id {OP} --store ")
+
+    code, outcome = setup.json("wait", "--operation-id", OP)
+    assert code == 0, outcome
+    assert outcome["outcome"] == "succeeded"
+    assert outcome["result"] == {"rows": 12}
+    assert setup.sim.count("status") - 3 <= 3
+    assert outcome["status_requests_used"] == setup.sim.count("status")
+
+    code, story, err = setup.run("show", OP, "--events")
+    assert code == 0, err
+    assert "decided by ann: extend (quarter close)" in story
+    assert "manual_extension" in story
+    assert "chain intact" in story
+    code, listed = setup.json("escalations")
+    assert listed["escalations"] == []
+
+
+def test_a_second_decision_conflicts_naming_the_first(escalated: Setup) -> None:
+    """The first decision wins; a second one is refused with who decided, and changes
+    nothing."""
+    assert _extend(escalated)[0] == 0
+    before = _fingerprint(escalated.store)
+    code, out, err = escalated.run("decide", OP, "abandon", "--why", "too late", "--by", "bob")
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1, err
+    assert "decided first by ann" in err
+    assert _fingerprint(escalated.store) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("decide", OP, "mark_succeeded", "--why", "x"), "is not open"),
+        (("decide", OP, "extend", "--minutes", "500", "--why", "x"), "beyond the ceiling"),
+        (("decide", OP, "extend", "--checks", "0", "--why", "x"), "--checks"),
+        (("decide", "no-such-op", "extend", "--why", "x"), "no operation"),
+        (("decide", OP, "extend"), "--why is required"),
+        (("decide", OP, "extend", "--why", "  "), "--why is required"),
+        (("decide", OP, "frobnicate", "--why", "x"), "is not open"),
+    ],
+    ids=["not-offered", "beyond-ceiling", "no-checks", "unknown-id", "no-why", "blank-why",
+         "no-such-option"],
+)  # fmt: skip
+def test_bad_decisions_are_one_line_and_change_nothing(
+    escalated: Setup, args: tuple[str, ...], says: str
+) -> None:
+    """Every bad decision: exit 2, one error line saying what, the store unchanged."""
+    before = _fingerprint(escalated.store)
+    code, out, err = escalated.run(*args)
+    assert (code, out) == (2, ""), err
+    assert len(err.splitlines()) == 1, err
+    assert says in err
+    assert _fingerprint(escalated.store) == before
+    assert escalated.sim.count("status") == 3
+
+
+def test_a_decision_on_a_running_operation_is_refused(tmp_path: Path) -> None:
+    """A detached, still running operation has no decision request: decide refuses it."""
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    store = str(tmp_path / "store.db")
+    with Simulator(parse_scenario(SCENARIO)) as sim:
+        started = cli(
+            "wait", f"{sim.base_url}/status", "--profile", str(profile), "--operation-id", OP,
+            "--detach", "--store", store,
+        )  # fmt: skip
+        assert started.returncode == 4, started.stderr
+        before = _fingerprint(store)
+        done = cli("decide", OP, "extend", "--why", "x", "--store", store)
+        assert (done.returncode, done.stdout) == (2, "")
+        assert "no open decision request" in done.stderr
+        assert len(done.stderr.splitlines()) == 1
+        assert _fingerprint(store) == before
+        listed = cli("escalations", "--store", store)
+        assert (listed.returncode, listed.stdout) == (0, "nothing waits on a decision\n")
