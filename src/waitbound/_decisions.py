@@ -149,7 +149,12 @@ def _granted(record: Record, grant: _Grant, now: datetime) -> Record:
 
 
 def _reopened(record: Record, now: datetime) -> Record:
-    """A stopped operation, due again in the phase it stopped in."""
+    """A stopped operation, due again in the phase it stopped in, and free to claim.
+
+    A lease left by the step that stopped it (a worker's claim is kept on a finished
+    record) is dropped: nothing holds a finished operation, and a reopened one is due
+    now, not when that lease ends.
+    """
     if not record.is_finished:
         return record
     return replace(
@@ -162,6 +167,8 @@ def _reopened(record: Record, now: datetime) -> Record:
         next_poll_at=now,
         delay_source=DelaySource.MANUAL_EXTENSION,
         attempt=0,
+        lease_owner=None,
+        lease_expires_at=None,
     )
 
 
