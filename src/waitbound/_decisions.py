@@ -151,19 +151,21 @@ def _granted(record: Record, grant: _Grant, now: datetime) -> Record:
 def _reopened(record: Record, now: datetime) -> Record:
     """A stopped operation, due again in the phase it stopped in, and free to claim.
 
-    A lease left by the step that stopped it (a worker's claim is kept on a finished
-    record) is dropped: nothing holds a finished operation, and a reopened one is due
-    now, not when that lease ends.
+    The stop's words go; the provider's error they wrapped (a partial success's, kept
+    while its result is fetched) is the record's error again. A lease left by the step
+    that stopped it (a worker's claim is kept on a finished record) is dropped: nothing
+    holds a finished operation, and a reopened one is due now, not when that lease ends.
     """
     if not record.is_finished:
         return record
+    error = record.error.get("provider_error") if isinstance(record.error, dict) else None
     return replace(
         record,
         phase=record.stopped_phase or Phase.WAITING,
         outcome=None,
         reason=None,
         finished_at=None,
-        error=None,
+        error=error,
         next_poll_at=now,
         delay_source=DelaySource.MANUAL_EXTENSION,
         attempt=0,

@@ -961,6 +961,23 @@ def test_a_stop_before_the_submission_was_answered_offers_no_resuming_option() -
     refused(op, UsageError, "not open", "extend")
 
 
+def test_extend_in_the_result_phase_fetches_the_result_and_keeps_the_providers_error() -> None:
+    """Regression: the budget ran out after a partial success, before its result was
+    fetched. extend resumes fetching the result (once), and the provider's error seen
+    with the partial success is still the outcome's error."""
+    partial: Answer = (200, {"status": "partial", "error": "3 rows rejected"})
+    op = stopped(partial, result_url=RESULT_URL, max_requests=1)
+    assert op.record.reason is Reason.REQUEST_BUDGET_EXHAUSTED
+    assert op.record.stopped_phase is Phase.FETCHING_RESULT
+    op.decide("extend", minutes=1, checks=1)
+    assert op.record.phase is Phase.FETCHING_RESULT
+    outcome = op.resume()
+    assert outcome.outcome is OutcomeKind.COMPLETED_WITH_ERRORS
+    assert outcome.result == {"rows": 3}
+    assert outcome.error == "3 rows rejected"
+    assert op.provider.count("/result") == 1
+
+
 def test_extend_in_the_errors_phase_fetches_the_errors_page() -> None:
     """The budget ran out before the errors page of a partial success: extend fetches it."""
     partial: Answer = (200, {"status": "partial", "output": 1, "errors_url": "/errors"})
