@@ -125,10 +125,18 @@ def _limits(record: Record) -> dict[str, JSON]:
 def _granted(record: Record, grant: _Grant, now: datetime) -> Record:
     """*record* under *grant*: the deadline moves to now + minutes, the request budget
     becomes the requests used + checks, and a stop for transport failures or throttling
-    gets a fresh allowance of the policy's size for that counter; no counter resets."""
+    gets a fresh allowance of the policy's size for that counter; no counter resets.
+
+    A running operation (an agent asked for more time) is never cut down by a grant:
+    its deadline and request budget only move out, never in.
+    """
     grants = record.grants
     policy = record.policy
     requests = record.requests_used + grant.checks - policy.max_requests
+    deadline_at = now + timedelta(minutes=grant.minutes)
+    if not record.is_finished:
+        requests = max(requests, grants.requests)
+        deadline_at = max(deadline_at, record.deadline_at)
     failures = grants.transport_failures
     if record.reason is Reason.PROVIDER_FAILURE:
         failures = record.transport_failures_used
@@ -137,7 +145,7 @@ def _granted(record: Record, grant: _Grant, now: datetime) -> Record:
         throttles = record.rate_limited_used
     return replace(
         record,
-        deadline_at=now + timedelta(minutes=grant.minutes),
+        deadline_at=deadline_at,
         grants=replace(
             grants,
             requests=requests,

@@ -686,6 +686,20 @@ def test_a_person_extending_an_agents_request_grants_it() -> None:
     assert op.record.outcome is None
 
 
+def test_extending_a_running_operation_never_lowers_its_limits() -> None:
+    """Regression: an agent asks for 5 more minutes with 3 more checks while 60 minutes
+    and 30 requests are left; a person's extend must not cut the operation down to
+    5 minutes and 3 requests."""
+    op = _running(max_requests=30, deadline_s=3600)
+    before = op.record
+    _ask(op, minutes=5, checks=3)
+    op.decide("extend", minutes=5, checks=3)
+    after = op.record
+    assert after.deadline_at >= before.deadline_at
+    assert after.max_requests >= before.max_requests
+    assert after.grants.extensions == 1
+
+
 def test_an_agent_cannot_ask_on_a_finished_operation_without_an_open_request() -> None:
     """Finished and closed: nothing to extend; one line, nothing changed."""
     op = _budget()
