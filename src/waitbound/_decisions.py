@@ -125,10 +125,18 @@ def _limits(record: Record) -> dict[str, JSON]:
 def _granted(record: Record, grant: _Grant, now: datetime) -> Record:
     """*record* under *grant*: the deadline moves to now + minutes, the request budget
     becomes the requests used + checks, and a stop for transport failures or throttling
-    gets a fresh allowance of the policy's size for that counter; no counter resets."""
+    gets a fresh allowance of the policy's size for that counter; no counter resets.
+
+    A running operation (an agent asked for more time) is never cut down by a grant:
+    its deadline and request budget only move out, never in.
+    """
     grants = record.grants
     policy = record.policy
     requests = record.requests_used + grant.checks - policy.max_requests
+    deadline_at = now + timedelta(minutes=grant.minutes)
+    if not record.is_finished:
+        requests = max(requests, grants.requests)
+        deadline_at = max(deadline_at, record.deadline_at)
     failures = grants.transport_failures
     if record.reason is Reason.PROVIDER_FAILURE:
         failures = record.transport_failures_used
@@ -137,7 +145,7 @@ def _granted(record: Record, grant: _Grant, now: datetime) -> Record:
         throttles = record.rate_limited_used
     return replace(
         record,
-        deadline_at=now + timedelta(minutes=grant.minutes),
+        deadline_at=deadline_at,
         grants=replace(
             grants,
             requests=requests,
@@ -149,19 +157,28 @@ def _granted(record: Record, grant: _Grant, now: datetime) -> Record:
 
 
 def _reopened(record: Record, now: datetime) -> Record:
-    """A stopped operation, due again in the phase it stopped in."""
+    """A stopped operation, due again in the phase it stopped in, and free to claim.
+
+    The stop's words go; the provider's error they wrapped (a partial success's, kept
+    while its result is fetched) is the record's error again. A lease left by the step
+    that stopped it (a worker's claim is kept on a finished record) is dropped: nothing
+    holds a finished operation, and a reopened one is due now, not when that lease ends.
+    """
     if not record.is_finished:
         return record
+    error = record.error.get("provider_error") if isinstance(record.error, dict) else None
     return replace(
         record,
         phase=record.stopped_phase or Phase.WAITING,
         outcome=None,
         reason=None,
         finished_at=None,
-        error=None,
+        error=error,
         next_poll_at=now,
         delay_source=DelaySource.MANUAL_EXTENSION,
         attempt=0,
+        lease_owner=None,
+        lease_expires_at=None,
     )
 
 
