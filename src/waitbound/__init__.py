@@ -64,7 +64,7 @@ from waitbound._escalations import (
 )
 from waitbound._observation import Observation
 from waitbound._operation import Operation, Submission, new_operation_id
-from waitbound._options import Option
+from waitbound._options import Option, option_costs
 from waitbound._outcome import Outcome, OutcomeKind, Reason
 from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._record import Decision, DecisionRequest, Grants, Phase, Policy, Record
@@ -140,6 +140,7 @@ __all__ = [
     "load_profile",
     "new_operation_id",
     "open_store",
+    "option_costs",
     "parse_profile",
     "parse_retry_after",
     "profile_schema",

@@ -26,57 +26,27 @@ from waitbound._contract import Profile
 from waitbound._controller import audit_event
 from waitbound._errors import UsageError
 from waitbound._json import JSON, canonical_json, show
-from waitbound._options import RESUMING, SYSTEM, Option, open_request, options
+from waitbound._options import (
+    RESUMING,
+    SYSTEM,
+    Option,
+    cost,
+    counted,
+    open_request,
+    options,
+    suggested_grant,
+)
 from waitbound._outcome import OutcomeKind, Reason
 from waitbound._record import MAX_COUNT, Decision, Phase, Record
 from waitbound._schedule import DelaySource
 
 __all__ = [
-    "cost",
     "decide_record",
     "escalation_message",
     "expire",
     "profile_version",
     "request_extension_record",
-    "suggested_grant",
 ]
-
-
-def suggested_grant(record: Record) -> tuple[int, int]:
-    """The grant a decision gives when it names none: ``(minutes, checks)``, a third of
-    the policy's deadline and request budget (at least 1 each), within the ceiling."""
-    policy = record.policy
-    ceiling_min = max(1, math.floor(policy.extension_ceiling_s / 60))
-    minutes = min(ceiling_min, max(1, round(policy.deadline_s / 60 / 3)))
-    return minutes, max(1, policy.max_requests // 3)
-
-
-def cost(record: Record, option: Option) -> str:
-    """What choosing *option* costs, in words, e.g. "extend waiting once by 15 minutes
-    with 4 more checks"; a resuming option states the suggested grant."""
-    minutes, checks = suggested_grant(record)
-    grant = f"by {_count(minutes, 'minute')} with {_count(checks, 'more check')}"
-    match option:
-        case Option.EXTEND:
-            return f"extend waiting once {grant}"
-        case Option.CANCEL:
-            return f"cancel at provider (then wait {grant} for it to end)"
-        case Option.TREAT_AS_PENDING:
-            return f"treat state {show(record.provider_state)} as pending, waiting {grant}"
-        case Option.MARK_SUCCEEDED:
-            return "mark it succeeded (your assertion; the answer is kept as evidence)"
-        case Option.MARK_FAILED:
-            return "mark it failed (your assertion; the answer is kept as evidence)"
-        case Option.RESUME_WITH_CREDENTIALS:
-            return f"resume with other credentials (a new credential label), waiting {grant}"
-        case Option.RESUME_WITH_PROFILE:
-            return f"resume with a corrected profile, waiting {grant}"
-        case Option.FETCH_RESULT_AGAIN:
-            return f"fetch the result once more, waiting {grant}"
-        case Option.DECLINE:
-            return "decline the request for more time (nothing changes)"
-        case _:
-            return "abandon it (the outcome stays as it is)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,16 +67,16 @@ def _grant(record: Record, minutes: float | None, checks: int | None) -> _Grant:
     checks = suggested_checks if checks is None else checks
     ceiling = record.policy.extension_ceiling_s / 60
     if not (isinstance(minutes, int | float) and math.isfinite(minutes) and minutes > 0):
-        raise UsageError(f"--minutes must be a positive number, got {minutes!r}")
+        raise UsageError(f"minutes must be a positive number, got {minutes!r}")
     if minutes > ceiling:
         raise UsageError(
-            f"--minutes {minutes:g} is beyond the ceiling of {ceiling:g} minutes for one "
+            f"minutes {minutes:g} is beyond the ceiling of {ceiling:g} minutes for one "
             "grant (policy max_extension_s)"
         )
     limit = min(record.policy.max_requests, MAX_COUNT)
     if isinstance(checks, bool) or not isinstance(checks, int) or not 1 <= checks <= limit:
         raise UsageError(
-            f"--checks must be a whole number from 1 to {limit} (the policy's request "
+            f"checks must be a whole number from 1 to {limit} (the policy's request "
             f"budget), got {checks!r}"
         )
     return _Grant(minutes=float(minutes), checks=checks)
@@ -123,20 +93,20 @@ def _limits(record: Record) -> dict[str, JSON]:
 
 
 def _granted(record: Record, grant: _Grant, now: datetime) -> Record:
-    """*record* under *grant*: the deadline moves to now + minutes, the request budget
-    becomes the requests used + checks, and a stop for transport failures or throttling
-    gets a fresh allowance of the policy's size for that counter; no counter resets.
+    """*record* under *grant*: the deadline moves to now + minutes (never earlier than
+    it was), the request budget becomes the requests used + checks (so "4 more checks"
+    is at most 4 more), and a stop for transport failures or throttling gets a fresh
+    allowance of the policy's size for that counter; no counter resets.
 
     A running operation (an agent asked for more time) is never cut down by a grant:
-    its deadline and request budget only move out, never in.
+    its request budget only moves out, never in.
     """
     grants = record.grants
     policy = record.policy
     requests = record.requests_used + grant.checks - policy.max_requests
-    deadline_at = now + timedelta(minutes=grant.minutes)
+    deadline_at = max(now + timedelta(minutes=grant.minutes), record.deadline_at)
     if not record.is_finished:
         requests = max(requests, grants.requests)
-        deadline_at = max(deadline_at, record.deadline_at)
     failures = grants.transport_failures
     if record.reason is Reason.PROVIDER_FAILURE:
         failures = record.transport_failures_used
@@ -270,7 +240,7 @@ def decide_record(
             label = (credential_label or "").strip()
             if not label:
                 raise UsageError(
-                    "resume_with_credentials needs --credential-label: a name for the new "
+                    "resume_with_credentials needs a credential label: a name for the new "
                     "credentials (never the secret itself)"
                 )
             if label == record.credential_label:
@@ -284,7 +254,7 @@ def decide_record(
             detail["credential_label"] = {"from": record.credential_label, "to": label[:128]}
         case Option.RESUME_WITH_PROFILE:
             if profile is None:
-                raise UsageError("resume_with_profile needs --profile: the corrected profile")
+                raise UsageError("resume_with_profile needs the corrected profile")
             old, new = profile_version(record.profile), profile_version(profile)
             if old == new:
                 raise UsageError(
@@ -331,11 +301,11 @@ def _person(by: str, why: str) -> tuple[str, str]:
     who = (by or "").strip()
     reason = (why or "").strip()
     if not who or not who.isprintable():
-        raise UsageError("--by must name who decides (printable, one line)")
+        raise UsageError("'by' must name who decides (printable, one line)")
     if not reason:
-        raise UsageError("--why is required: say why, in one line (it is kept in the audit log)")
+        raise UsageError("a reason ('why') is required: one line, kept in the audit log")
     if not reason.isprintable():
-        raise UsageError("--why must be one line of printable text")
+        raise UsageError("the reason ('why') must be one line of printable text")
     return who[:128], reason[:500]
 
 
@@ -358,13 +328,13 @@ def request_extension_record(
         UsageError: a finished operation with no open request, a blank ``why``, or a
             proposal beyond the ceilings (see :func:`decide`).
     """
-    who, reason_text = _person(by, why)
-    proposal = _grant(record, minutes, checks)
     if record.is_finished and record.decision_request is None:
         raise UsageError(
             f"operation {record.operation_id} is finished ({record.outcome}); there is "
             "nothing to extend"
         )
+    who, reason_text = _person(by, why)
+    proposal = _grant(record, minutes, checks)
     after = open_request(
         record,
         now,
@@ -447,18 +417,14 @@ def escalation_message(record: Record, now: datetime) -> str:
         lines.append(f"Stopped because: {record.reason.value if record.reason else 'unknown'}")
     if request is not None and request.requested_by != SYSTEM:
         lines.append(
-            f"Requested by: {request.requested_by}, {_count(request.minutes or 0, 'more minute')}"
-            f" with {_count(request.checks or 0, 'more check')} ({request.why})"
+            f"Requested by: {request.requested_by}, {counted(request.minutes or 0, 'more minute')}"
+            f" with {counted(request.checks or 0, 'more check')} ({request.why})"
         )
     offered = ", ".join(cost(record, option) for option in options(record, now))
     lines.append(f"Safe options: {offered or 'none'}")
     if request is not None:
         lines.append(f"Decide by: {request.due_at.strftime('%Y-%m-%d %H:%M')} UTC")
     return "\n".join(lines)
-
-
-def _count(n: float, what: str) -> str:
-    return f"{n:g} {what}" + ("" if n == 1 else "s")
 
 
 def _duration(seconds: float) -> str:

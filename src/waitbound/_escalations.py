@@ -21,14 +21,13 @@ from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
 from waitbound._contract import Profile
 from waitbound._decisions import (
-    cost,
     decide_record,
     escalation_message,
     expire,
     request_extension_record,
 )
 from waitbound._errors import ConflictError, DecisionConflictError, OperationNotFoundError
-from waitbound._options import Option, options
+from waitbound._options import SYSTEM, Option, cost, options
 from waitbound._outcome import Outcome, Reason
 from waitbound._record import Record
 from waitbound.stores import Store, open_store
@@ -222,6 +221,10 @@ def decide(
         decided_meanwhile = seen and len(record.decisions) > seen[0]
         if decided_meanwhile or (record.decision_request is None and record.decisions):
             raise _conflict(record)
+        expired = expire(record, clock.now())
+        if expired is not None:  # too late: close it as decision_timeout, then say so
+            seen.append(len(record.decisions))
+            return expired
         seen.append(len(record.decisions))
         return decide_record(
             record,
@@ -235,7 +238,10 @@ def decide(
             credential_label=credential_label,
         )
 
-    return _update(store, operation_id, change).to_outcome()
+    after = _update(store, operation_id, change)
+    if seen and len(after.decisions) > seen[0] and after.decisions[-1].by == SYSTEM:
+        raise _conflict(after)
+    return after.to_outcome()
 
 
 def _conflict(record: Record) -> DecisionConflictError:

@@ -6,15 +6,28 @@ decision is made (``_decisions.py`` applies them).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final
 
+from waitbound._json import show
 from waitbound._outcome import Reason
 from waitbound._record import DecisionRequest, Phase, Record
 
-__all__ = ["RESUMING", "SYSTEM", "Option", "cancel_refusal", "open_request", "options"]
+__all__ = [
+    "RESUMING",
+    "SYSTEM",
+    "Option",
+    "cancel_refusal",
+    "cost",
+    "counted",
+    "open_request",
+    "option_costs",
+    "options",
+    "suggested_grant",
+]
 
 
 class Option(StrEnum):
@@ -146,3 +159,59 @@ def open_request(
     record = replace(record, decision_request=opened)
     offered = tuple(option.value for option in options(record, now))
     return replace(record, decision_request=replace(opened, options=offered))
+
+
+def suggested_grant(record: Record) -> tuple[int, int]:
+    """The grant a decision gives when it names none: ``(minutes, checks)``, a third of
+    the policy's deadline and request budget (at least 1 each), within the ceiling."""
+    policy = record.policy
+    ceiling_min = max(1, math.floor(policy.extension_ceiling_s / 60))
+    minutes = min(ceiling_min, max(1, round(policy.deadline_s / 60 / 3)))
+    return minutes, max(1, policy.max_requests // 3)
+
+
+def cost(record: Record, option: Option) -> str:
+    """What choosing *option* costs, in words, e.g. "extend waiting once by 15 minutes
+    with 4 more checks"; a resuming option states the suggested grant."""
+    minutes, checks = suggested_grant(record)
+    grant = f"by {counted(minutes, 'minute')} with {counted(checks, 'more check')}"
+    match option:
+        case Option.EXTEND:
+            return f"extend waiting once {grant}"
+        case Option.CANCEL:
+            return "cancel at provider"
+        case Option.TREAT_AS_PENDING:
+            return f"treat state {show(record.provider_state)} as pending, waiting {grant}"
+        case Option.MARK_SUCCEEDED:
+            return "mark it succeeded (your assertion; the answer is kept as evidence)"
+        case Option.MARK_FAILED:
+            return "mark it failed (your assertion; the answer is kept as evidence)"
+        case Option.RESUME_WITH_CREDENTIALS:
+            return f"resume with other credentials (a new credential label), waiting {grant}"
+        case Option.RESUME_WITH_PROFILE:
+            return f"resume with a corrected profile, waiting {grant}"
+        case Option.FETCH_RESULT_AGAIN:
+            return f"fetch the result once more, waiting {grant}"
+        case Option.DECLINE:
+            return "decline the request for more time (nothing changes)"
+        case _:
+            return "abandon it (the outcome stays as it is)"
+
+
+def option_costs(record: Record) -> tuple[tuple[str, str], ...]:
+    """The options open on *record*'s decision request, each with what it costs in
+    words: ``(("extend", "extend waiting once by 15 minutes with 4 more checks"), …)``;
+    empty without an open request."""
+    request = record.decision_request
+    if request is None:
+        return ()
+    known = {option.value: option for option in Option}
+    return tuple(
+        (name, cost(record, known[name]) if name in known else name) for name in request.options
+    )
+
+
+def counted(n: float, what: str) -> str:
+    """*n* and *what*, plural unless *n* is 1: ``counted(4, "more check")`` is
+    ``"4 more checks"``."""
+    return f"{n:g} {what}" + ("" if n == 1 else "s")

@@ -486,8 +486,8 @@ class Record:
             elif item.name == "policy":
                 assert isinstance(raw, dict)
                 values["policy"] = Policy(**raw)  # type: ignore[arg-type]
-            elif item.name == "grants" and isinstance(raw, dict):
-                values["grants"] = _part(Grants, raw)
+            elif item.name == "grants":
+                values["grants"] = _part(Grants, raw) if isinstance(raw, dict) else Grants()
             elif item.name == "decision_request" and isinstance(raw, dict):
                 values["decision_request"] = _part(DecisionRequest, raw)
             elif item.name == "decisions" and isinstance(raw, list):

@@ -230,7 +230,7 @@ def test_extend_continues_the_same_operation_with_the_granted_limits_and_no_more
     reopened = op.record
     assert reopened.phase is Phase.WAITING
     assert reopened.max_requests == used_before + 2
-    assert reopened.deadline_at == op.clock.now() + timedelta(minutes=1)
+    assert reopened.deadline_at == max(first.deadline_at, op.clock.now() + timedelta(minutes=1))
     event = decided_event(op)
     assert event.data["option"] == "extend"
     assert event.data["by"] == "ana@example"
@@ -433,7 +433,7 @@ def test_resume_with_credentials_needs_a_new_label_and_continues_with_it() -> No
     op = stopped((401, {"error": "bad token"}), headers={"Authorization": f"Bearer {SECRET}"})
     assert op.record.reason is Reason.AUTHORIZATION_DENIED
     assert op.record.to_outcome().options == ("resume_with_credentials", "abandon")
-    refused(op, UsageError, "credential-label", "resume_with_credentials")
+    refused(op, UsageError, "credential label", "resume_with_credentials")
     op.headers = {"Authorization": "Bearer second-key"}
     op.decide("resume_with_credentials", credential_label="key-2", minutes=1, checks=2)
     assert op.resume((401, {"error": "bad token"})).reason is Reason.AUTHORIZATION_DENIED
@@ -464,7 +464,7 @@ def test_resume_with_profile_refuses_the_same_profile_and_records_the_new_one() 
     op = stopped(RUNNING, table=WRONG_KEY, not_found_grace_s=0)
     assert op.record.reason is Reason.INTEGRATION_FAILURE
     assert op.record.to_outcome().options == ("resume_with_profile", "abandon")
-    refused(op, UsageError, "needs --profile", "resume_with_profile")
+    refused(op, UsageError, "needs the corrected profile", "resume_with_profile")
     same = parse_profile(WRONG_KEY)
     refused(op, UsageError, "is the one that stopped", "resume_with_profile", profile=same)
     fixed = parse_profile(TABLE, name="export-v2")
@@ -713,7 +713,7 @@ def test_an_agents_proposal_beyond_the_ceiling_is_refused() -> None:
     op = _running()
     with unchanged(op), pytest.raises(UsageError, match="ceiling"):
         _ask(op, minutes=11)
-    with unchanged(op), pytest.raises(UsageError, match="--why is required"):
+    with unchanged(op), pytest.raises(UsageError, match=r"reason \(.why.\) is required"):
         _ask(op, why=" ")
 
 
@@ -817,10 +817,10 @@ def test_a_grant_never_reaches_past_the_business_deadline() -> None:
         ("extend", {"checks": 0}, "from 1 to 3"),
         ("extend", {"checks": 4}, "from 1 to 3"),
         ("extend", {"checks": True}, "from 1 to 3"),
-        ("extend", {"why": ""}, "--why is required"),
-        ("extend", {"why": "   "}, "--why is required"),
+        ("extend", {"why": ""}, r"reason \(.why.\) is required"),
+        ("extend", {"why": "   "}, r"reason \(.why.\) is required"),
         ("extend", {"why": "two\nlines"}, "one line"),
-        ("extend", {"by": " "}, "--by must name"),
+        ("extend", {"by": " "}, "'by' must name"),
     ],
 )
 def test_bad_decisions_are_refused_in_one_line_and_change_nothing(
@@ -878,9 +878,8 @@ def test_the_escalation_message_has_the_issues_shape_and_no_secret() -> None:
         "Status requests: 12 of 12",
         "Last HTTP result: 200 at 12:39 UTC",
         "Stopped because: request_budget_exhausted",
-        "Safe options: extend waiting once by 15 minutes with 4 more checks, cancel at provider "
-        "(then wait by 15 minutes with 4 more checks for it to end), abandon it (the outcome "
-        "stays as it is)",
+        "Safe options: extend waiting once by 15 minutes with 4 more checks, cancel at "
+        "provider, abandon it (the outcome stays as it is)",
         "Decide by: 2026-01-08 12:39 UTC",
     ]
     (listed,) = waitbound.escalations(store=op.store, clock=op.clock)
@@ -1172,7 +1171,8 @@ def test_no_sequence_of_answers_and_decisions_escapes_the_grants(
         after = decided_event(op).data["limits_after"]
         assert isinstance(after, dict)
         deadlines.append(datetime.fromisoformat(str(after["deadline_at"])))
-        assert deadlines[-1] <= op.clock.now() + timedelta(minutes=minutes)
+        # the grant's deadline, or the one in force when that was later: never earlier
+        assert deadlines[-1] == max(deadlines[-2], op.clock.now() + timedelta(minutes=minutes))
         assert op.resume(*answers).outcome is not None
         stops += 1
 
@@ -1186,3 +1186,16 @@ def test_no_sequence_of_answers_and_decisions_escapes_the_grants(
     assert not times or max(times) <= deadlines[-1]
     assert [e.kind for e in op.events()].count("finished") == stops
     assert op.record.is_finished
+
+
+def test_a_decision_after_the_due_time_closes_the_request_instead() -> None:
+    """Too late is too late: a decision arriving after the request's due time (before
+    any listing closed it) closes it as decision_timeout and is refused, naming that."""
+    op = stopped(RUNNING, max_requests=1, decision_timeout_s=3600)
+    op.clock.advance(3600)
+    with pytest.raises(waitbound.DecisionConflictError, match="decision_timeout"):
+        op.decide("extend", minutes=1, checks=1)
+    record = op.record
+    assert record.reason is Reason.DECISION_TIMEOUT
+    assert record.decision_request is None
+    assert [d.option for d in record.decisions] == ["decision_timeout"]

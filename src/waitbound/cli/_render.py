@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from waitbound import AuditEvent, Option, Record
-from waitbound._decisions import cost
+from waitbound import AuditEvent, Record
+from waitbound import option_costs as costs_of
 from waitbound._json import JSON, show
 from waitbound._urls import redact_url
 
@@ -220,17 +220,9 @@ def worker_summary_lines(summary: Mapping[str, JSON]) -> list[str]:
 
 
 def option_costs(record: Record | None) -> list[tuple[str, str]]:
-    """The options open on *record*'s decision request, each with its cost in words
-    (none without an open request)."""
-    if record is None or record.decision_request is None:
-        return []
-    costs = []
-    for name in record.decision_request.options:
-        try:
-            costs.append((name, cost(record, Option(name))))
-        except ValueError:  # an option a newer waitbound stored: shown by its name
-            costs.append((name, name))
-    return costs
+    """The options open on *record*'s decision request with their costs (none without
+    one; see :func:`waitbound.option_costs`)."""
+    return [] if record is None else list(costs_of(record))
 
 
 def option_lines(
