@@ -509,10 +509,10 @@ async def test_request_extension_refuses_bad_input_and_changes_nothing(
             started = await h.call("start_job", provider="reports")
             operation_id = started["operation_id"]
             for arguments, says in (
-                ({"minutes": 0.5, "checks": 2, "why": "  "}, "--why is required"),
+                ({"minutes": 0.5, "checks": 2, "why": "  "}, "reason ('why') is required"),
                 ({"minutes": 10_000, "checks": 2, "why": "w"}, "beyond the ceiling"),
-                ({"minutes": 0.5, "checks": 10_000, "why": "w"}, "--checks"),
-                ({"minutes": -1, "checks": 2, "why": "w"}, "--minutes"),
+                ({"minutes": 0.5, "checks": 10_000, "why": "w"}, "checks must be"),
+                ({"minutes": -1, "checks": 2, "why": "w"}, "minutes must be"),
             ):
                 text = await h.refused("request_extension", operation_id=operation_id, **arguments)
                 assert says in text, text
