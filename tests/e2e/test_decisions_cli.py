@@ -168,7 +168,7 @@ def test_a_second_decision_conflicts_naming_the_first(escalated: Setup) -> None:
     [
         (("decide", OP, "mark_succeeded", "--why", "x"), "is not open"),
         (("decide", OP, "extend", "--minutes", "500", "--why", "x"), "beyond the ceiling"),
-        (("decide", OP, "extend", "--checks", "0", "--why", "x"), "--checks"),
+        (("decide", OP, "extend", "--checks", "0", "--why", "x"), "checks must be"),
         (("decide", "no-such-op", "extend", "--why", "x"), "no operation"),
         (("decide", OP, "extend"), "--why is required"),
         (("decide", OP, "extend", "--why", "  "), "--why is required"),
