@@ -69,6 +69,10 @@ def test_every_tool_over_stdio_against_the_simulator(tmp_path: Path) -> None:
                     ("get_result", {"operation_id": operation_id}),
                     ("cancel_job", {"operation_id": operation_id}),
                     ("start_job", {"provider": "reports", "path": "/etc/passwd"}),
+                    (
+                        "request_extension",
+                        {"operation_id": operation_id, "minutes": 1, "checks": 1, "why": "w"},
+                    ),
                 ]:
                     result = await client.call_tool(tool, args)
                     seen[f"{tool}{len(seen)}"] = (result.is_error, result.structured_content)
@@ -83,11 +87,14 @@ def test_every_tool_over_stdio_against_the_simulator(tmp_path: Path) -> None:
         "list_jobs",
         "get_result",
         "cancel_job",
+        "request_extension",
     }
     assert seen["start"]["done"] is False
     assert "NOT complete" in seen["start"]["message"]
     answers = [v for k, v in seen.items() if k[-1].isdigit()]
-    (awaited_error, awaited), (_, checked), (_, listed), (_, result), cancel, bad_path = answers
+    (awaited_error, awaited), (_, checked), (_, listed), (_, result), cancel, bad_path, more = (
+        answers
+    )
     assert not awaited_error
     assert awaited["done"] is True
     assert awaited["status"] == "succeeded"
@@ -96,7 +103,9 @@ def test_every_tool_over_stdio_against_the_simulator(tmp_path: Path) -> None:
     assert "Quarterly summary" in result["text"]
     assert cancel[0] is True  # finished, and this provider does not let agents cancel
     assert bad_path[0] is True
-    assert "outside the allowed paths" in seen["texts"][-1]
+    assert "outside the allowed paths" in seen["texts"][-2]
+    assert more[0] is True  # finished: an agent may not ask for more time on it
+    assert "nothing to extend" in seen["texts"][-1]
     assert all("sk-stdio" not in text for text in seen["texts"])
     assert sim.count("submit") == 1
     assert sim.count("result") == 2  # next-action's result answers 409 once, then once
