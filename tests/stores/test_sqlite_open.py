@@ -206,3 +206,15 @@ def test_memory_store_ignores_create_and_read_only(tmp_path: Path) -> None:
     """memory: ignores create/read_only (it holds nothing to protect) and writes no file."""
     assert isinstance(open_store("memory:", create=False, read_only=True), MemoryStore)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_transaction_finalised_after_close_says_nothing(tmp_path: Path) -> None:
+    """Ctrl-C can leave a transaction's context manager suspended until after the store
+    is closed; finalising it then must not try to roll back on the closed connection
+    (which printed a traceback on interrupt)."""
+    store = SQLiteStore(tmp_path / "s.db")
+    transaction = store._transaction()
+    transaction.__enter__()
+    store.close()
+    interrupt = KeyboardInterrupt()
+    assert transaction.__exit__(KeyboardInterrupt, interrupt, None) is False  # not a StoreError

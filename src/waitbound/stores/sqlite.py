@@ -115,6 +115,7 @@ class SQLiteStore:
         self.path = Path(path)
         self.read_only = read_only
         self._lock = threading.RLock()
+        self._closed = False
         create = create and not read_only
         if not create and not self.path.exists():
             raise StoreNotFoundError(
@@ -218,8 +219,10 @@ class SQLiteStore:
                 yield self._db
             except BaseException:
                 # SQLite may have rolled back itself (a full disk): then there is
-                # nothing to roll back, and saying so would hide the real error.
-                if self._db.in_transaction:
+                # nothing to roll back, and saying so would hide the real error. A
+                # transaction cut off by Ctrl-C may be finalised only after the store is
+                # closed (closing the connection already rolled it back).
+                if not self._closed and self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
@@ -385,7 +388,8 @@ class SQLiteStore:
         return [decode_record(text) for (text,) in rows]
 
     def close(self) -> None:
-        """Close the database connection."""
+        """Close the database connection (an open transaction is rolled back)."""
+        self._closed = True
         self._db.close()
 
 
