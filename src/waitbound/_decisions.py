@@ -30,10 +30,12 @@ from waitbound._options import (
     RESUMING,
     SYSTEM,
     Option,
+    cancel_refusal,
     cost,
     counted,
     open_request,
     options,
+    span,
     suggested_grant,
 )
 from waitbound._outcome import OutcomeKind, Reason
@@ -70,8 +72,8 @@ def _grant(record: Record, minutes: float | None, checks: int | None) -> _Grant:
         raise UsageError(f"minutes must be a positive number, got {minutes!r}")
     if minutes > ceiling:
         raise UsageError(
-            f"minutes {minutes:g} is beyond the ceiling of {ceiling:g} minutes for one "
-            "grant (policy max_extension_s)"
+            f"minutes {minutes:g} is beyond the ceiling of {span(ceiling)} for one grant "
+            "(policy max_extension_s)"
         )
     limit = min(record.policy.max_requests, MAX_COUNT)
     if isinstance(checks, bool) or not isinstance(checks, int) or not 1 <= checks <= limit:
@@ -205,11 +207,14 @@ def decide_record(
     except ValueError:
         chosen = None
     if chosen is None or chosen not in offered:
+        why_not = _closed_because(record, chosen, now) if chosen is not None else None
         raise UsageError(
             f"option {str(option)[:40]!r} is not open on operation {record.operation_id} "
-            f"({record.reason.value if record.reason else 'an agent request'}); open: "
+            f"({record.reason.value if record.reason else 'an agent request'}"
+            f"{'; ' + why_not if why_not else ''}); open: "
             f"{', '.join(o.value for o in offered) or 'none'}"
         )
+    _only_where_they_apply(chosen, minutes, checks, profile, credential_label)
     before = _limits(record)
     detail: dict[str, JSON] = {"limits_before": before}
     if record.reason is not None:
@@ -294,6 +299,42 @@ def decide_record(
         after, now, "decided", summary, option=chosen.value, by=who, why=reason_text, **detail
     )
     return after, event
+
+
+def _closed_because(record: Record, option: Option, now: datetime) -> str | None:
+    """Why a resuming option or ``cancel`` is closed on *record*, in words (``None`` when
+    its reason never offers it)."""
+    if option is Option.CANCEL and (refusal := cancel_refusal(record)) is not None:
+        return refusal.split(": ", 1)[-1]
+    if option not in RESUMING:
+        return None
+    if record.grants.extensions >= record.policy.max_extensions:
+        return f"all {record.policy.max_extensions} grants (policy max_extensions) are used"
+    if record.stopped_phase is Phase.SUBMITTING:
+        return "it stopped before its submission was answered (the body is not stored)"
+    business = record.business_deadline_at
+    if business is not None and now >= business:
+        return f"the business deadline {business.isoformat()} has passed"
+    return None
+
+
+def _only_where_they_apply(
+    option: Option,
+    minutes: float | None,
+    checks: int | None,
+    profile: Profile | None,
+    credential_label: str | None,
+) -> None:
+    """Refuse what the chosen option would ignore: a grant for an option that resumes
+    nothing, a profile or credential label for any option but the one that takes it."""
+    if (minutes is not None or checks is not None) and option not in RESUMING:
+        raise UsageError(f"{option.value} resumes nothing: minutes and checks do not apply")
+    if profile is not None and option is not Option.RESUME_WITH_PROFILE:
+        raise UsageError(f"a profile applies only to resume_with_profile, not {option.value}")
+    if credential_label is not None and option is not Option.RESUME_WITH_CREDENTIALS:
+        raise UsageError(
+            f"a credential label applies only to resume_with_credentials, not {option.value}"
+        )
 
 
 def _person(by: str, why: str) -> tuple[str, str]:
@@ -417,7 +458,7 @@ def escalation_message(record: Record, now: datetime) -> str:
         lines.append(f"Stopped because: {record.reason.value if record.reason else 'unknown'}")
     if request is not None and request.requested_by != SYSTEM:
         lines.append(
-            f"Requested by: {request.requested_by}, {counted(request.minutes or 0, 'more minute')}"
+            f"Requested by: {request.requested_by}, {span(request.minutes or 0, more=True)}"
             f" with {counted(request.checks or 0, 'more check')} ({request.why})"
         )
     offered = ", ".join(cost(record, option) for option in options(record, now))
@@ -429,7 +470,7 @@ def escalation_message(record: Record, now: datetime) -> str:
 
 def _duration(seconds: float) -> str:
     if seconds < 120:
-        return f"{seconds:.0f} seconds"
+        return counted(round(seconds), "second")
     if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} minutes"
+        return counted(round(seconds / 60), "minute")
     return f"{seconds / 3600:.1f} hours"

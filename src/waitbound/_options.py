@@ -6,7 +6,6 @@ decision is made (``_decisions.py`` applies them).
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -26,6 +25,7 @@ __all__ = [
     "open_request",
     "option_costs",
     "options",
+    "span",
     "suggested_grant",
 ]
 
@@ -161,20 +161,29 @@ def open_request(
     return replace(record, decision_request=replace(opened, options=offered))
 
 
-def suggested_grant(record: Record) -> tuple[int, int]:
+def suggested_grant(record: Record) -> tuple[float, int]:
     """The grant a decision gives when it names none: ``(minutes, checks)``, a third of
-    the policy's deadline and request budget (at least 1 each), within the ceiling."""
+    the policy's deadline in whole minutes (at least 1) and of its request budget (at
+    least 1); never beyond the ceiling (a fraction of a minute when that is short)."""
     policy = record.policy
-    ceiling_min = max(1, math.floor(policy.extension_ceiling_s / 60))
-    minutes = min(ceiling_min, max(1, round(policy.deadline_s / 60 / 3)))
-    return minutes, max(1, policy.max_requests // 3)
+    minutes = max(1, round(policy.deadline_s / 60 / 3))
+    return min(float(minutes), policy.extension_ceiling_s / 60), max(1, policy.max_requests // 3)
+
+
+def span(minutes: float, *, more: bool = False) -> str:
+    """A grant's minutes in words: ``"15 minutes"``, ``"1 minute"``, ``"20 seconds"``
+    (``"15 more minutes"`` with *more*)."""
+    word = "more " if more else ""
+    if minutes >= 1:
+        return counted(round(minutes, 2), f"{word}minute")
+    return counted(max(1, round(minutes * 60)), f"{word}second")
 
 
 def cost(record: Record, option: Option) -> str:
     """What choosing *option* costs, in words, e.g. "extend waiting once by 15 minutes
     with 4 more checks"; a resuming option states the suggested grant."""
     minutes, checks = suggested_grant(record)
-    grant = f"by {counted(minutes, 'minute')} with {counted(checks, 'more check')}"
+    grant = f"by at least {span(minutes)} with {counted(checks, 'more check')}"
     match option:
         case Option.EXTEND:
             return f"extend waiting once {grant}"

@@ -176,10 +176,14 @@ class Outcome:
                 )
             case _:
                 reason = self.reason.value if self.reason else "unknown"
-                choices = ", ".join(self.options) or "none"
+                decide = (
+                    f"A person must decide: {', '.join(self.options)}."
+                    if self.options
+                    else "No decision is open: the outcome stands."
+                )
                 return (
                     f"Stopped waiting ({reason}): {job} is NOT known to be complete. "
-                    f"{unfinished} A person must decide: {choices}."
+                    f"{unfinished} {decide}"
                 )
 
     def raise_for_outcome(self) -> Outcome:

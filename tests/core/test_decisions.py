@@ -878,7 +878,7 @@ def test_the_escalation_message_has_the_issues_shape_and_no_secret() -> None:
         "Status requests: 12 of 12",
         "Last HTTP result: 200 at 12:39 UTC",
         "Stopped because: request_budget_exhausted",
-        "Safe options: extend waiting once by 15 minutes with 4 more checks, cancel at "
+        "Safe options: extend waiting once by at least 15 minutes with 4 more checks, cancel at "
         "provider, abandon it (the outcome stays as it is)",
         "Decide by: 2026-01-08 12:39 UTC",
     ]
@@ -1163,7 +1163,8 @@ def test_no_sequence_of_answers_and_decisions_escapes_the_grants(
         if option not in record.to_outcome().options:
             continue
         checks = min(asked_checks, max_requests)  # a grant is at most the policy's budget
-        op.decide(option, minutes=minutes, checks=checks)
+        grant = {"minutes": minutes, "checks": checks} if option != "abandon" else {}
+        op.decide(option, **grant)
         if option == "abandon":
             continue
         granted += checks
@@ -1199,3 +1200,40 @@ def test_a_decision_after_the_due_time_closes_the_request_instead() -> None:
     assert record.reason is Reason.DECISION_TIMEOUT
     assert record.decision_request is None
     assert [d.option for d in record.decisions] == ["decision_timeout"]
+
+
+def test_the_default_grant_fits_a_short_deadline() -> None:
+    """A deadline of seconds: the offered extend, taken with its defaults, is within
+    the ceiling (a fraction of a minute), and its cost says so in seconds."""
+    op = stopped(RUNNING, max_requests=1, deadline_s=20, max_extension_s=20)
+    (cost_text,) = [c for o, c in waitbound.option_costs(op.record) if o == "extend"]
+    assert "20 seconds" in cost_text
+    assert op.decide("extend").outcome is None
+
+
+@pytest.mark.parametrize(
+    ("option", "kwargs", "words"),
+    [
+        ("abandon", {"minutes": 5}, "minutes and checks do not apply"),
+        ("abandon", {"checks": 2}, "minutes and checks do not apply"),
+        ("extend", {"credential_label": "bot-2"}, "credential label applies only"),
+    ],
+)
+def test_what_an_option_would_ignore_is_refused(
+    option: str, kwargs: dict[str, Any], words: str
+) -> None:
+    """A grant for an option that resumes nothing, a label for another option: refused,
+    not silently dropped."""
+    op = stopped(RUNNING, max_requests=1)
+    refused(op, UsageError, words, option, **kwargs)
+
+
+def test_a_closed_option_says_why_it_is_closed() -> None:
+    """After the last grant, extend is refused naming max_extensions; after abandon,
+    the outcome's message no longer asks for a decision."""
+    op = stopped(RUNNING, max_requests=1, max_extensions=0)
+    refused(op, UsageError, "max_extensions", "extend")
+    op.decide("abandon")
+    message = op.record.to_outcome().message
+    assert "No decision is open" in message
+    assert "must decide" not in message

@@ -88,8 +88,9 @@ def _one_line(value: str | None, flag: str) -> str | None:
 @click.option(
     "--minutes",
     type=float,
-    help="A resuming option's new deadline, in minutes from now (at most the policy's "
-    "max_extension_s) [default: a third of the deadline].",
+    help="A resuming option's grant: wait at least N more minutes from now (at most the "
+    "policy's max_extension_s, which defaults to the original deadline) [default: a third "
+    "of the original deadline, within that ceiling].",
 )
 @click.option(
     "--checks",
