@@ -29,6 +29,7 @@ from waitbound._audit import (
 from waitbound._audit_check import (
     AuditCheckpoint,
     audit_checkpoint,
+    diagnose_record,
     export_audit,
     verify_audit,
     verify_checkpoint,
@@ -133,6 +134,7 @@ __all__ = [
     "decide",
     "decide_async",
     "diagnose_chain",
+    "diagnose_record",
     "escalations",
     "escalations_async",
     "export_audit",

@@ -23,6 +23,7 @@ from waitbound.stores import Store
 __all__ = [
     "AuditCheckpoint",
     "audit_checkpoint",
+    "diagnose_record",
     "export_audit",
     "verify_audit",
     "verify_checkpoint",
@@ -58,6 +59,20 @@ def _events(store: Store, operation_id: str) -> list[StoredAuditEvent] | AuditFi
         )
 
 
+def diagnose_record(
+    record: Record, events: list[StoredAuditEvent], *, key: bytes | None = None
+) -> AuditFinding | None:
+    """The first finding of *record*'s chain (:func:`diagnose_chain` against the head
+    and MAC the record names), or ``None`` when it is intact."""
+    return diagnose_chain(
+        record.operation_id,
+        events,
+        head=(record.audit_seq, record.audit_head),
+        mac=record.audit_mac,
+        key=key,
+    )
+
+
 def verify_audit(
     store: Store, operation_id: str | None = None, *, key: bytes | None = None
 ) -> list[AuditFinding]:
@@ -86,13 +101,7 @@ def verify_audit(
         if isinstance(events, AuditFinding):
             findings.append(events)
             continue
-        finding = diagnose_chain(
-            record.operation_id,
-            events,
-            head=(record.audit_seq, record.audit_head),
-            mac=record.audit_mac,
-            key=key,
-        )
+        finding = diagnose_record(record, events, key=key)
         if finding is not None:
             findings.append(finding)
     return findings

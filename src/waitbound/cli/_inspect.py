@@ -38,13 +38,7 @@ def chain_status(
     record: Record, events: Sequence[StoredAuditEvent], key: bytes | None
 ) -> tuple[str, AuditFinding | None]:
     """``intact`` (or ``intact, head authenticated``) or ``broken: …``, and the finding."""
-    finding = waitbound.diagnose_chain(
-        record.operation_id,
-        events,
-        head=(record.audit_seq, record.audit_head),
-        mac=record.audit_mac,
-        key=key,
-    )
+    finding = waitbound.diagnose_record(record, list(events), key=key)
     if finding is not None:
         return f"broken: {printable(finding.line())}", finding
     return ("intact, head authenticated" if key is not None else "intact"), None
