@@ -42,7 +42,7 @@ from waitbound._failpoints import hit
 from waitbound._observation import Observation
 from waitbound._operation import Submission
 from waitbound._record import Record
-from waitbound._secrets import secret_parts
+from waitbound._secrets import credential_values
 from waitbound.stores import Store, open_store
 from waitbound.transports import HttpSettings, send_async, send_sync
 
@@ -176,7 +176,7 @@ def _drive(
                 hit("reserved", f"reserved-{request.kind}")
                 content = submission.body if request.kind == "submit" and submission else None
                 sent = _request_headers(request, reserved, headers, submission)
-                secrets = secret_parts(headers(reserved).values())
+                secrets = credential_values(headers(reserved))
                 try:
                     observation = yield _Send(request, sent, content, secrets)
                 except Exception as exc:  # the transport broke on this request only

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from waitbound import MemoryStore, Operation, Policy, parse_profile, wait
-from waitbound._secrets import redact_bytes, secret_parts
+from waitbound._secrets import credential_values, is_credential, redact_bytes, secret_parts
 from waitbound.sim import Simulator, parse_scenario
 
 TOKEN = "tok-5f0e9a1b2c"
@@ -64,3 +64,21 @@ def test_an_echoed_credential_is_redacted_before_anything_is_stored() -> None:
     )
     assert TOKEN not in stored
     assert "[redacted]" in stored
+
+
+def test_only_credential_headers_are_secrets() -> None:
+    """An Api-Version header's value is no secret: a Location that carries it is polled
+    as the provider gave it, not rewritten to `[redacted]`; an Authorization token and an
+    X-Api-Key are secrets, Idempotency-Key is not."""
+    headers = {
+        "Authorization": "Bearer tok-1234567890",
+        "X-Api-Key": "key-abcdefgh",
+        "Api-Version": "2024-01-01",
+        "Idempotency-Key": "wb-0123456789",
+    }
+    assert [name for name in headers if is_credential(name)] == ["Authorization", "X-Api-Key"]
+    assert set(credential_values(headers)) == {
+        "Bearer tok-1234567890",
+        "tok-1234567890",
+        "key-abcdefgh",
+    }

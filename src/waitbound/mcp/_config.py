@@ -39,7 +39,7 @@ from waitbound._contract import Profile, parse_profile
 from waitbound._errors import UsageError, WaitboundError
 from waitbound._operation import check_url
 from waitbound._record import Policy
-from waitbound._secrets import secret_parts
+from waitbound._secrets import credential_values
 from waitbound.profiles import resolve_profile
 from waitbound.stores import is_postgres_dsn
 
@@ -259,7 +259,7 @@ def _headers(
                 "printable ASCII without leading or trailing spaces"
             )
         headers[name] = expanded
-    return headers, secret_parts(headers.values())
+    return headers, credential_values(headers)
 
 
 def _policy(raw: object, where: str) -> Policy:

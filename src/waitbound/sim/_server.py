@@ -27,16 +27,13 @@ from urllib.parse import parse_qs, urlsplit
 
 from waitbound._errors import UsageError
 from waitbound._json import JSON
+from waitbound._secrets import REDACTED, is_credential
 from waitbound.sim._scenario import ENDPOINT_PATHS, ResponseEntry, Scenario, parse_route
 
 _ROUTES: dict[tuple[str | None, str], str] = {
     (None, path): name for name, path in ENDPOINT_PATHS.items()
 }
-REDACTED = "[redacted]"
-_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
-_CREDENTIAL_WORDS = re.compile(r"key|token|secret|auth|signature|password", re.IGNORECASE)
-_NOT_CREDENTIALS = frozenset({"idempotency-key"})
-"""Names with a credential word that name no credential (tests compare their values)."""
+
 _TEMPLATE = re.compile(
     r"\{(?:(base_url)|(now|http_date|start_epoch|start|epoch)(?:([+-]\d+(?:\.\d+)?)s)?)\}"
 )
@@ -87,18 +84,11 @@ class RequestLogEntry:
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """*headers* with every credential's value replaced by ``[redacted]``; names kept.
 
-    Credentials: ``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``,
-    and any header whose name contains ``key``, ``token``, ``secret``, ``auth``,
-    ``signature`` or ``password`` (case-insensitive), such as ``X-Api-Key`` — but not
-    ``Idempotency-Key``, which identifies a request and is kept so tests can compare it.
+    Credentials are the headers :func:`waitbound._secrets.is_credential` names (such as
+    ``Authorization`` and ``X-Api-Key``, but not ``Idempotency-Key``, which identifies
+    a request and is kept so tests can compare it).
     """
-    return {
-        name: REDACTED
-        if name.lower() in _CREDENTIAL_HEADERS
-        or (_CREDENTIAL_WORDS.search(name) and name.lower() not in _NOT_CREDENTIALS)
-        else value
-        for name, value in headers.items()
-    }
+    return {name: REDACTED if is_credential(name) else value for name, value in headers.items()}
 
 
 def _render(value: JSON, expand: Callable[[str], str]) -> JSON:
