@@ -177,20 +177,50 @@ def _drive(
                 content = submission.body if request.kind == "submit" and submission else None
                 sent = _request_headers(request, reserved, headers, submission)
                 secrets = credential_values(headers(reserved))
+                failure: Exception | None = None
                 try:
                     observation = yield _Send(request, sent, content, secrets)
                 except Exception as exc:  # the transport broke on this request only
-                    after = internal_failure(
-                        reserved, clock.now(), f"the {request.kind} request", exc
-                    )
+                    failure, observation = exc, None
                 else:
                     assert observation is not None, "the driver must answer a _Send"
                     hit("answered", f"answered-{request.kind}")
-                    after = _observed(reserved, observation, rng)
-                try:
-                    persist(after.record, after.events)
-                except ConflictError:
-                    continue  # our lease expired and another worker moved on
+
+                current: Record | None = reserved
+                while current is not None:
+                    after = _answered(current, request, observation, failure, clock=clock, rng=rng)
+                    try:
+                        persist(after.record, after.events)
+                        break
+                    except ConflictError:
+                        # Someone wrote the record meanwhile: a person's decision, an
+                        # agent's request. While the lease and the reservation are still
+                        # ours, the answer applies to the fresh record; otherwise our
+                        # lease expired and another worker moved on.
+                        fresh = store.get(operation_id)
+                        ours = (
+                            fresh is not None
+                            and fresh.lease_owner == owner
+                            and fresh.in_flight == request.kind
+                        )
+                        current = fresh if ours else None
+
+
+def _answered(
+    record: Record,
+    request: Request,
+    observation: Observation | None,
+    failure: Exception | None,
+    *,
+    clock: Clock,
+    rng: random.Random,
+) -> Transition:
+    """The transition of one request's answer on *record*: the observation decided, or
+    the transport's failure recorded on this operation."""
+    if observation is None:
+        assert failure is not None
+        return internal_failure(record, clock.now(), f"the {request.kind} request", failure)
+    return _observed(record, observation, rng)
 
 
 def _note_missing_credentials(

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -1237,3 +1238,38 @@ def test_a_closed_option_says_why_it_is_closed() -> None:
     message = op.record.to_outcome().message
     assert "No decision is open" in message
     assert "must decide" not in message
+
+
+def test_a_request_filed_while_a_poll_is_in_flight_loses_no_answer() -> None:
+    """An agent's request (a write by another process) lands while a status request is
+    out: the answer is applied to the fresh record, never "lost" (the lease and the
+    reservation are still the poller's), and the operation goes on to its outcome."""
+    clock = FakeClock()
+    store = MemoryStore()
+    answers = iter([(200, "running"), (200, "running"), (200, "done")])
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        code, state = next(answers)
+        body = {"status": state, "id": "job-1"}
+        record = store.get("op-race")
+        if state == "running" and record is not None and record.decision_request is None:
+            waitbound.request_extension(
+                "op-race", minutes=1, checks=1, why="slow today", by="agent:t",
+                store=store, clock=clock,
+            )  # fmt: skip
+        return httpx.Response(code, json=body)
+
+    operation = Operation(
+        status_url="http://provider.test/status",
+        profile=parse_profile(TABLE),
+        policy=Policy(base_delay_s=1, max_delay_s=2, max_requests=10),
+    )
+    outcome = wait(
+        operation, operation_id="op-race", store=store, clock=clock, sleep=clock.sleep,
+        rng=random.Random(1), client=httpx.Client(transport=httpx.MockTransport(provider)),
+    )  # fmt: skip
+    assert outcome.outcome is OutcomeKind.SUCCEEDED
+    kinds = [e.event.kind for e in store.audit("op-race")]
+    assert "answer_lost" not in kinds
+    assert kinds.count("observed") == 3
+    assert "extension_requested" in kinds
