@@ -122,6 +122,8 @@ KNOWN_KEYS: Final = frozenset((*STATE_LISTS, *EXPRESSION_KEYS, *OTHER_KEYS))
 COUNT_KEYS: Final = frozenset(("succeeded", "failed", "total", "canceled", "expired"))
 SCHEMA_KEY: Final = "$schema"
 """Names the JSON Schema for editors; accepted (a string) and ignored: not kept in ``source``."""
+MAX_PROFILE_BYTES: Final = 1024 * 1024
+"""A profile file larger than this (1 MiB) is refused unread: a profile is a small table."""
 DEFAULT_REQUEST_ID_HEADERS: Final = ("x-request-id", "request-id", "x-ms-request-id")
 TIME_FORMATS: Final = ("rfc3339", "epoch_s")
 """How a body's times (``expires_at``, ``next_check_at``) are written: RFC 3339 text or
@@ -527,6 +529,8 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         json.dumps(data, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ProfileError(f"{where}: every value must be plain JSON ({exc})") from None
+    except RecursionError:
+        raise ProfileError(f"{where}: nested too deeply to be a profile") from None
     _refuse_nulls(where, data)
     if "name" in data and not isinstance(data["name"], str):
         raise ProfileError(f"{where}: name must be a string")
@@ -765,11 +769,18 @@ def load_profile(path: str | Path) -> Profile:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            raw = file.read(MAX_PROFILE_BYTES + 1)
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise ProfileError(f"profile file {path}: cannot read it ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise ProfileError(f"profile file {path}: not UTF-8 text") from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise ProfileError(
+            f"profile file {path}: larger than {MAX_PROFILE_BYTES // 1024} KiB; a profile "
+            "is a small table"
+        )
     try:
         if path.suffix.lower() == ".toml":
             data: object = tomllib.loads(text)
@@ -777,6 +788,8 @@ def load_profile(path: str | Path) -> Profile:
             data = json.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as exc:
         raise ProfileError(f"profile file {path}: not valid {_kind(path)} ({exc})") from None
+    except RecursionError:
+        raise ProfileError(f"profile file {path}: nested too deeply to be a profile") from None
     name = data.get("name") if isinstance(data, dict) else None
     return parse_profile(data, name=name if isinstance(name, str) else path.stem)
 

@@ -448,8 +448,8 @@ def escalation_message(record: Record, now: datetime) -> str:
     lines = [
         "External job needs a decision",
         f"Operation: {record.operation_id}",
-        f"Provider job: {record.job_id or '(not known)'}",
-        f"Last state: {state_text}",
+        f"Provider job: {_short(record.job_id or '(not known)')}",
+        f"Last state: {_short(state_text)}",
         f"Elapsed time: {_duration(elapsed)}",
         f"Status requests: {record.requests_used} of {record.max_requests}",
         f"Last HTTP result: {last}",
@@ -466,6 +466,12 @@ def escalation_message(record: Record, now: datetime) -> str:
     if request is not None:
         lines.append(f"Decide by: {request.due_at.strftime('%Y-%m-%d %H:%M')} UTC")
     return "\n".join(lines)
+
+
+def _short(text: str, limit: int = 120) -> str:
+    """*text* cut to *limit* characters (``…`` marks the cut): a provider's value is
+    shown, never a provider's essay."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _duration(seconds: float) -> str:

@@ -163,3 +163,20 @@ def test_schema_key_is_accepted_and_ignored() -> None:
     assert profile.classify_value("done") is Classification.SUCCEEDED
     with pytest.raises(ProfileError, match=r"^profile p: \$schema must be a string"):
         parse_profile({"$schema": 1, **BASIC}, name="p")
+
+
+def test_a_huge_or_deeply_nested_profile_file_is_one_clear_line(tmp_path: Path) -> None:
+    """A profile file over 1 MiB is refused unread; JSON or TOML nested 100,000 deep is
+    refused in one line, never a RecursionError."""
+    huge = tmp_path / "huge.json"
+    huge.write_bytes(b" " * (1024 * 1024 + 1))
+    with pytest.raises(ProfileError, match="larger than 1024 KiB"):
+        load_profile(huge)
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"state": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ProfileError, match="nested too deeply"):
+        load_profile(deep)
+    deep_toml = tmp_path / "deep.toml"
+    deep_toml.write_text("state = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ProfileError, match=r"nested too deeply|not valid TOML"):
+        load_profile(deep_toml)

@@ -1273,3 +1273,12 @@ def test_a_request_filed_while_a_poll_is_in_flight_loses_no_answer() -> None:
     assert "answer_lost" not in kinds
     assert kinds.count("observed") == 3
     assert "extension_requested" in kinds
+
+
+def test_the_escalation_message_is_bounded_whatever_the_provider_says() -> None:
+    """A 900 KB state and a 300 KB job id: the message shows each cut to a line."""
+    op = stopped((200, {"status": "running", "id": "j" * 300_000}), max_requests=1)
+    op.store.save(replace(op.record, provider_state="x" * 900_000), [])
+    message = waitbound.escalations(store=op.store, clock=op.clock)[0].message
+    assert len(message) < 2_000
+    assert "Last state: xxx" in message

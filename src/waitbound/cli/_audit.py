@@ -27,6 +27,8 @@ from waitbound.cli._render import printable, record_summary
 __all__ = ["audit"]
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+_MAX_CHECKPOINT_BYTES = 256 * 1024 * 1024
+"""A checkpoint file larger than this is refused unread (it lists one head per operation)."""
 
 
 def _one_or_all(operation_id: str | None, every: bool, command: str) -> str | None:
@@ -124,9 +126,17 @@ def _recorded(value: str) -> AuditCheckpoint | str:
             "what `waitbound audit checkpoint` printed, or the file holding its --json output"
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"checkpoint file {path} cannot be read as JSON ({exc})") from None
+        with path.open("rb") as file:
+            raw = file.read(_MAX_CHECKPOINT_BYTES + 1)
+        if len(raw) > _MAX_CHECKPOINT_BYTES:
+            raise UsageError(
+                f"checkpoint file {path} is larger than {_MAX_CHECKPOINT_BYTES >> 20} MiB; "
+                "give the file `waitbound audit checkpoint --json` wrote"
+            )
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise UsageError(f"checkpoint file {path} cannot be read as JSON ({what})") from None
     return AuditCheckpoint.from_json(data)
 
 

@@ -252,7 +252,8 @@ def record_summary(record: Record) -> list[str]:
         f"last HTTP {record.last_http_status}",
     ]
     if record.job_id:
-        lines.append(f"  job id       {printable(record.job_id)}")
+        job = record.job_id if len(record.job_id) <= 200 else record.job_id[:199] + "…"
+        lines.append(f"  job id       {printable(job)}")
     if record.credential_label:
         lines.append(f"  credentials  {printable(record.credential_label)} (label)")
     if record.business_deadline_at is not None:
