@@ -33,12 +33,13 @@ __all__ = [
     "Grants",
     "Phase",
     "Policy",
+    "Push",
     "Record",
     "RequestKind",
 ]
 
 RECORD_SCHEMA: Final = 1
-_P = TypeVar("_P", "Grants", "DecisionRequest", "Decision")
+_P = TypeVar("_P", "Grants", "DecisionRequest", "Decision", "Push")
 RequestKind = Literal["submit", "status", "result", "errors", "cancel"]
 
 
@@ -73,6 +74,9 @@ class Policy:
             means ``deadline_s``.
         decision_timeout_s: how long an open decision request waits for a person before
             it is closed as ``decision_timeout``.
+        backup_factor: when webhooks are expected (``Record.push.webhook``), local
+            backoff's base and cap are multiplied by this: polling becomes the backup
+            that still finds endings no webhook announces (at least 1).
 
     Raises:
         UsageError: a value out of range (durations must be finite and positive, at most
@@ -96,6 +100,7 @@ class Policy:
     max_extensions: int = 3
     max_extension_s: float | None = None
     decision_timeout_s: float = 7 * 24 * 3600.0
+    backup_factor: float = 4.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -128,6 +133,10 @@ class Policy:
             "max_extensions",
         ):
             _check_int(name, getattr(self, name), minimum=0)
+        if not (isinstance(self.backup_factor, int | float) and 1 <= self.backup_factor <= 100):
+            raise UsageError(
+                f"backup_factor must be a number from 1 to 100, got {self.backup_factor!r}"
+            )
         if self.max_delay_s < self.base_delay_s:
             raise UsageError(
                 f"max_delay_s ({self.max_delay_s:g}) is below base_delay_s "
@@ -244,6 +253,34 @@ class Decision:
     detail: dict[str, JSON] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Push:
+    """The push path of one operation: webhooks expected in, a completion sent out.
+
+    Attributes:
+        webhook: the receiver (a ``[webhooks.NAME]`` of ``waitbound serve``) whose
+            deliveries about this job are expected; polling then slows to the backup
+            schedule (``policy.backup_factor``). ``None``: polling only.
+        notify_url: where a signed completion webhook is sent when the operation
+            finishes (``None``: none).
+        callback: an ``on_complete`` callable is to be called when it finishes (the
+            process that waits, or a worker given one, delivers it).
+        deliveries: webhook deliveries applied to this operation so far.
+        last_delivery_at: when the last one was applied.
+    """
+
+    webhook: str | None = None
+    notify_url: str | None = None
+    callback: bool = False
+    deliveries: int = 0
+    last_delivery_at: datetime | None = None
+
+    @property
+    def notifies(self) -> bool:
+        """Whether a completion is delivered anywhere."""
+        return self.notify_url is not None or self.callback
+
+
 class Phase(StrEnum):
     """Where an operation is in its life."""
 
@@ -346,6 +383,7 @@ class Record:
     lease_expires_at: datetime | None = None
     stopped_phase: Phase | None = None
     grants: Grants = Grants()
+    push: Push = Push()
     decision_request: DecisionRequest | None = None
     decisions: tuple[Decision, ...] = ()
     decided_by: str | None = None
@@ -398,6 +436,12 @@ class Record:
     def is_finished(self) -> bool:
         """Whether an outcome is recorded."""
         return self.outcome is not None
+
+    @property
+    def is_final(self) -> bool:
+        """Whether the outcome is final: recorded, and no decision request is open that
+        could resume the operation (its completion is delivered then, once)."""
+        return self.outcome is not None and self.decision_request is None
 
     def trusts(self, url: str) -> bool:
         """Whether the caller's credentials may go to *url*: the origin the caller named
@@ -488,6 +532,8 @@ class Record:
                 values["policy"] = Policy(**raw)  # type: ignore[arg-type]
             elif item.name == "grants":
                 values["grants"] = _part(Grants, raw) if isinstance(raw, dict) else Grants()
+            elif item.name == "push":
+                values["push"] = _part(Push, raw) if isinstance(raw, dict) else Push()
             elif item.name == "decision_request" and isinstance(raw, dict):
                 values["decision_request"] = _part(DecisionRequest, raw)
             elif item.name == "decisions" and isinstance(raw, list):
@@ -517,7 +563,7 @@ def _part_json(value: object) -> JSON:
     """A record value as stored: parts as objects, instants as RFC 3339, tuples as lists."""
     if isinstance(value, datetime):
         return value.isoformat()
-    if isinstance(value, Grants | DecisionRequest | Decision):
+    if isinstance(value, Grants | DecisionRequest | Decision | Push):
         return {item.name: _part_json(getattr(value, item.name)) for item in fields(value)}
     if isinstance(value, tuple):
         return [_part_json(item) for item in value]

@@ -11,14 +11,19 @@ from typing import Protocol
 from waitbound._audit import AuditEvent, StoredAuditEvent, head_is_authentic, head_mac, seal_all
 from waitbound._errors import StoreError
 from waitbound._json import JSON, canonical_json
+from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
 from waitbound._record import Record
 
 __all__ = [
     "DRIVABLE_PHASES",
+    "AuditCursor",
     "Store",
     "advance",
     "audit_rows",
     "claimed",
+    "cursor_of",
+    "encode_json",
+    "webhook_key",
     "decode_record",
     "encode_record",
     "is_claimable",
@@ -87,9 +92,119 @@ class Store(Protocol):
         """
         ...
 
+    # -- the push path (docs/webhooks.md) -------------------------------------------
+    # ``create`` and ``save`` also, in the same transaction as the record: register a
+    # record with ``push.webhook`` and a ``job_id`` as the operation deliveries about
+    # that job match (the newest such operation wins), match the inbox's unmatched
+    # deliveries for it (look-back), and insert the record's
+    # ``waitbound._push.outbox_entries`` (an entry whose ``delivery_id`` exists is
+    # left as it is).
+
+    def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
+        """Store a verified webhook delivery, unless one with its (provider, webhook id)
+        is stored already; in the same transaction, match it to the operation
+        registered for its (provider, job id), if any.
+
+        Returns:
+            The delivery as stored (``operation_id`` set when matched), or ``None`` for
+            a duplicate (nothing written).
+        """
+        ...
+
+    def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
+        """Up to *limit* deliveries matched to an operation but not applied, oldest first."""
+        ...
+
+    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> None:
+        """Record that the delivery was applied to its operation at *at*."""
+        ...
+
+    def inbox(
+        self, *, provider: str | None = None, operation_id: str | None = None, limit: int = 100
+    ) -> list[InboundDelivery]:
+        """Up to *limit* stored deliveries, newest first; only *provider*'s, or only
+        those matched to *operation_id*, when given."""
+        ...
+
+    def claim_outbox(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        limit: int,
+        channels: Sequence[Channel],
+    ) -> list[OutboxEntry]:
+        """Lease up to *limit* pending entries on *channels* whose ``next_attempt_at``
+        has come and whose lease is free or expired, oldest first. Each is written with
+        ``lease_owner = owner`` and ``lease_expires_at = now + lease_s``; concurrent
+        callers never claim the same entry."""
+        ...
+
+    def settle_outbox(self, entry: OutboxEntry) -> bool:
+        """Write an attempt's result (``status``, ``attempts``, ``next_attempt_at``,
+        ``delivered_at``, ``last_error``) and release the lease, if the stored entry is
+        still pending and leased by ``entry.lease_owner``.
+
+        Returns:
+            Whether it was written (``False``: the lease was lost; nothing changed).
+        """
+        ...
+
+    def add_outbox(self, entry: OutboxEntry) -> OutboxEntry:
+        """Store a new entry (a replay).
+
+        Raises:
+            UsageError: an entry with its ``delivery_id`` exists already.
+        """
+        ...
+
+    def outbox(
+        self,
+        *,
+        operation_id: str | None = None,
+        status: OutboxStatus | None = None,
+        limit: int = 100,
+    ) -> list[OutboxEntry]:
+        """Up to *limit* entries, newest (by ``created_at``) first, filtered when given."""
+        ...
+
+    def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
+        """The entry with this id, or ``None``."""
+        ...
+
+    def audit_after(
+        self, cursor: AuditCursor | None, *, label_prefix: str = "", limit: int = 500
+    ) -> list[StoredAuditEvent]:
+        """Up to *limit* audit events of operations whose ``label`` starts with
+        *label_prefix*, in (``at``, operation id, seq) order, strictly after *cursor*
+        (``None``: from the first). ``GET /events`` streams them."""
+        ...
+
     def close(self) -> None:
         """Release the store's resources."""
         ...
+
+
+AuditCursor = tuple[datetime, str, int]
+"""A position in the audit events of many operations: (``at``, operation id, seq)."""
+
+
+def cursor_of(stored: StoredAuditEvent) -> AuditCursor:
+    """The position of *stored* (see :meth:`Store.audit_after`)."""
+    return (stored.event.at, stored.operation_id, stored.seq)
+
+
+def webhook_key(record: Record) -> tuple[str, str] | None:
+    """The (provider, job id) deliveries about *record*'s job carry, when it expects them."""
+    if record.push.webhook is None or record.job_id is None:
+        return None
+    return (record.push.webhook, record.job_id)
+
+
+def encode_json(value: object) -> str:
+    """A push-path value (a payload) as stored text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def encode_record(record: Record) -> str:

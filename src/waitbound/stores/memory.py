@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._errors import ConflictError, UsageError
+from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Record
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
+    AuditCursor,
     advance,
     claimed,
+    cursor_of,
     decode_record,
     encode_record,
     is_claimable,
+    webhook_key,
 )
 
 __all__ = ["MemoryStore"]
@@ -37,6 +42,9 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._records: dict[str, tuple[int, str]] = {}
         self._events: dict[str, list[StoredAuditEvent]] = {}
+        self._jobs: dict[tuple[str, str], str] = {}
+        self._inbox: dict[tuple[str, str], InboundDelivery] = {}
+        self._outbox: dict[str, OutboxEntry] = {}
 
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.create`."""
@@ -46,6 +54,7 @@ class MemoryStore:
             stored, sealed = advance(record, events, self._audit_key)
             self._records[record.operation_id] = (stored.version, encode_record(stored))
             self._events[record.operation_id] = sealed
+            self._push_writes(stored)
             return stored
 
     def get(self, operation_id: str) -> Record | None:
@@ -63,7 +72,19 @@ class MemoryStore:
             stored, sealed = advance(record, events, self._audit_key)
             self._records[record.operation_id] = (stored.version, encode_record(stored))
             self._events[record.operation_id].extend(sealed)
+            self._push_writes(stored)
             return stored
+
+    def _push_writes(self, stored: Record) -> None:
+        """The push path's part of a record write (see ``Store``), under the lock."""
+        key = webhook_key(stored)
+        if key is not None:
+            self._jobs[key] = stored.operation_id
+            for at, delivery in self._inbox.items():
+                if delivery.operation_id is None and (delivery.provider, delivery.job_id) == key:
+                    self._inbox[at] = replace(delivery, operation_id=stored.operation_id)
+        for entry in outbox_entries(stored, stored.finished_at or stored.created_at):
+            self._outbox.setdefault(entry.delivery_id, entry)
 
     def claim_due(
         self, *, owner: str, now: datetime, lease_s: float, limit: int, label_prefix: str = ""
@@ -110,6 +131,136 @@ class MemoryStore:
         ]
         records.sort(key=lambda r: (r.created_at, r.operation_id), reverse=True)
         return records[:limit]
+
+    def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
+        """See :meth:`Store.put_delivery`."""
+        with self._lock:
+            key = (delivery.provider, delivery.webhook_id)
+            if key in self._inbox:
+                return None
+            matched = (
+                self._jobs.get((delivery.provider, delivery.job_id))
+                if delivery.job_id is not None
+                else None
+            )
+            stored = replace(delivery, operation_id=matched)
+            self._inbox[key] = stored
+            return stored
+
+    def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
+        """See :meth:`Store.pending_deliveries`."""
+        with self._lock:
+            pending = [d for d in self._inbox.values() if d.operation_id and d.applied_at is None]
+        return sorted(pending, key=lambda d: (d.received_at, d.webhook_id))[:limit]
+
+    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> None:
+        """See :meth:`Store.mark_applied`."""
+        with self._lock:
+            delivery = self._inbox.get((provider, webhook_id))
+            if delivery is not None:
+                self._inbox[(provider, webhook_id)] = replace(delivery, applied_at=at)
+
+    def inbox(
+        self, *, provider: str | None = None, operation_id: str | None = None, limit: int = 100
+    ) -> list[InboundDelivery]:
+        """See :meth:`Store.inbox`."""
+        with self._lock:
+            found = [
+                d
+                for d in self._inbox.values()
+                if (provider is None or d.provider == provider)
+                and (operation_id is None or d.operation_id == operation_id)
+            ]
+        return sorted(found, key=lambda d: (d.received_at, d.webhook_id), reverse=True)[:limit]
+
+    def claim_outbox(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        limit: int,
+        channels: Sequence[Channel],
+    ) -> list[OutboxEntry]:
+        """See :meth:`Store.claim_outbox`."""
+        with self._lock:
+            due = sorted(
+                (
+                    e
+                    for e in self._outbox.values()
+                    if e.status is OutboxStatus.PENDING
+                    and e.channel in channels
+                    and e.next_attempt_at <= now
+                    and (e.lease_expires_at is None or e.lease_expires_at <= now)
+                ),
+                key=lambda e: (e.next_attempt_at, e.delivery_id),
+            )[:limit]
+            until = now + timedelta(seconds=lease_s)
+            taken = [replace(e, lease_owner=owner, lease_expires_at=until) for e in due]
+            for entry in taken:
+                self._outbox[entry.delivery_id] = entry
+            return taken
+
+    def settle_outbox(self, entry: OutboxEntry) -> bool:
+        """See :meth:`Store.settle_outbox`."""
+        with self._lock:
+            stored = self._outbox.get(entry.delivery_id)
+            if (
+                stored is None
+                or stored.status is not OutboxStatus.PENDING
+                or stored.lease_owner != entry.lease_owner
+            ):
+                return False
+            self._outbox[entry.delivery_id] = replace(
+                entry, lease_owner=None, lease_expires_at=None
+            )
+            return True
+
+    def add_outbox(self, entry: OutboxEntry) -> OutboxEntry:
+        """See :meth:`Store.add_outbox`."""
+        with self._lock:
+            if entry.delivery_id in self._outbox:
+                raise UsageError(f"delivery {entry.delivery_id!r} exists already")
+            self._outbox[entry.delivery_id] = entry
+            return entry
+
+    def outbox(
+        self,
+        *,
+        operation_id: str | None = None,
+        status: OutboxStatus | None = None,
+        limit: int = 100,
+    ) -> list[OutboxEntry]:
+        """See :meth:`Store.outbox`."""
+        with self._lock:
+            found = [
+                e
+                for e in self._outbox.values()
+                if (operation_id is None or e.operation_id == operation_id)
+                and (status is None or e.status is status)
+            ]
+        return sorted(found, key=lambda e: (e.created_at, e.delivery_id), reverse=True)[:limit]
+
+    def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
+        """See :meth:`Store.get_outbox`."""
+        with self._lock:
+            return self._outbox.get(delivery_id)
+
+    def audit_after(
+        self, cursor: AuditCursor | None, *, label_prefix: str = "", limit: int = 500
+    ) -> list[StoredAuditEvent]:
+        """See :meth:`Store.audit_after`."""
+        with self._lock:
+            labelled = {
+                operation_id
+                for operation_id, (_, text) in self._records.items()
+                if (decode_record(text).label or "").startswith(label_prefix)
+            }
+            events = [e for op in labelled for e in self._events.get(op, ())]
+        after = sorted(
+            (e for e in events if cursor is None or cursor_of(e) > cursor), key=cursor_of
+        )
+        return after[:limit]
 
     def close(self) -> None:
         """Nothing to release."""
