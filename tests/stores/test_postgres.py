@@ -21,7 +21,7 @@ from tests.cli.helpers import cli_env, closed_port
 from tests.stores import pg
 from tests.stores.test_store_contract import NOW, T0, events, make_record
 from waitbound import MemoryStore, SchemaVersionError, SQLiteStore, StoreError, UsageError
-from waitbound.stores import SchemaUpgrade, is_postgres_dsn, open_store, upgrade_store
+from waitbound.stores import SchemaUpgrade, is_postgres_dsn, open_store, sqlite, upgrade_store
 
 try:
     import psycopg
@@ -33,6 +33,9 @@ except ImportError:  # pragma: no cover - the test extra installs psycopg
     pytest.skip("psycopg is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 SECRET = "s3cret-Pa55"
+LATEST = postgres.SCHEMA_VERSION
+ALL = list(range(1, LATEST + 1))
+SQLITE_LATEST = sqlite.SCHEMA_VERSION
 
 
 @pytest.fixture
@@ -85,7 +88,7 @@ def test_opening_an_unmigrated_schema_is_refused_naming_db_upgrade(
         postgres.PostgresStore(dsn, schema=bare_schema)
     assert not isinstance(caught.value, SchemaVersionError)
     message = _one_line(caught.value)
-    assert "schema version 0 is older than this waitbound's 1" in message
+    assert f"schema version 0 is older than this waitbound's {LATEST}" in message
     assert f"waitbound db upgrade --store {dsn} --schema {bare_schema}" in message
     assert not pg.schema_exists(bare_schema)
 
@@ -93,15 +96,17 @@ def test_opening_an_unmigrated_schema_is_refused_naming_db_upgrade(
 def test_opening_an_older_schema_is_refused_until_upgraded(
     schema: str, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A release with a second migration refuses a version-1 schema; upgrade applies 2."""
+    """A release with one more migration refuses the current schema; upgrade applies it."""
     extra = "CREATE TABLE {schema}.extra (id integer PRIMARY KEY)"
     monkeypatch.setattr(postgres, "MIGRATIONS", (*postgres.MIGRATIONS, extra))
-    monkeypatch.setattr(postgres, "SCHEMA_VERSION", 2)
-    with pytest.raises(StoreError, match=r"schema version 1 is older than this waitbound's 2"):
+    monkeypatch.setattr(postgres, "SCHEMA_VERSION", LATEST + 1)
+    with pytest.raises(
+        StoreError, match=rf"schema version {LATEST} is older than this waitbound's {LATEST + 1}"
+    ):
         postgres.PostgresStore(dsn, schema=schema)
-    assert _versions(schema) == [1]
-    assert postgres.upgrade(dsn, schema=schema) == [2]
-    assert _versions(schema) == [1, 2]
+    assert _versions(schema) == ALL
+    assert postgres.upgrade(dsn, schema=schema) == [LATEST + 1]
+    assert _versions(schema) == [*ALL, LATEST + 1]
     assert "extra" in _tables(schema)
     store = postgres.PostgresStore(dsn, schema=schema)
     store.close()
@@ -115,7 +120,7 @@ def test_a_newer_schema_is_refused_with_upgrade_waitbound_advice(schema: str, ds
     assert "99" in _one_line(caught.value)
     with pytest.raises(SchemaVersionError, match="upgrade waitbound"):
         postgres.upgrade(dsn, schema=schema)
-    assert _versions(schema) == [1, 99]
+    assert _versions(schema) == [*ALL, 99]
 
 
 def test_the_default_schema_is_named_waitbound() -> None:
@@ -196,16 +201,23 @@ def test_redact_dsn_hides_only_the_password(dsn: str, shown: str) -> None:
 
 def test_upgrade_creates_the_schema_then_has_nothing_to_do(dsn: str, bare_schema: str) -> None:
     """The first upgrade applies every version; the second returns []."""
-    assert postgres.upgrade(dsn, schema=bare_schema) == [1]
-    assert _versions(bare_schema) == [1]
-    assert _tables(bare_schema) == ["audit_events", "operations", "schema_migrations"]
+    assert postgres.upgrade(dsn, schema=bare_schema) == ALL
+    assert _versions(bare_schema) == ALL
+    assert _tables(bare_schema) == [
+        "audit_events",
+        "inbox",
+        "operations",
+        "outbox",
+        "schema_migrations",
+        "webhook_jobs",
+    ]
     assert postgres.upgrade(dsn, schema=bare_schema) == []
     store = postgres.PostgresStore(dsn, schema=bare_schema)
     try:
         assert store.upgrade() == []
     finally:
         store.close()
-    assert _versions(bare_schema) == [1]
+    assert _versions(bare_schema) == ALL
 
 
 def test_concurrent_upgrades_apply_each_version_once(
@@ -349,15 +361,17 @@ def test_upgrade_store_reports_what_it_did(dsn: str, bare_schema: str, tmp_path:
     """upgrade_store: versions applied, then none; SQLite is always current; memory refused."""
     label = f"{dsn} (schema {bare_schema})"
     assert upgrade_store(dsn, schema=bare_schema) == SchemaUpgrade(
-        store=label, applied=(1,), version=1
+        store=label, applied=tuple(ALL), version=LATEST
     )
     assert upgrade_store(dsn, schema=bare_schema) == SchemaUpgrade(
-        store=label, applied=(), version=1
+        store=label, applied=(), version=LATEST
     )
     path = tmp_path / "s.db"
     assert upgrade_store(path).applied == ()
     SQLiteStore(path).close()
-    assert upgrade_store(str(path)) == SchemaUpgrade(store=str(path), applied=(), version=1)
+    assert upgrade_store(str(path)) == SchemaUpgrade(
+        store=str(path), applied=(), version=SQLITE_LATEST
+    )
     with pytest.raises(UsageError, match="memory"):
         upgrade_store("memory:")
     with pytest.raises(UsageError, match="PostgreSQL"):
@@ -380,23 +394,24 @@ def _db_upgrade(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_db_upgrade_applies_then_is_idempotent(dsn: str, bare_schema: str, tmp_path: Path) -> None:
-    """`waitbound db upgrade --store DSN`: exit 0 applying version 1, then exit 0 with nothing."""
+    """`waitbound db upgrade --store DSN`: exit 0 applying every version, then exit 0 with
+    nothing."""
     first = _db_upgrade(tmp_path, "--store", dsn, "--schema", bare_schema)
     assert (first.returncode, first.stderr) == (0, "")
-    assert first.stdout == f"store {dsn} (schema {bare_schema}): applied version 1\n"
+    assert first.stdout == f"store {dsn} (schema {bare_schema}): applied versions 1, 2\n"
     again = _db_upgrade(tmp_path, "--store", dsn, "--schema", bare_schema)
     assert (again.returncode, again.stderr) == (0, "")
-    assert again.stdout == f"store {dsn} (schema {bare_schema}): already at version 1\n"
-    assert _versions(bare_schema) == [1]
+    assert again.stdout == f"store {dsn} (schema {bare_schema}): already at version {LATEST}\n"
+    assert _versions(bare_schema) == ALL
 
 
 def test_db_upgrade_of_a_sqlite_file(tmp_path: Path) -> None:
-    """A SQLite file is current as soon as it is opened: "already at version 1"."""
+    """A SQLite file is current as soon as it is opened: "already at version 2"."""
     path = tmp_path / "s.db"
     SQLiteStore(path).close()
     done = _db_upgrade(tmp_path, "--store", str(path))
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout == f"store {path}: already at version 1\n"
+    assert done.stdout == f"store {path}: already at version {SQLITE_LATEST}\n"
 
 
 def test_db_upgrade_of_a_missing_sqlite_file_creates_nothing(tmp_path: Path) -> None:

@@ -173,7 +173,7 @@ def test_an_empty_file_is_made_a_store_only_when_writing(tmp_path: Path) -> None
     with pytest.raises(NotAStoreError, match="empty"):
         open_store(path, read_only=True)
     open_store(path).close()
-    assert _tables(path) == ["audit_events", "operations"]
+    assert _tables(path) == ["audit_events", "inbox", "operations", "outbox", "webhook_jobs"]
 
 
 def test_a_full_store_fails_in_one_line_and_keeps_nothing_half_written(tmp_path: Path) -> None:
