@@ -10,17 +10,30 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+import waitbound
 import waitbound.stores
 from tests.cli.helpers import cli_env, closed_port
 from tests.stores import pg
 from tests.stores.test_store_contract import NOW, T0, events, make_record
-from waitbound import MemoryStore, SchemaVersionError, SQLiteStore, StoreError, UsageError
+from waitbound import (
+    MemoryStore,
+    OutcomeKind,
+    Phase,
+    SchemaVersionError,
+    SQLiteStore,
+    StoreError,
+    UsageError,
+)
+from waitbound._push import InboundDelivery
+from waitbound._record import Push
 from waitbound.stores import SchemaUpgrade, is_postgres_dsn, open_store, sqlite, upgrade_store
 
 try:
@@ -478,3 +491,127 @@ def test_an_unreachable_test_server_fails_under_ci_and_skips_elsewhere(
     with pytest.raises(outcome):
         pg.require(nowhere, checked=reason)
     assert pg.require(nowhere, checked=None) == nowhere
+
+
+# ---------------------------------------------------------------------------- the push path
+
+
+def test_a_version_1_schema_upgrades_to_the_push_path(
+    dsn: str, bare_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema the previous release made (migration 1 only, one record) is refused until
+    upgraded; the upgrade applies [2] alone, and the record and its log read as before."""
+    with monkeypatch.context() as previous_release:
+        previous_release.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:1])
+        previous_release.setattr(postgres, "SCHEMA_VERSION", 1)
+        assert postgres.upgrade(dsn, schema=bare_schema) == [1]
+        old = postgres.PostgresStore(dsn, schema=bare_schema)
+        try:
+            # no push settings: the record writes what the previous release wrote
+            created = old.create(make_record(job_id="job-42"), events("created", "reserved"))
+        finally:
+            old.close()
+    assert _tables(bare_schema) == ["audit_events", "operations", "schema_migrations"]
+    with pytest.raises(StoreError, match="schema version 1 is older than this waitbound's 2"):
+        postgres.PostgresStore(dsn, schema=bare_schema)
+    assert postgres.upgrade(dsn, schema=bare_schema) == [2]
+    assert _versions(bare_schema) == [1, 2]
+    assert "inbox" in _tables(bare_schema)
+    assert "outbox" in _tables(bare_schema)
+    assert "webhook_jobs" in _tables(bare_schema)
+    store = postgres.PostgresStore(dsn, schema=bare_schema)
+    try:
+        assert store.upgrade() == []
+        got = store.get("op-1")
+        assert got is not None
+        assert got.to_json() == created.to_json()
+        stored = store.audit("op-1")
+        waitbound.verify_chain(stored, head=(got.audit_seq, got.audit_head))
+        assert store.audit_after(None) == stored
+        store.save(replace(got, push=Push(webhook="reports")), [])
+        put = store.put_delivery(
+            InboundDelivery(
+                provider="reports", webhook_id="wh-1", received_at=T0, job_id="job-42", payload={}
+            )
+        )
+        assert put is not None
+        assert put.operation_id == "op-1"
+    finally:
+        store.close()
+
+
+def test_a_failing_outbox_write_rolls_back_the_outcome(schema: str, dsn: str) -> None:
+    """The outbox entry is written in the record's transaction: when it fails, the
+    outcome and its audit events are not written either."""
+    pg.execute(
+        f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS'
+        " $$ BEGIN RAISE EXCEPTION 'outbox refused'; END $$"
+    )
+    pg.execute(
+        f'CREATE TRIGGER refuse BEFORE INSERT ON "{schema}".outbox'
+        f' FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()'
+    )
+    store = postgres.PostgresStore(dsn, schema=schema)
+    try:
+        created = store.create(
+            make_record(job_id="job-42", push=Push(notify_url="https://d.example/h")),
+            events("created"),
+        )
+        final = replace(created, phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=T0)
+        with pytest.raises(StoreError, match="outbox refused"):
+            store.save(final, events("finished", start_s=1))
+        got = store.get("op-1")
+        assert got is not None
+        assert got.to_json() == created.to_json()
+        assert [e.event.kind for e in store.audit("op-1")] == ["created"]
+        assert store.outbox() == []
+    finally:
+        store.close()
+
+
+def test_put_delivery_waits_for_a_registration_in_progress(schema: str, dsn: str) -> None:
+    """A delivery about a job whose registration is uncommitted waits for that
+    transaction (the job's advisory lock), then is matched by it."""
+    store = postgres.PostgresStore(dsn, schema=schema)
+    try:
+        with psycopg.connect(dsn) as other:
+            key = postgres._job_lock_key(schema, "reports", "job-42")
+            other.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            other.execute(
+                f'INSERT INTO "{schema}".webhook_jobs VALUES (%s, %s, %s)'.encode(),
+                ("reports", "job-42", "op-elsewhere"),
+            )
+            results: list[object] = []
+            worker = threading.Thread(
+                target=lambda: results.append(
+                    store.put_delivery(
+                        InboundDelivery(
+                            provider="reports",
+                            webhook_id="wh-1",
+                            received_at=T0,
+                            job_id="job-42",
+                            payload={},
+                        )
+                    )
+                )
+            )
+            worker.start()
+            _until_waiting_on_an_advisory_lock(dsn)
+            assert results == []
+            other.commit()
+        worker.join(timeout=10)
+        [put] = results
+        assert isinstance(put, InboundDelivery)
+        assert put.operation_id == "op-elsewhere"
+    finally:
+        store.close()
+
+
+def _until_waiting_on_an_advisory_lock(dsn: str, timeout_s: float = 10.0) -> None:
+    """Return once some session waits on an advisory lock (pg_locks), or fail."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pg.execute("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"):
+            return
+        time.sleep(0.01)
+    pytest.fail("put_delivery never waited for the job's advisory lock")
