@@ -10,18 +10,31 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+import waitbound
 import waitbound.stores
 from tests.cli.helpers import cli_env, closed_port
 from tests.stores import pg
 from tests.stores.test_store_contract import NOW, T0, events, make_record
-from waitbound import MemoryStore, SchemaVersionError, SQLiteStore, StoreError, UsageError
-from waitbound.stores import SchemaUpgrade, is_postgres_dsn, open_store, upgrade_store
+from waitbound import (
+    MemoryStore,
+    OutcomeKind,
+    Phase,
+    SchemaVersionError,
+    SQLiteStore,
+    StoreError,
+    UsageError,
+)
+from waitbound._push import InboundDelivery
+from waitbound._record import Push
+from waitbound.stores import SchemaUpgrade, is_postgres_dsn, open_store, sqlite, upgrade_store
 
 try:
     import psycopg
@@ -33,6 +46,9 @@ except ImportError:  # pragma: no cover - the test extra installs psycopg
     pytest.skip("psycopg is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 SECRET = "s3cret-Pa55"
+LATEST = postgres.SCHEMA_VERSION
+ALL = list(range(1, LATEST + 1))
+SQLITE_LATEST = sqlite.SCHEMA_VERSION
 
 
 @pytest.fixture
@@ -85,7 +101,7 @@ def test_opening_an_unmigrated_schema_is_refused_naming_db_upgrade(
         postgres.PostgresStore(dsn, schema=bare_schema)
     assert not isinstance(caught.value, SchemaVersionError)
     message = _one_line(caught.value)
-    assert "schema version 0 is older than this waitbound's 1" in message
+    assert f"schema version 0 is older than this waitbound's {LATEST}" in message
     assert f"waitbound db upgrade --store {dsn} --schema {bare_schema}" in message
     assert not pg.schema_exists(bare_schema)
 
@@ -93,15 +109,17 @@ def test_opening_an_unmigrated_schema_is_refused_naming_db_upgrade(
 def test_opening_an_older_schema_is_refused_until_upgraded(
     schema: str, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A release with a second migration refuses a version-1 schema; upgrade applies 2."""
+    """A release with one more migration refuses the current schema; upgrade applies it."""
     extra = "CREATE TABLE {schema}.extra (id integer PRIMARY KEY)"
     monkeypatch.setattr(postgres, "MIGRATIONS", (*postgres.MIGRATIONS, extra))
-    monkeypatch.setattr(postgres, "SCHEMA_VERSION", 2)
-    with pytest.raises(StoreError, match=r"schema version 1 is older than this waitbound's 2"):
+    monkeypatch.setattr(postgres, "SCHEMA_VERSION", LATEST + 1)
+    with pytest.raises(
+        StoreError, match=rf"schema version {LATEST} is older than this waitbound's {LATEST + 1}"
+    ):
         postgres.PostgresStore(dsn, schema=schema)
-    assert _versions(schema) == [1]
-    assert postgres.upgrade(dsn, schema=schema) == [2]
-    assert _versions(schema) == [1, 2]
+    assert _versions(schema) == ALL
+    assert postgres.upgrade(dsn, schema=schema) == [LATEST + 1]
+    assert _versions(schema) == [*ALL, LATEST + 1]
     assert "extra" in _tables(schema)
     store = postgres.PostgresStore(dsn, schema=schema)
     store.close()
@@ -115,7 +133,7 @@ def test_a_newer_schema_is_refused_with_upgrade_waitbound_advice(schema: str, ds
     assert "99" in _one_line(caught.value)
     with pytest.raises(SchemaVersionError, match="upgrade waitbound"):
         postgres.upgrade(dsn, schema=schema)
-    assert _versions(schema) == [1, 99]
+    assert _versions(schema) == [*ALL, 99]
 
 
 def test_the_default_schema_is_named_waitbound() -> None:
@@ -196,16 +214,23 @@ def test_redact_dsn_hides_only_the_password(dsn: str, shown: str) -> None:
 
 def test_upgrade_creates_the_schema_then_has_nothing_to_do(dsn: str, bare_schema: str) -> None:
     """The first upgrade applies every version; the second returns []."""
-    assert postgres.upgrade(dsn, schema=bare_schema) == [1]
-    assert _versions(bare_schema) == [1]
-    assert _tables(bare_schema) == ["audit_events", "operations", "schema_migrations"]
+    assert postgres.upgrade(dsn, schema=bare_schema) == ALL
+    assert _versions(bare_schema) == ALL
+    assert _tables(bare_schema) == [
+        "audit_events",
+        "inbox",
+        "operations",
+        "outbox",
+        "schema_migrations",
+        "webhook_jobs",
+    ]
     assert postgres.upgrade(dsn, schema=bare_schema) == []
     store = postgres.PostgresStore(dsn, schema=bare_schema)
     try:
         assert store.upgrade() == []
     finally:
         store.close()
-    assert _versions(bare_schema) == [1]
+    assert _versions(bare_schema) == ALL
 
 
 def test_concurrent_upgrades_apply_each_version_once(
@@ -349,15 +374,17 @@ def test_upgrade_store_reports_what_it_did(dsn: str, bare_schema: str, tmp_path:
     """upgrade_store: versions applied, then none; SQLite is always current; memory refused."""
     label = f"{dsn} (schema {bare_schema})"
     assert upgrade_store(dsn, schema=bare_schema) == SchemaUpgrade(
-        store=label, applied=(1,), version=1
+        store=label, applied=tuple(ALL), version=LATEST
     )
     assert upgrade_store(dsn, schema=bare_schema) == SchemaUpgrade(
-        store=label, applied=(), version=1
+        store=label, applied=(), version=LATEST
     )
     path = tmp_path / "s.db"
     assert upgrade_store(path).applied == ()
     SQLiteStore(path).close()
-    assert upgrade_store(str(path)) == SchemaUpgrade(store=str(path), applied=(), version=1)
+    assert upgrade_store(str(path)) == SchemaUpgrade(
+        store=str(path), applied=(), version=SQLITE_LATEST
+    )
     with pytest.raises(UsageError, match="memory"):
         upgrade_store("memory:")
     with pytest.raises(UsageError, match="PostgreSQL"):
@@ -380,23 +407,24 @@ def _db_upgrade(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_db_upgrade_applies_then_is_idempotent(dsn: str, bare_schema: str, tmp_path: Path) -> None:
-    """`waitbound db upgrade --store DSN`: exit 0 applying version 1, then exit 0 with nothing."""
+    """`waitbound db upgrade --store DSN`: exit 0 applying every version, then exit 0 with
+    nothing."""
     first = _db_upgrade(tmp_path, "--store", dsn, "--schema", bare_schema)
     assert (first.returncode, first.stderr) == (0, "")
-    assert first.stdout == f"store {dsn} (schema {bare_schema}): applied version 1\n"
+    assert first.stdout == f"store {dsn} (schema {bare_schema}): applied versions 1, 2\n"
     again = _db_upgrade(tmp_path, "--store", dsn, "--schema", bare_schema)
     assert (again.returncode, again.stderr) == (0, "")
-    assert again.stdout == f"store {dsn} (schema {bare_schema}): already at version 1\n"
-    assert _versions(bare_schema) == [1]
+    assert again.stdout == f"store {dsn} (schema {bare_schema}): already at version {LATEST}\n"
+    assert _versions(bare_schema) == ALL
 
 
 def test_db_upgrade_of_a_sqlite_file(tmp_path: Path) -> None:
-    """A SQLite file is current as soon as it is opened: "already at version 1"."""
+    """A SQLite file is current as soon as it is opened: "already at version 2"."""
     path = tmp_path / "s.db"
     SQLiteStore(path).close()
     done = _db_upgrade(tmp_path, "--store", str(path))
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout == f"store {path}: already at version 1\n"
+    assert done.stdout == f"store {path}: already at version {SQLITE_LATEST}\n"
 
 
 def test_db_upgrade_of_a_missing_sqlite_file_creates_nothing(tmp_path: Path) -> None:
@@ -463,3 +491,127 @@ def test_an_unreachable_test_server_fails_under_ci_and_skips_elsewhere(
     with pytest.raises(outcome):
         pg.require(nowhere, checked=reason)
     assert pg.require(nowhere, checked=None) == nowhere
+
+
+# ---------------------------------------------------------------------------- the push path
+
+
+def test_a_version_1_schema_upgrades_to_the_push_path(
+    dsn: str, bare_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema the previous release made (migration 1 only, one record) is refused until
+    upgraded; the upgrade applies [2] alone, and the record and its log read as before."""
+    with monkeypatch.context() as previous_release:
+        previous_release.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:1])
+        previous_release.setattr(postgres, "SCHEMA_VERSION", 1)
+        assert postgres.upgrade(dsn, schema=bare_schema) == [1]
+        old = postgres.PostgresStore(dsn, schema=bare_schema)
+        try:
+            # no push settings: the record writes what the previous release wrote
+            created = old.create(make_record(job_id="job-42"), events("created", "reserved"))
+        finally:
+            old.close()
+    assert _tables(bare_schema) == ["audit_events", "operations", "schema_migrations"]
+    with pytest.raises(StoreError, match="schema version 1 is older than this waitbound's 2"):
+        postgres.PostgresStore(dsn, schema=bare_schema)
+    assert postgres.upgrade(dsn, schema=bare_schema) == [2]
+    assert _versions(bare_schema) == [1, 2]
+    assert "inbox" in _tables(bare_schema)
+    assert "outbox" in _tables(bare_schema)
+    assert "webhook_jobs" in _tables(bare_schema)
+    store = postgres.PostgresStore(dsn, schema=bare_schema)
+    try:
+        assert store.upgrade() == []
+        got = store.get("op-1")
+        assert got is not None
+        assert got.to_json() == created.to_json()
+        stored = store.audit("op-1")
+        waitbound.verify_chain(stored, head=(got.audit_seq, got.audit_head))
+        assert store.audit_after(None) == stored
+        store.save(replace(got, push=Push(webhook="reports")), [])
+        put = store.put_delivery(
+            InboundDelivery(
+                provider="reports", webhook_id="wh-1", received_at=T0, job_id="job-42", payload={}
+            )
+        )
+        assert put is not None
+        assert put.operation_id == "op-1"
+    finally:
+        store.close()
+
+
+def test_a_failing_outbox_write_rolls_back_the_outcome(schema: str, dsn: str) -> None:
+    """The outbox entry is written in the record's transaction: when it fails, the
+    outcome and its audit events are not written either."""
+    pg.execute(
+        f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS'
+        " $$ BEGIN RAISE EXCEPTION 'outbox refused'; END $$"
+    )
+    pg.execute(
+        f'CREATE TRIGGER refuse BEFORE INSERT ON "{schema}".outbox'
+        f' FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()'
+    )
+    store = postgres.PostgresStore(dsn, schema=schema)
+    try:
+        created = store.create(
+            make_record(job_id="job-42", push=Push(notify_url="https://d.example/h")),
+            events("created"),
+        )
+        final = replace(created, phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=T0)
+        with pytest.raises(StoreError, match="outbox refused"):
+            store.save(final, events("finished", start_s=1))
+        got = store.get("op-1")
+        assert got is not None
+        assert got.to_json() == created.to_json()
+        assert [e.event.kind for e in store.audit("op-1")] == ["created"]
+        assert store.outbox() == []
+    finally:
+        store.close()
+
+
+def test_put_delivery_waits_for_a_registration_in_progress(schema: str, dsn: str) -> None:
+    """A delivery about a job whose registration is uncommitted waits for that
+    transaction (the job's advisory lock), then is matched by it."""
+    store = postgres.PostgresStore(dsn, schema=schema)
+    try:
+        with psycopg.connect(dsn) as other:
+            key = postgres._job_lock_key(schema, "reports", "job-42")
+            other.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            other.execute(
+                f'INSERT INTO "{schema}".webhook_jobs VALUES (%s, %s, %s)'.encode(),
+                ("reports", "job-42", "op-elsewhere"),
+            )
+            results: list[object] = []
+            worker = threading.Thread(
+                target=lambda: results.append(
+                    store.put_delivery(
+                        InboundDelivery(
+                            provider="reports",
+                            webhook_id="wh-1",
+                            received_at=T0,
+                            job_id="job-42",
+                            payload={},
+                        )
+                    )
+                )
+            )
+            worker.start()
+            _until_waiting_on_an_advisory_lock(dsn)
+            assert results == []
+            other.commit()
+        worker.join(timeout=10)
+        [put] = results
+        assert isinstance(put, InboundDelivery)
+        assert put.operation_id == "op-elsewhere"
+    finally:
+        store.close()
+
+
+def _until_waiting_on_an_advisory_lock(dsn: str, timeout_s: float = 10.0) -> None:
+    """Return once some session waits on an advisory lock (pg_locks), or fail."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pg.execute("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"):
+            return
+        time.sleep(0.01)
+    pytest.fail("put_delivery never waited for the job's advisory lock")

@@ -5,13 +5,33 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from tests.stores.test_store_contract import events, make_record
-from waitbound import MemoryStore, SQLiteStore, StoreError, UsageError, open_store
-from waitbound.stores import NotAStoreError, StoreNotFoundError, sqlite
+import waitbound
+from tests.stores.test_store_contract import T0, events, make_record
+from waitbound import (
+    MemoryStore,
+    OutcomeKind,
+    Phase,
+    Record,
+    SQLiteStore,
+    StoreError,
+    UsageError,
+    open_store,
+)
+from waitbound._push import InboundDelivery
+from waitbound._record import Push
+from waitbound.stores import (
+    NotAStoreError,
+    SchemaUpgrade,
+    StoreNotFoundError,
+    sqlite,
+    upgrade_store,
+)
+from waitbound.stores._protocol import advance, audit_rows, encode_record
 
 
 def _digest(path: Path) -> str:
@@ -173,7 +193,7 @@ def test_an_empty_file_is_made_a_store_only_when_writing(tmp_path: Path) -> None
     with pytest.raises(NotAStoreError, match="empty"):
         open_store(path, read_only=True)
     open_store(path).close()
-    assert _tables(path) == ["audit_events", "operations"]
+    assert _tables(path) == ["audit_events", "inbox", "operations", "outbox", "webhook_jobs"]
 
 
 def test_a_full_store_fails_in_one_line_and_keeps_nothing_half_written(tmp_path: Path) -> None:
@@ -218,3 +238,186 @@ def test_a_transaction_finalised_after_close_says_nothing(tmp_path: Path) -> Non
     store.close()
     interrupt = KeyboardInterrupt()
     assert transaction.__exit__(KeyboardInterrupt, interrupt, None) is False  # not a StoreError
+
+
+# ---------------------------------------------------------------------------- migrations
+
+V1_SCHEMA = """
+CREATE TABLE IF NOT EXISTS operations (
+    operation_id     TEXT PRIMARY KEY,
+    version          INTEGER NOT NULL,
+    phase            TEXT NOT NULL,
+    outcome          TEXT,
+    next_poll_at     TEXT NOT NULL,
+    lease_owner      TEXT,
+    lease_expires_at TEXT,
+    created_at       TEXT NOT NULL,
+    data             TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS operations_due ON operations (phase, next_poll_at);
+CREATE TABLE IF NOT EXISTS audit_events (
+    operation_id TEXT NOT NULL REFERENCES operations (operation_id),
+    seq          INTEGER NOT NULL,
+    at           TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    summary      TEXT NOT NULL,
+    data         TEXT NOT NULL,
+    prev_hash    TEXT NOT NULL,
+    hash         TEXT NOT NULL,
+    PRIMARY KEY (operation_id, seq)
+);
+"""
+"""The schema version 1 (every release before the push path), verbatim: a frozen copy."""
+
+
+def test_the_released_version_1_script_is_unchanged() -> None:
+    """A released migration is never edited: files at version 1 exist."""
+    assert sqlite._MIGRATIONS[0] == V1_SCHEMA
+
+
+def _version_1_file(path: Path) -> Record:
+    """A version-1 store as the previous release wrote it, holding one record (returned)."""
+    record = make_record(job_id="job-42", push=Push(webhook="reports"))
+    stored, sealed = advance(record, events("created", "reserved"))
+    db = sqlite3.connect(path)
+    try:
+        db.executescript(V1_SCHEMA)
+        with db:
+            db.execute(
+                "INSERT INTO operations (operation_id, version, phase, outcome, next_poll_at,"
+                " lease_owner, lease_expires_at, created_at, data)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*sqlite._columns(stored), stored.created_at.isoformat(), encode_record(stored)),
+            )
+            db.executemany(
+                "INSERT INTO audit_events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                audit_rows(sealed, datetime.isoformat),
+            )
+        db.execute("PRAGMA user_version = 1")
+    finally:
+        db.close()
+    return stored
+
+
+def _user_version(path: Path) -> int:
+    db = sqlite3.connect(path)
+    try:
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+        return int(version)
+    finally:
+        db.close()
+
+
+def test_a_version_1_file_is_upgraded_when_opened(tmp_path: Path) -> None:
+    """Opening a version-1 file adds the push path's tables (version 2) in one
+    transaction; its record and audit log read as before; upgrade() reports [2], once."""
+    path = tmp_path / "v1.db"
+    stored = _version_1_file(path)
+    assert _tables(path) == ["audit_events", "operations"]
+    store = SQLiteStore(path)
+    try:
+        assert _user_version(path) == sqlite.SCHEMA_VERSION == 2
+        assert _tables(path) == ["audit_events", "inbox", "operations", "outbox", "webhook_jobs"]
+        got = store.get("op-1")
+        assert got is not None
+        assert got.to_json() == stored.to_json()
+        waitbound.verify_chain(store.audit("op-1"), head=(got.audit_seq, got.audit_head))
+        assert [e.event.kind for e in store.audit_after(None)] == ["created", "reserved"]
+        assert store.upgrade() == [2]
+        assert store.upgrade() == []
+        assert store._migrate() == []  # a second opener finds nothing left to apply
+        matched = store.put_delivery(
+            InboundDelivery(
+                provider="reports", webhook_id="wh-1", received_at=T0, job_id="x", payload={}
+            )
+        )
+        assert matched is not None
+        assert matched.operation_id is None
+        store.save(got, [])  # the migrated record registers its job on its next write
+        assert store.put_delivery(replace(matched, webhook_id="wh-2", job_id="job-42")) == (
+            replace(matched, webhook_id="wh-2", job_id="job-42", operation_id="op-1")
+        )
+    finally:
+        store.close()
+    reopened = SQLiteStore(path)
+    try:
+        assert reopened.upgrade() == []
+    finally:
+        reopened.close()
+
+
+def test_upgrade_store_and_db_upgrade_report_the_migration_of_a_version_1_file(
+    tmp_path: Path,
+) -> None:
+    """upgrade_store on a version-1 file: applied (2,), version 2; then nothing."""
+    path = tmp_path / "v1.db"
+    _version_1_file(path)
+    assert upgrade_store(path, create=False) == SchemaUpgrade(
+        store=str(path), applied=(2,), version=2
+    )
+    assert upgrade_store(path, create=False).applied == ()
+
+
+def test_a_version_1_file_opened_read_only_is_read_and_left_as_it_is(tmp_path: Path) -> None:
+    """Read-only: the record reads; nothing is migrated, no byte changes."""
+    path = tmp_path / "v1.db"
+    stored = _version_1_file(path)
+    before = _digest(path)
+    store = open_store(path, read_only=True)
+    try:
+        got = store.get("op-1")
+        assert got is not None
+        assert got.to_json() == stored.to_json()
+        assert isinstance(store, SQLiteStore)
+        assert store.upgrade() == []
+    finally:
+        store.close()
+    assert _user_version(path) == 1
+    assert _digest(path) == before
+
+
+def test_a_version_1_file_with_a_push_table_is_refused(tmp_path: Path) -> None:
+    """Version 1 holds exactly operations and audit_events: an inbox there is foreign."""
+    path = tmp_path / "v1.db"
+    _version_1_file(path)
+    _raw(path, "CREATE TABLE inbox (x TEXT)")
+    with pytest.raises(NotAStoreError, match="'inbox'"):
+        open_store(path)
+    assert _user_version(path) == 1
+
+
+def test_a_version_2_file_missing_a_push_table_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    _stored(path)
+    _raw(path, "DROP TABLE outbox")
+    with pytest.raises(NotAStoreError, match="'outbox' is missing"):
+        open_store(path)
+    assert _tables(path) == ["audit_events", "inbox", "operations", "webhook_jobs"]
+
+
+def test_a_failing_outbox_write_rolls_back_the_outcome(tmp_path: Path) -> None:
+    """The outbox entry is written in the record's transaction: when it fails, the
+    outcome, its audit events and the look-back are not written either."""
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    try:
+        created = store.create(
+            make_record(
+                job_id="job-42", push=Push(webhook="reports", notify_url="https://d.example/h")
+            ),
+            events("created"),
+        )
+        # A trigger that fails at run time, as a full disk would, on the outbox only.
+        store._db.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON outbox BEGIN SELECT json('not json'); END"
+        )
+        final = replace(created, phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=T0)
+        with pytest.raises(StoreError, match="malformed JSON"):
+            store.save(final, events("finished", start_s=1))
+        got = store.get("op-1")
+        assert got is not None
+        assert got.to_json() == created.to_json()
+        assert [e.event.kind for e in store.audit("op-1")] == ["created"]
+        assert store.outbox() == []
+    finally:
+        store.close()

@@ -40,6 +40,18 @@ from waitbound import (
     StoreError,
     UsageError,
 )
+from waitbound._audit import StoredAuditEvent
+from waitbound._push import (
+    Channel,
+    InboundDelivery,
+    OutboxEntry,
+    OutboxStatus,
+    completion_delivery_id,
+    completion_event,
+    outbox_entries,
+)
+from waitbound._record import DecisionRequest, Push
+from waitbound.stores._protocol import AuditCursor, cursor_of
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -654,6 +666,560 @@ def test_pending_summary_without_drivable_operations(store: Store) -> None:
     store.create(make_record("e", phase=Phase.SUBMITTING), [])
     store.create(make_record("d", phase=Phase.DONE, outcome=OutcomeKind.CANCELED), [])
     assert store.pending_summary() == (1, None)
+
+
+# ---------------------------------------------------------------------------- push: inbox
+
+PROVIDER = "reports"
+
+
+def delivery(webhook_id: str, job_id: str | None = "job-42", **changes: Any) -> InboundDelivery:
+    """A verified delivery about *job_id*, received at T0 unless told otherwise."""
+    base = InboundDelivery(
+        provider=PROVIDER,
+        webhook_id=webhook_id,
+        received_at=T0,
+        job_id=job_id,
+        payload={"type": "job.completed", "data": {"id": job_id, "n": [1, 2.5, None]}},
+        event_type="job.completed",
+    )
+    return replace(base, **changes)
+
+
+def watched(operation_id: str = "op-1", job_id: str | None = "job-42", **changes: Any) -> Record:
+    """A waiting record that expects PROVIDER's webhooks about *job_id*."""
+    return make_record(operation_id, job_id=job_id, push=Push(webhook=PROVIDER), **changes)
+
+
+def matches(store: Store) -> dict[str, str | None]:
+    """Each stored delivery's webhook id and the operation it is matched to."""
+    return {d.webhook_id: d.operation_id for d in store.inbox(limit=1000)}
+
+
+def test_put_delivery_stores_a_delivery_once_and_a_duplicate_writes_nothing(store: Store) -> None:
+    """The first (provider, webhook id) is stored as given; a repeat is None, not stored."""
+    first = delivery("wh-1", authoritative=True, received_at=T0 + timedelta(microseconds=3))
+    assert store.put_delivery(first) == first
+    again = delivery("wh-1", job_id="job-other", payload={"x": 1}, received_at=T0 + timedelta(1))
+    assert store.put_delivery(again) is None
+    assert store.inbox() == [first]
+    [stored] = store.inbox()
+    assert stored.received_at.utcoffset() == timedelta(0)
+    other_provider = delivery("wh-1", provider="github")
+    assert store.put_delivery(other_provider) == other_provider
+    assert sorted(d.provider for d in store.inbox()) == ["github", PROVIDER]
+
+
+def test_put_delivery_keeps_odd_payload_values_exactly(store: Store) -> None:
+    """A payload comes back with its exact JSON values (big floats, -0.0, NUL, non-ASCII)."""
+    odd: dict[str, Any] = {"big": 1e16, "neg_zero": -0.0, "nul": "a\u0000b", "t": "é ✓ 🚀"}
+    store.put_delivery(delivery("wh-odd", payload=odd, event_type=None))
+    [got] = store.inbox()
+    assert json.dumps(got.payload, sort_keys=True) == json.dumps(odd, sort_keys=True)
+    assert got.event_type is None
+
+
+def test_put_delivery_matches_the_operation_registered_for_its_job(store: Store) -> None:
+    """A delivery about a recorded job is matched when it is stored; one about another
+    job, from another provider, or naming no job, is not."""
+    store.create(watched(), events("created"))
+    assert store.put_delivery(delivery("wh-1")) == delivery("wh-1", operation_id="op-1")
+    store.put_delivery(delivery("wh-2", job_id="job-43"))
+    store.put_delivery(delivery("wh-3", provider="github"))
+    store.put_delivery(delivery("wh-4", job_id=None))
+    assert matches(store) == {"wh-1": "op-1", "wh-2": None, "wh-3": None, "wh-4": None}
+
+
+def test_a_record_without_push_webhook_is_not_registered(store: Store) -> None:
+    """job_id alone (no push.webhook) does not make deliveries about that job match."""
+    store.create(make_record(job_id="job-42"), [])
+    store.put_delivery(delivery("wh-1"))
+    assert matches(store) == {"wh-1": None}
+
+
+def test_deliveries_before_their_job_is_recorded_are_matched_at_create(store: Store) -> None:
+    """Look-back: the create that records the job matches the inbox's unmatched
+    deliveries for its (provider, job id), and only those."""
+    store.put_delivery(delivery("wh-1"))
+    store.put_delivery(delivery("wh-2", received_at=T0 + timedelta(seconds=1)))
+    store.put_delivery(delivery("wh-3", job_id="job-43"))
+    store.put_delivery(delivery("wh-4", provider="github"))
+    assert set(matches(store).values()) == {None}
+    store.create(watched(), events("created"))
+    assert matches(store) == {"wh-1": "op-1", "wh-2": "op-1", "wh-3": None, "wh-4": None}
+
+
+def test_deliveries_before_the_job_id_is_known_are_matched_at_save(store: Store) -> None:
+    """A record created without its job id (submitting) registers it on the save that
+    records it, matching what arrived meanwhile."""
+    created = store.create(watched(job_id=None, phase=Phase.SUBMITTING), [])
+    store.put_delivery(delivery("wh-1"))
+    assert matches(store) == {"wh-1": None}
+    store.save(replace(created, job_id="job-42", phase=Phase.WAITING), events("submitted"))
+    assert matches(store) == {"wh-1": "op-1"}
+    assert store.put_delivery(delivery("wh-2")) == delivery("wh-2", operation_id="op-1")
+
+
+def test_the_newest_write_of_a_job_wins_its_deliveries(store: Store) -> None:
+    """Two operations on one (provider, job id): new deliveries match the one written
+    last; a delivery already matched stays with its operation."""
+    a = store.create(watched("op-a"), [])
+    store.put_delivery(delivery("wh-1"))
+    store.create(watched("op-b"), [])
+    store.put_delivery(delivery("wh-2"))
+    store.save(a, [])
+    store.put_delivery(delivery("wh-3"))
+    assert matches(store) == {"wh-1": "op-a", "wh-2": "op-b", "wh-3": "op-a"}
+
+
+def test_pending_deliveries_are_matched_unapplied_oldest_first(store: Store) -> None:
+    """pending_deliveries: matched and not applied, by received_at (then webhook id), up to
+    *limit*; mark_applied takes one out and records when."""
+    store.create(watched(), [])
+    for name, offset in (("wh-c", 2), ("wh-a", 0), ("wh-b", 0), ("wh-d", 3)):
+        store.put_delivery(delivery(name, received_at=T0 + timedelta(seconds=offset)))
+    store.put_delivery(delivery("wh-unmatched", job_id="job-x"))
+    assert [d.webhook_id for d in store.pending_deliveries(limit=10)] == [
+        "wh-a",
+        "wh-b",
+        "wh-c",
+        "wh-d",
+    ]
+    assert [d.webhook_id for d in store.pending_deliveries(limit=2)] == ["wh-a", "wh-b"]
+    applied_at = T0 + timedelta(seconds=5, microseconds=7)
+    store.mark_applied(PROVIDER, "wh-a", applied_at)
+    store.mark_applied(PROVIDER, "wh-unknown", applied_at)  # nothing to mark: no error
+    assert [d.webhook_id for d in store.pending_deliveries(limit=10)] == ["wh-b", "wh-c", "wh-d"]
+    [applied] = [d for d in store.inbox() if d.webhook_id == "wh-a"]
+    assert applied.applied_at == applied_at
+    assert applied.applied_at.utcoffset() == timedelta(0)
+    assert store.pending_deliveries(limit=0) == []
+
+
+def test_inbox_lists_newest_first_filtered(store: Store) -> None:
+    """inbox: newest received first, by provider or by matched operation, up to *limit*."""
+    store.create(watched("op-1"), [])
+    for n in range(4):
+        at = T0 + timedelta(seconds=n)
+        store.put_delivery(delivery(f"wh-{n}", job_id="job-42" if n % 2 else "x", received_at=at))
+    store.put_delivery(delivery("gh-1", provider="github", received_at=T0 + timedelta(seconds=9)))
+    assert [d.webhook_id for d in store.inbox()] == ["gh-1", "wh-3", "wh-2", "wh-1", "wh-0"]
+    assert [d.webhook_id for d in store.inbox(limit=2)] == ["gh-1", "wh-3"]
+    assert [d.webhook_id for d in store.inbox(provider=PROVIDER, limit=1)] == ["wh-3"]
+    assert [d.webhook_id for d in store.inbox(provider="github")] == ["gh-1"]
+    assert [d.webhook_id for d in store.inbox(operation_id="op-1")] == ["wh-3", "wh-1"]
+    assert store.inbox(provider="github", operation_id="op-1") == []
+    assert store.inbox(provider="nobody") == []
+
+
+def test_deliveries_racing_the_creation_of_their_jobs_are_all_matched(backend: Backend) -> None:
+    """A delivery stored while its job is being recorded is matched either way round: by
+    put_delivery seeing the job, or by the create's look-back seeing the delivery."""
+    stores = [backend.open() for _ in range(1 if backend.shareable else 2)]
+    pairs = 60
+    failures: list[BaseException] = []
+    meet = threading.Barrier(2)
+
+    def creating() -> None:
+        try:
+            for n in range(pairs):
+                meet.wait()
+                stores[0].create(watched(f"op-{n}", job_id=f"job-{n}"), events("created"))
+        except BaseException as exc:
+            failures.append(exc)
+            meet.abort()
+
+    def delivering() -> None:
+        try:
+            for n in range(pairs):
+                meet.wait()
+                stores[-1].put_delivery(delivery(f"wh-{n}", job_id=f"job-{n}"))
+        except BaseException as exc:
+            failures.append(exc)
+            meet.abort()
+
+    threads = [threading.Thread(target=creating), threading.Thread(target=delivering)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == []
+    assert matches(stores[0]) == {f"wh-{n}": f"op-{n}" for n in range(pairs)}
+
+
+# ---------------------------------------------------------------------------- push: outbox
+
+NOTIFY_URL = "https://downstream.example/hooks/waitbound"
+FINISHED_AT = T0 + timedelta(seconds=62, microseconds=5)
+
+
+def notifying(operation_id: str = "op-1", **changes: Any) -> Record:
+    """A waiting record that notifies NOTIFY_URL and a callback when it finishes."""
+    return make_record(
+        operation_id, job_id="job-42", push=Push(notify_url=NOTIFY_URL, callback=True), **changes
+    )
+
+
+def finish(record: Record, **changes: Any) -> Record:
+    """*record* with a final outcome."""
+    done: dict[str, Any] = {
+        "phase": Phase.DONE,
+        "outcome": OutcomeKind.SUCCEEDED,
+        "finished_at": FINISHED_AT,
+    }
+    return replace(record, **(done | changes))
+
+
+def outbox_ids(store: Store) -> list[tuple[str, Channel]]:
+    return sorted((e.operation_id, e.channel) for e in store.outbox(limit=1000))
+
+
+def test_the_final_outcome_writes_one_outbox_entry_per_channel(store: Store) -> None:
+    """The save that records the outcome writes the record's outbox_entries (at its
+    finished_at) in the same write; before it, none."""
+    created = store.create(notifying(), events("created"))
+    assert store.outbox() == []
+    saved = store.save(finish(created), events("finished", start_s=62))
+    expected = outbox_entries(saved, FINISHED_AT)
+    assert [e.channel for e in expected] == [Channel.WEBHOOK, Channel.CALLBACK]
+    by_id = {e.delivery_id: e for e in store.outbox()}
+    assert by_id == {e.delivery_id: e for e in expected}
+    webhook = store.get_outbox(completion_delivery_id("op-1", Channel.WEBHOOK))
+    assert webhook is not None
+    assert webhook.target == NOTIFY_URL
+    assert webhook.status is OutboxStatus.PENDING
+    assert (webhook.created_at, webhook.next_attempt_at) == (FINISHED_AT, FINISHED_AT)
+    assert webhook.payload == completion_event(saved, FINISHED_AT)
+    assert webhook.payload["data"] == saved.to_outcome().as_json()
+    callback = store.get_outbox(completion_delivery_id("op-1", Channel.CALLBACK))
+    assert callback is not None
+    assert callback.target is None
+
+
+def test_a_record_created_final_writes_its_entries_at_create(store: Store) -> None:
+    """create of a record that is already final writes its entries too (at its
+    created_at when it has no finished_at)."""
+    store.create(finish(notifying(), finished_at=None), [])
+    assert {e.created_at for e in store.outbox()} == {T0}
+    assert len(store.outbox()) == 2
+
+
+def test_saving_the_final_record_again_writes_no_second_entry(store: Store) -> None:
+    """Writes after the outcome (and a settled attempt) leave the entries as they are."""
+    saved = store.save(finish(store.create(notifying(), [])), [])
+    [claimed_entry] = store.claim_outbox(
+        owner="w1", now=FINISHED_AT, lease_s=30, limit=10, channels=[Channel.WEBHOOK]
+    )
+    settled = replace(
+        claimed_entry, status=OutboxStatus.DELIVERED, attempts=1, delivered_at=FINISHED_AT
+    )
+    assert store.settle_outbox(settled)
+    before = sorted(store.outbox(), key=lambda e: e.delivery_id)
+    for n in range(3):
+        later = FINISHED_AT + timedelta(seconds=n + 1)
+        saved = store.save(replace(saved, finished_at=later, attempt=n), events("noted"))
+    assert sorted(store.outbox(), key=lambda e: e.delivery_id) == before
+    delivered = store.get_outbox(completion_delivery_id("op-1", Channel.WEBHOOK))
+    assert delivered is not None
+    assert delivered.status is OutboxStatus.DELIVERED
+
+
+def test_a_lost_write_of_the_outcome_writes_no_entry(store: Store) -> None:
+    """A save that conflicts (the outcome not written) writes no outbox entry either."""
+    created = store.create(notifying(), [])
+    store.save(replace(created, attempt=1), [])
+    with pytest.raises(ConflictError):
+        store.save(finish(created), events("finished"))
+    assert store.outbox() == []
+
+
+def test_two_writers_racing_to_record_the_outcome_owe_one_completion(backend: Backend) -> None:
+    """Two stores holding the same version both record the final outcome at once: one
+    wins, the other conflicts; then a writer re-reads and records it again: still one
+    entry per channel."""
+    first, second = backend.open(), backend.open()
+    created = first.create(notifying(), [])
+    results: list[object] = []
+    start = threading.Barrier(2)
+
+    def record(store: Store) -> None:
+        start.wait()
+        try:
+            results.append(store.save(finish(created), events("finished")))
+        except ConflictError as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=record, args=(s,)) for s in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(type(r).__name__ for r in results) == ["ConflictError", "Record"]
+    fresh = second.get("op-1")
+    assert fresh is not None
+    second.save(finish(fresh, finished_at=FINISHED_AT + timedelta(seconds=9)), [])
+    assert outbox_ids(first) == [("op-1", Channel.CALLBACK), ("op-1", Channel.WEBHOOK)]
+    assert {e.created_at for e in first.outbox()} == {FINISHED_AT}
+
+
+@pytest.mark.parametrize("push", [Push(), Push(webhook=PROVIDER)], ids=["no-push", "webhook-only"])
+def test_a_final_record_that_notifies_nobody_writes_no_entry(store: Store, push: Push) -> None:
+    created = store.create(make_record(job_id="job-42", push=push), [])
+    store.save(finish(created), events("finished"))
+    assert store.outbox() == []
+
+
+def test_an_open_decision_request_defers_the_completion(store: Store) -> None:
+    """An outcome with an open decision request is not final: no entry until the request
+    is closed with the outcome standing."""
+    request = DecisionRequest(opened_at=T0, due_at=T0 + timedelta(days=7), options=("extend",))
+    created = store.create(notifying(), [])
+    stopped = store.save(
+        finish(created, outcome=OutcomeKind.TIMED_OUT, decision_request=request), []
+    )
+    assert store.outbox() == []
+    store.save(replace(stopped, decision_request=None), events("decided"))
+    assert [e.payload["data"]["outcome"] for e in store.outbox()] == ["timed_out"] * 2  # type: ignore[index,call-overload]
+
+
+def entry(delivery_id: str, **changes: Any) -> OutboxEntry:
+    """A pending webhook entry due at T0."""
+    base = OutboxEntry(
+        delivery_id=delivery_id,
+        operation_id="op-1",
+        channel=Channel.WEBHOOK,
+        target=NOTIFY_URL,
+        payload={"type": "operation.completed", "data": {"n": 1.0}},
+        created_at=T0,
+        next_attempt_at=T0,
+    )
+    return replace(base, **changes)
+
+
+def _claim_outbox(
+    store: Store,
+    owner: str = "w1",
+    now: datetime = NOW,
+    limit: int = 10,
+    channels: Sequence[Channel] = (Channel.WEBHOOK, Channel.CALLBACK),
+) -> list[str]:
+    taken = store.claim_outbox(owner=owner, now=now, lease_s=30, limit=limit, channels=channels)
+    return [e.delivery_id for e in taken]
+
+
+def test_add_outbox_stores_a_replay_and_refuses_a_duplicate_id(store: Store) -> None:
+    """add_outbox stores the entry exactly; an existing id is a UsageError, unchanged."""
+    original = entry("dlv_1", status=OutboxStatus.FAILED, attempts=10, last_error="HTTP 500")
+    assert store.add_outbox(original) == original
+    replay = entry("dlv_2", replay_of="dlv_1", created_at=NOW, next_attempt_at=NOW)
+    assert store.add_outbox(replay) == replay
+    assert store.get_outbox("dlv_2") == replay
+    with pytest.raises(UsageError, match="dlv_1"):
+        store.add_outbox(entry("dlv_1", target="https://elsewhere.example/"))
+    assert store.get_outbox("dlv_1") == original
+    assert store.get_outbox("dlv_unknown") is None
+
+
+def test_outbox_lists_newest_first_filtered(store: Store) -> None:
+    for n, (operation_id, status) in enumerate(
+        [
+            ("op-1", OutboxStatus.PENDING),
+            ("op-2", OutboxStatus.FAILED),
+            ("op-1", OutboxStatus.FAILED),
+        ]
+    ):
+        at = T0 + timedelta(seconds=n)
+        store.add_outbox(entry(f"dlv_{n}", operation_id=operation_id, status=status, created_at=at))
+    assert [e.delivery_id for e in store.outbox()] == ["dlv_2", "dlv_1", "dlv_0"]
+    assert [e.delivery_id for e in store.outbox(limit=1)] == ["dlv_2"]
+    assert [e.delivery_id for e in store.outbox(operation_id="op-1")] == ["dlv_2", "dlv_0"]
+    assert [e.delivery_id for e in store.outbox(status=OutboxStatus.FAILED)] == ["dlv_2", "dlv_1"]
+    failed_1 = store.outbox(operation_id="op-1", status=OutboxStatus.FAILED)
+    assert [e.delivery_id for e in failed_1] == ["dlv_2"]
+    assert store.outbox(status=OutboxStatus.DELIVERED) == []
+
+
+def test_claim_outbox_leases_due_pending_entries_oldest_first(store: Store) -> None:
+    """Pending, on the channels asked for, next_attempt_at come, lease free or expired:
+    claimed (next_attempt_at, then id, order) with owner and now + lease_s."""
+    store.add_outbox(entry("dlv_b", next_attempt_at=T0 + timedelta(seconds=2)))
+    store.add_outbox(entry("dlv_a", next_attempt_at=T0 + timedelta(seconds=2)))
+    store.add_outbox(entry("dlv_c", next_attempt_at=T0))
+    store.add_outbox(entry("dlv_callback", channel=Channel.CALLBACK, target=None))
+    store.add_outbox(entry("dlv_later", next_attempt_at=NOW + timedelta(microseconds=1)))
+    store.add_outbox(entry("dlv_done", status=OutboxStatus.DELIVERED, delivered_at=T0))
+    store.add_outbox(entry("dlv_failed", status=OutboxStatus.FAILED))
+    store.add_outbox(entry("dlv_leased", lease_owner="w0", lease_expires_at=NOW + timedelta(1)))
+    store.add_outbox(entry("dlv_expired", lease_owner="w0", lease_expires_at=NOW))
+    assert _claim_outbox(store, limit=0) == []
+    [first] = store.claim_outbox(
+        owner="w1", now=NOW, lease_s=12.5, limit=1, channels=[Channel.WEBHOOK]
+    )
+    assert first == entry("dlv_c", lease_owner="w1", lease_expires_at=NOW + timedelta(seconds=12.5))
+    assert store.get_outbox("dlv_c") == first
+    assert _claim_outbox(store, channels=[Channel.WEBHOOK]) == ["dlv_expired", "dlv_a", "dlv_b"]
+    assert _claim_outbox(store, owner="w2") == ["dlv_callback"]
+    assert _claim_outbox(store, owner="w2") == []
+    assert _claim_outbox(store, owner="w2", channels=[]) == []
+    assert _claim_outbox(store, owner="w3", now=NOW + timedelta(seconds=30)) == [
+        "dlv_c",
+        "dlv_callback",
+        "dlv_expired",
+        "dlv_a",
+        "dlv_b",
+        "dlv_later",
+    ]
+
+
+def test_settle_outbox_writes_only_while_the_lease_is_ours(store: Store) -> None:
+    """settle_outbox is a compare-and-swap on (pending, lease_owner): a retry is written
+    and released; a lost lease, a settled entry or an unknown one change nothing."""
+    store.add_outbox(entry("dlv_1"))
+    [mine] = store.claim_outbox(
+        owner="w1", now=NOW, lease_s=30, limit=1, channels=[Channel.WEBHOOK]
+    )
+    retry_at = NOW + timedelta(seconds=5)
+    retry = replace(mine, attempts=1, next_attempt_at=retry_at, last_error="HTTP 503")
+    assert not store.settle_outbox(replace(retry, lease_owner="w2"))
+    assert store.get_outbox("dlv_1") == mine
+    assert store.settle_outbox(retry)
+    assert store.get_outbox("dlv_1") == replace(retry, lease_owner=None, lease_expires_at=None)
+    assert _claim_outbox(store, now=NOW) == []
+    [again] = store.claim_outbox(
+        owner="w1", now=retry_at, lease_s=30, limit=1, channels=[Channel.WEBHOOK]
+    )
+    # the lease expires and another worker claims it: the first one's result is refused
+    later = retry_at + timedelta(seconds=30)
+    [theirs] = store.claim_outbox(
+        owner="w2", now=later, lease_s=30, limit=1, channels=[Channel.WEBHOOK]
+    )
+    done = replace(again, status=OutboxStatus.DELIVERED, attempts=2, delivered_at=later)
+    assert not store.settle_outbox(done)
+    assert store.get_outbox("dlv_1") == theirs
+    delivered = replace(theirs, status=OutboxStatus.DELIVERED, attempts=2, delivered_at=later)
+    assert store.settle_outbox(replace(delivered, target="https://ignored.example/"))
+    settled = store.get_outbox("dlv_1")
+    assert settled == replace(delivered, lease_owner=None, lease_expires_at=None)
+    assert not store.settle_outbox(delivered)  # not pending any more
+    assert not store.settle_outbox(replace(delivered, lease_owner=None))
+    assert not store.settle_outbox(entry("dlv_unknown"))
+    assert store.get_outbox("dlv_1") == settled
+
+
+def test_claims_of_the_outbox_from_many_threads_take_each_entry_once(backend: Backend) -> None:
+    """120 due entries, 4 threads on two or more stores of one database claiming 7 at a
+    time until none are left: every entry is claimed exactly once."""
+    stores = [backend.open() for _ in range(2 if backend.shareable else 4)]
+    ids = [f"dlv_{i:03}" for i in range(120)]
+    rng = random.Random(11)
+    for delivery_id in ids:
+        at = T0 + timedelta(seconds=rng.randrange(30))
+        stores[0].add_outbox(entry(delivery_id, next_attempt_at=at))
+    claims: dict[str, list[str]] = {}
+    failures: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def claim_all(worker: int) -> None:
+        mine = claims.setdefault(f"w{worker}", [])
+        try:
+            start.wait()
+            while batch := stores[worker % len(stores)].claim_outbox(
+                owner=f"w{worker}", now=NOW, lease_s=300, limit=7, channels=[Channel.WEBHOOK]
+            ):
+                mine += [e.delivery_id for e in batch]
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=claim_all, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == []
+    assert sorted(i for mine in claims.values() for i in mine) == ids
+    for owner, mine in claims.items():
+        for delivery_id in mine:
+            got = stores[1].get_outbox(delivery_id)
+            assert got is not None
+            assert got.lease_owner == owner
+
+
+# ---------------------------------------------------------------------------- push: audit_after
+
+
+def _stream(store: Store, **options: Any) -> list[tuple[datetime, str, int]]:
+    return [cursor_of(e) for e in store.audit_after(None, **options)]
+
+
+def test_audit_after_orders_every_operations_events_by_time_operation_and_seq(
+    store: Store,
+) -> None:
+    """Events of all operations in (at, operation id, seq) order: ids compared byte-wise
+    ('B' before 'a'), a whole second before its fractions."""
+    second = T0.replace(microsecond=0) + timedelta(seconds=10)
+    same = AuditEvent(at=second, kind="x", summary="s")
+
+    def at(seconds: float) -> AuditEvent:
+        return replace(same, at=second + timedelta(seconds=seconds))
+
+    store.create(make_record("op-a"), [at(0.5), same, same])  # seq 1..3
+    store.create(make_record("op-B"), [same, at(-1)])
+    store.create(make_record("op-c"), [at(0.000001)])
+    got = _stream(store)
+    assert got == [
+        (second - timedelta(seconds=1), "op-B", 2),
+        (second, "op-B", 1),
+        (second, "op-a", 2),
+        (second, "op-a", 3),
+        (second + timedelta(microseconds=1), "op-c", 1),
+        (second + timedelta(seconds=0.5), "op-a", 1),
+    ]
+    assert all(e.event.at.utcoffset() == timedelta(0) for e in store.audit_after(None))
+    assert store.audit_after(None)[2] == store.audit("op-a")[1]
+
+
+def test_audit_after_resumes_strictly_after_the_cursor(store: Store) -> None:
+    """Paging with the last event's cursor, *limit* at a time, yields every event once,
+    in order; a cursor between events (or past them all) works too."""
+    rng = random.Random(5)
+    for n in range(5):
+        batch = [
+            AuditEvent(at=T0 + timedelta(seconds=rng.randrange(4)), kind="k", summary=f"{n}")
+            for _ in range(rng.randrange(1, 6))
+        ]
+        store.create(make_record(f"op-{n}"), batch)
+    everything = store.audit_after(None, limit=1000)
+    assert len(everything) == sum(len(store.audit(f"op-{n}")) for n in range(5))
+    paged: list[StoredAuditEvent] = []
+    cursor: AuditCursor | None = None
+    while page := store.audit_after(cursor, limit=3):
+        assert len(page) <= 3
+        paged += page
+        cursor = cursor_of(page[-1])
+    assert paged == everything
+    middle = cursor_of(everything[4])
+    assert store.audit_after(middle) == everything[5:]
+    between = (everything[4].event.at, everything[4].operation_id + "\x01", 0)
+    assert store.audit_after(between) == [e for e in everything if cursor_of(e) > between]
+    assert store.audit_after((T0 + timedelta(days=1), "", 0)) == []
+    assert store.audit_after((T0 - timedelta(days=1), "", 0)) == everything
+    assert store.audit_after(None, limit=0) == []
+
+
+def test_audit_after_with_a_label_prefix_streams_only_those_operations(store: Store) -> None:
+    for n, label in enumerate(["mcp:a", None, "MCP:b", "mcp:c", "mcpx"]):
+        store.create(make_record(f"op-{n}", label=label), events("created", start_s=n))
+    assert [e.operation_id for e in store.audit_after(None, label_prefix="mcp:")] == [
+        "op-0",
+        "op-3",
+    ]
+    assert len(store.audit_after(None)) == 5
+    after_first = cursor_of(store.audit_after(None, label_prefix="mcp:")[0])
+    assert [e.operation_id for e in store.audit_after(after_first, label_prefix="mcp")] == [
+        "op-3",
+        "op-4",
+    ]
+    assert store.audit_after(None, label_prefix="%") == []
 
 
 # ---------------------------------------------------------------------------- SQLite only

@@ -80,9 +80,9 @@ class MemoryStore:
         key = webhook_key(stored)
         if key is not None:
             self._jobs[key] = stored.operation_id
-            for at, delivery in self._inbox.items():
+            for where, delivery in self._inbox.items():
                 if delivery.operation_id is None and (delivery.provider, delivery.job_id) == key:
-                    self._inbox[at] = replace(delivery, operation_id=stored.operation_id)
+                    self._inbox[where] = replace(delivery, operation_id=stored.operation_id)
         for entry in outbox_entries(stored, stored.finished_at or stored.created_at):
             self._outbox.setdefault(entry.delivery_id, entry)
 
@@ -150,7 +150,11 @@ class MemoryStore:
     def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
         """See :meth:`Store.pending_deliveries`."""
         with self._lock:
-            pending = [d for d in self._inbox.values() if d.operation_id and d.applied_at is None]
+            pending = [
+                d
+                for d in self._inbox.values()
+                if d.operation_id is not None and d.applied_at is None
+            ]
         return sorted(pending, key=lambda d: (d.received_at, d.webhook_id))[:limit]
 
     def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> None:
@@ -212,7 +216,14 @@ class MemoryStore:
             ):
                 return False
             self._outbox[entry.delivery_id] = replace(
-                entry, lease_owner=None, lease_expires_at=None
+                stored,
+                status=entry.status,
+                attempts=entry.attempts,
+                next_attempt_at=entry.next_attempt_at,
+                delivered_at=entry.delivered_at,
+                last_error=entry.last_error,
+                lease_owner=None,
+                lease_expires_at=None,
             )
             return True
 

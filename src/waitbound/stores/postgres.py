@@ -21,8 +21,9 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
-from typing import Final
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, Final
 from urllib.parse import unquote
 
 import psycopg
@@ -34,14 +35,18 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
+from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Record
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
+    AuditCursor,
     advance,
     audit_rows,
     claimed,
     decode_record,
+    encode_json,
     encode_record,
+    webhook_key,
 )
 
 __all__ = [
@@ -82,6 +87,51 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (operation_id, seq)
     );
     """,
+    # 2: the push path: which operation a provider's job is, the inbox, the outbox;
+    # audit events in (at, operation, seq) order for GET /events (ids in byte order).
+    """
+    CREATE TABLE {schema}.webhook_jobs (
+        provider     text NOT NULL,
+        job_id       text NOT NULL,
+        operation_id text NOT NULL,
+        PRIMARY KEY (provider, job_id)
+    );
+    CREATE TABLE {schema}.inbox (
+        provider      text NOT NULL,
+        webhook_id    text NOT NULL,
+        received_at   timestamptz NOT NULL,
+        job_id        text,
+        event_type    text,
+        authoritative boolean NOT NULL,
+        payload       json NOT NULL,
+        operation_id  text,
+        applied_at    timestamptz,
+        PRIMARY KEY (provider, webhook_id)
+    );
+    CREATE INDEX inbox_pending ON {schema}.inbox (received_at, webhook_id COLLATE "C")
+        WHERE operation_id IS NOT NULL AND applied_at IS NULL;
+    CREATE INDEX inbox_unmatched ON {schema}.inbox (provider, job_id)
+        WHERE operation_id IS NULL;
+    CREATE TABLE {schema}.outbox (
+        delivery_id      text PRIMARY KEY,
+        operation_id     text NOT NULL,
+        channel          text NOT NULL,
+        target           text,
+        payload          json NOT NULL,
+        created_at       timestamptz NOT NULL,
+        next_attempt_at  timestamptz NOT NULL,
+        status           text NOT NULL,
+        attempts         integer NOT NULL,
+        delivered_at     timestamptz,
+        last_error       text,
+        replay_of        text,
+        lease_owner      text,
+        lease_expires_at timestamptz
+    );
+    CREATE INDEX outbox_due ON {schema}.outbox (status, next_attempt_at);
+    CREATE INDEX audit_events_at
+        ON {schema}.audit_events (at, operation_id COLLATE "C", seq);
+    """,
 )
 """The schema, one SQL script per version (``{schema}`` is the quoted schema name).
 Version N is ``MIGRATIONS[N - 1]``; a released script is never edited, only appended to."""
@@ -96,6 +146,36 @@ _PASSWORD_PARAM: Final = re.compile(
 )
 
 _QUOTED: Final = re.compile(r'"[^"]*"')
+
+
+def _audit_after_queries() -> dict[str, str]:
+    """``audit_after``'s four statements: with or without the label filter (the join
+    reads each operation's JSON) and the cursor."""
+    head = (
+        "SELECT e.operation_id, e.seq, e.at, e.kind, e.summary, e.data::text, e.prev_hash,"
+        " e.hash FROM {schema}.audit_events AS e"
+    )
+    join = " JOIN {schema}.operations AS o ON o.operation_id = e.operation_id"
+    labelled = "left(coalesce(o.data->>'label', ''), %s) = %s"
+    after = '(e.at, e.operation_id COLLATE "C", e.seq) > (%s, %s, %s)'
+    order = ' ORDER BY e.at, e.operation_id COLLATE "C", e.seq LIMIT %s'
+    return {
+        "audit_after": head + order,
+        "audit_after_cursor": f"{head} WHERE {after}{order}",
+        "audit_after_labelled": f"{head}{join} WHERE {labelled}{order}",
+        "audit_after_labelled_cursor": f"{head}{join} WHERE {labelled} AND {after}{order}",
+    }
+
+
+_INBOX_COLUMNS: Final = (
+    "provider, webhook_id, received_at, job_id, event_type, authoritative, payload::text,"
+    " operation_id, applied_at"
+)
+_OUTBOX_FIELDS: Final = (
+    "delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at,"
+    " status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at"
+)
+_OUTBOX_COLUMNS: Final = _OUTBOX_FIELDS.replace("payload", "payload::text")
 
 _QUERIES: Final = {
     "insert": "INSERT INTO {schema}.operations (operation_id, version, phase, outcome,"
@@ -126,6 +206,48 @@ _QUERIES: Final = {
     " ORDER BY created_at DESC, operation_id DESC LIMIT %s",
     "summary": "SELECT count(*) FILTER (WHERE outcome IS NULL),"
     " min(next_poll_at) FILTER (WHERE phase = ANY(%s)) FROM {schema}.operations",
+    # -- the push path (ids are ordered and compared byte-wise, COLLATE "C", as the
+    # other stores order them, whatever the database's collation)
+    "push_lock": "SELECT pg_advisory_xact_lock(%s)",
+    "register": "INSERT INTO {schema}.webhook_jobs (provider, job_id, operation_id)"
+    " VALUES (%s, %s, %s) ON CONFLICT (provider, job_id) DO UPDATE"
+    " SET operation_id = excluded.operation_id"
+    " WHERE webhook_jobs.operation_id IS DISTINCT FROM excluded.operation_id",
+    "look_back": "UPDATE {schema}.inbox SET operation_id = %s"
+    " WHERE provider = %s AND job_id = %s AND operation_id IS NULL",
+    "put_delivery": "INSERT INTO {schema}.inbox (provider, webhook_id, received_at, job_id,"
+    " event_type, authoritative, payload, operation_id, applied_at)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s::json, (SELECT operation_id FROM"
+    " {schema}.webhook_jobs WHERE provider = %s AND job_id = %s), %s)"
+    " ON CONFLICT (provider, webhook_id) DO NOTHING RETURNING operation_id",
+    "pending_deliveries": "SELECT " + _INBOX_COLUMNS + " FROM {schema}.inbox"
+    " WHERE operation_id IS NOT NULL AND applied_at IS NULL"
+    ' ORDER BY received_at, webhook_id COLLATE "C" LIMIT %s',
+    "mark_applied": "UPDATE {schema}.inbox SET applied_at = %s"
+    " WHERE provider = %s AND webhook_id = %s",
+    "inbox": "SELECT " + _INBOX_COLUMNS + " FROM {schema}.inbox"
+    " WHERE (%s::text IS NULL OR provider = %s) AND (%s::text IS NULL OR operation_id = %s)"
+    ' ORDER BY received_at DESC, webhook_id COLLATE "C" DESC, provider COLLATE "C" DESC'
+    " LIMIT %s",
+    "claim_outbox": "WITH due AS (SELECT delivery_id FROM {schema}.outbox"
+    " WHERE status = %s AND channel = ANY(%s) AND next_attempt_at <= %s"
+    " AND (lease_expires_at IS NULL OR lease_expires_at <= %s)"
+    ' ORDER BY next_attempt_at, delivery_id COLLATE "C" LIMIT %s FOR UPDATE SKIP LOCKED)'
+    " UPDATE {schema}.outbox AS o SET lease_owner = %s, lease_expires_at = %s FROM due"
+    " WHERE o.delivery_id = due.delivery_id RETURNING "
+    + ", ".join(f"o.{column}" for column in _OUTBOX_COLUMNS.split(", ")),
+    "settle_outbox": "UPDATE {schema}.outbox SET status = %s, attempts = %s,"
+    " next_attempt_at = %s, delivered_at = %s, last_error = %s, lease_owner = NULL,"
+    " lease_expires_at = NULL"
+    " WHERE delivery_id = %s AND status = %s AND lease_owner IS NOT DISTINCT FROM %s::text",
+    "add_outbox": "INSERT INTO {schema}.outbox (" + _OUTBOX_FIELDS + ")"
+    " VALUES (%s, %s, %s, %s, %s::json, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (delivery_id) DO NOTHING",
+    "outbox": "SELECT " + _OUTBOX_COLUMNS + " FROM {schema}.outbox"
+    " WHERE (%s::text IS NULL OR operation_id = %s) AND (%s::text IS NULL OR status = %s)"
+    ' ORDER BY created_at DESC, delivery_id COLLATE "C" DESC LIMIT %s',
+    "get_outbox": "SELECT " + _OUTBOX_COLUMNS + " FROM {schema}.outbox WHERE delivery_id = %s",
+    **_audit_after_queries(),
 }
 
 
@@ -233,6 +355,7 @@ class PostgresStore:
             if cursor.rowcount != 1:
                 raise UsageError(f"operation {record.operation_id!r} exists already")
             self._append(conn, sealed)
+            self._push_writes(conn, stored)
         return stored
 
     def get(self, operation_id: str) -> Record | None:
@@ -252,6 +375,7 @@ class PostgresStore:
             if cursor.rowcount != 1:
                 raise ConflictError(record.operation_id, record.version)
             self._append(conn, sealed)
+            self._push_writes(conn, stored)
         return stored
 
     def _append(
@@ -324,19 +448,166 @@ class PostgresStore:
         """See :meth:`Store.audit`."""
         with self._transaction() as conn:
             rows = conn.execute(self._sql["audit"], (operation_id,)).fetchall()
-        stored = []
-        for seq, at, kind, summary, data, prev_hash, digest in rows:
-            assert isinstance(at, datetime)
-            stored.append(
-                StoredAuditEvent(
-                    operation_id=operation_id,
-                    seq=int(seq),
-                    event=AuditEvent(at=utc(at), kind=kind, summary=summary, data=json.loads(data)),
-                    prev_hash=prev_hash,
-                    hash=digest,
-                )
+        return [_audit_event(operation_id, row) for row in rows]
+
+    def _push_writes(self, conn: psycopg.Connection[TupleRow], stored: Record) -> None:
+        """The push path's part of a record write (see ``Store``), in its transaction.
+
+        A record that neither expects webhooks nor owes a completion (most records) costs
+        no statement at all. Registering a job takes its (provider, job id) advisory
+        lock, as :meth:`put_delivery` does, so a delivery stored at the same moment is
+        either seen by the look-back or sees the registration: never neither.
+        """
+        key = webhook_key(stored)
+        if key is not None:
+            conn.execute(self._sql["push_lock"], (_job_lock_key(self.schema, *key),))
+            conn.execute(self._sql["register"], (*key, stored.operation_id))
+            conn.execute(self._sql["look_back"], (stored.operation_id, *key))
+        entries = outbox_entries(stored, stored.finished_at or stored.created_at)
+        if entries:
+            with conn.cursor() as cursor:
+                cursor.executemany(self._sql["add_outbox"], [_outbox_row(e) for e in entries])
+
+    # -- the push path ------------------------------------------------------------------
+
+    def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
+        """See :meth:`Store.put_delivery` (one statement under the job's advisory lock)."""
+        with self._transaction() as conn:
+            if delivery.job_id is not None:
+                lock = _job_lock_key(self.schema, delivery.provider, delivery.job_id)
+                conn.execute(self._sql["push_lock"], (lock,))
+            row = conn.execute(
+                self._sql["put_delivery"],
+                (
+                    delivery.provider,
+                    delivery.webhook_id,
+                    delivery.received_at,
+                    delivery.job_id,
+                    delivery.event_type,
+                    delivery.authoritative,
+                    encode_json(delivery.payload),
+                    delivery.provider,
+                    delivery.job_id,
+                    delivery.applied_at,
+                ),
+            ).fetchone()
+        if row is None:
+            return None
+        return replace(delivery, operation_id=row[0])
+
+    def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
+        """See :meth:`Store.pending_deliveries`."""
+        with self._transaction() as conn:
+            rows = conn.execute(self._sql["pending_deliveries"], (limit,)).fetchall()
+        return [_delivery(row) for row in rows]
+
+    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> None:
+        """See :meth:`Store.mark_applied`."""
+        with self._transaction() as conn:
+            conn.execute(self._sql["mark_applied"], (at, provider, webhook_id))
+
+    def inbox(
+        self, *, provider: str | None = None, operation_id: str | None = None, limit: int = 100
+    ) -> list[InboundDelivery]:
+        """See :meth:`Store.inbox`."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                self._sql["inbox"], (provider, provider, operation_id, operation_id, limit)
+            ).fetchall()
+        return [_delivery(row) for row in rows]
+
+    def claim_outbox(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        limit: int,
+        channels: Sequence[Channel],
+    ) -> list[OutboxEntry]:
+        """See :meth:`Store.claim_outbox` (``FOR UPDATE SKIP LOCKED``, one statement).
+
+        Entries another worker is claiming at this moment are skipped, not waited for.
+        """
+        if limit < 0:
+            raise UsageError(f"claim limit must be 0 or more; got {limit}")
+        until = now + timedelta(seconds=lease_s)
+        with self._transaction() as conn:
+            rows = conn.execute(
+                self._sql["claim_outbox"],
+                (
+                    OutboxStatus.PENDING.value,
+                    [c.value for c in channels],
+                    now,
+                    now,
+                    limit,
+                    owner,
+                    until,
+                ),
+            ).fetchall()
+        taken = [_entry(row) for row in rows]
+        return sorted(taken, key=lambda e: (e.next_attempt_at, e.delivery_id))
+
+    def settle_outbox(self, entry: OutboxEntry) -> bool:
+        """See :meth:`Store.settle_outbox`."""
+        with self._transaction() as conn:
+            cursor = conn.execute(
+                self._sql["settle_outbox"],
+                (
+                    entry.status.value,
+                    entry.attempts,
+                    entry.next_attempt_at,
+                    entry.delivered_at,
+                    entry.last_error,
+                    entry.delivery_id,
+                    OutboxStatus.PENDING.value,
+                    entry.lease_owner,
+                ),
             )
-        return stored
+            return cursor.rowcount == 1
+
+    def add_outbox(self, entry: OutboxEntry) -> OutboxEntry:
+        """See :meth:`Store.add_outbox`."""
+        with self._transaction() as conn:
+            cursor = conn.execute(self._sql["add_outbox"], _outbox_row(entry))
+            if cursor.rowcount != 1:
+                raise UsageError(f"delivery {entry.delivery_id!r} exists already")
+        return entry
+
+    def outbox(
+        self,
+        *,
+        operation_id: str | None = None,
+        status: OutboxStatus | None = None,
+        limit: int = 100,
+    ) -> list[OutboxEntry]:
+        """See :meth:`Store.outbox`."""
+        wanted = status.value if status is not None else None
+        with self._transaction() as conn:
+            rows = conn.execute(
+                self._sql["outbox"], (operation_id, operation_id, wanted, wanted, limit)
+            ).fetchall()
+        return [_entry(row) for row in rows]
+
+    def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
+        """See :meth:`Store.get_outbox`."""
+        with self._transaction() as conn:
+            row = conn.execute(self._sql["get_outbox"], (delivery_id,)).fetchone()
+        return _entry(row) if row else None
+
+    def audit_after(
+        self, cursor: AuditCursor | None, *, label_prefix: str = "", limit: int = 500
+    ) -> list[StoredAuditEvent]:
+        """See :meth:`Store.audit_after` (operation ids in byte order, ``COLLATE "C"``)."""
+        name, args = "audit_after", []
+        if label_prefix:  # the unfiltered stream reads no record's JSON
+            name, args = name + "_labelled", [len(label_prefix), label_prefix]
+        if cursor is not None:
+            name, args = name + "_cursor", [*args, *cursor]
+        statement = self._sql[name]
+        with self._transaction() as conn:
+            rows = conn.execute(statement, (*args, limit)).fetchall()
+        return [_audit_event(row[0], row[1:]) for row in rows]
 
     def close(self) -> None:
         """Close the pool and its connections."""
@@ -515,4 +786,90 @@ def _columns(record: Record) -> tuple[object, ...]:
         record.next_poll_at,
         record.lease_owner,
         record.lease_expires_at,
+    )
+
+
+def _job_lock_key(schema: str, provider: str, job_id: str) -> int:
+    """The advisory lock a job's registration and its deliveries take (a signed 64-bit
+    key), so the look-back never misses a delivery stored at the same moment."""
+    text = f"waitbound push\x1f{schema}\x1f{provider}\x1f{job_id}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
+
+
+def _outbox_row(e: OutboxEntry) -> tuple[object, ...]:
+    """An entry as the ``outbox`` columns' values, in :data:`_OUTBOX_FIELDS` order."""
+    return (
+        e.delivery_id,
+        e.operation_id,
+        e.channel.value,
+        e.target,
+        encode_json(e.payload),
+        e.created_at,
+        e.next_attempt_at,
+        e.status.value,
+        e.attempts,
+        e.delivered_at,
+        e.last_error,
+        e.replay_of,
+        e.lease_owner,
+        e.lease_expires_at,
+    )
+
+
+def _maybe_utc(value: datetime | None) -> datetime | None:
+    return utc(value) if value is not None else None
+
+
+def _delivery(row: Any) -> InboundDelivery:
+    """An ``inbox`` row (:data:`_INBOX_COLUMNS`) as a delivery."""
+    provider, webhook_id, received_at, job_id, event_type, authoritative, payload, op, applied = row
+    return InboundDelivery(
+        provider=provider,
+        webhook_id=webhook_id,
+        received_at=utc(received_at),
+        job_id=job_id,
+        event_type=event_type,
+        authoritative=bool(authoritative),
+        payload=json.loads(payload),
+        operation_id=op,
+        applied_at=_maybe_utc(applied),
+    )
+
+
+def _entry(row: Any) -> OutboxEntry:
+    """An ``outbox`` row (:data:`_OUTBOX_COLUMNS`) as an entry."""
+    delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at = row[:7]
+    status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at = row[7:]
+    decoded = json.loads(payload)
+    if not isinstance(decoded, dict):
+        raise ValueError(f"outbox entry {delivery_id!r}: its payload is not a JSON object")
+    return OutboxEntry(
+        delivery_id=delivery_id,
+        operation_id=operation_id,
+        channel=Channel(channel),
+        target=target,
+        payload=decoded,
+        created_at=utc(created_at),
+        next_attempt_at=utc(next_attempt_at),
+        status=OutboxStatus(status),
+        attempts=int(attempts),
+        delivered_at=_maybe_utc(delivered_at),
+        last_error=last_error,
+        replay_of=replay_of,
+        lease_owner=lease_owner,
+        lease_expires_at=_maybe_utc(lease_expires_at),
+    )
+
+
+def _audit_event(operation_id: str, row: Any) -> StoredAuditEvent:
+    """An ``audit_events`` row (seq, at, kind, summary, data, prev_hash, hash) as a
+    stored event of *operation_id*."""
+    seq, at, kind, summary, data, prev_hash, digest = row
+    assert isinstance(at, datetime)
+    return StoredAuditEvent(
+        operation_id=operation_id,
+        seq=int(seq),
+        event=AuditEvent(at=utc(at), kind=kind, summary=summary, data=json.loads(data)),
+        prev_hash=prev_hash,
+        hash=digest,
     )

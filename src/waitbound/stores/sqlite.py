@@ -2,7 +2,14 @@
 
 Records are rows with typed columns for what is queried (phase, next poll time,
 lease) and a versioned JSON document for the rest. Audit events are rows in the same
-database, appended in the same ``BEGIN IMMEDIATE`` transaction as the record change.
+database, appended in the same ``BEGIN IMMEDIATE`` transaction as the record change, as
+are the push path's writes (``webhook_jobs``, the inbox's look-back match, the outbox).
+
+The schema is versioned (``PRAGMA user_version``): :data:`_MIGRATIONS` holds one script
+per version, and opening a file for writing applies the pending ones in one transaction.
+Instants are UTC ISO 8601 texts (``datetime.isoformat``): such texts sort as their
+instants do (a whole second, ``…:00+00:00``, sorts before its fractions, ``…:00.5…``,
+since ``+`` sorts before ``.``), so SQL compares and orders them as text.
 """
 
 from __future__ import annotations
@@ -13,27 +20,29 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
+from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Phase, Record
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
+    AuditCursor,
     advance,
     audit_rows,
     claimed,
     decode_record,
+    encode_json,
     encode_record,
+    webhook_key,
 )
 
 __all__ = ["SCHEMA_VERSION", "NotAStoreError", "SQLiteStore", "StoreNotFoundError"]
-
-SCHEMA_VERSION: Final = 1
-_TABLES: Final = frozenset({"operations", "audit_events"})
 
 
 class StoreNotFoundError(StoreError, UsageError):
@@ -49,7 +58,9 @@ class NotAStoreError(StoreError, UsageError):
     was changed."""
 
 
-_SCHEMA: Final = """
+_MIGRATIONS: Final[tuple[str, ...]] = (
+    # 1: operations and their audit log.
+    """
 CREATE TABLE IF NOT EXISTS operations (
     operation_id     TEXT PRIMARY KEY,
     version          INTEGER NOT NULL,
@@ -73,7 +84,62 @@ CREATE TABLE IF NOT EXISTS audit_events (
     hash         TEXT NOT NULL,
     PRIMARY KEY (operation_id, seq)
 );
-"""
+""",
+    # 2: the push path: which operation a provider's job is, the inbox, the outbox;
+    # audit events in (at, operation, seq) order for GET /events.
+    """
+CREATE TABLE webhook_jobs (
+    provider     TEXT NOT NULL,
+    job_id       TEXT NOT NULL,
+    operation_id TEXT NOT NULL,
+    PRIMARY KEY (provider, job_id)
+);
+CREATE TABLE inbox (
+    provider      TEXT NOT NULL,
+    webhook_id    TEXT NOT NULL,
+    received_at   TEXT NOT NULL,
+    job_id        TEXT,
+    event_type    TEXT,
+    authoritative INTEGER NOT NULL,
+    payload       TEXT NOT NULL,
+    operation_id  TEXT,
+    applied_at    TEXT,
+    PRIMARY KEY (provider, webhook_id)
+);
+CREATE INDEX inbox_pending ON inbox (received_at, webhook_id)
+    WHERE operation_id IS NOT NULL AND applied_at IS NULL;
+CREATE INDEX inbox_unmatched ON inbox (provider, job_id) WHERE operation_id IS NULL;
+CREATE TABLE outbox (
+    delivery_id      TEXT PRIMARY KEY,
+    operation_id     TEXT NOT NULL,
+    channel          TEXT NOT NULL,
+    target           TEXT,
+    payload          TEXT NOT NULL,
+    created_at       TEXT NOT NULL,
+    next_attempt_at  TEXT NOT NULL,
+    status           TEXT NOT NULL,
+    attempts         INTEGER NOT NULL,
+    delivered_at     TEXT,
+    last_error       TEXT,
+    replay_of        TEXT,
+    lease_owner      TEXT,
+    lease_expires_at TEXT
+);
+CREATE INDEX outbox_due ON outbox (status, next_attempt_at);
+CREATE INDEX audit_events_at ON audit_events (at, operation_id, seq);
+""",
+)
+"""The schema, one script per version: version N is ``_MIGRATIONS[N - 1]``. A released
+script is never edited, only appended to."""
+
+SCHEMA_VERSION: Final = len(_MIGRATIONS)
+"""The schema version (``PRAGMA user_version``) this waitbound reads and writes."""
+
+_TABLES: Final[dict[int, frozenset[str]]] = {
+    1: frozenset({"operations", "audit_events"}),
+    2: frozenset({"operations", "audit_events", "webhook_jobs", "inbox", "outbox"}),
+}
+"""The tables a file of each schema version holds, exactly."""
 
 
 class SQLiteStore:
@@ -82,9 +148,10 @@ class SQLiteStore:
     Args:
         path: the database file.
         timeout_s: how long a write waits for another process's lock, in seconds.
-        create: create the file (and its folder) when missing, and bring a fresh file
-            up to the current schema. ``False``: a missing file is refused
-            (:class:`StoreNotFoundError`) and nothing is created.
+        create: create the file (and its folder) when missing, at the current schema.
+            ``False``: a missing file is refused (:class:`StoreNotFoundError`) and
+            nothing is created. Either way, a file of an older schema opened for writing
+            is brought up to date (see :meth:`upgrade`).
         read_only: open it for reading only (a ``mode=ro`` URI; ``immutable=1`` when
             the file or its folder is not writable, so a read-only copy kept for audit
             can be read). Implies ``create=False``; every write raises
@@ -138,14 +205,17 @@ class SQLiteStore:
                     f"store {self.path}: cannot open it ({_why(exc)}); name a file"
                 ) from None
             raise StoreError(f"store {self.path}: cannot open it ({_why(exc)})") from None
+        self._applied: list[int] = []
         try:
-            fresh = self._check_ours()
+            found = self._check_ours()
             if not read_only:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
-            if fresh:
-                self._migrate()
+            if found < SCHEMA_VERSION and not read_only:
+                applied = self._migrate()
+                if found > 0:  # a fresh file is created at the current schema
+                    self._applied = applied
         except BaseException as exc:
             self._db.close()
             if isinstance(exc, sqlite3.DatabaseError):
@@ -154,8 +224,9 @@ class SQLiteStore:
                 ) from None
             raise
 
-    def _check_ours(self) -> bool:
-        """Refuse a file that is not a waitbound store; return whether it is fresh (empty).
+    def _check_ours(self) -> int:
+        """Refuse a file that is not a waitbound store; return its schema version (0: a
+        fresh, empty file).
 
         Runs before anything is written, so a foreign database is left exactly as it was.
         """
@@ -177,39 +248,53 @@ class SQLiteStore:
                 raise NotAStoreError(
                     f"store {self.path} is empty: it holds no waitbound store; check the path"
                 )
-            return True
-        foreign = sorted(tables - _TABLES)
+            return 0
+        expected = _TABLES[found or SCHEMA_VERSION]
+        foreign = sorted(tables - expected)
         if foreign:
             raise NotAStoreError(
                 f"store {self.path} is a SQLite database but not a waitbound store (it has "
                 f"table {foreign[0]!r}); name another file (nothing in it was changed)"
             )
-        if found == 0 or tables != _TABLES:
+        if found == 0 or tables != expected:
             missing = (
-                "its schema version" if found == 0 else f"table {sorted(_TABLES - tables)[0]!r}"
+                "its schema version" if found == 0 else f"table {sorted(expected - tables)[0]!r}"
             )
             raise NotAStoreError(
                 f"store {self.path} is not a waitbound store ({missing} is missing); "
                 "name another file (nothing in it was changed)"
             )
-        return False
+        return int(found)
 
-    def _migrate(self) -> None:
-        """Create the schema in a fresh file (one transaction, the version included)."""
+    def _migrate(self) -> list[int]:
+        """Apply the pending migrations (one transaction, the version included); return
+        their versions.
+
+        The version is read again under the write lock: another process opening the
+        same file at the same time may have applied them already.
+        """
         with self._transaction() as db:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            (found,) = db.execute("PRAGMA user_version").fetchone()
+            pending = list(range(int(found) + 1, SCHEMA_VERSION + 1))
+            for version in pending:
+                for statement in _MIGRATIONS[version - 1].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            if pending:
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return pending
 
     def upgrade(self) -> list[int]:
         """Apply pending schema migrations; return their versions.
 
-        A SQLite file is brought to the current schema when it is opened, so there is
-        never anything left to apply: this returns ``[]``. It exists so ``waitbound db
+        A SQLite file is brought to the current schema when it is opened for writing,
+        so this returns the versions that opening applied to an older file (``[2]`` for
+        a version-1 file), once; ``[]`` for a file that was current (or created fresh,
+        at the current schema) and on every later call. It exists so ``waitbound db
         upgrade`` treats both durable stores alike.
         """
-        return []
+        applied, self._applied = self._applied, []
+        return applied
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -257,6 +342,7 @@ class SQLiteStore:
                     (*_columns(stored), stored.created_at.isoformat(), encode_record(stored)),
                 )
                 self._append(db, sealed)
+                _push_writes(db, stored)
         except sqlite3.IntegrityError:
             raise UsageError(f"operation {record.operation_id!r} exists already") from None
         return stored
@@ -287,6 +373,7 @@ class SQLiteStore:
             if cursor.rowcount != 1:
                 raise ConflictError(record.operation_id, record.version)
             self._append(db, sealed)
+            _push_writes(db, stored)
         return stored
 
     @staticmethod
@@ -357,21 +444,7 @@ class SQLiteStore:
                 " WHERE operation_id = ? ORDER BY seq",
                 (operation_id,),
             ).fetchall()
-            return [
-                StoredAuditEvent(
-                    operation_id=operation_id,
-                    seq=seq,
-                    event=AuditEvent(
-                        at=utc(datetime.fromisoformat(at)),
-                        kind=kind,
-                        summary=summary,
-                        data=json.loads(data),
-                    ),
-                    prev_hash=prev_hash,
-                    hash=digest,
-                )
-                for seq, at, kind, summary, data, prev_hash, digest in rows
-            ]
+            return [_audit_event(operation_id, row) for row in rows]
 
     def recent(
         self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
@@ -386,6 +459,183 @@ class SQLiteStore:
                 (len(label_prefix), label_prefix, open_only, limit),
             ).fetchall()
         return [decode_record(text) for (text,) in rows]
+
+    # -- the push path ------------------------------------------------------------------
+
+    def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
+        """See :meth:`Store.put_delivery` (one ``BEGIN IMMEDIATE`` transaction)."""
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT operation_id FROM webhook_jobs WHERE provider = ? AND job_id = ?",
+                (delivery.provider, delivery.job_id),
+            ).fetchone()
+            matched: str | None = row[0] if row else None
+            cursor = db.execute(
+                "INSERT INTO inbox (provider, webhook_id, received_at, job_id, event_type,"
+                " authoritative, payload, operation_id, applied_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (provider, webhook_id) DO NOTHING",
+                (
+                    delivery.provider,
+                    delivery.webhook_id,
+                    _instant(delivery.received_at),
+                    delivery.job_id,
+                    delivery.event_type,
+                    delivery.authoritative,
+                    encode_json(delivery.payload),
+                    matched,
+                    _instant(delivery.applied_at),
+                ),
+            )
+            if cursor.rowcount != 1:
+                return None
+        return replace(delivery, operation_id=matched)
+
+    def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
+        """See :meth:`Store.pending_deliveries`."""
+        with self._damage():
+            rows = self._db.execute(
+                f"SELECT {_INBOX_COLUMNS} FROM inbox"
+                " WHERE operation_id IS NOT NULL AND applied_at IS NULL"
+                " ORDER BY received_at, webhook_id LIMIT ?",
+                (limit,),
+            ).fetchall()
+            return [_delivery(row) for row in rows]
+
+    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> None:
+        """See :meth:`Store.mark_applied`."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE inbox SET applied_at = ? WHERE provider = ? AND webhook_id = ?",
+                (_instant(at), provider, webhook_id),
+            )
+
+    def inbox(
+        self, *, provider: str | None = None, operation_id: str | None = None, limit: int = 100
+    ) -> list[InboundDelivery]:
+        """See :meth:`Store.inbox`."""
+        where, args = _filters(provider=provider, operation_id=operation_id)
+        with self._damage():
+            rows = self._db.execute(
+                f"SELECT {_INBOX_COLUMNS} FROM inbox{where}"
+                " ORDER BY received_at DESC, webhook_id DESC, provider DESC LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+            return [_delivery(row) for row in rows]
+
+    def claim_outbox(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        limit: int,
+        channels: Sequence[Channel],
+    ) -> list[OutboxEntry]:
+        """See :meth:`Store.claim_outbox` (one ``BEGIN IMMEDIATE`` transaction)."""
+        if not channels:
+            return []
+        stamp = _instant(now)
+        until = now + timedelta(seconds=lease_s)
+        marks = ", ".join("?" for _ in channels)
+        with self._transaction() as db:
+            rows = db.execute(
+                f"SELECT {_OUTBOX_COLUMNS} FROM outbox"
+                f" WHERE status = ? AND channel IN ({marks}) AND next_attempt_at <= ?"
+                " AND (lease_expires_at IS NULL OR lease_expires_at <= ?)"
+                " ORDER BY next_attempt_at, delivery_id LIMIT ?",
+                (OutboxStatus.PENDING.value, *(c.value for c in channels), stamp, stamp, limit),
+            ).fetchall()
+            taken = [
+                replace(_entry(row), lease_owner=owner, lease_expires_at=until) for row in rows
+            ]
+            db.executemany(
+                "UPDATE outbox SET lease_owner = ?, lease_expires_at = ? WHERE delivery_id = ?",
+                [(owner, _instant(until), e.delivery_id) for e in taken],
+            )
+        return taken
+
+    def settle_outbox(self, entry: OutboxEntry) -> bool:
+        """See :meth:`Store.settle_outbox`."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE outbox SET status = ?, attempts = ?, next_attempt_at = ?,"
+                " delivered_at = ?, last_error = ?, lease_owner = NULL, lease_expires_at = NULL"
+                " WHERE delivery_id = ? AND status = ? AND lease_owner IS ?",
+                (
+                    entry.status.value,
+                    entry.attempts,
+                    _instant(entry.next_attempt_at),
+                    _instant(entry.delivered_at),
+                    entry.last_error,
+                    entry.delivery_id,
+                    OutboxStatus.PENDING.value,
+                    entry.lease_owner,
+                ),
+            )
+            return cursor.rowcount == 1
+
+    def add_outbox(self, entry: OutboxEntry) -> OutboxEntry:
+        """See :meth:`Store.add_outbox`."""
+        with self._transaction() as db:
+            if not _insert_outbox(db, [entry]):
+                raise UsageError(f"delivery {entry.delivery_id!r} exists already")
+        return entry
+
+    def outbox(
+        self,
+        *,
+        operation_id: str | None = None,
+        status: OutboxStatus | None = None,
+        limit: int = 100,
+    ) -> list[OutboxEntry]:
+        """See :meth:`Store.outbox`."""
+        where, args = _filters(
+            operation_id=operation_id, status=status.value if status is not None else None
+        )
+        with self._damage():
+            rows = self._db.execute(
+                f"SELECT {_OUTBOX_COLUMNS} FROM outbox{where}"
+                " ORDER BY created_at DESC, delivery_id DESC LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+            return [_entry(row) for row in rows]
+
+    def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
+        """See :meth:`Store.get_outbox`."""
+        with self._damage():
+            row = self._db.execute(
+                f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE delivery_id = ?", (delivery_id,)
+            ).fetchone()
+            return _entry(row) if row else None
+
+    def audit_after(
+        self, cursor: AuditCursor | None, *, label_prefix: str = "", limit: int = 500
+    ) -> list[StoredAuditEvent]:
+        """See :meth:`Store.audit_after`.
+
+        ``at`` is compared as text: instants are stored as UTC ISO 8601, which sorts as
+        the instants do (see the module's docstring), and the cursor is written alike.
+        """
+        conditions: list[str] = []
+        args: list[object] = []
+        joined = ""
+        if label_prefix:  # the unfiltered stream reads no record's JSON
+            joined = " JOIN operations AS o ON o.operation_id = e.operation_id"
+            conditions.append("substr(coalesce(json_extract(o.data, '$.label'), ''), 1, ?) = ?")
+            args += [len(label_prefix), label_prefix]
+        if cursor is not None:
+            conditions.append("(e.at, e.operation_id, e.seq) > (?, ?, ?)")
+            args += [_instant(cursor[0]), cursor[1], cursor[2]]
+        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+        with self._damage():
+            rows = self._db.execute(
+                "SELECT e.operation_id, e.seq, e.at, e.kind, e.summary, e.data, e.prev_hash,"
+                f" e.hash FROM audit_events AS e{joined}{where}"
+                " ORDER BY e.at, e.operation_id, e.seq LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+            return [_audit_event(row[0], row[1:]) for row in rows]
 
     def close(self) -> None:
         """Close the database connection (an open transaction is rolled back)."""
@@ -430,4 +680,139 @@ def _columns(record: Record) -> tuple[object, ...]:
         _instant(record.next_poll_at),
         record.lease_owner,
         _instant(record.lease_expires_at),
+    )
+
+
+def _moment(text: str) -> datetime:
+    """A stored instant (see :func:`_instant`) as aware UTC."""
+    return utc(datetime.fromisoformat(text))
+
+
+def _maybe_moment(text: str | None) -> datetime | None:
+    return _moment(text) if text is not None else None
+
+
+def _push_writes(db: sqlite3.Connection, stored: Record) -> None:
+    """The push path's part of a record write (see ``Store``), in its transaction.
+
+    A record that neither expects webhooks nor owes a completion (most records) costs
+    no statement at all.
+    """
+    key = webhook_key(stored)
+    if key is not None:
+        db.execute(
+            "INSERT INTO webhook_jobs (provider, job_id, operation_id) VALUES (?, ?, ?)"
+            " ON CONFLICT (provider, job_id) DO UPDATE SET operation_id = excluded.operation_id"
+            " WHERE operation_id IS NOT excluded.operation_id",
+            (*key, stored.operation_id),
+        )
+        db.execute(
+            "UPDATE inbox SET operation_id = ?"
+            " WHERE provider = ? AND job_id = ? AND operation_id IS NULL",
+            (stored.operation_id, *key),
+        )
+    entries = outbox_entries(stored, stored.finished_at or stored.created_at)
+    if entries:
+        _insert_outbox(db, entries)
+
+
+def _insert_outbox(db: sqlite3.Connection, entries: Sequence[OutboxEntry]) -> int:
+    """Insert *entries*, leaving any whose ``delivery_id`` exists; return how many were new."""
+    inserted = 0
+    for e in entries:
+        cursor = db.execute(
+            f"INSERT INTO outbox ({_OUTBOX_COLUMNS})"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (delivery_id) DO NOTHING",
+            (
+                e.delivery_id,
+                e.operation_id,
+                e.channel.value,
+                e.target,
+                encode_json(e.payload),
+                _instant(e.created_at),
+                _instant(e.next_attempt_at),
+                e.status.value,
+                e.attempts,
+                _instant(e.delivered_at),
+                e.last_error,
+                e.replay_of,
+                e.lease_owner,
+                _instant(e.lease_expires_at),
+            ),
+        )
+        inserted += cursor.rowcount
+    return inserted
+
+
+def _filters(**equal: object) -> tuple[str, tuple[object, ...]]:
+    """A ``WHERE`` clause for the columns given a value (``None``: not filtered on)."""
+    given = {column: value for column, value in equal.items() if value is not None}
+    if not given:
+        return "", ()
+    return " WHERE " + " AND ".join(f"{column} = ?" for column in given), tuple(given.values())
+
+
+_INBOX_COLUMNS: Final = (
+    "provider, webhook_id, received_at, job_id, event_type, authoritative, payload,"
+    " operation_id, applied_at"
+)
+
+_OUTBOX_COLUMNS: Final = (
+    "delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at,"
+    " status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at"
+)
+
+
+def _delivery(row: Any) -> InboundDelivery:
+    """An ``inbox`` row (:data:`_INBOX_COLUMNS`) as a delivery."""
+    provider, webhook_id, received_at, job_id, event_type, authoritative, payload, op, applied = row
+    return InboundDelivery(
+        provider=provider,
+        webhook_id=webhook_id,
+        received_at=_moment(received_at),
+        job_id=job_id,
+        event_type=event_type,
+        authoritative=bool(authoritative),
+        payload=json.loads(payload),
+        operation_id=op,
+        applied_at=_maybe_moment(applied),
+    )
+
+
+def _entry(row: Any) -> OutboxEntry:
+    """An ``outbox`` row (:data:`_OUTBOX_COLUMNS`) as an entry."""
+    delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at = row[:7]
+    status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at = row[7:]
+    decoded = json.loads(payload)
+    if not isinstance(decoded, dict):
+        raise ValueError(f"outbox entry {delivery_id!r}: its payload is not a JSON object")
+    return OutboxEntry(
+        delivery_id=delivery_id,
+        operation_id=operation_id,
+        channel=Channel(channel),
+        target=target,
+        payload=decoded,
+        created_at=_moment(created_at),
+        next_attempt_at=_moment(next_attempt_at),
+        status=OutboxStatus(status),
+        attempts=int(attempts),
+        delivered_at=_maybe_moment(delivered_at),
+        last_error=last_error,
+        replay_of=replay_of,
+        lease_owner=lease_owner,
+        lease_expires_at=_maybe_moment(lease_expires_at),
+    )
+
+
+def _audit_event(operation_id: str, row: Any) -> StoredAuditEvent:
+    """An ``audit_events`` row (seq, at, kind, summary, data, prev_hash, hash) as a
+    stored event of *operation_id*."""
+    seq, at, kind, summary, data, prev_hash, digest = row
+    return StoredAuditEvent(
+        operation_id=operation_id,
+        seq=seq,
+        event=AuditEvent(at=_moment(at), kind=kind, summary=summary, data=json.loads(data)),
+        prev_hash=prev_hash,
+        hash=digest,
     )
