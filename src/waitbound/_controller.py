@@ -42,6 +42,7 @@ from waitbound._observation import Observation
 from waitbound._outcome import Reason
 from waitbound._protocol import IDEMPOTENT_METHODS
 from waitbound._record import Phase, Record, RequestKind
+from waitbound._schedule import DelaySource
 from waitbound._urls import redact_url, resolve, shown_url
 
 __all__ = [
@@ -57,11 +58,16 @@ __all__ = [
     "internal_failure",
     "observe",
     "plan",
+    "wait_demanded",
 ]
 
 
 LEASE_RECHECK_S = 1.0
 """While another worker holds the lease, the record is read again this often (seconds)."""
+
+WEBHOOK_RECHECK_S = 1.0
+"""While webhooks are expected (``push.webhook``), a sleeping wait reads the record again
+at least this often (seconds), so a delivery applied meanwhile wakes it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,7 +187,9 @@ def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False)
     Returns:
         :class:`Finished` (nothing to do), :class:`Finish` (an outcome reached
         without a request), :class:`Sleep` (not yet due, or leased by another
-        worker), or :class:`Send` (a reserved request, counted before it is sent).
+        worker; at most :data:`WEBHOOK_RECHECK_S` while webhooks are expected, so a
+        delivery wakes the sleeper), or :class:`Send` (a reserved request, counted
+        before it is sent).
     """
     if record.is_finished:
         return Finished(record=record)
@@ -230,6 +238,8 @@ def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False)
         return _budget_spent(record, now, notes, why)
     if now < record.next_poll_at:
         until = min(record.next_poll_at, record.stop_at)
+        if record.push.webhook is not None:  # a delivery may bring the poll forward
+            until = min(until, now + timedelta(seconds=WEBHOOK_RECHECK_S))
         return Sleep(until=until, seconds=seconds_between(now, until))
     match record.phase:
         case Phase.FETCHING_RESULT:
@@ -414,6 +424,13 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
         case _:
             step = decide_status(base, observation, reading, rng)
     after, kind, summary, extra = step
+    if kind == "scheduled" and _hinted_in_flight(record, observation, after):
+        # The answer may predate what the webhook announced: look again at once.
+        after = replace(after, next_poll_at=min(after.next_poll_at, now), delay_source=None)
+        summary += (
+            "; a webhook arrived while this request was in flight, so its answer may "
+            "predate it: the next check is due now"
+        )
     observed = audit_event(
         after,
         now,
@@ -429,6 +446,37 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
     return Transition(
         record=after, events=(observed, audit_event(after, now, kind, summary, **extra))
     )
+
+
+def _hinted_in_flight(before: Record, observation: Observation, after: Record) -> bool:
+    """Whether a webhook delivery was applied to the operation after this status request
+    was sent (``waitbound._inbox``: a hint that lands while a request is in flight only
+    brings the poll forward), and the answer scheduled a later poll that would lose it.
+
+    A wait the provider demanded (see :func:`wait_demanded`) is never cut short.
+    """
+    delivered_at = before.push.last_delivery_at
+    if observation.kind != "status" or delivered_at is None:
+        return False
+    sent_at = observation.at - timedelta(seconds=max(0.0, observation.elapsed_s))
+    return delivered_at > sent_at and not wait_demanded(after)
+
+
+def wait_demanded(record: Record) -> bool:
+    """Whether the scheduled next request waits because the provider demanded it, so a
+    webhook hint must not bring it forward: the last answer was a 429, or another
+    answer that is not a 2xx (a 503, a throttle by the profile's rule) whose hint set the
+    time (``provider_retry_after``: a ``Retry-After``, a reset header, a throttle's
+    default delay).
+
+    A pacing hint on an ordinary answer (``Retry-After`` on a 202, a body poll hint) is
+    not a demand: a webhook is newer news about the job than that pacing.
+    """
+    code = record.last_http_status
+    if code == 429:
+        return True
+    ordinary = code is not None and 200 <= code < 300
+    return record.delay_source is DelaySource.PROVIDER_RETRY_AFTER and not ordinary
 
 
 def _absolute(record: Record, url: str | None, what: str) -> tuple[str | None, str | None]:

@@ -32,7 +32,13 @@ from waitbound._observation import Observation
 from waitbound._outcome import OutcomeKind, Reason
 from waitbound._protocol import IDEMPOTENT_METHODS, UrlKind, final_url
 from waitbound._record import Phase, Record
-from waitbound._schedule import DelaySource, backoff_delay_s, hinted_delay_s, read_hints
+from waitbound._schedule import (
+    DelaySource,
+    backoff_bounds_s,
+    backoff_delay_s,
+    hinted_delay_s,
+    read_hints,
+)
 from waitbound._urls import redact_url, resolve, shown_url
 
 __all__ = [
@@ -616,7 +622,10 @@ def _schedule(
     A valid positive hint is a minimum (raised to the floor, then jittered upward
     only). Without one, or with a hint of zero (no minimum, audited as such): local
     backoff; a throttle multiplies it by :data:`THROTTLE_FACTOR`; a confirmation
-    re-check fits its requests inside the confirmation window.
+    re-check fits its requests inside the confirmation window. On the backup schedule
+    (webhooks expected, see :func:`_on_backup_schedule`) the backoff's base and cap are
+    multiplied by ``policy.backup_factor``, and a hint is a minimum of that backoff: the
+    later of the two applies (its source recorded).
     """
     now = observation.at
     policy = record.policy
@@ -627,19 +636,34 @@ def _schedule(
     hint = told if told is not None and told.delay_s > 0 else None
     if told is not None and hint is None:
         note = f"{note + '; ' if note else ''}hint 0 ({told.origin}): no minimum"
+    code = observation.http_status
+    told_to_wait = (  # a non-2xx answer's Retry-After is a demand (see wait_demanded)
+        hint is not None
+        and hint.source is DelaySource.PROVIDER_RETRY_AFTER
+        and not (code is not None and 200 <= code < 300)
+    )
+    backup = _on_backup_schedule(
+        record, demanded=throttle or demanded or told_to_wait, confirming=confirming
+    )
+    base_s, cap_s = backoff_bounds_s(
+        policy.base_delay_s,
+        policy.max_delay_s,
+        backup_factor=policy.backup_factor if backup else None,
+    )
     if hint is not None:
         minimum = max(hint.delay_s, floor)
         delay = hinted_delay_s(minimum, jitter=policy.hint_jitter, rng=rng)
         source = hint.source
         demanded = demanded or throttle
+        if backup:  # the hint is a minimum under the backup schedule, not a shortcut
+            slower = backoff_delay_s(
+                record.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng
+            )
+            if slower > delay:
+                delay, source = slower, DelaySource.BACKUP_POLLING
     else:
         minimum = floor
-        delay = backoff_delay_s(
-            record.attempt,
-            base_delay_s=policy.base_delay_s,
-            max_delay_s=policy.max_delay_s,
-            rng=rng,
-        )
+        delay = backoff_delay_s(record.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng)
         if throttle:
             delay *= THROTTLE_FACTOR
             minimum = delay
@@ -647,7 +671,7 @@ def _schedule(
         if confirming:
             delay = min(delay, policy.confirm_window_s / (policy.confirm_max_requests + 1))
         delay = max(delay, floor)
-        source = DelaySource.LOCAL_BACKOFF
+        source = DelaySource.BACKUP_POLLING if backup else DelaySource.LOCAL_BACKOFF
     record = replace(record, attempt=record.attempt + 1)
     extra: dict[str, JSON] = {
         "invalid_hints": [
@@ -685,6 +709,28 @@ def _schedule(
         f"({source.value}){ignored}"
     )
     return record, "scheduled", summary, extra
+
+
+def _on_backup_schedule(record: Record, *, demanded: bool, confirming: bool) -> bool:
+    """Whether the next status poll's local backoff is the backup schedule: webhooks
+    are expected (``push.webhook``), so polling only has to find the endings no webhook
+    announces; base and cap are multiplied by ``policy.backup_factor``.
+
+    Only while polling the status (phase ``waiting``): a submission resent, a result or
+    errors page not ready, are not what a webhook announces. Never after an answer that
+    demands a wait (a throttle, a 503, a ``Retry-After`` on an answer that is not a
+    2xx: their own rules, e.g. :data:`THROTTLE_FACTOR`
+    times the ordinary backoff, so expecting webhooks never makes a throttle end
+    ``rate_limited`` sooner, and their hint stays the recorded source that no webhook
+    cuts short) or for a confirmation re-check (it fits its window). Any other hint
+    stays a minimum of the backup schedule.
+    """
+    return (
+        record.push.webhook is not None
+        and record.phase is Phase.WAITING
+        and not demanded
+        and not confirming
+    )
 
 
 def _complete(

@@ -2,7 +2,9 @@
 
 Backoff (local): ``raw = min(max_delay, base_delay * 2**attempt)``, the delay drawn
 uniformly from ``[0.5 * raw, raw]``. The exponent is clamped, so attempt 10,000 gives
-the cap and never overflows.
+the cap and never overflows. While webhooks are expected (``Record.push.webhook``), the
+status polls' base and cap are both multiplied by ``policy.backup_factor`` (the backup
+schedule, :attr:`DelaySource.BACKUP_POLLING`); see :func:`backoff_bounds_s`.
 
 Hints (provider): read from every response in this precedence, the first valid one
 winning:
@@ -44,6 +46,7 @@ __all__ = [
     "DelaySource",
     "Hint",
     "InvalidHint",
+    "backoff_bounds_s",
     "backoff_delay_s",
     "backoff_raw_s",
     "hinted_delay_s",
@@ -68,6 +71,9 @@ class DelaySource(StrEnum):
     PROVIDER_RETRY_AFTER = "provider_retry_after"
     PROVIDER_POLL_HINT = "provider_poll_hint"
     LOCAL_BACKOFF = "local_backoff"
+    BACKUP_POLLING = "backup_polling"
+    """Local backoff slowed by ``policy.backup_factor``: webhooks are expected, and
+    polling is the backup that finds the endings no webhook announces."""
     MANUAL_EXTENSION = "manual_extension"
 
 
@@ -101,6 +107,20 @@ def backoff_raw_s(attempt: int, *, base_delay_s: float, max_delay_s: float) -> f
     if max_delay_s <= base_delay_s or attempt >= math.log2(max_delay_s / base_delay_s):
         return max_delay_s
     return min(max_delay_s, base_delay_s * 2.0**attempt)
+
+
+def backoff_bounds_s(
+    base_delay_s: float, max_delay_s: float, *, backup_factor: float | None
+) -> tuple[float, float]:
+    """Return the backoff's ``(base, cap)`` in seconds: as given, or both multiplied by
+    *backup_factor* on the backup schedule (``None``: not on it).
+
+    >>> backoff_bounds_s(5.0, 120.0, backup_factor=4.0)
+    (20.0, 480.0)
+    """
+    if backup_factor is None:
+        return base_delay_s, max_delay_s
+    return base_delay_s * backup_factor, max_delay_s * backup_factor
 
 
 def backoff_delay_s(

@@ -12,6 +12,9 @@ Politeness, per worker and per origin (scheme, host, port): at most
 ``per_origin_rate`` requests per second (bursts up to ``per_origin_burst``). Jitter
 comes from the schedule itself (backoff drawn from 50-100 %, upward jitter on hints),
 so operations created together spread out instead of polling in waves.
+
+Each pass first applies the inbox's pending webhook deliveries (``waitbound._inbox``):
+a delivery brings its operation's next poll forward, so this same pass claims it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
 from waitbound._driver import Credentials, loop, new_owner, one_step, run_async_effects, tools
 from waitbound._errors import ConflictError, UsageError
+from waitbound._inbox import sweep_inbox
 from waitbound._record import Phase, Record
 from waitbound._urls import origin
 from waitbound.stores import Store
@@ -197,6 +201,8 @@ async def work(
     try:
         async with anyio.create_task_group() as group:
             while not stop.is_set():
+                # Webhook deliveries first: a hint makes its operation due for this claim.
+                sweep_inbox(kit.store, clock=kit.clock, rng=kit.rng)
                 free = room.value
                 claimed = (
                     kit.store.claim_due(

@@ -3,14 +3,50 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from email.utils import format_datetime
+from itertools import pairwise
+from typing import Any
 
+import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from tests.fakes import START
-from waitbound import DelaySource, parse_profile, parse_retry_after
-from waitbound._schedule import backoff_delay_s, backoff_raw_s, hinted_delay_s, read_hints
+from tests.core.harness import PROFILE as HARNESS_PROFILE
+from tests.core.harness import SEED, URL
+from tests.core.test_properties import ANSWERS, POLICIES
+from tests.core.test_properties import PROFILE as PROPERTY_PROFILE
+from tests.core.test_properties import Provider as PropertyProvider
+from tests.core.test_properties import _retry_after_s as retry_after_s
+from tests.fakes import START, Answer, FakeClock, ScriptedProvider, gaps
+from waitbound import (
+    DelaySource,
+    MemoryStore,
+    Operation,
+    Outcome,
+    OutcomeKind,
+    Policy,
+    parse_profile,
+    parse_retry_after,
+    start,
+    wait,
+)
+from waitbound._audit import AuditEvent
+from waitbound._controller import WEBHOOK_RECHECK_S, Sleep, plan
+from waitbound._inbox import sweep_inbox
+from waitbound._json import JSON
+from waitbound._push import InboundDelivery
+from waitbound._record import Push
+from waitbound._schedule import (
+    backoff_bounds_s,
+    backoff_delay_s,
+    backoff_raw_s,
+    hinted_delay_s,
+    read_hints,
+)
 
 PROFILE = parse_profile(
     {
@@ -174,3 +210,257 @@ def test_no_valid_hint_gives_none() -> None:
     hint, invalid = _hint({"retry-after-ms": "abc"}, {"hint": "later"})
     assert hint is None
     assert invalid == ["retry-after-ms header", "body poll_hint"]
+
+
+# --- the backup schedule (webhooks expected) and the 1 s recheck -------------------
+
+WEBHOOK_PROFILE = {**HARNESS_PROFILE, "poll_hint": "poll_after"}
+
+
+@dataclass
+class WebhookRun:
+    outcome: Outcome
+    clock: FakeClock
+    provider: ScriptedProvider
+    store: MemoryStore
+
+    @property
+    def gaps(self) -> list[float]:
+        return gaps([t for p, t in self.provider.requests if p == "/status"])
+
+    def scheduled(self) -> list[AuditEvent]:
+        events = self.store.audit(self.outcome.operation_id)
+        return [e.event for e in events if e.event.kind == "scheduled"]
+
+
+def run_expecting_webhooks(
+    script: Mapping[str, Sequence[Answer]], *, webhook: str | None = "reports", **policy: Any
+) -> WebhookRun:
+    """Wait (the real loop, virtual time, seeded RNG) on an operation expecting webhooks."""
+    clock = FakeClock()
+    provider = ScriptedProvider(clock, script)
+    store = MemoryStore()
+    operation = Operation(
+        status_url=URL, profile=parse_profile(WEBHOOK_PROFILE), policy=Policy(**policy)
+    )
+    first = start(operation, store=store, clock=clock)
+    record = store.get(first.operation_id)
+    assert record is not None
+    store.save(replace(record, push=Push(webhook=webhook)), [])
+    outcome = wait(
+        operation_id=first.operation_id,
+        store=store,
+        client=provider.client(),
+        clock=clock,
+        sleep=clock.sleep,
+        rng=random.Random(SEED),
+    )
+    return WebhookRun(outcome=outcome, clock=clock, provider=provider, store=store)
+
+
+RUNNING = (200, {"status": "running"})
+DONE = (200, {"status": "done", "output": {"rows": 3}})
+
+
+def test_backoff_bounds_on_the_backup_schedule() -> None:
+    """The backup schedule multiplies base and cap by backup_factor; off it, both stand."""
+    assert backoff_bounds_s(5.0, 120.0, backup_factor=4.0) == (20.0, 480.0)
+    assert backoff_bounds_s(5.0, 120.0, backup_factor=None) == (5.0, 120.0)
+
+
+def test_webhooks_expected_poll_on_the_backup_schedule_exactly() -> None:
+    """Base and cap x backup_factor: gaps are the seeded draws of [raw/2, raw], raw = 4 * 2 *
+    2**attempt capped at 4 * 5; each scheduled event says backup_polling."""
+    result = run_expecting_webhooks(
+        {"/status": [RUNNING, RUNNING, RUNNING, RUNNING, DONE]},
+        base_delay_s=2,
+        max_delay_s=5,
+        deadline_s=600,
+    )
+    assert result.outcome.outcome is OutcomeKind.SUCCEEDED
+    rng = random.Random(SEED)
+    expected = [rng.uniform(raw / 2, raw) for raw in (8.0, 16.0, 20.0, 20.0)]
+    assert result.gaps == pytest.approx(expected, abs=1e-5)
+    assert {e.data["delay_source"] for e in result.scheduled()} == {"backup_polling"}
+
+
+def test_without_webhooks_the_same_script_polls_on_the_ordinary_schedule() -> None:
+    """Regression guard: no push.webhook, no backup factor, local_backoff."""
+    result = run_expecting_webhooks(
+        {"/status": [RUNNING, RUNNING, DONE]}, webhook=None, base_delay_s=2, max_delay_s=5
+    )
+    rng = random.Random(SEED)
+    assert result.gaps == pytest.approx([rng.uniform(1, 2), rng.uniform(2, 4)], abs=1e-5)
+    assert {e.data["delay_source"] for e in result.scheduled()} == {"local_backoff"}
+
+
+def test_a_sleeping_wait_rechecks_the_record_every_second_when_webhooks_are_expected() -> None:
+    """Every sleep is at most WEBHOOK_RECHECK_S (the driver re-reads and re-plans)."""
+    result = run_expecting_webhooks(
+        {"/status": [RUNNING, DONE]}, base_delay_s=2, max_delay_s=5, deadline_s=600
+    )
+    assert result.clock.sleeps
+    assert max(result.clock.sleeps) <= WEBHOOK_RECHECK_S
+    assert sum(result.clock.sleeps) == pytest.approx(result.gaps[0], abs=1e-5)
+
+
+def test_the_recheck_cap_applies_only_with_webhooks_and_never_passes_the_deadline() -> None:
+    """plan's Sleep: 1 s with push.webhook, the whole wait without; the deadline still first."""
+    store = MemoryStore()
+    outcome = start(
+        Operation(status_url=URL, profile=parse_profile(WEBHOOK_PROFILE), policy=Policy()),
+        store=store,
+        clock=FakeClock(),
+    )
+    record = store.get(outcome.operation_id)
+    assert record is not None
+    due = replace(record, next_poll_at=START + timedelta(seconds=30))
+    plain = plan(due, START, owner="w")
+    assert isinstance(plain, Sleep)
+    assert plain.seconds == 30
+    hooked = plan(replace(due, push=Push(webhook="reports")), START, owner="w")
+    assert isinstance(hooked, Sleep)
+    assert hooked.seconds == WEBHOOK_RECHECK_S
+    near = replace(due, push=Push(webhook="reports"), deadline_at=START + timedelta(seconds=0.4))
+    last = plan(near, START, owner="w")
+    assert isinstance(last, Sleep)
+    assert last.seconds == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize(
+    ("poll_after", "wins"),
+    [(3, "backup_polling"), (100, "provider_poll_hint")],
+    ids=["hint-shorter-than-backup", "hint-longer-than-backup"],
+)
+def test_a_provider_hint_is_a_minimum_of_the_backup_schedule(poll_after: int, wins: str) -> None:
+    """Hinted delay and backup draw, both seeded: the later applies, with its source."""
+    result = run_expecting_webhooks(
+        {"/status": [(200, {"status": "running", "poll_after": poll_after}), DONE]},
+        base_delay_s=5,
+        max_delay_s=120,
+        deadline_s=600,
+    )
+    rng = random.Random(SEED)
+    hinted = poll_after * (1 + rng.uniform(0, 0.1))
+    backup = rng.uniform(10, 20)
+    assert result.gaps == pytest.approx([max(hinted, backup)], abs=1e-5)
+    assert result.scheduled()[0].data["delay_source"] == wins
+
+
+def test_a_throttle_keeps_its_own_rule_when_webhooks_are_expected() -> None:
+    """A 429 without a hint backs off THROTTLE_FACTOR x the ordinary backoff (not backup)."""
+    result = run_expecting_webhooks(
+        {"/status": [(429, {"error": "slow"}), DONE]}, base_delay_s=2, max_delay_s=5
+    )
+    rng = random.Random(SEED)
+    assert result.gaps == pytest.approx([4 * rng.uniform(1, 2)], abs=1e-5)
+    assert result.scheduled()[0].data["delay_source"] == "local_backoff"
+
+
+def test_the_backup_schedule_is_clamped_to_the_deadline() -> None:
+    """A backup delay past the deadline is clipped: timed_out at the deadline, no request."""
+    result = run_expecting_webhooks({"/status": [RUNNING]}, base_delay_s=5, deadline_s=15)
+    assert result.outcome.outcome is OutcomeKind.TIMED_OUT
+    assert result.provider.count("/status") == 1
+    assert sum(result.clock.sleeps) == pytest.approx(15, abs=1e-5)
+
+
+_HINT_PAYLOADS: tuple[JSON, ...] = (
+    {"status": "done", "output": {"ok": 1}},
+    {"status": "done"},
+    {"status": "running"},
+)
+"""Deliveries in turn: an authoritative success, a plain hint, an authoritative pending."""
+
+
+class HintingProvider(PropertyProvider):
+    """The drawn answers, plus webhook deliveries landing at drawn virtual times (applied
+    by a sweep when they are due, while a request is in flight too)."""
+
+    def __init__(
+        self,
+        clock: FakeClock,
+        answers: list[dict[str, object]],
+        store: MemoryStore,
+        at: list[float],
+    ) -> None:
+        super().__init__(clock, answers)
+        self.store = store
+        self.due = sorted(at)
+        self.sent_hints = 0
+
+    def hint(self) -> None:
+        elapsed = (self.clock.now() - START).total_seconds()
+        while self.due and self.due[0] <= elapsed:
+            self.due.pop(0)
+            self.sent_hints += 1
+            self.store.put_delivery(
+                InboundDelivery(
+                    provider="reports",
+                    webhook_id=f"msg_{self.sent_hints}",
+                    received_at=self.clock.now(),
+                    job_id="job-1",
+                    payload=_HINT_PAYLOADS[self.sent_hints % 3],
+                    authoritative=self.sent_hints % 3 != 1,
+                )
+            )
+            sweep_inbox(self.store, clock=self.clock, rng=random.Random(0))
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.hint()  # sent after a delivery
+        try:
+            return super().__call__(request)
+        finally:
+            self.hint()  # a delivery while the answer is on its way
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+        self.hint()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    answers=st.lists(ANSWERS, min_size=1, max_size=12),
+    policy=POLICIES,
+    factor=st.sampled_from([1.0, 4.0, 10.0]),
+    hints=st.lists(st.floats(0, 700, allow_nan=False), max_size=20),
+    seed=st.integers(),
+)
+def test_webhooks_expected_never_send_more_than_the_policy_allows(
+    answers: list[dict[str, object]], policy: Policy, factor: float, hints: list[float], seed: int
+) -> None:
+    """Backup schedule and hints at any time (in flight too): within the request budget,
+    nothing sent at or after the deadline, never earlier than a Retry-After on an answer
+    that is not a 2xx (a demanded wait; on a 2xx it only paces, and a webhook is newer)."""
+    policy = replace(policy, backup_factor=factor)
+    clock = FakeClock()
+    store = MemoryStore()
+    operation = Operation(status_url=URL, profile=PROPERTY_PROFILE, policy=policy, job_id="job-1")
+    first = start(operation, store=store, clock=clock)
+    record = store.get(first.operation_id)
+    assert record is not None
+    store.save(replace(record, push=Push(webhook="reports")), [])
+    provider = HintingProvider(clock, answers, store, hints)
+    outcome = wait(
+        operation_id=first.operation_id,
+        store=store,
+        client=httpx.Client(transport=httpx.MockTransport(provider)),
+        clock=clock,
+        sleep=provider.sleep,
+        rng=random.Random(seed),
+    )
+    done = store.get(outcome.operation_id)
+    assert done is not None
+    assert len(provider.log) <= policy.max_requests
+    assert done.requests_used == len(provider.log)
+    assert all(sent < done.deadline_at for sent, _, _, _ in provider.log)
+    assert done.finished_at is not None
+    assert done.finished_at <= done.deadline_at
+    for (_, answered, delivered, answer), (next_sent, _, _, _) in pairwise(provider.log):
+        minimum = retry_after_s(answer)
+        demanded = answer["code"] not in (200, 202)
+        if minimum is not None and delivered and demanded:
+            assert (next_sent - answered).total_seconds() >= minimum - 1e-6
+    assert provider.sent_hints <= len(hints)
+    if outcome.outcome is OutcomeKind.SUCCEEDED:
+        assert outcome.result == {"ok": 1}

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from collections import Counter
+from dataclasses import replace
+from datetime import datetime
 
 import anyio
 import httpx
 import pytest
 
+from tests.core.harness import SEED
+from tests.fakes import START, FakeClock
 from waitbound import (
+    DelaySource,
     MemoryStore,
     Operation,
     OutcomeKind,
@@ -20,6 +26,8 @@ from waitbound import (
     start,
     work,
 )
+from waitbound._push import InboundDelivery
+from waitbound._record import Push
 
 PROFILE = parse_profile({"state": "status", "pending": ["running"], "succeeded": ["done"]})
 FAST = Policy(base_delay_s=0.02, max_delay_s=0.05, min_delay_s=0.01, deadline_s=30)
@@ -109,3 +117,75 @@ def test_worker_settings_are_checked(field: str) -> None:
     """Nonsense settings are refused with one line."""
     with pytest.raises(UsageError, match=field):
         WorkerSettings(**{field: 0})  # type: ignore[arg-type]
+
+
+def test_a_webhook_delivery_makes_the_worker_poll_at_once() -> None:
+    """An operation expecting webhooks is polled on the backup schedule; a delivery stored
+    meanwhile is swept by the worker's next pass and the job is polled at once (no
+    virtual time passes), then found done."""
+    clock = FakeClock()
+    store = MemoryStore()
+    policy = Policy(base_delay_s=5, max_delay_s=120, deadline_s=600)
+    first = start(
+        Operation(status_url="http://p.test/jobs/1", profile=PROFILE, policy=policy, job_id="j-1"),
+        store=store,
+        clock=clock,
+    )
+    record = store.get(first.operation_id)
+    assert record is not None
+    store.save(replace(record, push=Push(webhook="reports")), [])
+    polls: list[datetime] = []
+
+    async def provider(request: httpx.Request) -> httpx.Response:
+        polls.append(clock.now())
+        return httpx.Response(200, json={"status": "done" if len(polls) > 1 else "running"})
+
+    async def main() -> None:
+        settings = WorkerSettings(until_idle=True, idle_s=0.01)
+        transport = httpx.MockTransport(provider)
+        with anyio.fail_after(10):
+            async with (
+                httpx.AsyncClient(transport=transport) as client,
+                anyio.create_task_group() as group,
+            ):
+                group.start_soon(
+                    lambda: work(
+                        store, settings=settings, client=client, clock=clock,
+                        rng=random.Random(SEED),
+                    )
+                )  # fmt: skip
+                while not polls:
+                    await anyio.sleep(0.005)
+                await anyio.sleep(0.05)  # the worker idles: the backup poll is not due
+                assert len(polls) == 1
+                scheduled = store.get(first.operation_id)
+                assert scheduled is not None
+                assert scheduled.delay_source is DelaySource.BACKUP_POLLING
+                expected = random.Random(SEED).uniform(10, 20)  # raw = 5 x 4 (backup_factor)
+                assert (scheduled.next_poll_at - START).total_seconds() == pytest.approx(expected)
+                store.put_delivery(
+                    InboundDelivery(provider="reports", webhook_id="msg_1", received_at=START,
+                                    job_id="j-1", payload={"data": {"id": "j-1"}})
+                )  # fmt: skip
+
+    anyio.run(main)
+    done = store.get(first.operation_id)
+    assert done is not None
+    assert done.outcome is OutcomeKind.SUCCEEDED
+    assert polls == [START, START]
+    assert done.push.deliveries == 1
+    assert store.pending_deliveries(limit=10) == []
+
+
+def test_an_empty_inbox_costs_the_worker_one_query_a_pass() -> None:
+    """The sweep asks pending_deliveries once a pass and nothing else when it is empty."""
+    calls: list[int] = []
+
+    class CountingStore(MemoryStore):
+        def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
+            calls.append(limit)
+            return super().pending_deliveries(limit=limit)
+
+    store = CountingStore()
+    anyio.run(lambda: work(store, settings=WorkerSettings(until_idle=True)))
+    assert calls == [100]
