@@ -463,3 +463,12 @@ def test_no_garbage_raises_anything_but_a_rejection(
     if isinstance(outcome, WebhookRejected):
         assert outcome.status in (400, 401)
         assert "\n" not in outcome.detail
+
+
+def test_a_secret_that_is_not_whsec_base64_matches_nothing() -> None:
+    """Such a secret (the loader refuses it) never verifies; the sender learns only that
+    the signature did not match."""
+    headers = standard_headers(SECRET_A, BODY)
+    rejected = _rejected(Scheme.STANDARD, ["not-a-whsec-secret", "whsec_%%%%"], headers)
+    assert (rejected.code, rejected.status) == ("bad_signature", 401)
+    assert _verify(Scheme.STANDARD, ["whsec_%%%%", SECRET_A], headers).payload == PAYLOAD
