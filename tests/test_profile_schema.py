@@ -28,6 +28,7 @@ import waitbound
 from waitbound import ProfileError, parse_profile
 from waitbound._actions import CANCEL_KEYS, SUBMIT_KEYS
 from waitbound._contract import COUNT_KEYS, KNOWN_KEYS
+from waitbound._webhooks import WEBHOOK_KEYS
 from waitbound.cli import run as run_cli
 from waitbound.profiles import SCHEMA_FILE, builtin_names, profile_schema
 
@@ -45,6 +46,7 @@ CONSTANTS: dict[str, frozenset[str]] = {
     "submit": SUBMIT_KEYS,
     "cancel": CANCEL_KEYS,
     "counts": COUNT_KEYS,
+    "webhook": WEBHOOK_KEYS,
 }
 """The loader's key sets that exist in the code today, by section."""
 
@@ -52,6 +54,7 @@ PROBE = "zz_probe"
 CONTAINERS: dict[str, dict[str, Any]] = {
     "submit.polling_url[]": {"kind": "status"},
     "throttle.when_headers[]": {"header": "x-ratelimit-remaining"},
+    "webhook": {"scheme": "standard", "job_id": "data.id"},
 }
 """The least a section's object needs besides the key under test."""
 
@@ -433,6 +436,22 @@ INVALID |= {
         {"throttle": {"reset_headers": {"x-ratelimit-reset": "minutes"}}}, "reset_headers"
     ),
     "throttle.default_delay_s": _case({"throttle": {"default_delay_s": "60"}}, "default_delay_s"),
+}
+_HOOK = {"scheme": "standard", "job_id": "data.id"}
+INVALID |= {
+    "webhook not an object": _case({"webhook": "standard"}, "webhook"),
+    "webhook unknown key": _case({"webhook": {**_HOOK, "colour": 1}}, "colour"),
+    "webhook without scheme": _case({"webhook": {"job_id": "data.id"}}, "webhook.scheme"),
+    "webhook without job_id": _case({"webhook": {"scheme": "github"}}, "webhook.job_id"),
+    "webhook.scheme": _case({"webhook": {**_HOOK, "scheme": "svix"}}, "webhook.scheme"),
+    "webhook.job_id": _case({"webhook": {**_HOOK, "job_id": 1}}, "webhook.job_id"),
+    "webhook.authoritative": _case(
+        {"webhook": {**_HOOK, "authoritative": "yes"}}, "webhook.authoritative"
+    ),
+    "webhook.documentation": _case(
+        {"webhook": {**_HOOK, "documentation": "docs.example"}}, "webhook.documentation"
+    ),
+    "webhook.notes": _case({"webhook": {**_HOOK, "notes": " "}}, "webhook.notes"),
 }
 
 

@@ -32,6 +32,7 @@ from waitbound._json import JSON, JSONScalar, contains_ambiguous
 from waitbound._protocol import UrlKind
 from waitbound._sections import checked_section
 from waitbound._throttle import Throttle, parse_hint_headers, parse_throttle
+from waitbound._webhooks import WebhookContract, parse_webhook_contract
 
 __all__ = [
     "Classification",
@@ -108,6 +109,7 @@ OTHER_KEYS: Final = (
     "$schema",
     "throttle",
     "time_format",
+    "webhook",
 )
 URL_KIND_KEYS: Final = frozenset(("state", "http_status_states", "when_no_state", "unlisted_state"))
 UNLISTED_STATES: Final = ("unknown", "pending")
@@ -336,6 +338,9 @@ class Profile:
     cancel: CancelContract = field(default_factory=CancelContract)
     throttle: Throttle | None = None
     time_format: str = "rfc3339"
+    webhook: WebhookContract | None = None
+    """The provider's webhook contract (the ``webhook`` key), or ``None`` when the
+    profile names none."""
 
     def throttled_by(
         self, status: int, headers: Mapping[str, str], *, body_throttled: bool = False
@@ -628,6 +633,7 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         cancel=parse_cancel(where, data.get("cancel")),
         throttle=parse_throttle(where, data.get("throttle")),
         time_format=_parse_time_format(where, data.get("time_format")),
+        webhook=None if "webhook" not in data else parse_webhook_contract(where, data["webhook"]),
     )
 
 

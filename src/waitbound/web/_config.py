@@ -1,16 +1,43 @@
 """``serve.toml``: the receivers (``[webhooks.NAME]``) and the completion signing
-secret (``[notify]``), read once at start. See ``docs/serve.md``."""
+secret (``[notify]``), read once at start. See ``docs/serve.md`` and
+``docs/webhooks.md``.
+
+Every key is checked when the file is read: an unknown key, a receiver name that
+cannot be a URL segment, a scheme not known, a secret that is empty (or, for
+``standard``, not ``whsec_`` base64), a ``job_id`` that is not JMESPath, a tolerance or
+body cap out of bounds. The first problem is one line naming the file and the key,
+never a value.
+"""
 
 from __future__ import annotations
 
+import math
+import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from pathlib import Path
+from typing import Any, Final
 
 import jmespath.parser
 
-from waitbound._webhooks import Scheme
+from waitbound._config_file import expand_env, load_toml
+from waitbound._errors import ProfileError, UsageError
+from waitbound._jmes import compile_expression
+from waitbound._secrets import MIN_SECRET_CHARS
+from waitbound._webhooks import Scheme, WebhookContract, standard_secret_key
+from waitbound.profiles import builtin_names, builtin_profile
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_TOLERANCE_S", "Receiver", "ServeConfig"]
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_TOLERANCE_S",
+    "MAX_BODY_BYTES_RANGE",
+    "RECEIVER_KEYS",
+    "TOLERANCE_S_RANGE",
+    "Receiver",
+    "ServeConfig",
+    "load_serve_config",
+]
 
 DEFAULT_TOLERANCE_S: Final = 300.0
 """How far a delivery's signed timestamp may be from now, either way (seconds)."""
@@ -49,3 +76,178 @@ class ServeConfig:
 
     receivers: dict[str, Receiver] = field(default_factory=dict)
     notify_secret: str | None = field(default=None, repr=False)
+
+
+RECEIVER_KEYS: Final = frozenset(
+    ("scheme", "secrets", "job_id", "authoritative", "profile", "tolerance_s", "max_body_bytes")
+)
+"""The keys of one ``[webhooks.NAME]`` table."""
+TOLERANCE_S_RANGE: Final = (1.0, 3600.0)
+"""``tolerance_s`` bounds, inclusive (seconds)."""
+MAX_BODY_BYTES_RANGE: Final = (1024, 32 * 1024 * 1024)
+"""``max_body_bytes`` bounds, inclusive (1 KiB to 32 MiB; GitHub caps payloads at 25 MB)."""
+_TOP_KEYS: Final = frozenset(("webhooks", "notify"))
+_NOTIFY_KEYS: Final = frozenset(("secret",))
+_NAME: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+
+
+def load_serve_config(path: str | Path, *, env: Mapping[str, str] = os.environ) -> ServeConfig:
+    """Read ``serve.toml``.
+
+    ``${NAME}`` in a secret is replaced by the environment variable NAME. With
+    ``profile = "NAME"``, a receiver takes ``scheme``, ``job_id`` and ``authoritative``
+    from that built-in profile's ``webhook`` key; a key given in the table wins.
+
+    Args:
+        path: the TOML file.
+        env: where ``${NAME}`` is looked up.
+
+    Raises:
+        UsageError: the file cannot be read, is not TOML, or holds a bad key or value;
+            one line starting ``serve config PATH:`` and naming the key, never a value.
+    """
+    return load_toml(path, "serve config", lambda data: _parse(data, env))
+
+
+def _parse(data: Mapping[str, Any], env: Mapping[str, str]) -> ServeConfig:
+    _known(data, _TOP_KEYS, "the top level")
+    webhooks = data.get("webhooks", {})
+    if not isinstance(webhooks, dict):
+        raise UsageError("webhooks must be a table of [webhooks.NAME] tables")
+    receivers: dict[str, Receiver] = {}
+    for name, table in webhooks.items():
+        if not _NAME.fullmatch(name):
+            raise UsageError(
+                f"webhooks.{name[:64]!a}: a receiver name is 1-64 of a-z, 0-9, _ and -, "
+                "starting with a letter or digit (it is the URL path /webhooks/NAME)"
+            )
+        receivers[name] = _receiver(name, table, env)
+    notify_secret: str | None = None
+    if "notify" in data:
+        notify = data["notify"]
+        if not isinstance(notify, dict):
+            raise UsageError("notify must be a table with secret")
+        _known(notify, _NOTIFY_KEYS, "notify")
+        if "secret" not in notify:
+            raise UsageError("notify.secret is required (a whsec_ secret)")
+        notify_secret = _secret(notify["secret"], "notify.secret", Scheme.STANDARD, env)
+    return ServeConfig(receivers=receivers, notify_secret=notify_secret)
+
+
+def _receiver(name: str, table: object, env: Mapping[str, str]) -> Receiver:
+    at = f"webhooks.{name}"
+    if not isinstance(table, dict):
+        raise UsageError(f"{at} must be a table")
+    _known(table, RECEIVER_KEYS, at)
+    contract = _profile_contract(table, at) if "profile" in table else None
+    if "scheme" in table:
+        scheme = table["scheme"]
+        if not isinstance(scheme, str) or scheme not in tuple(Scheme):
+            raise UsageError(f"{at}.scheme must be one of {', '.join(s.value for s in Scheme)}")
+        scheme = Scheme(scheme)
+    elif contract is not None:
+        scheme = contract.scheme
+    else:
+        raise UsageError(f"{at}.scheme is required (or profile = a built-in profile's name)")
+    if "job_id" in table:
+        job_id_text = table["job_id"]
+        job_id = _job_id(job_id_text, f"{at}.job_id")
+    elif contract is not None:
+        job_id_text, job_id = contract.job_id_text, contract.job_id
+    else:
+        raise UsageError(f"{at}.job_id is required (or profile = a built-in profile's name)")
+    authoritative = table.get("authoritative", contract.authoritative if contract else False)
+    if not isinstance(authoritative, bool):
+        raise UsageError(f"{at}.authoritative must be true or false")
+    raw_secrets = table.get("secrets")
+    if not isinstance(raw_secrets, list) or not raw_secrets:
+        raise UsageError(f"{at}.secrets must be a non-empty list of strings")
+    secrets = tuple(
+        _secret(raw, f"{at}.secrets[{index}]", scheme, env) for index, raw in enumerate(raw_secrets)
+    )
+    return Receiver(
+        name=name,
+        scheme=scheme,
+        secrets=secrets,
+        job_id=job_id,
+        job_id_text=str(job_id_text),
+        authoritative=authoritative,
+        tolerance_s=_number(table, "tolerance_s", at, DEFAULT_TOLERANCE_S, TOLERANCE_S_RANGE),
+        max_body_bytes=int(
+            _number(table, "max_body_bytes", at, DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES_RANGE)
+        ),
+    )
+
+
+def _profile_contract(table: Mapping[str, object], at: str) -> WebhookContract:
+    """The ``webhook`` contract of the built-in profile the table's ``profile`` names."""
+    name = table["profile"]
+    with_contract = [n for n in builtin_names() if builtin_profile(n).webhook is not None]
+    if not isinstance(name, str) or name not in with_contract:
+        raise UsageError(
+            f"{at}.profile must name a built-in profile with a webhook contract "
+            f"({', '.join(with_contract)})"
+        )
+    contract = builtin_profile(name).webhook
+    assert contract is not None
+    return contract
+
+
+def _job_id(text: object, at: str) -> jmespath.parser.ParsedResult:
+    try:
+        return compile_expression(at, "job_id", text)
+    except ProfileError:
+        raise UsageError(
+            f"{at} must be a JMESPath expression over the payload that compiles and calls "
+            "only JMESPath's functions"
+        ) from None
+
+
+def _secret(raw: object, at: str, scheme: Scheme, env: Mapping[str, str]) -> str:
+    """A secret with ``${NAME}`` expanded, checked; messages never quote it."""
+    if not isinstance(raw, str):
+        raise UsageError(f"{at} must be a string")
+    secret = expand_env(raw, at, env)
+    if secret != secret.strip() or len(secret) < MIN_SECRET_CHARS:
+        raise UsageError(
+            f"{at} must be at least {MIN_SECRET_CHARS} characters, without surrounding spaces"
+        )
+    if scheme is Scheme.STANDARD:
+        try:
+            standard_secret_key(secret)
+        except ValueError as exc:
+            raise UsageError(f"{at}: {exc}") from None
+    return secret
+
+
+def _number(
+    table: Mapping[str, object],
+    key: str,
+    at: str,
+    default: float,
+    bounds: tuple[float, float],
+) -> float:
+    if key not in table:
+        return default
+    value = table[key]
+    low, high = bounds
+    integral = key == "max_body_bytes"
+    number = None if isinstance(value, bool) else value
+    if integral and not isinstance(number, int):
+        number = None
+    if (
+        not isinstance(number, int | float)
+        or not math.isfinite(number)
+        or not low <= number <= high
+    ):
+        kind = "an integer" if integral else "a number"
+        raise UsageError(f"{at}.{key} must be {kind} from {low:.0f} to {high:.0f}")
+    return float(number)
+
+
+def _known(table: Mapping[str, object], known: frozenset[str], at: str) -> None:
+    unknown = sorted(str(key) for key in set(table) - known)
+    if unknown:
+        raise UsageError(
+            f"unknown key {unknown[0][:64]!a} in {at} (known: {', '.join(sorted(known))})"
+        )

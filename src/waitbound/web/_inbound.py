@@ -1,0 +1,204 @@
+"""``POST /webhooks/{provider}``: a verified delivery is stored in the inbox, then
+acknowledged.
+
+The receiver reads the body under its cap, verifies it (``waitbound._webhooks.verify``),
+reads the delivery (:func:`read_delivery`: job id, event type, payload bounded and
+redacted) and stores it (``Store.put_delivery``, unique on provider and webhook id)
+before it answers 2xx, so an acknowledged delivery is never lost. Everything else is
+a 4xx JSON ``{"error": CODE, "detail": LINE}`` and stores nothing; a store that fails
+is a 503 (the provider retries). See ``docs/webhooks.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Final
+
+import anyio.to_thread
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+
+from waitbound._jmes import search
+from waitbound._json import JSON, Ambiguous, redact_json
+from waitbound._push import InboundDelivery
+from waitbound._secrets import secret_parts
+from waitbound._webhooks import STANDARD_SECRET_PREFIX, Verified, WebhookRejected, verify
+from waitbound.web._config import Receiver
+
+if TYPE_CHECKING:
+    from waitbound.web._service import Service
+
+__all__ = [
+    "EVENT_TYPE_KEYS",
+    "MAX_JOB_ID_CHARS",
+    "MAX_KEPT_PAYLOAD_CHARS",
+    "read_body",
+    "read_delivery",
+    "receive_webhook",
+]
+
+MAX_KEPT_PAYLOAD_CHARS: Final = 65_536
+"""A payload whose JSON is longer than this is kept as its first
+:data:`KEPT_HEAD_CHARS` characters of text, and is not authoritative."""
+KEPT_HEAD_CHARS: Final = 2_000
+MAX_JOB_ID_CHARS: Final = 1_024
+"""A longer job id names no job (it is kept as ``None``: stored, never matched)."""
+MAX_EVENT_TYPE_CHARS: Final = 200
+EVENT_TYPE_KEYS: Final = ("type", "action", "event")
+"""Where a payload names its event type, first string wins."""
+
+_LOG = logging.getLogger("waitbound.serve")
+_CONTENT_LENGTH: Final = re.compile(r"[0-9]{1,20}")
+
+
+def read_delivery(receiver: Receiver, verified: Verified, now: datetime) -> InboundDelivery:
+    """The inbox entry a verified delivery makes (pure).
+
+    - ``job_id``: the receiver's expression over the payload; a string is kept as it
+      is, a number as its JSON text (``123``, as a status body's job id is read);
+      anything else — missing, null, a list, an empty or over-long string, a key the
+      payload repeats with different values — is ``None`` (the delivery is stored but
+      never matched).
+    - ``event_type``: the first of ``type``, ``action``, ``event`` at the payload's top
+      level that is a non-empty string (cut to 200 characters).
+    - ``payload``: with each of the receiver's secrets (and the base64 part of a
+      ``whsec_`` one) replaced by ``[redacted]``; kept whole up to 64 KiB of JSON, else
+      as its first 2,000 characters of text, and then not authoritative (a cut payload
+      cannot be classified).
+
+    Args:
+        receiver: the ``[webhooks.NAME]`` it came to.
+        verified: what :func:`waitbound._webhooks.verify` returned.
+        now: when it was received (aware UTC).
+    """
+    payload: JSON = redact_json(verified.payload, _redacted(receiver.secrets))
+    text = json.dumps(payload, ensure_ascii=False)
+    kept = len(text) <= MAX_KEPT_PAYLOAD_CHARS
+    return InboundDelivery(
+        provider=receiver.name,
+        webhook_id=verified.webhook_id,
+        received_at=now,
+        job_id=_job_id(search(receiver.job_id, verified.payload)),
+        event_type=_event_type(verified.payload),
+        payload=payload if kept else text[:KEPT_HEAD_CHARS] + "…",
+        authoritative=receiver.authoritative and kept,
+    )
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, at most *limit* bytes, read while it streams.
+
+    Raises:
+        WebhookRejected: ``too_large`` (413) when ``Content-Length`` says more than
+            *limit* (nothing is read) or the streamed body passes it;
+            ``bad_content_length`` (400) for a ``Content-Length`` that is not a number;
+            ``disconnected`` (400) when the client went away mid-body.
+    """
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not _CONTENT_LENGTH.fullmatch(length.strip()):
+            raise WebhookRejected("bad_content_length", "Content-Length is not a number")
+        if int(length) > limit:
+            raise _too_large(limit)
+    body = bytearray()
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise _too_large(limit)
+    except ClientDisconnect:
+        raise WebhookRejected("disconnected", "the client went away mid-body") from None
+    return bytes(body)
+
+
+async def receive_webhook(request: Request) -> Response:
+    """``POST /webhooks/{provider}``: verify, store, acknowledge.
+
+    Answers:
+        200 ``{"received": true, "duplicate": false, "matched": BOOL}``: stored now;
+        ``matched`` says whether an operation expecting it was found.
+        200 ``{"received": true, "duplicate": true, "matched": false}``: a valid
+        delivery whose id is stored already (a retry): acknowledged, nothing written.
+        404: no receiver of that name. 400/401/413: see :class:`WebhookRejected`.
+        503: the store failed; nothing is acknowledged, so the provider retries.
+    """
+    service: Service = request.app.state.service
+    name = request.path_params.get("provider", "")
+    receiver = service.config.receivers.get(name)
+    if receiver is None:
+        return _error(404, "unknown_provider", "no [webhooks.NAME] receiver has this name")
+    try:
+        body = await read_body(request, receiver.max_body_bytes)
+        now = service.clock.now()
+        verified = verify(
+            receiver.scheme,
+            receiver.secrets,
+            request.headers,
+            body,
+            now=now,
+            tolerance_s=receiver.tolerance_s,
+        )
+    except WebhookRejected as rejected:
+        return _error(rejected.status, rejected.code, rejected.detail)
+    delivery = read_delivery(receiver, verified, now)
+    try:
+        stored = await anyio.to_thread.run_sync(service.store.put_delivery, delivery)
+    except Exception as exc:  # any store failure: the provider must retry
+        _LOG.warning(
+            "webhook %s: storing delivery %s failed (%s)",
+            receiver.name,
+            delivery.webhook_id,
+            type(exc).__name__,
+        )
+        return _error(503, "store_unavailable", "the delivery could not be stored; retry later")
+    if stored is not None:
+        try:
+            service.delivered(stored)
+        except Exception as exc:  # a failed nudge: the sweep applies it within a second
+            _LOG.warning("webhook %s: nudge failed (%s)", receiver.name, type(exc).__name__)
+    return JSONResponse(
+        {
+            "received": True,
+            "duplicate": stored is None,
+            "matched": stored is not None and stored.operation_id is not None,
+        }
+    )
+
+
+def _redacted(secrets: Sequence[str]) -> tuple[str, ...]:
+    """The receiver's secrets, and the base64 part of each ``whsec_`` one, as redaction
+    strings (see :func:`waitbound._secrets.secret_parts`)."""
+    stripped = [s.removeprefix(STANDARD_SECRET_PREFIX) for s in secrets]
+    return secret_parts([*secrets, *stripped])
+
+
+def _job_id(value: JSON) -> str | None:
+    if isinstance(value, Ambiguous | bool):
+        return None
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, int | float):
+        text = json.dumps(value)
+    else:
+        return None
+    return text if 0 < len(text) <= MAX_JOB_ID_CHARS else None
+
+
+def _event_type(payload: dict[str, JSON]) -> str | None:
+    for key in EVENT_TYPE_KEYS:
+        value = payload.get(key)
+        if isinstance(value, str) and not isinstance(value, Ambiguous) and value:
+            return value[:MAX_EVENT_TYPE_CHARS]
+    return None
+
+
+def _too_large(limit: int) -> WebhookRejected:
+    return WebhookRejected("too_large", f"the body is larger than {limit} bytes", status=413)
+
+
+def _error(status: int, code: str, detail: str) -> JSONResponse:
+    return JSONResponse({"error": code, "detail": detail}, status_code=status)
