@@ -44,6 +44,29 @@ from waitbound.cli._render import option_costs, printable
 
 __all__ = ["cancel_command", "run", "submit", "wait"]
 
+PUSH_OPTIONS = [
+    click.option(
+        "--webhook",
+        metavar="PROVIDER",
+        help="Deliveries from this `waitbound serve` receiver ([webhooks.PROVIDER] of "
+        "serve.toml) are expected for the job: polling slows to the backup schedule.",
+    ),
+    click.option(
+        "--notify",
+        "notify_url",
+        metavar="URL",
+        help="POST a signed completion webhook (Standard Webhooks) to URL when the "
+        "operation finishes; needs $WAITBOUND_NOTIFY_SECRET (whsec_…).",
+    ),
+]
+
+
+def _push_options(function: Any) -> Any:
+    for decorator in reversed(PUSH_OPTIONS):
+        function = decorator(function)
+    return function
+
+
 SUBMIT_OPTIONS = [
     click.argument(
         "method", type=click.Choice(["POST", "PUT", "PATCH", "DELETE", "GET"], case_sensitive=False)
@@ -100,10 +123,13 @@ def _submit_options(function: Any) -> Any:
     help="How STATUS_URL's answers are read: a status monitor's body, a Location URL's "
     "status code, or the resource's own provisioning state.",
 )
+@_push_options
 def wait(  # noqa: PLR0917 - click passes every option
     status_url: str | None,
     detach: bool,
     url_kind: str,
+    webhook: str | None,
+    notify_url: str | None,
     headers: Sequence[str],
     trusted_origins: Sequence[str],
     operation_id: str | None,
@@ -134,9 +160,15 @@ def wait(  # noqa: PLR0917 - click passes every option
             trusted_origins=tuple(trusted_origins),
             credential_label=credential_label,
             url_kind=UrlKind(url_kind),
+            webhook=webhook,
+            notify_url=notify_url,
         )
     elif operation_id is None:
         raise UsageError("give a STATUS_URL to wait on, or --operation-id to resume")
+    elif webhook is not None or notify_url is not None:
+        raise UsageError(
+            "--webhook and --notify are set when an operation is created: give its STATUS_URL"
+        )
     op_id = operation_id or waitbound.new_operation_id()
     names = header_names(sent)
     if detach:
@@ -210,6 +242,8 @@ def _submission(flags: dict[str, Any]) -> Submission:
         cancel_on_deadline=bool(flags.pop("cancel_on_deadline")),
         trusted_origins=tuple(flags.pop("trusted_origins")),
         credential_label=flags.pop("credential_label"),
+        webhook=flags.pop("webhook"),
+        notify_url=flags.pop("notify_url"),
     )
 
 
@@ -273,6 +307,7 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
 @PROFILE_OPTIONS
 @POLICY_OPTIONS
 @RUN_OPTIONS
+@_push_options
 def submit(**flags: Any) -> int:
     return _submit_and_maybe_wait(flags, wait_for_outcome=False)
 
@@ -285,6 +320,7 @@ def submit(**flags: Any) -> int:
 @PROFILE_OPTIONS
 @POLICY_OPTIONS
 @RUN_OPTIONS
+@_push_options
 def run(**flags: Any) -> int:
     return _submit_and_maybe_wait(flags, wait_for_outcome=True)
 
