@@ -10,7 +10,6 @@ signed webhook when the notify secret is known.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -29,15 +28,15 @@ from waitbound._driver import (
     run_sync_effects,
     tools,
 )
-from waitbound._errors import OperationNotFoundError, UsageError, WaitboundError
-from waitbound._operation import Operation, Submission, open_operation, request_cancel
-from waitbound._outbox import (
-    NOTIFY_SECRET_ENV,
-    OnComplete,
-    deliver_due,
-    deliver_due_sync,
-    webhook_signer,
+from waitbound._errors import OperationNotFoundError, WaitboundError
+from waitbound._operation import (
+    Operation,
+    Submission,
+    check_push,
+    open_operation,
+    request_cancel,
 )
+from waitbound._outbox import OnComplete, deliver_due, deliver_due_sync, resolve_notify_secret
 from waitbound._outcome import Outcome
 from waitbound._record import Phase, Record
 from waitbound.stores import Store
@@ -66,21 +65,16 @@ def _submitted(record: Record) -> bool:
 
 
 def _notify_secret(operation: Operation | Submission | None, given: str | None) -> str | None:
-    """The secret that signs completion webhooks: *given*, else ``$WAITBOUND_NOTIFY_SECRET``.
+    """The secret that signs completion webhooks, after checking *operation*'s opt-in.
 
     Raises:
-        UsageError: *operation* names a ``notify_url`` and no usable secret is known
-            (checked before anything is stored).
+        UsageError: its ``webhook`` or ``notify_url`` cannot be used, or it names a
+            ``notify_url`` and no usable secret is known (before anything is stored).
     """
-    secret = given if given is not None else (os.environ.get(NOTIFY_SECRET_ENV) or None)
-    if operation is not None and operation.notify_url is not None:
-        if secret is None:
-            raise UsageError(
-                f"notify_url needs the secret that signs completion webhooks: set "
-                f"${NOTIFY_SECRET_ENV} (whsec_…) or pass notify_secret; nothing was stored"
-            )
-        webhook_signer(secret)
-    return secret
+    if operation is None:
+        return resolve_notify_secret(None, given)
+    check_push(operation)  # a bad URL is named before a missing secret
+    return resolve_notify_secret(operation.notify_url, given)
 
 
 def _own_deliveries(

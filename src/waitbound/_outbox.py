@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import random
 import secrets
 from collections.abc import Awaitable, Callable, Generator, Sequence
@@ -60,6 +61,7 @@ __all__ = [
     "deliver_due_sync",
     "next_attempt",
     "replay_delivery",
+    "resolve_notify_secret",
     "webhook_signer",
 ]
 
@@ -211,6 +213,25 @@ def webhook_signer(secret: str) -> Webhook:
             f"the notify secret (${NOTIFY_SECRET_ENV}) is not a Standard Webhooks secret: "
             "expected whsec_ followed by base64 (its value is not shown)"
         ) from None
+
+
+def resolve_notify_secret(notify_url: str | None, given: str | None) -> str | None:
+    """The secret that signs completion webhooks: *given*, else
+    ``$WAITBOUND_NOTIFY_SECRET`` (``None`` when neither is set).
+
+    Raises:
+        UsageError: *notify_url* is set and no secret is known (the message names the
+            variable), or the secret cannot sign (see :func:`webhook_signer`).
+    """
+    secret = given if given is not None else (os.environ.get(NOTIFY_SECRET_ENV) or None)
+    if notify_url is not None:
+        if secret is None:
+            raise UsageError(
+                f"a notify URL needs the secret that signs completion webhooks: set "
+                f"${NOTIFY_SECRET_ENV} (whsec_…) or pass notify_secret; nothing was stored"
+            )
+        webhook_signer(secret)
+    return secret
 
 
 def replay_delivery(store: Store, delivery_id: str, *, now: datetime) -> OutboxEntry:

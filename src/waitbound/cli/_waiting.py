@@ -21,6 +21,8 @@ from waitbound import (
     UsageError,
 )
 from waitbound._json import JSON
+from waitbound._operation import check_push
+from waitbound._outbox import resolve_notify_secret
 from waitbound._urls import redact_url
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
@@ -169,6 +171,8 @@ def wait(  # noqa: PLR0917 - click passes every option
         raise UsageError(
             "--webhook and --notify are set when an operation is created: give its STATUS_URL"
         )
+    if operation is not None:
+        _check_push(operation, needs_secret=not detach)  # before the store is opened
     op_id = operation_id or waitbound.new_operation_id()
     names = header_names(sent)
     if detach:
@@ -207,6 +211,14 @@ def wait(  # noqa: PLR0917 - click passes every option
         progress=sink,
     )
     return print_outcome(outcome, as_json, option_costs(record))
+
+
+def _check_push(operation: Operation | Submission, *, needs_secret: bool) -> None:
+    """Refuse a bad --webhook or --notify, and --notify without a notify secret when
+    this process delivers the completion (a detached operation's is the worker's)."""
+    check_push(operation)
+    if needs_secret:
+        resolve_notify_secret(operation.notify_url, None)
 
 
 def _check_credential_label(record: Record | None, label: str) -> None:
@@ -270,6 +282,7 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
     sent = [parse_header(h) for h in flags.pop("headers")]
     http = http_settings(flags.pop("max_response_bytes"))
     submission = _submission(flags)
+    _check_push(submission, needs_secret=True)
     op_id = flags.pop("operation_id") or waitbound.new_operation_id()
     as_json = bool(flags.pop("as_json"))
     sink = Progress(flags.pop("progress"), every_event=flags.pop("every_event"), as_json=as_json)

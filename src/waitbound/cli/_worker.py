@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 from collections import Counter
 from collections.abc import Sequence
@@ -15,7 +14,7 @@ import click
 import waitbound
 from waitbound import AuditEvent, StoreError, UsageError, WaitboundError, WorkerSettings
 from waitbound._json import JSON
-from waitbound._outbox import NOTIFY_SECRET_ENV, webhook_signer
+from waitbound._outbox import resolve_notify_secret, webhook_signer
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
     MAX_RESPONSE_OPTION,
@@ -116,7 +115,7 @@ def worker(  # noqa: PLR0917 - click passes every option
             "give --header-for ORIGIN 'Name: value' or --credentials FILE"
         )
     per_origin = credentials(header_for, credentials_file)
-    notify_secret = os.environ.get(NOTIFY_SECRET_ENV) or None
+    notify_secret = resolve_notify_secret(None, None)  # $WAITBOUND_NOTIFY_SECRET
     if notify_secret is not None:
         webhook_signer(notify_secret)  # a secret that cannot sign: one line, before starting
     settings = WorkerSettings(
