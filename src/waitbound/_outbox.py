@@ -529,11 +529,14 @@ async def _awaited(value: Awaitable[object]) -> None:
 
 
 def _call_sync(on_complete: OnComplete, call: _Call) -> Attempt:
+    returned: object = None
     try:
         returned = on_complete(call.completion)
         if inspect.isawaitable(returned):
-            anyio.run(_awaited, returned)
+            anyio.run(_awaited, returned)  # RuntimeError inside a running event loop
     except Exception as exc:
+        if inspect.iscoroutine(returned):
+            returned.close()  # never awaited: say nothing more about it
         return attempt_of_error(exc, call.hidden)
     return Attempt()
 

@@ -153,7 +153,8 @@ async def work(
             be taken (the store failed); the worker goes on with the other operations.
             ``None`` logs a warning on the ``waitbound.worker`` logger. A failure of the
             operation itself (an answer waitbound cannot process) is recorded on it as
-            ``escalated`` / ``integration_failure`` and never reaches here.
+            ``escalated`` / ``integration_failure`` and never reaches here. A delivery
+            pass whose claim failed is reported as ``"(completions)"``.
         stop: set it to stop claiming work (a SIGTERM handler does).
         on_complete: deliver the store's callback completions to this callable (see
             :func:`waitbound.wait`); ``None``: they are left to a deliverer that has one.
