@@ -66,8 +66,10 @@ from waitbound._escalations import (
 from waitbound._observation import Observation
 from waitbound._operation import Operation, Submission, new_operation_id
 from waitbound._options import Option, option_costs
+from waitbound._outbox import Completion, deliver_due, deliver_due_sync, replay_delivery
 from waitbound._outcome import Outcome, OutcomeKind, Reason
 from waitbound._protocol import FinalStateVia, UrlKind
+from waitbound._push import Channel, OutboxEntry, OutboxStatus
 from waitbound._record import Decision, DecisionRequest, Grants, Phase, Policy, Record
 from waitbound._schedule import DelaySource, parse_retry_after
 from waitbound._worker import WorkerSettings, work
@@ -82,8 +84,10 @@ __all__ = [
     "AuditEvent",
     "AuditFinding",
     "AuditProblem",
+    "Channel",
     "Classification",
     "Clock",
+    "Completion",
     "ConflictError",
     "Counts",
     "Decision",
@@ -101,6 +105,8 @@ __all__ = [
     "Operation",
     "OperationNotFoundError",
     "Option",
+    "OutboxEntry",
+    "OutboxStatus",
     "Outcome",
     "OutcomeError",
     "OutcomeKind",
@@ -133,6 +139,8 @@ __all__ = [
     "check_async",
     "decide",
     "decide_async",
+    "deliver_due",
+    "deliver_due_sync",
     "diagnose_chain",
     "diagnose_record",
     "escalations",
@@ -146,6 +154,7 @@ __all__ = [
     "parse_profile",
     "parse_retry_after",
     "profile_schema",
+    "replay_delivery",
     "request_extension",
     "request_extension_async",
     "run",

@@ -1,11 +1,15 @@
 """The public waiting API: wait, submit, run, cancel and check, each sync and async.
 
 Each function is a thin shell: it opens (or loads) the operation's record, then hands
-the one shared loop (``_driver.loop``) to the blocking or the async interpreter.
+the one shared loop (``_driver.loop``) to the blocking or the async interpreter. Once
+the loop ends with a final outcome, ``wait``, ``submit`` and ``run`` deliver that
+operation's completions in-process (``waitbound._outbox``): to *on_complete*, and as a
+signed webhook when the notify secret is known.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,8 +28,15 @@ from waitbound._driver import (
     run_sync_effects,
     tools,
 )
-from waitbound._errors import OperationNotFoundError
-from waitbound._operation import Operation, Submission, open_operation, request_cancel
+from waitbound._errors import OperationNotFoundError, WaitboundError
+from waitbound._operation import (
+    Operation,
+    Submission,
+    check_push,
+    open_operation,
+    request_cancel,
+)
+from waitbound._outbox import OnComplete, deliver_due, deliver_due_sync, resolve_notify_secret
 from waitbound._outcome import Outcome
 from waitbound._record import Phase, Record
 from waitbound.stores import Store
@@ -46,8 +57,85 @@ __all__ = [
 ]
 
 
+_LOG = logging.getLogger("waitbound.outbox")
+
+
 def _submitted(record: Record) -> bool:
     return record.phase is not Phase.SUBMITTING
+
+
+def _notify_secret(operation: Operation | Submission | None, given: str | None) -> str | None:
+    """The secret that signs completion webhooks, after checking *operation*'s opt-in.
+
+    Raises:
+        UsageError: its ``webhook`` or ``notify_url`` cannot be used, or it names a
+            ``notify_url`` and no usable secret is known (before anything is stored).
+    """
+    if operation is None:
+        return resolve_notify_secret(None, given)
+    check_push(operation)  # a bad URL is named before a missing secret
+    return resolve_notify_secret(operation.notify_url, given)
+
+
+def _own_deliveries(
+    done: Record, on_complete: OnComplete | None, secret: str | None
+) -> tuple[OnComplete | None, str | None] | None:
+    """What this call delivers of *done*'s completions itself (``None``: nothing)."""
+    if not done.is_final or not done.push.notifies:
+        return None
+    callback = on_complete if done.push.callback else None
+    signing = secret if done.push.notify_url is not None else None
+    if callback is None and signing is None:
+        return None
+    return callback, signing
+
+
+def _not_delivered(done: Record, exc: WaitboundError) -> None:
+    _LOG.warning(
+        "operation %s: its completion is not delivered now (%s: %s); it stays pending "
+        "for a worker (waitbound.work with on_complete / notify_secret)",
+        done.operation_id, type(exc).__name__, exc,
+    )  # fmt: skip
+
+
+def _deliver_sync(
+    kit: Tools, done: Record, on_complete: OnComplete | None, secret: str | None
+) -> None:
+    """Deliver *done*'s due completions, blocking (the entries stay pending on failure)."""
+    own = _own_deliveries(done, on_complete, secret)
+    if own is None:
+        return
+    try:
+        deliver_due_sync(
+            kit.store,
+            clock=kit.clock,
+            rng=kit.rng,
+            notify_secret=own[1],
+            on_complete=own[0],
+            operation_id=done.operation_id,
+        )
+    except WaitboundError as exc:  # the outcome is stored: never lose it for this
+        _not_delivered(done, exc)
+
+
+async def _deliver_async(
+    kit: Tools, done: Record, on_complete: OnComplete | None, secret: str | None
+) -> None:
+    """Deliver *done*'s due completions without blocking the event loop."""
+    own = _own_deliveries(done, on_complete, secret)
+    if own is None:
+        return
+    try:
+        await deliver_due(
+            kit.store,
+            clock=kit.clock,
+            rng=kit.rng,
+            notify_secret=own[1],
+            on_complete=own[0],
+            operation_id=done.operation_id,
+        )
+    except WaitboundError as exc:  # the outcome is stored: never lose it for this
+        _not_delivered(done, exc)
 
 
 def wait(
@@ -62,6 +150,8 @@ def wait(
     rng: random.Random | None = None,
     on_event: EventSink | None = None,
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+    on_complete: OnComplete | None = None,
+    notify_secret: str | None = None,
 ) -> Outcome:
     """Wait, blocking, until the operation has exactly one outcome.
 
@@ -81,20 +171,37 @@ def wait(
         clock, sleep, rng: time, sleeping (seconds) and jitter, injectable for tests.
         on_event: called with each audit event once it is persisted.
         http: body cap, redirects and connect timeout.
+        on_complete: called with a :class:`~waitbound.Completion` once the outcome is
+            final (sets ``Record.push.callback``; plain or async). It is called by this
+            call after the loop; after a crash, by a ``waitbound.work`` given a callable.
+            At least once: dedupe on ``delivery_id``. See ``docs/completions.md``.
+        notify_secret: the ``whsec_`` secret that signs the completion webhook of an
+            operation with ``notify_url``; ``None`` means ``$WAITBOUND_NOTIFY_SECRET``.
+            The webhook is sent by this call once the outcome is final (retried by
+            workers that know the secret when it fails).
 
     Returns:
         The :class:`Outcome`; call ``raise_for_outcome()`` to turn a non-success
         into an exception.
 
     Raises:
-        UsageError: bad URLs or ids (nothing is stored).
+        UsageError: bad URLs or ids, or a ``notify_url`` without a usable notify
+            secret (nothing is stored).
         StoreError: the store cannot be used.
     """
+    secret = _notify_secret(operation, notify_secret)
     kit = tools(store, clock, rng, on_event, headers)
-    record = open_operation(kit.store, operation, operation_id=operation_id, clock=kit.clock)
+    record = open_operation(
+        kit.store,
+        operation,
+        operation_id=operation_id,
+        clock=kit.clock,
+        callback=on_complete is not None,
+    )
     done = run_sync_effects(
         loop(kit, record), kit, record.profile, client=client, sleep=sleep, http=http
     )
+    _deliver_sync(kit, done, on_complete, secret)
     return done.to_outcome()
 
 
@@ -110,13 +217,22 @@ async def wait_async(
     rng: random.Random | None = None,
     on_event: EventSink | None = None,
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+    on_complete: OnComplete | None = None,
+    notify_secret: str | None = None,
 ) -> Outcome:
     """Wait without blocking the event loop (anyio); see :func:`wait`.
 
     *sleep* is an async callable taking seconds (default ``anyio.sleep``).
     """
+    secret = _notify_secret(operation, notify_secret)
     kit = tools(store, clock, rng, on_event, headers)
-    record = open_operation(kit.store, operation, operation_id=operation_id, clock=kit.clock)
+    record = open_operation(
+        kit.store,
+        operation,
+        operation_id=operation_id,
+        clock=kit.clock,
+        callback=on_complete is not None,
+    )
     done = await run_async_effects(
         loop(kit, record),
         kit,
@@ -125,6 +241,7 @@ async def wait_async(
         sleep=sleep or anyio.sleep,
         http=http,
     )
+    await _deliver_async(kit, done, on_complete, secret)
     return done.to_outcome()
 
 
@@ -163,6 +280,8 @@ def submit(
     rng: random.Random | None = None,
     on_event: EventSink | None = None,
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+    on_complete: OnComplete | None = None,
+    notify_secret: str | None = None,
 ) -> Outcome:
     """Record, then send a job request and read its receipt; do not wait on the job.
 
@@ -172,8 +291,11 @@ def submit(
 
     Args:
         submission: the request and the contract that reads its receipt.
-        operation_id, store, headers, client, clock, sleep, rng, on_event, http:
-            as in :func:`wait`; *headers* go only to the submit URL's origin.
+        operation_id, store, headers, client, clock, sleep, rng, on_event, http,
+            on_complete, notify_secret: as in :func:`wait`; *headers* go only to the
+            submit URL's origin. The completion is delivered here only when the
+            submission itself ended the operation; otherwise by whoever waits on it
+            (a :func:`wait` given *on_complete*, or a worker).
 
     Returns:
         The :class:`Outcome`: still waiting (``done`` false, ``job_id`` from the
@@ -181,19 +303,29 @@ def submit(
         submission was refused. Wait on it with :func:`wait` and its operation id.
 
     Raises:
-        UsageError: bad URLs or ids (nothing is stored).
+        UsageError: bad URLs or ids, or a ``notify_url`` without a usable notify
+            secret (nothing is stored).
         StoreError: the store cannot be used.
     """
+    secret = _notify_secret(submission, notify_secret)
     kit = tools(store, clock, rng, on_event, headers)
-    record = open_operation(kit.store, submission, operation_id=operation_id, clock=kit.clock)
-    return run_sync_effects(
+    record = open_operation(
+        kit.store,
+        submission,
+        operation_id=operation_id,
+        clock=kit.clock,
+        callback=on_complete is not None,
+    )
+    done = run_sync_effects(
         loop(kit, record, submission, _submitted),
         kit,
         record.profile,
         client=client,
         sleep=sleep,
         http=http,
-    ).to_outcome()
+    )
+    _deliver_sync(kit, done, on_complete, secret)
+    return done.to_outcome()
 
 
 async def submit_async(
@@ -208,10 +340,19 @@ async def submit_async(
     rng: random.Random | None = None,
     on_event: EventSink | None = None,
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+    on_complete: OnComplete | None = None,
+    notify_secret: str | None = None,
 ) -> Outcome:
     """Submit without blocking the event loop; see :func:`submit`."""
+    secret = _notify_secret(submission, notify_secret)
     kit = tools(store, clock, rng, on_event, headers)
-    record = open_operation(kit.store, submission, operation_id=operation_id, clock=kit.clock)
+    record = open_operation(
+        kit.store,
+        submission,
+        operation_id=operation_id,
+        clock=kit.clock,
+        callback=on_complete is not None,
+    )
     done = await run_async_effects(
         loop(kit, record, submission, _submitted),
         kit,
@@ -220,6 +361,7 @@ async def submit_async(
         sleep=sleep or anyio.sleep,
         http=http,
     )
+    await _deliver_async(kit, done, on_complete, secret)
     return done.to_outcome()
 
 
@@ -300,20 +442,33 @@ def run(
     rng: random.Random | None = None,
     on_event: EventSink | None = None,
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+    on_complete: OnComplete | None = None,
+    notify_secret: str | None = None,
 ) -> Outcome:
     """Submit a job and wait until it has exactly one outcome (``waitbound run``).
 
-    See :func:`submit` (the submission rules) and :func:`wait` (the waiting rules).
+    See :func:`submit` (the submission rules) and :func:`wait` (the waiting rules,
+    *on_complete* and *notify_secret*).
 
     Raises:
-        UsageError: bad URLs or ids (nothing is stored).
+        UsageError: bad URLs or ids, or a ``notify_url`` without a usable notify
+            secret (nothing is stored).
         StoreError: the store cannot be used.
     """
+    secret = _notify_secret(submission, notify_secret)
     kit = tools(store, clock, rng, on_event, headers)
-    record = open_operation(kit.store, submission, operation_id=operation_id, clock=kit.clock)
-    return run_sync_effects(
+    record = open_operation(
+        kit.store,
+        submission,
+        operation_id=operation_id,
+        clock=kit.clock,
+        callback=on_complete is not None,
+    )
+    done = run_sync_effects(
         loop(kit, record, submission), kit, record.profile, client=client, sleep=sleep, http=http
-    ).to_outcome()
+    )
+    _deliver_sync(kit, done, on_complete, secret)
+    return done.to_outcome()
 
 
 async def run_async(
@@ -328,10 +483,19 @@ async def run_async(
     rng: random.Random | None = None,
     on_event: EventSink | None = None,
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+    on_complete: OnComplete | None = None,
+    notify_secret: str | None = None,
 ) -> Outcome:
     """Submit and wait without blocking the event loop; see :func:`run`."""
+    secret = _notify_secret(submission, notify_secret)
     kit = tools(store, clock, rng, on_event, headers)
-    record = open_operation(kit.store, submission, operation_id=operation_id, clock=kit.clock)
+    record = open_operation(
+        kit.store,
+        submission,
+        operation_id=operation_id,
+        clock=kit.clock,
+        callback=on_complete is not None,
+    )
     done = await run_async_effects(
         loop(kit, record, submission),
         kit,
@@ -340,6 +504,7 @@ async def run_async(
         sleep=sleep or anyio.sleep,
         http=http,
     )
+    await _deliver_async(kit, done, on_complete, secret)
     return done.to_outcome()
 
 

@@ -23,13 +23,14 @@ from waitbound._controller import audit_event, created_event
 from waitbound._errors import ConflictError, OperationNotFoundError, UsageError
 from waitbound._options import cancel_refusal
 from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind
-from waitbound._record import Phase, Policy, Record
+from waitbound._record import Phase, Policy, Push, Record
 from waitbound._urls import checked_url, shown_url
 from waitbound.stores import Store
 
 __all__ = [
     "Operation",
     "Submission",
+    "check_push",
     "check_url",
     "new_operation_id",
     "open_operation",
@@ -37,6 +38,8 @@ __all__ = [
 ]
 
 _OPERATION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_RECEIVER: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+"""A webhook receiver's name: a ``[webhooks.NAME]`` table of ``serve.toml``."""
 
 
 def new_operation_id() -> str:
@@ -82,6 +85,13 @@ class Operation:
             monitor, the default), ``location`` (by status code, e.g. an Azure
             ``Location`` URL) or ``resource`` (the resource's provisioning state; the
             profile must describe that kind).
+        webhook: the receiver of ``waitbound serve`` (``[webhooks.NAME]``, 1-64
+            lower-case letters, digits, ``_`` or ``-``) whose deliveries about this job
+            are expected; polling then slows to the backup schedule. ``None``: polling
+            only.
+        notify_url: where a signed completion webhook (Standard Webhooks) is sent once
+            the operation finishes (absolute http or https URL); ``None``: none. See
+            ``docs/completions.md``.
     """
 
     status_url: str
@@ -95,6 +105,8 @@ class Operation:
     label: str | None = None
     credential_label: str | None = None
     url_kind: UrlKind = UrlKind.STATUS
+    webhook: str | None = None
+    notify_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,8 +131,8 @@ class Submission:
         final_state_via: where the final state is after the status monitor reports
             success (Azure's ``final-state-via``), overriding the profile.
         result_url, cancel_url, cancel_on_deadline, trusted_origins, label,
-            credential_label: as in :class:`Operation` (headers go to the submit URL's
-            origin and these).
+            credential_label, webhook, notify_url: as in :class:`Operation` (headers go
+            to the submit URL's origin and these).
     """
 
     method: str
@@ -138,6 +150,8 @@ class Submission:
     trusted_origins: tuple[str, ...] = ()
     label: str | None = None
     credential_label: str | None = None
+    webhook: str | None = None
+    notify_url: str | None = None
 
     def fingerprint(self) -> str:
         """``sha256`` over method, URL and body: what identifies the request in the record."""
@@ -171,9 +185,11 @@ def _check_id(operation_id: str | None) -> None:
         )
 
 
-def _resume(store: Store, existing: Record, clock: Clock) -> Record:
+def _resume(store: Store, existing: Record, clock: Clock, *, callback: bool = False) -> Record:
     if existing.is_finished:
         return existing
+    if callback and not existing.push.callback:  # this process brings an on_complete
+        existing = replace(existing, push=replace(existing.push, callback=True))
     event = audit_event(
         existing,
         clock.now(),
@@ -194,7 +210,7 @@ def _create(store: Store, record: Record, clock: Clock) -> Record:
         existing = store.get(record.operation_id)
         if existing is None:
             raise
-        return _resume(store, existing, clock)
+        return _resume(store, existing, clock, callback=record.push.callback)
 
 
 def open_operation(
@@ -203,18 +219,23 @@ def open_operation(
     *,
     operation_id: str | None,
     clock: Clock,
+    callback: bool = False,
 ) -> Record:
     """Create the operation's record, or load it to resume.
 
     An existing record keeps its own profile, policy, deadline, counters and next
     poll time: a restart never resets a budget. *operation* may be ``None`` only to
-    resume.
+    resume. *callback*: an ``on_complete`` callable will take the completion
+    (``Record.push.callback``; set on a resumed operation that is not finished too).
 
     Raises:
-        UsageError: a bad id or URL, a resume whose status URL or request differs
-            from the stored one, or an unknown id without an *operation* to create.
+        UsageError: a bad id, URL or webhook receiver name, a resume whose status URL
+            or request differs from the stored one, or an unknown id without an
+            *operation* to create.
     """
     _check_id(operation_id)
+    if operation is not None:
+        check_push(operation)
     if isinstance(operation, Operation):
         check_url(operation.status_url, "status URL")
     elif isinstance(operation, Submission):
@@ -236,10 +257,31 @@ def open_operation(
             raise UsageError(
                 f"operation {operation_id} was created by another request; use a new operation id"
             )
-        return _resume(store, existing, clock)
+        return _resume(store, existing, clock, callback=callback)
     if operation is None:
         raise OperationNotFoundError(operation_id or "")
-    return _create(store, _new_record(operation, operation_id, clock.now()), clock)
+    record = _new_record(operation, operation_id, clock.now())
+    push = Push(webhook=operation.webhook, notify_url=operation.notify_url, callback=callback)
+    return _create(store, replace(record, push=push), clock)
+
+
+def check_push(operation: Operation | Submission) -> None:
+    """Check an operation's push opt-in: ``webhook`` a receiver name, ``notify_url`` an
+    absolute http(s) URL without credentials.
+
+    Raises:
+        UsageError: either cannot be used (the message quotes a bounded part only).
+    """
+    if operation.webhook is not None and not (
+        isinstance(operation.webhook, str) and _RECEIVER.fullmatch(operation.webhook)
+    ):
+        raise UsageError(
+            f"webhook receiver {str(operation.webhook)[:40]!r} must be 1-64 lower-case "
+            "letters, digits, '_' or '-', starting with a letter or digit (a "
+            "[webhooks.NAME] of serve.toml)"
+        )
+    if operation.notify_url is not None:
+        check_url(operation.notify_url, "notify URL")
 
 
 def _check_label(label: str | None, what: str = "label") -> None:

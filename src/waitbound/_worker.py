@@ -33,6 +33,7 @@ from waitbound._clock import Clock, SystemClock
 from waitbound._driver import Credentials, loop, new_owner, one_step, run_async_effects, tools
 from waitbound._errors import ConflictError, UsageError
 from waitbound._inbox import sweep_inbox
+from waitbound._outbox import OnComplete, deliver_due
 from waitbound._record import Phase, Record
 from waitbound._urls import origin
 from waitbound.stores import Store
@@ -137,6 +138,8 @@ async def work(
     on_error: Callable[[str, Exception], None] | None = None,
     stop: anyio.Event | None = None,
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+    on_complete: OnComplete | None = None,
+    notify_secret: str | None = None,
 ) -> int:
     """Drive every due operation in *store* until *stop* is set (or, with
     ``settings.until_idle``, until no operation is waiting).
@@ -154,8 +157,16 @@ async def work(
             be taken (the store failed); the worker goes on with the other operations.
             ``None`` logs a warning on the ``waitbound.worker`` logger. A failure of the
             operation itself (an answer waitbound cannot process) is recorded on it as
-            ``escalated`` / ``integration_failure`` and never reaches here.
+            ``escalated`` / ``integration_failure`` and never reaches here. A delivery
+            pass whose claim failed is reported as ``"(completions)"``.
         stop: set it to stop claiming work (a SIGTERM handler does).
+        on_complete: deliver the store's callback completions to this callable (see
+            :func:`waitbound.wait`); ``None``: they are left to a deliverer that has one.
+        notify_secret: deliver the store's completion webhooks, signed with this
+            ``whsec_`` secret; ``None``: they are left to a deliverer that has it. With
+            either, a delivery pass (``waitbound._outbox.deliver_due``) runs at least
+            every second and right after a step leaves an operation final; with
+            ``settings.until_idle``, the due deliveries are attempted before it returns.
 
     Returns:
         How many steps were taken.
@@ -171,6 +182,9 @@ async def work(
     steps = 0
     own_client = client is None
     http_client = client or httpx.AsyncClient(follow_redirects=False)
+    outbox = _Deliveries(
+        kit.store, kit.clock, kit.rng, owner, report, on_complete=on_complete, secret=notify_secret
+    )
 
     async def step(record: Record) -> None:
         nonlocal steps
@@ -189,6 +203,7 @@ async def work(
                     http=http,
                 )
             steps += 1
+            outbox.note(after)
             _release(kit.store, after, owner)
         except Exception as exc:  # one operation never stops the worker
             # The loop records its own failures on the operation; what reaches here is
@@ -218,6 +233,7 @@ async def work(
                 for record in claimed:
                     await room.acquire()
                     group.start_soon(step, record)
+                outbox.poke(group)
                 if claimed:
                     continue
                 if room.value < settings.concurrency:
@@ -271,3 +287,68 @@ def _release(store: Store, record: Record, owner: str) -> None:
         return
     with suppress(ConflictError):  # someone else wrote it: the claim is moot
         store.save(replace(record, lease_owner=None, lease_expires_at=None), [])
+
+
+# --- completions out: one delivery pass at a time, beside the steps --------------------
+
+_DELIVER_EVERY_S = 1.0
+"""A worker that delivers completions looks for due ones at least this often (seconds)."""
+
+
+class _Deliveries:
+    """When a worker runs a delivery pass (``waitbound._outbox.deliver_due``): at once,
+    then at least every :data:`_DELIVER_EVERY_S` and after a step leaves an operation
+    final; never two passes at once. A pass runs as a task of the worker's group, so
+    steps go on meanwhile and the worker's end waits for it."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        rng: random.Random,
+        owner: str,
+        report: Callable[[str, Exception], None],
+        *,
+        on_complete: OnComplete | None,
+        secret: str | None,
+    ) -> None:
+        self.store, self.clock, self.rng, self.owner = store, clock, rng, owner
+        self.report, self.on_complete, self.secret = report, on_complete, secret
+        self.enabled = on_complete is not None or secret is not None
+        self.running = False
+        self.due = True
+        self.last_s = float("-inf")
+
+    def note(self, record: Record) -> None:
+        """A step ended with *record*: a final one owes its completions now."""
+        if self.enabled and record.is_final:
+            self.due = True
+
+    def poke(self, group: anyio.abc.TaskGroup) -> None:
+        """Start a pass in the worker's task *group* when one is due and none is running."""
+        if not self.enabled:
+            return
+        if self.clock.monotonic() - self.last_s >= _DELIVER_EVERY_S:
+            self.due = True
+        if self.due and not self.running:
+            self.running = True
+            group.start_soon(self._passes)
+
+    async def _passes(self) -> None:
+        try:
+            while self.due:
+                self.due = False
+                self.last_s = self.clock.monotonic()
+                try:
+                    await deliver_due(
+                        self.store,
+                        owner=self.owner,
+                        clock=self.clock,
+                        rng=self.rng,
+                        notify_secret=self.secret,
+                        on_complete=self.on_complete,
+                    )
+                except Exception as exc:  # the claim failed; the next pass tries again
+                    self.report("(completions)", exc)
+        finally:
+            self.running = False

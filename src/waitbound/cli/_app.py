@@ -9,6 +9,7 @@ from waitbound.cli._audit import audit
 from waitbound.cli._common import EXIT_CODES_HELP
 from waitbound.cli._db import db
 from waitbound.cli._decisions import decide_command, escalations_command
+from waitbound.cli._deliveries import deliveries
 from waitbound.cli._inspect import show
 from waitbound.cli._mcp import mcp_command
 from waitbound.cli._profiles import profiles
@@ -42,6 +43,7 @@ for _command in (
     audit,
     escalations_command,
     decide_command,
+    deliveries,
     profiles,
     sim,
     db,

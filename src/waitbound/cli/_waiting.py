@@ -21,6 +21,8 @@ from waitbound import (
     UsageError,
 )
 from waitbound._json import JSON
+from waitbound._operation import check_push
+from waitbound._outbox import resolve_notify_secret
 from waitbound._urls import redact_url
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
@@ -43,6 +45,29 @@ from waitbound.cli._params import parse_header
 from waitbound.cli._render import option_costs, printable
 
 __all__ = ["cancel_command", "run", "submit", "wait"]
+
+PUSH_OPTIONS = [
+    click.option(
+        "--webhook",
+        metavar="PROVIDER",
+        help="Deliveries from this `waitbound serve` receiver ([webhooks.PROVIDER] of "
+        "serve.toml) are expected for the job: polling slows to the backup schedule.",
+    ),
+    click.option(
+        "--notify",
+        "notify_url",
+        metavar="URL",
+        help="POST a signed completion webhook (Standard Webhooks) to URL when the "
+        "operation finishes; needs $WAITBOUND_NOTIFY_SECRET (whsec_…).",
+    ),
+]
+
+
+def _push_options(function: Any) -> Any:
+    for decorator in reversed(PUSH_OPTIONS):
+        function = decorator(function)
+    return function
+
 
 SUBMIT_OPTIONS = [
     click.argument(
@@ -100,10 +125,13 @@ def _submit_options(function: Any) -> Any:
     help="How STATUS_URL's answers are read: a status monitor's body, a Location URL's "
     "status code, or the resource's own provisioning state.",
 )
+@_push_options
 def wait(  # noqa: PLR0917 - click passes every option
     status_url: str | None,
     detach: bool,
     url_kind: str,
+    webhook: str | None,
+    notify_url: str | None,
     headers: Sequence[str],
     trusted_origins: Sequence[str],
     operation_id: str | None,
@@ -134,9 +162,17 @@ def wait(  # noqa: PLR0917 - click passes every option
             trusted_origins=tuple(trusted_origins),
             credential_label=credential_label,
             url_kind=UrlKind(url_kind),
+            webhook=webhook,
+            notify_url=notify_url,
         )
     elif operation_id is None:
         raise UsageError("give a STATUS_URL to wait on, or --operation-id to resume")
+    elif webhook is not None or notify_url is not None:
+        raise UsageError(
+            "--webhook and --notify are set when an operation is created: give its STATUS_URL"
+        )
+    if operation is not None:
+        _check_push(operation, needs_secret=not detach)  # before the store is opened
     op_id = operation_id or waitbound.new_operation_id()
     names = header_names(sent)
     if detach:
@@ -177,6 +213,14 @@ def wait(  # noqa: PLR0917 - click passes every option
     return print_outcome(outcome, as_json, option_costs(record))
 
 
+def _check_push(operation: Operation | Submission, *, needs_secret: bool) -> None:
+    """Refuse a bad --webhook or --notify, and --notify without a notify secret when
+    this process delivers the completion (a detached operation's is the worker's)."""
+    check_push(operation)
+    if needs_secret:
+        resolve_notify_secret(operation.notify_url, None)
+
+
 def _check_credential_label(record: Record | None, label: str) -> None:
     """A resume's ``--credential-label`` must be the record's own: the label is set
     when the operation is created, and changed only by a person's decision
@@ -210,6 +254,8 @@ def _submission(flags: dict[str, Any]) -> Submission:
         cancel_on_deadline=bool(flags.pop("cancel_on_deadline")),
         trusted_origins=tuple(flags.pop("trusted_origins")),
         credential_label=flags.pop("credential_label"),
+        webhook=flags.pop("webhook"),
+        notify_url=flags.pop("notify_url"),
     )
 
 
@@ -236,6 +282,7 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
     sent = [parse_header(h) for h in flags.pop("headers")]
     http = http_settings(flags.pop("max_response_bytes"))
     submission = _submission(flags)
+    _check_push(submission, needs_secret=True)
     op_id = flags.pop("operation_id") or waitbound.new_operation_id()
     as_json = bool(flags.pop("as_json"))
     sink = Progress(flags.pop("progress"), every_event=flags.pop("every_event"), as_json=as_json)
@@ -273,6 +320,7 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
 @PROFILE_OPTIONS
 @POLICY_OPTIONS
 @RUN_OPTIONS
+@_push_options
 def submit(**flags: Any) -> int:
     return _submit_and_maybe_wait(flags, wait_for_outcome=False)
 
@@ -285,6 +333,7 @@ def submit(**flags: Any) -> int:
 @PROFILE_OPTIONS
 @POLICY_OPTIONS
 @RUN_OPTIONS
+@_push_options
 def run(**flags: Any) -> int:
     return _submit_and_maybe_wait(flags, wait_for_outcome=True)
 

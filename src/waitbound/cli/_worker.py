@@ -14,6 +14,7 @@ import click
 import waitbound
 from waitbound import AuditEvent, StoreError, UsageError, WaitboundError, WorkerSettings
 from waitbound._json import JSON
+from waitbound._outbox import resolve_notify_secret, webhook_signer
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
     MAX_RESPONSE_OPTION,
@@ -51,6 +52,9 @@ def credentials(
     "--credentials FILE): an operation gets only those of the origin it named. "
     "SIGTERM or Ctrl-C: the requests in flight finish and are persisted, leases are "
     "released, and the worker prints its summary and exits 0. The store must exist.\n\n"
+    "With $WAITBOUND_NOTIFY_SECRET (whsec_…) set, the worker also delivers the store's "
+    "completion webhooks (operations created with --notify URL), signed with it and "
+    "retried with backoff; without it they stay pending (see `waitbound deliveries`).\n\n"
     + EXIT_CODES_HELP
 )
 @click.option("--store", help=STORE_HELP)
@@ -111,6 +115,9 @@ def worker(  # noqa: PLR0917 - click passes every option
             "give --header-for ORIGIN 'Name: value' or --credentials FILE"
         )
     per_origin = credentials(header_for, credentials_file)
+    notify_secret = resolve_notify_secret(None, None)  # $WAITBOUND_NOTIFY_SECRET
+    if notify_secret is not None:
+        webhook_signer(notify_secret)  # a secret that cannot sign: one line, before starting
     settings = WorkerSettings(
         concurrency=concurrency,
         until_idle=until_idle,
@@ -153,6 +160,7 @@ def worker(  # noqa: PLR0917 - click passes every option
                     on_event=on_event,
                     stop=stop,
                     http=http,
+                    notify_secret=notify_secret,
                 )
                 group.cancel_scope.cancel()
             return steps
