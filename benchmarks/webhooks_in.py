@@ -152,7 +152,7 @@ def measure(count: int, connections: int, *, profile_to: Path | None = None) -> 
             (stored,) = db.execute("SELECT count(*) FROM inbox").fetchone()
         if stored != ok or ok != count:
             raise SystemExit(f"{count} sent, {ok} answered 200, {stored} stored: not all stored")
-        return stored / seconds
+        return float(stored) / float(seconds)
 
 
 def main() -> None:
