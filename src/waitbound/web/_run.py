@@ -175,6 +175,7 @@ async def serve(
     current = service.delivered
     nudge = current if isinstance(current, Nudge) else Nudge(then=current)
     service = replace(service, delivered=nudge)
+    service.stopping.clear()  # a service served again streams again
     app = create_app(service, poll_s=poll_s, ping_s=ping_s, audit_key=audit_key)
     sock = listen(host, port)
     url = url_of(sock)
