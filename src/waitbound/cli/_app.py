@@ -13,8 +13,10 @@ from waitbound.cli._deliveries import deliveries
 from waitbound.cli._inspect import show
 from waitbound.cli._mcp import mcp_command
 from waitbound.cli._profiles import profiles
+from waitbound.cli._serve import serve_command
 from waitbound.cli._sim import sim
 from waitbound.cli._waiting import cancel_command, run, submit, wait
+from waitbound.cli._watch import watch
 from waitbound.cli._worker import worker
 
 __all__ = ["cli"]
@@ -48,5 +50,7 @@ for _command in (
     sim,
     db,
     mcp_command,
+    serve_command,
+    watch,
 ):
     cli.add_command(_command)

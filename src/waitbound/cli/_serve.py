@@ -1,0 +1,310 @@
+"""``serve``: the HTTP service of the push path (webhooks in, SSE out) with the worker
+in the same process; and its token file. A thin adapter over ``waitbound.web``; see
+``docs/serve.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+import os
+import re
+import secrets
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import anyio
+import click
+import platformdirs
+
+import waitbound
+from waitbound import UsageError, WorkerSettings
+from waitbound.cli._common import (
+    EXIT_CODES_HELP,
+    MAX_RESPONSE_OPTION,
+    STORE_HELP,
+    http_settings,
+    opened_store,
+)
+from waitbound.cli._params import duration
+from waitbound.cli._worker import credentials
+
+if TYPE_CHECKING:
+    from waitbound.web._config import ServeConfig
+
+__all__ = [
+    "DEFAULT_PORT",
+    "TOKEN_FILE_HELP",
+    "default_token_file",
+    "is_loopback",
+    "read_or_create_token",
+    "read_token",
+    "serve_command",
+]
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8765
+TOKEN_FILE_HELP: Final = (
+    "File holding the service's bearer token [default: the user config directory's "
+    "waitbound/serve-token]."
+)
+_MAX_TOKEN_FILE_BYTES: Final = 4096
+_MIN_TOKEN_CHARS: Final = 16
+_TOKEN: Final = re.compile(r"[A-Za-z0-9._~+/-]+=*")
+"""RFC 6750 §2.1 ``b64token``: what an ``Authorization: Bearer`` value may be."""
+_SERVE_EXTRA: Final = (
+    "waitbound serve needs the serve extra (starlette, uvicorn, sse-starlette); "
+    "install it with: pip install 'waitbound[serve]'"
+)
+
+
+def default_token_file() -> Path:
+    """Where the token lives unless ``--token-file`` says: the user config directory's
+    ``waitbound/serve-token`` (``platformdirs``)."""
+    return platformdirs.user_config_path("waitbound") / "serve-token"
+
+
+def read_token(path: Path) -> str:
+    """The token in *path*: its text without surrounding whitespace.
+
+    Raises:
+        UsageError: the file is missing, unreadable, too large, empty, or holds
+            something that is not one bearer token (never quoted).
+    """
+    try:
+        with path.open("rb") as file:
+            raw = file.read(_MAX_TOKEN_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise UsageError(
+            f"token file {path} does not exist; start `waitbound serve` once to create it, "
+            "or give --token-file"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"token file {path} cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > _MAX_TOKEN_FILE_BYTES:
+        raise UsageError(f"token file {path} is larger than {_MAX_TOKEN_FILE_BYTES} bytes")
+    try:
+        token = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        token = "\x00"
+    if not token:
+        raise UsageError(f"token file {path} is empty; put a token in it or delete it")
+    if not _TOKEN.fullmatch(token) or len(token) < _MIN_TOKEN_CHARS:
+        raise UsageError(
+            f"token file {path} does not hold one bearer token (at least {_MIN_TOKEN_CHARS} "
+            "of A-Z a-z 0-9 - . _ ~ + /, on one line); delete it to have a new one made"
+        )
+    return token
+
+
+def read_or_create_token(path: Path) -> tuple[str, bool]:
+    """The token in *path*; when there is no such file, a new one
+    (``secrets.token_urlsafe(32)``) written there with mode 0600 (its folder 0700).
+
+    Returns:
+        The token, and whether it was created now.
+
+    Raises:
+        UsageError: as :func:`read_token`, or the file cannot be created.
+    """
+    if path.exists() or path.is_symlink():
+        return read_token(path), False
+    token = secrets.token_urlsafe(32)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"token file {path} cannot be created ({exc.strerror or exc})") from None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process made it first: use theirs
+        return read_token(path), False
+    except OSError as exc:
+        raise UsageError(f"token file {path} cannot be created ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as file:
+            file.write(token + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise UsageError(f"token file {path} cannot be written ({exc.strerror or exc})") from None
+    return token, True
+
+
+def _loose_mode(path: Path) -> int | None:
+    """The file's mode when group or others may read it, else ``None``."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return None
+    return mode if mode & 0o077 else None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether *host* names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _load_config(path: Path | None) -> ServeConfig:
+    """``serve.toml`` (none: no receivers, no notify secret)."""
+    from waitbound.web._config import ServeConfig
+
+    if path is None:
+        return ServeConfig()
+    # integrator: import ``load_serve_config`` plainly once the config helper's loader
+    # is merged, and drop this look-up.
+    loader = getattr(importlib.import_module("waitbound.web._config"), "load_serve_config", None)
+    if loader is None:
+        raise UsageError("this build cannot read serve.toml yet; leave out --config")
+    config = loader(path)
+    assert isinstance(config, ServeConfig)
+    return config
+
+
+def _token(path: Path) -> str:
+    """The service's token: a new one is printed once; a token file others may read is
+    warned about."""
+    token, created = read_or_create_token(path)
+    if created:
+        click.echo(f"a new token was written to {path}: {token}")
+    elif (mode := _loose_mode(path)) is not None:
+        click.echo(
+            f"waitbound: warning: token file {path} can be read by other users "
+            f"(mode {mode:04o}); chmod 600 it",
+            err=True,
+        )
+    return token
+
+
+@click.command(
+    "serve",
+    help="Serve the push path over HTTP (webhooks in, live events out) and drive the "
+    "store's operations as `waitbound worker` does.\n\n"
+    "Every endpoint but POST /webhooks/NAME (signed) and /healthz needs "
+    "'Authorization: Bearer TOKEN'; the token is read from --token-file, or made and "
+    "printed once when that file does not exist. Binds 127.0.0.1 by default. The store "
+    "must exist (it is not created). SIGTERM or "
+    "Ctrl-C: the worker stops claiming, steps in flight finish, streams end, the store "
+    "is closed, exit 0. See docs/serve.md.\n\n" + EXIT_CODES_HELP,
+)
+@click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="Port to listen on (0: any free port, printed).",
+)
+@click.option("--store", help=STORE_HELP)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="serve.toml: [webhooks.NAME] receivers and the [notify] secret [default: none].",
+)
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), help=TOKEN_FILE_HELP)
+@click.option("--no-worker", is_flag=True, help="Serve only; leave the operations to workers.")
+@click.option("--concurrency", type=click.IntRange(1, 10_000), default=16, show_default=True)
+@click.option("--lease", callback=duration, default="30s", show_default=True)
+@click.option(
+    "--per-origin-concurrency", type=click.IntRange(1, 10_000), default=8, show_default=True
+)
+@click.option(
+    "--per-origin-rate",
+    type=click.FloatRange(min=0.001),
+    default=20.0,
+    show_default=True,
+    help="Requests per second to one origin (per worker).",
+)
+@click.option(
+    "--header-for",
+    "header_for",
+    nargs=2,
+    multiple=True,
+    metavar="ORIGIN 'NAME: VALUE'",
+    help="A header for one origin (scheme://host[:port]) only (repeatable); never stored.",
+)
+@click.option(
+    "--credentials",
+    "credentials_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML file of [[credentials]] origin = …, headers = {…} (${ENV} expanded).",
+)
+@click.option(
+    "--label-prefix", default="", help="Drive only operations whose label starts with this."
+)
+@MAX_RESPONSE_OPTION
+def serve_command(  # noqa: PLR0917 - click passes every option
+    host: str,
+    port: int,
+    store: str | None,
+    config_file: Path | None,
+    token_file: Path | None,
+    no_worker: bool,
+    concurrency: int,
+    lease: float,
+    per_origin_concurrency: int,
+    per_origin_rate: float,
+    header_for: Sequence[tuple[str, str]],
+    credentials_file: Path | None,
+    label_prefix: str,
+    max_response_bytes: int | None,
+) -> int:
+    try:
+        from waitbound.web._run import serve
+        from waitbound.web._service import Service
+    except ImportError:
+        raise UsageError(_SERVE_EXTRA) from None
+    config = _load_config(config_file)
+    per_origin = credentials(header_for, credentials_file)
+    settings = WorkerSettings(
+        concurrency=concurrency,
+        lease_s=lease,
+        per_origin_concurrency=per_origin_concurrency,
+        per_origin_rate=per_origin_rate,
+        per_origin_burst=max(1, int(per_origin_rate)),
+        label_prefix=label_prefix,
+    )
+    http = http_settings(max_response_bytes)
+    audit_key = waitbound.load_audit_key()
+    receivers = ", ".join(sorted(config.receivers)) or "none"
+    with opened_store(store, then="start waitbound serve again") as opened:
+        token = _token(token_file or default_token_file())
+        if not is_loopback(host):
+            click.echo(
+                f"waitbound: warning: --host {host} is not a loopback address: the service "
+                "is reachable from other machines, guarded by the token only (put TLS in front)",
+                err=True,
+            )
+        service = Service(store=opened, config=config, clock=waitbound.SystemClock(), token=token)
+
+        def listening(url: str) -> None:
+            worker = "off" if no_worker else "on"
+            click.echo(
+                f"waitbound serve: listening on {url} (worker {worker}; receivers: {receivers})"
+            )
+
+        async def main() -> None:
+            await serve(
+                service,
+                host,
+                port,
+                worker=not no_worker,
+                worker_settings=settings,
+                headers=per_origin,
+                notify_secret=config.notify_secret,
+                on_complete=None,
+                on_listening=listening,
+                http=http,
+                audit_key=audit_key,
+            )
+
+        anyio.run(main)
+    return 0

@@ -1,0 +1,216 @@
+"""The Starlette application of ``waitbound serve``: the receiver, the operation
+endpoints and the SSE streams, behind the bearer token.
+
+Every answer that is not a stream is JSON. Bad input is a 4xx
+``{"error": "<code>", "detail": "<one line>"}``; a store failure is 503; anything
+unexpected is 500 with the same shape and no traceback text (the server's log has it).
+See ``docs/serve.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import anyio.to_thread
+from sse_starlette import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+import waitbound
+from waitbound._audit import StoredAuditEvent
+from waitbound._errors import StoreError, UsageError
+from waitbound._json import JSON
+from waitbound._record import Record
+from waitbound.web._auth import BearerAuth, is_public
+from waitbound.web._events import many_events, operation_events, parse_many_id, parse_seq
+from waitbound.web._inbound import receive_webhook
+from waitbound.web._service import Service
+
+__all__ = ["DEFAULT_PING_S", "DEFAULT_POLL_S", "create_app", "operation_document", "problem"]
+
+_LOG = logging.getLogger("waitbound.serve")
+
+DEFAULT_POLL_S: Final = 0.25
+"""How often an open stream looks at the store (seconds)."""
+DEFAULT_PING_S: Final = 15.0
+"""How often an open stream sends a comment line, so proxies keep it open (seconds)."""
+
+
+def problem(status: int, error: str, detail: str, **headers: str) -> JSONResponse:
+    """A JSON error answer: ``{"error": error, "detail": detail}`` (one line)."""
+    line = " ".join(detail.split())
+    return JSONResponse({"error": error, "detail": line}, status_code=status, headers=headers)
+
+
+def _service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+def operation_document(
+    record: Record, events: Sequence[StoredAuditEvent], key: bytes | None = None
+) -> dict[str, JSON]:
+    """The operation as ``waitbound show --json`` prints it: ``record``, ``outcome``
+    (``None`` while waiting), ``option_costs``, ``audit_chain``, ``audit_finding``,
+    ``audit``."""
+    finding = waitbound.diagnose_record(record, list(events), key=key)
+    if finding is not None:
+        chain = f"broken: {finding.line()}"
+    else:
+        chain = "intact, head authenticated" if key is not None else "intact"
+    return {
+        "record": record.to_json(),
+        "outcome": record.to_outcome().as_json() if record.is_finished else None,
+        "option_costs": [{"option": o, "cost": c} for o, c in waitbound.option_costs(record)],
+        "audit_chain": chain,
+        "audit_finding": finding.as_json() if finding is not None else None,
+        "audit": [
+            {
+                "seq": s.seq,
+                "at": s.event.at.isoformat(),
+                "kind": s.event.kind,
+                "summary": s.event.summary,
+                "data": dict(s.event.data),
+                "hash": s.hash,
+            }
+            for s in events
+        ],
+    }
+
+
+def _not_found(operation_id: str) -> JSONResponse:
+    return problem(404, "not_found", f"no operation with id {operation_id[:128]!r} in the store")
+
+
+async def healthz(request: Request) -> Response:
+    """``GET /healthz``: the process answers (no token; says nothing else)."""
+    return JSONResponse({"ok": True})
+
+
+def _read(
+    store: waitbound.Store, operation_id: str
+) -> tuple[Record | None, list[StoredAuditEvent]]:
+    record = store.get(operation_id)
+    return record, store.audit(operation_id) if record is not None else []
+
+
+def _operation_endpoint(key: bytes | None) -> Callable[[Request], object]:
+    async def operation(request: Request) -> Response:
+        """``GET /operations/{operation_id}``: the operation as ``show --json`` prints it."""
+        operation_id = request.path_params["operation_id"]
+        record, events = await anyio.to_thread.run_sync(
+            _read, _service(request).store, operation_id
+        )
+        if record is None:
+            return _not_found(operation_id)
+        return JSONResponse(operation_document(record, events, key))
+
+    return operation
+
+
+def _stream_endpoints(
+    poll_s: float, ping_s: float
+) -> tuple[Callable[[Request], object], Callable[[Request], object]]:
+    async def one(request: Request) -> Response:
+        """``GET /operations/{operation_id}/events``: the operation's audit events."""
+        service = _service(request)
+        operation_id = request.path_params["operation_id"]
+        try:
+            after = parse_seq(request.headers.get("last-event-id"))
+        except UsageError as exc:
+            return problem(400, "bad_last_event_id", str(exc))
+        record = await anyio.to_thread.run_sync(service.store.get, operation_id)
+        if record is None:
+            return _not_found(operation_id)
+        stream = operation_events(
+            service.store,
+            operation_id,
+            after_seq=after,
+            poll_s=poll_s,
+            stopping=service.stopping,
+        )
+        return EventSourceResponse(stream, ping=ping_s)
+
+    async def many(request: Request) -> Response:
+        """``GET /events?label=PREFIX``: every (matching) operation's audit events."""
+        service = _service(request)
+        try:
+            after = parse_many_id(request.headers.get("last-event-id"))
+        except UsageError as exc:
+            return problem(400, "bad_last_event_id", str(exc))
+        stream = many_events(
+            service.store,
+            label_prefix=request.query_params.get("label", ""),
+            after=after,
+            poll_s=poll_s,
+            stopping=service.stopping,
+        )
+        return EventSourceResponse(stream, ping=ping_s)
+
+    return one, many
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
+    return problem(exc.status_code, code, str(exc.detail), **(exc.headers or {}))
+
+
+async def _store_error(request: Request, exc: Exception) -> Response:
+    _LOG.error("%s %s: the store failed: %s", request.method, request.url.path, exc)
+    return problem(503, "store_unavailable", "the store failed; try again later")
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    _LOG.error("%s %s: unexpected %s", request.method, request.url.path, type(exc).__name__)
+    return problem(500, "internal", "an unexpected error; the service's log has the details")
+
+
+def create_app(
+    service: Service,
+    *,
+    poll_s: float = DEFAULT_POLL_S,
+    ping_s: float = DEFAULT_PING_S,
+    audit_key: bytes | None = None,
+    routes: Sequence[BaseRoute] = (),
+    public: Callable[[str], bool] = is_public,
+) -> Starlette:
+    """The application of ``waitbound serve`` over *service* (``app.state.service``).
+
+    Args:
+        service: the store, configuration, clock and token.
+        poll_s: seconds between a stream's looks at the store.
+        ping_s: seconds between a stream's keep-alive comments (0: none).
+        audit_key: checks each chain head's MAC in ``GET /operations/{id}``.
+        routes: more routes (pages of later features), behind the token too unless
+            *public* says otherwise.
+        public: which paths need no token (default: ``/healthz`` and the receiver).
+
+    Returns:
+        The Starlette application (serve it with uvicorn; see ``waitbound.web._run``).
+    """
+    one, many = _stream_endpoints(poll_s, ping_s)
+    app = Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/webhooks/{provider}", receive_webhook, methods=["POST"]),
+            Route("/events", many, methods=["GET"]),
+            Route("/operations/{operation_id}", _operation_endpoint(audit_key), methods=["GET"]),
+            Route("/operations/{operation_id}/events", one, methods=["GET"]),
+            *routes,
+        ],
+        middleware=[Middleware(BearerAuth, token=service.token, public=public)],
+        exception_handlers={
+            HTTPException: _http_error,
+            StoreError: _store_error,
+            Exception: _unexpected,
+        },
+    )
+    app.state.service = service
+    return app

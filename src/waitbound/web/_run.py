@@ -1,0 +1,252 @@
+"""Run ``waitbound serve``: uvicorn's server in the anyio event loop, and beside it in
+the same process the worker (``waitbound.work``) and the inbox sweep.
+
+Shutdown (SIGTERM, SIGINT, or *stop* set): the worker stops claiming and the steps in
+flight finish and are persisted; open streams end at their next look at the store;
+the server stops accepting, lets the answers in flight finish (at most
+:data:`GRACEFUL_S` seconds) and closes; the inbox sweep in progress finishes. The
+caller closes the store afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import random
+import signal
+import socket
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from dataclasses import replace
+from typing import Any, Final
+
+import anyio
+import anyio.to_thread
+import uvicorn
+
+import waitbound
+from waitbound._audit import AuditEvent
+from waitbound._driver import Credentials
+from waitbound._errors import UsageError
+from waitbound._push import OutboxEntry
+from waitbound._worker import WorkerSettings
+from waitbound.transports import HttpSettings
+from waitbound.web._app import DEFAULT_PING_S, DEFAULT_POLL_S, create_app
+from waitbound.web._service import Nudge, Service
+
+__all__ = ["GRACEFUL_S", "SWEEP_EVERY_S", "SWEEP_LIMIT", "listen", "serve", "url_of"]
+
+_LOG = logging.getLogger("waitbound.serve")
+
+GRACEFUL_S: Final = 5
+"""How long shutdown waits for answers in flight before it cancels them (seconds)."""
+SWEEP_EVERY_S: Final = 1.0
+"""The inbox sweep runs at least this often (seconds), and at once after a delivery."""
+SWEEP_LIMIT: Final = 100
+"""Deliveries one sweep applies at most (a full sweep is followed by another at once)."""
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its own signal handlers: :func:`serve` handles the
+    signals, so the worker and the sweep stop with the server."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to *host*:*port* (``0``: any free port), not yet listening.
+
+    Raises:
+        UsageError: the address cannot be bound (in use, not this machine's, …).
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+        except OSError:
+            sock.close()
+            raise
+    except OSError as exc:
+        raise UsageError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; give another --host or --port"
+        ) from None
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    """``http://HOST:PORT`` of a bound socket (an IPv6 host in brackets)."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _sweeper() -> Callable[..., object] | None:
+    """``waitbound._inbox.sweep_inbox``, when this build has it.
+
+    integrator: once ``waitbound._inbox`` lands, import ``sweep_inbox`` plainly and
+    drop this look-up.
+    """
+    try:
+        module = importlib.import_module("waitbound._inbox")
+    except ImportError:
+        return None
+    found = getattr(module, "sweep_inbox", None)
+    return found if callable(found) else None
+
+
+async def _sweep_inbox(
+    service: Service, nudge: Nudge, stop: anyio.Event, rng: random.Random, every_s: float
+) -> None:
+    """Apply the inbox's matched deliveries: at once after a nudge, at least every
+    *every_s* seconds, until *stop*."""
+    sweep = _sweeper()
+    if sweep is None:
+        return
+    while not stop.is_set():
+        applied: object = 0
+        try:
+            applied = await anyio.to_thread.run_sync(
+                sweep, service.store, service.clock, rng, SWEEP_LIMIT
+            )
+        except Exception as exc:  # the store failed: try again at the next sweep
+            _LOG.warning("inbox sweep: %s: %s", type(exc).__name__, exc)
+        if isinstance(applied, int) and applied >= SWEEP_LIMIT:
+            continue
+        await nudge.wait(every_s)
+
+
+async def _watch_signals(stop: anyio.Event, server: uvicorn.Server) -> None:
+    """SIGTERM or SIGINT: shut down gracefully; a second one: stop waiting for answers."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            if stop.is_set():
+                server.force_exit = True
+            stop.set()
+
+
+async def serve(
+    service: Service,
+    host: str,
+    port: int,
+    *,
+    worker: bool = True,
+    worker_settings: WorkerSettings = WorkerSettings(),  # noqa: B008 - frozen value
+    headers: Credentials | None = None,
+    notify_secret: str | None = None,
+    on_complete: Callable[[OutboxEntry], object] | None = None,
+    on_listening: Callable[[str], None] | None = None,
+    on_event: Callable[[AuditEvent], None] | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+    stop: anyio.Event | None = None,
+    handle_signals: bool = True,
+    poll_s: float = DEFAULT_POLL_S,
+    ping_s: float = DEFAULT_PING_S,
+    audit_key: bytes | None = None,
+    sweep_every_s: float = SWEEP_EVERY_S,
+    rng: random.Random | None = None,
+) -> None:
+    """Serve *service* on *host*:*port* until a signal (or *stop*), with the worker
+    and the inbox sweep in the same event loop.
+
+    Args:
+        service: the store, configuration, clock and token; its ``delivered`` is made
+            a :class:`Nudge` (calling the one given too) that wakes the sweep.
+        host, port: where to listen (port 0: any free port; *on_listening* says which).
+        worker: drive the store's due operations as ``waitbound worker`` does.
+        worker_settings, headers, http, on_event: for the worker, as in
+            :func:`waitbound.work`.
+        notify_secret: signs completion webhooks (``[notify] secret``).
+        on_complete: called with each completion on the ``callback`` channel.
+        on_listening: called with ``http://HOST:PORT`` once the server accepts.
+        stop: set it to shut down (as a signal does).
+        handle_signals: shut down on SIGTERM/SIGINT (only in the main thread).
+        poll_s, ping_s, audit_key: for the application (see ``create_app``).
+        sweep_every_s: the longest pause between inbox sweeps (seconds).
+        rng: for the sweep's jitter.
+
+    Raises:
+        UsageError: the address cannot be bound.
+        WaitboundError: the worker failed (after the rest shut down).
+    """
+    current = service.delivered
+    nudge = current if isinstance(current, Nudge) else Nudge(then=current)
+    service = replace(service, delivered=nudge)
+    service.stopping.clear()  # a service served again streams again
+    app = create_app(service, poll_s=poll_s, ping_s=ping_s, audit_key=audit_key)
+    sock = listen(host, port)
+    url = url_of(sock)
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        proxy_headers=False,
+        timeout_graceful_shutdown=GRACEFUL_S,
+    )
+    server = _Server(config)
+    stop = stop or anyio.Event()
+    failures: list[BaseException] = []
+
+    def guarded(task: Callable[[], Awaitable[object]]) -> Callable[[], Coroutine[Any, Any, None]]:
+        async def run() -> None:
+            try:
+                await task()
+            except Exception as exc:  # one part failed: the others shut down too
+                failures.append(exc)
+                stop.set()
+
+        return run
+
+    async def http_server() -> None:
+        try:
+            await server.serve(sockets=[sock])
+        except SystemExit:  # uvicorn's way to say the app did not start
+            failures.append(UsageError("the HTTP server did not start"))
+        finally:
+            stop.set()  # the server stopped: so does the rest
+
+    async def shut_down() -> None:
+        while not server.started and not stop.is_set():
+            await anyio.sleep(0.01)
+        if server.started and on_listening is not None:
+            on_listening(url)
+        await stop.wait()
+        service.stopping.set()
+        server.should_exit = True
+        nudge()
+
+    async def drive() -> None:
+        await waitbound.work(
+            service.store,
+            settings=worker_settings,
+            headers=headers,
+            clock=service.clock,
+            on_event=on_event,
+            stop=stop,
+            http=http,
+            # integrator: pass notify_secret=notify_secret, on_complete=on_complete once
+            # work() takes them (the outbox helper adds both).
+        )
+
+    async def sweep() -> None:
+        await _sweep_inbox(service, nudge, stop, rng or random.Random(), sweep_every_s)
+
+    try:
+        async with anyio.create_task_group() as outer:
+            if handle_signals:
+                outer.start_soon(_watch_signals, stop, server)
+            async with anyio.create_task_group() as group:
+                group.start_soon(guarded(http_server))
+                group.start_soon(shut_down)
+                group.start_soon(guarded(sweep))
+                if worker:
+                    group.start_soon(guarded(drive))
+            outer.cancel_scope.cancel()
+    finally:
+        sock.close()
+    if failures:
+        raise failures[0]

@@ -1,0 +1,99 @@
+"""What every part of ``waitbound serve`` shares: the store, the configuration, the
+clock, the token, and the signals between the parts (a delivery was stored; the
+service is stopping). Kept at ``app.state.service``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+
+from waitbound._clock import Clock
+from waitbound._push import InboundDelivery
+from waitbound.stores import Store
+from waitbound.web._config import ServeConfig
+
+__all__ = ["Nudge", "Service"]
+
+
+class Nudge:
+    """A callable that wakes one waiter: "a new delivery was stored, sweep the inbox".
+
+    Calling it (from the event loop or from any thread) marks it pending and wakes a
+    task blocked in :meth:`wait`; a call while nobody waits is not lost (the next
+    :meth:`wait` returns at once). Many calls before one wait count as one.
+
+    Args:
+        then: called with each delivery too (a test's recorder, say).
+    """
+
+    def __init__(self, then: Callable[[InboundDelivery], None] | None = None) -> None:
+        self._then = then
+        self._lock = threading.Lock()
+        self._pending = False
+        self._event: anyio.Event | None = None
+        self._token: anyio.lowlevel.EventLoopToken | None = None
+        self._thread: int | None = None
+
+    def __call__(self, delivery: InboundDelivery | None = None) -> None:
+        """Mark the nudge pending and wake the waiter (*delivery* is passed to ``then``)."""
+        with self._lock:
+            self._pending = True
+            event, token, thread = self._event, self._token, self._thread
+        if event is not None:
+            if thread == threading.get_ident():
+                event.set()
+            elif token is not None:
+                with suppress(anyio.RunFinishedError):  # the loop is gone: nobody waits
+                    anyio.from_thread.run_sync(event.set, token=token)
+        if self._then is not None and delivery is not None:
+            self._then(delivery)
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait until nudged, at most *timeout_s* seconds; consume the nudge.
+
+        Returns:
+            Whether it was nudged (``False``: the time ran out first).
+        """
+        with self._lock:
+            if not self._pending:
+                self._event = anyio.Event()
+                self._token = anyio.lowlevel.current_token()
+                self._thread = threading.get_ident()
+            event = self._event if not self._pending else None
+        if event is not None:
+            with anyio.move_on_after(timeout_s):
+                await event.wait()
+        with self._lock:
+            nudged, self._pending, self._event = self._pending, False, None
+        return nudged
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Service:
+    """The state of one ``waitbound serve`` process (``app.state.service``).
+
+    Attributes:
+        store: the store every endpoint and the background work use.
+        config: what ``serve.toml`` says (receivers, the notify secret).
+        clock: the time the receiver checks signatures against and sweeps use.
+        token: the bearer token every endpoint but the receiver and ``/healthz``
+            requires; never logged or shown.
+        delivered: the receiver calls it once a new delivery is stored (the nudge
+            that runs the inbox sweep at once); ``waitbound.web.serve`` makes it a
+            :class:`Nudge` it waits on.
+        stopping: set when the service shuts down; streams end at their next look.
+    """
+
+    store: Store
+    config: ServeConfig
+    clock: Clock
+    token: str = field(repr=False)
+    delivered: Callable[[InboundDelivery], None] = field(default_factory=Nudge)
+    stopping: threading.Event = field(default_factory=threading.Event)
