@@ -217,7 +217,10 @@ async def work(
         async with anyio.create_task_group() as group:
             while not stop.is_set():
                 # Webhook deliveries first: a hint makes its operation due for this claim.
-                sweep_inbox(kit.store, clock=kit.clock, rng=kit.rng)
+                try:
+                    sweep_inbox(kit.store, clock=kit.clock, rng=kit.rng)
+                except Exception as exc:  # the store failed: the sweep runs again next pass
+                    report("(inbox)", exc)
                 free = room.value
                 claimed = (
                     kit.store.claim_due(

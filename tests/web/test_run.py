@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import sys
-import types
 from typing import Any
 
 import anyio
@@ -13,6 +12,7 @@ import httpx
 import pytest
 
 import waitbound
+import waitbound.web._run
 from tests.fakes import FakeClock
 from waitbound import MemoryStore, WorkerSettings
 from waitbound._push import InboundDelivery
@@ -42,14 +42,12 @@ def test_a_stored_delivery_wakes_the_inbox_sweep_at_once(
     calls: list[tuple[Any, ...]] = []
     swept = [anyio.Event()]
 
-    def sweep_inbox(store: Any, clock: Any, rng: Any, limit: int) -> int:
+    def sweep_inbox(store: Any, *, clock: Any, rng: Any, limit: int) -> int:
         calls.append((store, clock, rng, limit))
         swept[0].set()
         return 0
 
-    fake = types.ModuleType("waitbound._inbox")
-    fake.sweep_inbox = sweep_inbox  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "waitbound._inbox", fake)
+    monkeypatch.setattr(waitbound.web._run, "sweep_inbox", sweep_inbox)
     seen: list[InboundDelivery] = []
     nudge = Nudge(then=seen.append)
     store = MemoryStore()

@@ -5,7 +5,6 @@ in the same process; and its token file. A thin adapter over ``waitbound.web``; 
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import os
 import re
@@ -21,6 +20,7 @@ import platformdirs
 
 import waitbound
 from waitbound import UsageError, WorkerSettings
+from waitbound._outbox import resolve_notify_secret
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
     MAX_RESPONSE_OPTION,
@@ -154,18 +154,9 @@ def is_loopback(host: str) -> bool:
 
 def _load_config(path: Path | None) -> ServeConfig:
     """``serve.toml`` (none: no receivers, no notify secret)."""
-    from waitbound.web._config import ServeConfig
+    from waitbound.web._config import ServeConfig, load_serve_config
 
-    if path is None:
-        return ServeConfig()
-    # integrator: import ``load_serve_config`` plainly once the config helper's loader
-    # is merged, and drop this look-up.
-    loader = getattr(importlib.import_module("waitbound.web._config"), "load_serve_config", None)
-    if loader is None:
-        raise UsageError("this build cannot read serve.toml yet; leave out --config")
-    config = loader(path)
-    assert isinstance(config, ServeConfig)
-    return config
+    return ServeConfig() if path is None else load_serve_config(path)
 
 
 def _token(path: Path) -> str:
@@ -299,8 +290,7 @@ def serve_command(  # noqa: PLR0917 - click passes every option
                 worker=not no_worker,
                 worker_settings=settings,
                 headers=per_origin,
-                notify_secret=config.notify_secret,
-                on_complete=None,
+                notify_secret=resolve_notify_secret(None, config.notify_secret),
                 on_listening=listening,
                 http=http,
                 audit_key=audit_key,

@@ -11,7 +11,7 @@ caller closes the store afterwards.
 from __future__ import annotations
 
 import contextlib
-import importlib
+import functools
 import logging
 import random
 import signal
@@ -28,7 +28,8 @@ import waitbound
 from waitbound._audit import AuditEvent
 from waitbound._driver import Credentials
 from waitbound._errors import UsageError
-from waitbound._push import OutboxEntry
+from waitbound._inbox import sweep_inbox
+from waitbound._outbox import OnComplete
 from waitbound._worker import WorkerSettings
 from waitbound.transports import HttpSettings
 from waitbound.web._app import DEFAULT_PING_S, DEFAULT_POLL_S, create_app
@@ -84,37 +85,21 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _sweeper() -> Callable[..., object] | None:
-    """``waitbound._inbox.sweep_inbox``, when this build has it.
-
-    integrator: once ``waitbound._inbox`` lands, import ``sweep_inbox`` plainly and
-    drop this look-up.
-    """
-    try:
-        module = importlib.import_module("waitbound._inbox")
-    except ImportError:
-        return None
-    found = getattr(module, "sweep_inbox", None)
-    return found if callable(found) else None
-
-
 async def _sweep_inbox(
     service: Service, nudge: Nudge, stop: anyio.Event, rng: random.Random, every_s: float
 ) -> None:
     """Apply the inbox's matched deliveries: at once after a nudge, at least every
     *every_s* seconds, until *stop*."""
-    sweep = _sweeper()
-    if sweep is None:
-        return
+    sweep = functools.partial(
+        sweep_inbox, service.store, clock=service.clock, rng=rng, limit=SWEEP_LIMIT
+    )
     while not stop.is_set():
-        applied: object = 0
+        applied = 0
         try:
-            applied = await anyio.to_thread.run_sync(
-                sweep, service.store, service.clock, rng, SWEEP_LIMIT
-            )
+            applied = await anyio.to_thread.run_sync(sweep)
         except Exception as exc:  # the store failed: try again at the next sweep
             _LOG.warning("inbox sweep: %s: %s", type(exc).__name__, exc)
-        if isinstance(applied, int) and applied >= SWEEP_LIMIT:
+        if applied >= SWEEP_LIMIT:
             continue
         await nudge.wait(every_s)
 
@@ -137,7 +122,7 @@ async def serve(
     worker_settings: WorkerSettings = WorkerSettings(),  # noqa: B008 - frozen value
     headers: Credentials | None = None,
     notify_secret: str | None = None,
-    on_complete: Callable[[OutboxEntry], object] | None = None,
+    on_complete: OnComplete | None = None,
     on_listening: Callable[[str], None] | None = None,
     on_event: Callable[[AuditEvent], None] | None = None,
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
@@ -228,8 +213,8 @@ async def serve(
             on_event=on_event,
             stop=stop,
             http=http,
-            # integrator: pass notify_secret=notify_secret, on_complete=on_complete once
-            # work() takes them (the outbox helper adds both).
+            notify_secret=notify_secret,
+            on_complete=on_complete,
         )
 
     async def sweep() -> None:
