@@ -34,6 +34,7 @@ from pathlib import Path
 from standardwebhooks import Webhook
 
 from benchmarks._common import SPAWN, machine, print_machine, print_table, verdict
+from waitbound import SQLiteStore
 
 TARGET = 2_000.0
 """Verified deliveries stored per second by one ``serve`` process (issue 12)."""
@@ -120,6 +121,7 @@ def measure(count: int, connections: int, *, profile_to: Path | None = None) -> 
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         store = folder / "store.db"
+        SQLiteStore(store).close()  # serve never creates a store
         config = folder / "serve.toml"
         config.write_text(
             f'[webhooks.bench]\nscheme = "standard"\nsecrets = ["{SECRET}"]\njob_id = "data.id"\n'

@@ -255,6 +255,12 @@ PROGRESS_OPTIONS = options(
         "[default: if stderr is a terminal].",
     ),
     click.option("--events", "every_event", is_flag=True, help="One story line per audit event."),
+    click.option(
+        "--follow",
+        is_flag=True,
+        help="One story line on stderr per audit event of the operation, in order, "
+        "whoever wrote it (this process, a serve's webhook, a person's decision).",
+    ),
 )
 RUN_OPTIONS = options(
     click.option("--header", "headers", multiple=True, help="'Name: value': sent, never stored."),
@@ -406,6 +412,9 @@ class Progress:
         as_json: ``--json``; to a pipe, the live line is left out (plain lines only).
         live: whether a live status line may be shown at all (a worker's events are of
             many operations, so it shows plain lines).
+        follow: ``--follow``: one line per event of the operation as the store has them,
+            in order, others' included (read after each of this process's events);
+            shown even when stderr is not a terminal, unless ``--quiet``.
     """
 
     def __init__(
@@ -415,11 +424,16 @@ class Progress:
         every_event: bool = False,
         as_json: bool = False,
         live: bool = True,
+        follow: bool = False,
     ) -> None:
         terminal = sys.stderr.isatty()
-        show = terminal if enabled is None else enabled
+        show = (terminal or follow) if enabled is None else enabled
         self.console = Console(stderr=True, highlight=False) if show else None
-        self.grouper = StoryGrouper(every_event=every_event)
+        self.grouper = StoryGrouper(every_event=every_event or follow)
+        self.follow = follow
+        self.store: Store | None = None
+        self.operation_id = ""
+        self.seen = 0
         self.live_allowed = live and show and terminal and not (as_json and not sys.stdout.isatty())
         self.live: Live | None = None
         self.view: _StatusView | None = None
@@ -432,11 +446,23 @@ class Progress:
             self.live = Live(self.view, console=self.console, refresh_per_second=4, transient=True)
             self.live.start()
 
+    def attach(self, store: Store, operation_id: str) -> None:
+        """With ``follow``: read *operation_id*'s events from *store*."""
+        self.store, self.operation_id = store, operation_id
+
     def __call__(self, event: AuditEvent) -> None:
-        if self.view is not None:
-            self.view.status = self.view.status.after(event)
-        for line in self.grouper.push(event):
-            self.note(line)
+        events = [event]
+        if self.follow and self.store is not None:
+            # This process's event is persisted: the store has it, after what others wrote.
+            stored = [e for e in self.store.audit(self.operation_id) if e.seq > self.seen]
+            if stored:
+                self.seen = stored[-1].seq
+                events = [e.event for e in stored]
+        for each in events:
+            if self.view is not None:
+                self.view.status = self.view.status.after(each)
+            for line in self.grouper.push(each):
+                self.note(line)
 
     def note(self, text: str) -> None:
         """Print one line (above the live line, when there is one)."""

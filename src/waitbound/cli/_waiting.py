@@ -140,6 +140,7 @@ def wait(  # noqa: PLR0917 - click passes every option
     as_json: bool,
     progress: bool | None,
     every_event: bool,
+    follow: bool,
     max_response_bytes: int | None,
     result_url: str | None,
     cancel_url: str | None,
@@ -186,12 +187,13 @@ def wait(  # noqa: PLR0917 - click passes every option
             header_names=names,
         )
         return print_outcome(started, as_json)
-    sink = Progress(progress, every_event=every_event, as_json=as_json)
+    sink = Progress(progress, every_event=every_event, as_json=as_json, follow=follow)
 
     def act(opened: Store) -> tuple[Outcome, Record | None]:
         if operation is None and credential_label is not None:
             _check_credential_label(opened.get(op_id), credential_label)
         sink.start(op_id)
+        sink.attach(opened, op_id)
         outcome = waitbound.wait(
             operation,
             operation_id=op_id,
@@ -285,7 +287,12 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
     _check_push(submission, needs_secret=True)
     op_id = flags.pop("operation_id") or waitbound.new_operation_id()
     as_json = bool(flags.pop("as_json"))
-    sink = Progress(flags.pop("progress"), every_event=flags.pop("every_event"), as_json=as_json)
+    sink = Progress(
+        flags.pop("progress"),
+        every_event=flags.pop("every_event"),
+        as_json=as_json,
+        follow=flags.pop("follow"),
+    )
     if wait_for_outcome:
         sink.start(op_id)
     send = waitbound.run if wait_for_outcome else waitbound.submit
@@ -293,6 +300,7 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
     names = header_names(sent)
 
     def act(opened: Store) -> tuple[Outcome, Record | None]:
+        sink.attach(opened, op_id)
         outcome = send(
             submission,
             operation_id=op_id,
@@ -372,11 +380,12 @@ def cancel_command(  # noqa: PLR0917 - click passes every option
     no_wait: bool,
     progress: bool | None,
     every_event: bool,
+    follow: bool,
     max_response_bytes: int | None,
 ) -> int:
     sent = [parse_header(h) for h in headers]
     http = http_settings(max_response_bytes)
-    sink = Progress(progress, every_event=every_event, as_json=as_json)
+    sink = Progress(progress, every_event=every_event, as_json=as_json, follow=follow)
 
     def on_event(event: AuditEvent) -> None:
         sink(event)
@@ -384,6 +393,7 @@ def cancel_command(  # noqa: PLR0917 - click passes every option
             raise _CancelAnswered
 
     def act(opened: Store) -> Outcome:
+        sink.attach(opened, operation_id)
         try:
             return waitbound.cancel(
                 operation_id,
