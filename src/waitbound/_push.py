@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
+from waitbound._decisions import escalation_message
 from waitbound._json import JSON
 from waitbound._record import Record
 
@@ -27,6 +28,8 @@ __all__ = [
     "OutboxStatus",
     "completion_delivery_id",
     "completion_event",
+    "decision_delivery_id",
+    "decision_event",
     "outbox_entries",
 ]
 
@@ -127,6 +130,13 @@ def completion_delivery_id(operation_id: str, channel: Channel) -> str:
     return DELIVERY_ID_PREFIX + digest[:32]
 
 
+def decision_delivery_id(operation_id: str, opened_at: datetime) -> str:
+    """The delivery id of the notice that a decision request opened at *opened_at* waits
+    on a person: one per request, whoever writes it."""
+    key = f"{operation_id}\x1fdecision\x1f{opened_at.isoformat()}"
+    return DELIVERY_ID_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
 def completion_event(record: Record, at: datetime) -> dict[str, JSON]:
     """The event a completion delivers: ``type``, ``timestamp`` (RFC 3339) and ``data``,
     the outcome as ``waitbound wait --json`` prints it (Standard Webhooks' payload shape)."""
@@ -137,14 +147,52 @@ def completion_event(record: Record, at: datetime) -> dict[str, JSON]:
     }
 
 
+def decision_event(record: Record, at: datetime) -> dict[str, JSON]:
+    """The event that tells the operation's notify URL a decision waits on a person:
+    ``type`` ``operation.decision_requested``, ``timestamp``, and ``data``: the outcome
+    as ``waitbound wait --json`` prints it, plus ``decision`` (``message``: the
+    escalation message; ``options``; ``requested_by``; ``opened_at``, ``due_at``)."""
+    request = record.decision_request
+    assert request is not None
+    return {
+        "type": "operation.decision_requested",
+        "timestamp": at.isoformat(),
+        "data": record.to_outcome().as_json()
+        | {
+            "decision": {
+                "message": escalation_message(record, at),
+                "options": list(request.options),
+                "requested_by": request.requested_by,
+                "opened_at": request.opened_at.isoformat(),
+                "due_at": request.due_at.isoformat(),
+            }
+        },
+    }
+
+
 def outbox_entries(record: Record, at: datetime) -> list[OutboxEntry]:
-    """The completions a write of *record* owes: one per channel it names, once its
-    outcome is final (see ``Record.is_final``); none otherwise.
+    """The deliveries a write of *record* owes: its completion, one per channel it names,
+    once its outcome is final (see ``Record.is_final``); and, with a notify URL, one
+    notice per decision request when it opens (``operation.decision_requested``, on
+    the ``webhook`` channel); none otherwise.
 
     Stores insert them in the same transaction as the record, ignoring an entry whose
-    ``delivery_id`` is there already, so writing the final record again (or two writers
-    racing) never owes a second completion.
+    ``delivery_id`` is there already, so writing the record again (or two writers
+    racing) never owes a second delivery.
     """
+    request = record.decision_request
+    if request is not None and record.push.notify_url is not None:
+        return [
+            OutboxEntry(
+                delivery_id=decision_delivery_id(record.operation_id, request.opened_at),
+                operation_id=record.operation_id,
+                channel=Channel.WEBHOOK,
+                target=record.push.notify_url,
+                payload=decision_event(record, request.opened_at),
+                created_at=request.opened_at,
+                next_attempt_at=request.opened_at,
+            )
+        ]
     if not record.is_final or not record.push.notifies:
         return []
     channels = [Channel.WEBHOOK] if record.push.notify_url else []
