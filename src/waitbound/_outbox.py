@@ -81,8 +81,6 @@ NOTIFY_SECRET_ENV: Final = "WAITBOUND_NOTIFY_SECRET"
 _ATTEMPT_ROOM_S: Final = WEBHOOK_TIMEOUT_S + 5.0
 """An entry is attempted only while its lease has this long left (seconds), so another
 deliverer never takes it over while our attempt may still be in flight."""
-_MAX_SCAN_ROUNDS: Final = 64
-"""Claims one operation's delivery takes at most before giving up on the rest (see _claim)."""
 _ERROR_CHARS: Final = 200
 _SERVE_EXTRA: Final = (
     "signed completion webhooks need the standardwebhooks library; "
@@ -304,55 +302,6 @@ def _release(store: Store, entry: OutboxEntry) -> None:
         _LOG.warning("delivery %s: lease not released: %s", entry.delivery_id, type(exc).__name__)
 
 
-def _claim(
-    store: Store,
-    *,
-    owner: str,
-    now: datetime,
-    lease_s: float,
-    limit: int,
-    channels: Sequence[Channel],
-    operation_id: str | None,
-) -> list[OutboxEntry]:
-    """Lease due entries on *channels*; with *operation_id*, that operation's only.
-
-    ``Store.claim_outbox`` claims by channel, oldest first: for one operation's entries,
-    the claim goes on in rounds (holding what it took, so each round reaches further)
-    until that operation's due entries are all taken or nothing more is due; the other
-    operations' entries are then let go unchanged.
-    """
-    if operation_id is None:
-        return store.claim_outbox(
-            owner=owner, now=now, lease_s=lease_s, limit=limit, channels=channels
-        )
-    wanted = {
-        e.delivery_id
-        for e in store.outbox(operation_id=operation_id, status=OutboxStatus.PENDING)
-        if e.channel in channels and e.next_attempt_at <= now
-    }
-    ours: list[OutboxEntry] = []
-    others: list[OutboxEntry] = []
-    try:
-        for _ in range(_MAX_SCAN_ROUNDS):
-            if not wanted:
-                break
-            batch = store.claim_outbox(
-                owner=owner, now=now, lease_s=lease_s, limit=limit, channels=channels
-            )
-            if not batch:
-                break
-            for entry in batch:
-                if entry.operation_id == operation_id:
-                    ours.append(entry)
-                    wanted.discard(entry.delivery_id)
-                else:
-                    others.append(entry)
-    finally:
-        for entry in others:
-            _release(store, entry)
-    return ours
-
-
 def _hidden(notify_secret: str | None, target: str | None) -> tuple[str, ...]:
     """What must never appear in an error line: the secret and the target with its query."""
     hidden: list[str] = []
@@ -462,8 +411,7 @@ def _pass(
     if not channels:
         return 0
     signer = webhook_signer(notify_secret) if notify_secret is not None else None
-    entries = _claim(
-        store,
+    entries = store.claim_outbox(
         owner=owner,
         now=clock.now(),
         lease_s=lease_s,

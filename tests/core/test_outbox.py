@@ -504,15 +504,19 @@ def test_two_racing_webhook_deliverers_post_each_completion_once() -> None:
 
 
 def test_one_operations_delivery_takes_only_its_own_entries() -> None:
-    """operation_id: other operations' due entries are claimed past and let go
-    unchanged; only this operation's callback is called."""
+    """operation_id: only this operation's entry is claimed, even behind 29 older due
+    ones and with a claim of one; the others are left untouched, and only this
+    operation's callback is called."""
     clock = FakeClock()
     store = MemoryStore()
     for n in range(30):
         finished(store, f"op-{n:02}", clock, callback=True)
         clock.advance(1)
     got: list[Completion] = []
-    assert deliver_due_sync(store, clock=clock, on_complete=got.append, operation_id="op-29") == 1
+    assert (
+        deliver_due_sync(store, clock=clock, on_complete=got.append, limit=1, operation_id="op-29")
+        == 1
+    )
     assert [c.operation_id for c in got] == ["op-29"]
     rest = store.outbox(status=OutboxStatus.PENDING, limit=100)
     assert len(rest) == 29
