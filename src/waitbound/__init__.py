@@ -66,7 +66,7 @@ from waitbound._escalations import (
 from waitbound._observation import Observation
 from waitbound._operation import Operation, Submission, new_operation_id
 from waitbound._options import Option, option_costs
-from waitbound._outbox import Completion, deliver_due, deliver_due_sync, replay_delivery
+from waitbound._outbox import Completion, deliver_due, deliver_due_async, replay_delivery
 from waitbound._outcome import Outcome, OutcomeKind, Reason
 from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._push import Channel, OutboxEntry, OutboxStatus
@@ -140,7 +140,7 @@ __all__ = [
     "decide",
     "decide_async",
     "deliver_due",
-    "deliver_due_sync",
+    "deliver_due_async",
     "diagnose_chain",
     "diagnose_record",
     "escalations",

@@ -36,7 +36,7 @@ from waitbound._operation import (
     open_operation,
     request_cancel,
 )
-from waitbound._outbox import OnComplete, deliver_due, deliver_due_sync, resolve_notify_secret
+from waitbound._outbox import OnComplete, deliver_due, deliver_due_async, resolve_notify_secret
 from waitbound._outcome import Outcome
 from waitbound._record import Phase, Record
 from waitbound.stores import Store
@@ -106,7 +106,7 @@ def _deliver_sync(
     if own is None:
         return
     try:
-        deliver_due_sync(
+        deliver_due(
             kit.store,
             clock=kit.clock,
             rng=kit.rng,
@@ -126,7 +126,7 @@ async def _deliver_async(
     if own is None:
         return
     try:
-        await deliver_due(
+        await deliver_due_async(
             kit.store,
             clock=kit.clock,
             rng=kit.rng,

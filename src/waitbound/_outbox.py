@@ -58,7 +58,7 @@ __all__ = [
     "attempt_of_error",
     "attempt_of_status",
     "deliver_due",
-    "deliver_due_sync",
+    "deliver_due_async",
     "next_attempt",
     "replay_delivery",
     "resolve_notify_secret",
@@ -499,7 +499,7 @@ async def _call_async(on_complete: OnComplete, call: _Call) -> Attempt:
     return Attempt()
 
 
-def deliver_due_sync(
+def deliver_due(
     store: Store,
     *,
     owner: str | None = None,
@@ -512,7 +512,47 @@ def deliver_due_sync(
     lease_s: float = 30.0,
     operation_id: str | None = None,
 ) -> int:
-    """Deliver the due outbox entries, blocking; see :func:`deliver_due`."""
+    """Deliver the due outbox entries: claim up to *limit* (a lease of *lease_s*
+    seconds), attempt each once, record each attempt.
+
+    Blocking: an async *on_complete* is run with ``anyio.run`` (so not from inside a
+    running event loop: use :func:`deliver_due_async` there).
+
+    Only the channels this caller can serve are claimed: ``webhook`` entries when
+    *notify_secret* is given, ``callback`` entries when *on_complete* is. A webhook is a
+    POST of the payload as compact JSON, signed with Standard Webhooks, with a 10 s
+    timeout and no redirects followed; a 2xx delivers it. A callback is
+    ``on_complete(Completion(...))``; returning (or its awaitable completing) delivers
+    it. Anything else is a failed attempt, retried at ``next_attempt_at`` (backoff base
+    5 s, cap 300 s, 50-100 % jitter, see :func:`next_attempt`) up to 10 attempts; then
+    the entry is ``failed``. One bad entry never stops the others.
+
+    Args:
+        store: where the outbox is.
+        owner: the lease owner (default: a fresh ``host:pid:random``).
+        clock, rng: time and jitter, injectable for tests.
+        client: sends the webhooks (default: a fresh ``httpx.Client``, closed
+            afterwards). It should carry no credentials of its own: every webhook goes
+            to a URL the operation's creator named.
+        notify_secret: the ``whsec_`` secret that signs webhooks; ``None``: webhook
+            entries are left for a deliverer that has it.
+        on_complete: the callable for callback entries; ``None``: they are left for a
+            deliverer that has one.
+        limit: entries claimed in this pass.
+        lease_s: how long the claim holds them; more than 15 s (an attempt is made only
+            while at least 15 s of the lease are left, so it never overlaps another
+            deliverer's).
+        operation_id: deliver only this operation's entries (what ``wait`` does for
+            its own operation).
+
+    Returns:
+        How many entries were delivered.
+
+    Raises:
+        UsageError: *limit* or *lease_s* out of range, the notify secret unusable, or
+            the ``standardwebhooks`` library missing (``pip install 'waitbound[serve]'``).
+        StoreError: the claim failed (a failure recording one entry only skips it).
+    """
     gen = _pass(
         store,
         owner=owner or new_owner(),
@@ -545,7 +585,7 @@ def deliver_due_sync(
             http_client.close()
 
 
-async def deliver_due(
+async def deliver_due_async(
     store: Store,
     *,
     owner: str | None = None,
@@ -558,43 +598,11 @@ async def deliver_due(
     lease_s: float = 30.0,
     operation_id: str | None = None,
 ) -> int:
-    """Deliver the due outbox entries: claim up to *limit* (a lease of *lease_s*
-    seconds), attempt each once, record each attempt.
+    """Deliver the due outbox entries without blocking the event loop; see
+    :func:`deliver_due`.
 
-    Only the channels this caller can serve are claimed: ``webhook`` entries when
-    *notify_secret* is given, ``callback`` entries when *on_complete* is. A webhook is a
-    POST of the payload as compact JSON, signed with Standard Webhooks, with a 10 s
-    timeout and no redirects followed; a 2xx delivers it. A callback is
-    ``on_complete(Completion(...))``; returning (or its awaitable completing) delivers
-    it. Anything else is a failed attempt, retried at ``next_attempt_at`` (backoff base
-    5 s, cap 300 s, 50-100 % jitter, see :func:`next_attempt`) up to 10 attempts; then
-    the entry is ``failed``. One bad entry never stops the others.
-
-    Args:
-        store: where the outbox is.
-        owner: the lease owner (default: a fresh ``host:pid:random``).
-        clock, rng: time and jitter, injectable for tests.
-        client: sends the webhooks (default: a fresh client, closed afterwards). It
-            should carry no credentials of its own: every webhook goes to a URL the
-            operation's creator named.
-        notify_secret: the ``whsec_`` secret that signs webhooks; ``None``: webhook
-            entries are left for a deliverer that has it.
-        on_complete: the callable for callback entries; ``None``: they are left for a
-            deliverer that has one.
-        limit: entries claimed in this pass.
-        lease_s: how long the claim holds them; more than 15 s (an attempt is made only
-            while at least 15 s of the lease are left, so it never overlaps another
-            deliverer's).
-        operation_id: deliver only this operation's entries (what ``wait`` does for
-            its own operation).
-
-    Returns:
-        How many entries were delivered.
-
-    Raises:
-        UsageError: *limit* or *lease_s* out of range, the notify secret unusable, or
-            the ``standardwebhooks`` library missing (``pip install 'waitbound[serve]'``).
-        StoreError: the claim failed (a failure recording one entry only skips it).
+    *client* is an ``httpx.AsyncClient`` (default: a fresh one, closed afterwards); an
+    async *on_complete* is awaited.
     """
     gen = _pass(
         store,
