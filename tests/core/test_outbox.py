@@ -1,6 +1,6 @@
-"""Completions out: delivering outbox entries (``waitbound._outbox``), each at least once
-under a stable id, with the retry schedule, the channels, replays, and no secret ever
-in an error line or a log."""
+"""Completions out: the policy (``waitbound._outbox``) and the delivery pass that applies
+it (``waitbound._delivery``): each entry at least once under a stable id, with the retry
+schedule, the channels, replays, and no secret ever in an error line or a log."""
 
 from __future__ import annotations
 
