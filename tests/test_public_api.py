@@ -82,6 +82,27 @@ def test_every_exported_class_and_function_has_a_docstring(module: ModuleType) -
     assert [name for name, value in exported if not _docstring(name, value)] == []
 
 
+@pytest.mark.parametrize("module", PACKAGES, ids=IDS)
+def test_an_async_twin_is_named_async_after_its_blocking_one(module: ModuleType) -> None:
+    """The naming convention (``wait`` / ``wait_async``): every exported ``X_async`` is a
+    coroutine function, and ``X`` is exported too and blocks (is not one)."""
+    exported = dict(_exported(module))
+    twins = [name for name in exported if name.endswith("_async")]
+    assert [n for n in twins if not inspect.iscoroutinefunction(exported[n])] == []
+    blocking = {
+        name.removesuffix("_async"): exported.get(name.removesuffix("_async")) for name in twins
+    }
+    assert [n for n, v in blocking.items() if v is None or inspect.iscoroutinefunction(v)] == []
+
+
+def test_deliver_due_blocks_and_deliver_due_async_does_not() -> None:
+    """The delivery pass follows the convention: ``deliver_due`` blocks,
+    ``deliver_due_async`` is its coroutine twin; no ``deliver_due_sync`` is left."""
+    assert not inspect.iscoroutinefunction(waitbound.deliver_due)
+    assert inspect.iscoroutinefunction(waitbound.deliver_due_async)
+    assert not hasattr(waitbound, "deliver_due_sync")
+
+
 def test_version_is_exported_and_a_string() -> None:
     """waitbound.__version__ is a dotted version string listed in __all__."""
     assert "__version__" in waitbound.__all__

@@ -37,6 +37,7 @@ from waitbound._audit_check import (
 from waitbound._audit_key import load_audit_key
 from waitbound._clock import Clock, SystemClock
 from waitbound._contract import Classification, Counts, Profile, load_profile, parse_profile
+from waitbound._delivery import deliver_due, deliver_due_async
 from waitbound._errors import (
     ConflictError,
     DecisionConflictError,
@@ -66,7 +67,7 @@ from waitbound._escalations import (
 from waitbound._observation import Observation
 from waitbound._operation import Operation, Submission, new_operation_id
 from waitbound._options import Option, option_costs
-from waitbound._outbox import Completion, deliver_due, deliver_due_sync, replay_delivery
+from waitbound._outbox import Completion, replay_delivery
 from waitbound._outcome import Outcome, OutcomeKind, Reason
 from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._push import Channel, OutboxEntry, OutboxStatus
@@ -140,7 +141,7 @@ __all__ = [
     "decide",
     "decide_async",
     "deliver_due",
-    "deliver_due_sync",
+    "deliver_due_async",
     "diagnose_chain",
     "diagnose_record",
     "escalations",

@@ -3,7 +3,7 @@
 Each function is a thin shell: it opens (or loads) the operation's record, then hands
 the one shared loop (``_driver.loop``) to the blocking or the async interpreter. Once
 the loop ends with a final outcome, ``wait``, ``submit`` and ``run`` deliver that
-operation's completions in-process (``waitbound._outbox``): to *on_complete*, and as a
+operation's completions in-process (``waitbound._delivery``): to *on_complete*, and as a
 signed webhook when the notify secret is known.
 """
 
@@ -19,6 +19,7 @@ import httpx
 
 from waitbound._clock import Clock
 from waitbound._controller import Finish, Send, plan
+from waitbound._delivery import deliver_due, deliver_due_async
 from waitbound._driver import (
     EventSink,
     Tools,
@@ -36,7 +37,7 @@ from waitbound._operation import (
     open_operation,
     request_cancel,
 )
-from waitbound._outbox import OnComplete, deliver_due, deliver_due_sync, resolve_notify_secret
+from waitbound._outbox import OnComplete, resolve_notify_secret
 from waitbound._outcome import Outcome
 from waitbound._record import Phase, Record
 from waitbound.stores import Store
@@ -106,7 +107,7 @@ def _deliver_sync(
     if own is None:
         return
     try:
-        deliver_due_sync(
+        deliver_due(
             kit.store,
             clock=kit.clock,
             rng=kit.rng,
@@ -126,7 +127,7 @@ async def _deliver_async(
     if own is None:
         return
     try:
-        await deliver_due(
+        await deliver_due_async(
             kit.store,
             clock=kit.clock,
             rng=kit.rng,

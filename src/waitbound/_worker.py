@@ -30,10 +30,11 @@ import httpx
 
 from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
+from waitbound._delivery import deliver_due_async
 from waitbound._driver import Credentials, loop, new_owner, one_step, run_async_effects, tools
 from waitbound._errors import ConflictError, UsageError
 from waitbound._inbox import sweep_inbox
-from waitbound._outbox import OnComplete, deliver_due
+from waitbound._outbox import OnComplete
 from waitbound._record import Phase, Record
 from waitbound._urls import origin
 from waitbound.stores import Store
@@ -164,7 +165,7 @@ async def work(
             :func:`waitbound.wait`); ``None``: they are left to a deliverer that has one.
         notify_secret: deliver the store's completion webhooks, signed with this
             ``whsec_`` secret; ``None``: they are left to a deliverer that has it. With
-            either, a delivery pass (``waitbound._outbox.deliver_due``) runs at least
+            either, a delivery pass (``waitbound._delivery.deliver_due_async``) runs at least
             every second and right after a step leaves an operation final; with
             ``settings.until_idle``, the due deliveries are attempted before it returns.
 
@@ -299,7 +300,7 @@ _DELIVER_EVERY_S = 1.0
 
 
 class _Deliveries:
-    """When a worker runs a delivery pass (``waitbound._outbox.deliver_due``): at once,
+    """When a worker runs a delivery pass (``waitbound._delivery.deliver_due_async``): at once,
     then at least every :data:`_DELIVER_EVERY_S` and after a step leaves an operation
     final; never two passes at once. A pass runs as a task of the worker's group, so
     steps go on meanwhile and the worker's end waits for it."""
@@ -343,7 +344,7 @@ class _Deliveries:
                 self.due = False
                 self.last_s = self.clock.monotonic()
                 try:
-                    await deliver_due(
+                    await deliver_due_async(
                         self.store,
                         owner=self.owner,
                         clock=self.clock,

@@ -31,7 +31,7 @@ from waitbound import (
     Phase,
     Policy,
     Record,
-    deliver_due_sync,
+    deliver_due,
     parse_profile,
 )
 from waitbound._push import completion_delivery_id
@@ -92,7 +92,7 @@ def test_deliveries_lists_a_table_with_the_target_redacted(
     def refuse(completion: object) -> None:
         raise RuntimeError("busy")
 
-    deliver_due_sync(store, clock=FakeClock(), on_complete=refuse, rng=random.Random(1))
+    deliver_due(store, clock=FakeClock(), on_complete=refuse, rng=random.Random(1))
     code, out, _ = cli(capsys, "deliveries")
     assert code == 0
     header, *rows = out.splitlines()
@@ -113,7 +113,7 @@ def test_deliveries_json_filters_by_operation_and_status(
     """--json prints every key; --operation-id, --status and --limit filter."""
     finished(store, "op-1", callback=True)
     finished(store, "op-2", callback=True)
-    deliver_due_sync(store, clock=FakeClock(), on_complete=lambda c: None, operation_id="op-1")
+    deliver_due(store, clock=FakeClock(), on_complete=lambda c: None, operation_id="op-1")
     code, out, _ = cli(capsys, "deliveries", "--json", "--status", "delivered")
     assert code == 0
     document = json.loads(out)

@@ -1,6 +1,6 @@
-"""Completions out: delivering outbox entries (``waitbound._outbox``), each at least once
-under a stable id, with the retry schedule, the channels, replays, and no secret ever
-in an error line or a log."""
+"""Completions out: the policy (``waitbound._outbox``) and the delivery pass that applies
+it (``waitbound._delivery``): each entry at least once under a stable id, with the retry
+schedule, the channels, replays, and no secret ever in an error line or a log."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from waitbound import (
     Record,
     UsageError,
     deliver_due,
-    deliver_due_sync,
+    deliver_due_async,
     parse_profile,
     replay_delivery,
 )
@@ -152,13 +152,13 @@ def test_the_retry_schedule_is_exact_with_a_seeded_rng_and_fails_after_10() -> N
     rng = random.Random(7)
     waits: list[float] = []
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        assert deliver_due_sync(store, clock=clock, rng=rng, on_complete=broken) == 0
+        assert deliver_due(store, clock=clock, rng=rng, on_complete=broken) == 0
         entry = entry_of(store, "op-1", Channel.CALLBACK)
         assert entry.attempts == attempt
         assert entry.last_error == "RuntimeError: downstream is down"
         if attempt < MAX_ATTEMPTS:
             assert entry.status is OutboxStatus.PENDING
-            assert deliver_due_sync(store, clock=clock, rng=rng, on_complete=broken) == 0
+            assert deliver_due(store, clock=clock, rng=rng, on_complete=broken) == 0
             assert len(calls) == attempt, "attempted again before its next attempt was due"
             waits.append(until_due(clock, entry))
     reference = random.Random(7)
@@ -166,7 +166,7 @@ def test_the_retry_schedule_is_exact_with_a_seeded_rng_and_fails_after_10() -> N
     assert entry.status is OutboxStatus.FAILED
     assert entry.lease_owner is None
     clock.advance(86_400)
-    deliver_due_sync(store, clock=clock, rng=rng, on_complete=broken)
+    deliver_due(store, clock=clock, rng=rng, on_complete=broken)
     assert len(calls) == MAX_ATTEMPTS
     assert set(calls) == {completion_delivery_id("op-1", Channel.CALLBACK)}
 
@@ -181,7 +181,7 @@ def test_a_webhook_keeps_its_delivery_id_on_every_retry() -> None:
         sent_at: list[str] = []
         for _ in range(3):
             sent_at.append(str(int(clock.now().timestamp())))
-            deliver_due_sync(store, clock=clock, rng=random.Random(1), notify_secret=SECRET)
+            deliver_due(store, clock=clock, rng=random.Random(1), notify_secret=SECRET)
             entry = entry_of(store, "op-1", Channel.WEBHOOK)
             if entry.status is OutboxStatus.PENDING:
                 until_due(clock, entry)
@@ -201,7 +201,7 @@ def test_a_webhook_is_the_compact_json_payload_with_standard_headers() -> None:
     store = MemoryStore()
     with receiving() as receiver:
         finished(store, "op-1", clock, notify_url=receiver.url + "?tenant=7")
-        assert deliver_due_sync(store, clock=clock, notify_secret=SECRET) == 1
+        assert deliver_due(store, clock=clock, notify_secret=SECRET) == 1
     (got,) = receiver.received
     entry = entry_of(store, "op-1", Channel.WEBHOOK)
     assert got.path == "/hook?tenant=7"
@@ -223,7 +223,7 @@ def test_only_a_2xx_from_a_real_receiver_delivers_and_redirects_are_not_followed
     store = MemoryStore()
     with receiving([status]) as receiver:
         finished(store, "op-1", clock, notify_url=receiver.url)
-        deliver_due_sync(store, clock=clock, notify_secret=SECRET)
+        deliver_due(store, clock=clock, notify_secret=SECRET)
     entry = entry_of(store, "op-1", Channel.WEBHOOK)
     assert [r.path for r in receiver.received] == ["/hook"]
     assert (entry.status is OutboxStatus.DELIVERED) is delivered
@@ -242,7 +242,7 @@ def test_a_timeout_is_a_failed_attempt_and_the_post_has_a_10s_timeout() -> None:
         raise httpx.ReadTimeout("timed out", request=request)
 
     with httpx.Client(transport=httpx.MockTransport(slow)) as client:
-        deliver_due_sync(store, clock=clock, client=client, notify_secret=SECRET)
+        deliver_due(store, clock=clock, client=client, notify_secret=SECRET)
     entry = entry_of(store, "op-1", Channel.WEBHOOK)
     assert timeouts == [{"connect": 10.0, "read": 10.0, "write": 10.0, "pool": 10.0}]
     assert entry.status is OutboxStatus.PENDING
@@ -269,7 +269,7 @@ def test_neither_the_secret_nor_the_query_is_in_last_error_or_the_log(
         caplog.at_level(logging.DEBUG, logger="waitbound"),
         httpx.Client(transport=httpx.MockTransport(leaky)) as client,
     ):
-        deliver_due_sync(store, clock=clock, client=client, notify_secret=SECRET)
+        deliver_due(store, clock=clock, client=client, notify_secret=SECRET)
     error = entry_of(store, "op-1", Channel.WEBHOOK).last_error
     assert error is not None
     assert error.startswith("ConnectError: cannot reach [redacted]")
@@ -284,7 +284,7 @@ def test_a_connection_error_to_a_real_port_keeps_one_line_without_the_query() ->
     clock = FakeClock()
     store = MemoryStore()
     finished(store, "op-1", clock, notify_url=f"http://127.0.0.1:{closed_port()}/h?key=K9Z")
-    deliver_due_sync(store, clock=clock, notify_secret=SECRET)
+    deliver_due(store, clock=clock, notify_secret=SECRET)
     error = entry_of(store, "op-1", Channel.WEBHOOK).last_error
     assert error is not None
     assert error.startswith("ConnectError")
@@ -309,7 +309,7 @@ def test_a_callback_exception_naming_the_secret_is_redacted() -> None:
     def careless(completion: Completion) -> None:
         raise KeyError(f"bad {SECRET}")
 
-    deliver_due_sync(store, clock=clock, notify_secret=SECRET, on_complete=careless)
+    deliver_due(store, clock=clock, notify_secret=SECRET, on_complete=careless)
     error = entry_of(store, "op-1", Channel.CALLBACK).last_error
     assert error is not None
     assert SECRET.removeprefix("whsec_") not in error
@@ -325,8 +325,8 @@ def test_a_sync_callback_gets_the_completion_once() -> None:
     store = MemoryStore()
     finished(store, "op-1", clock, callback=True)
     got: list[Completion] = []
-    assert deliver_due_sync(store, clock=clock, on_complete=got.append) == 1
-    assert deliver_due_sync(store, clock=clock, on_complete=got.append) == 0
+    assert deliver_due(store, clock=clock, on_complete=got.append) == 1
+    assert deliver_due(store, clock=clock, on_complete=got.append) == 0
     (completion,) = got
     assert completion.delivery_id == completion_delivery_id("op-1", Channel.CALLBACK)
     assert completion.operation_id == "op-1"
@@ -337,7 +337,7 @@ def test_a_sync_callback_gets_the_completion_once() -> None:
 
 
 def test_an_async_callback_is_awaited_by_both_deliverers() -> None:
-    """An async on_complete: awaited by deliver_due, run by deliver_due_sync."""
+    """An async on_complete: awaited by deliver_due_async, run by deliver_due."""
     clock = FakeClock()
     store = MemoryStore()
     finished(store, "op-a", clock, callback=True)
@@ -348,8 +348,8 @@ def test_an_async_callback_is_awaited_by_both_deliverers() -> None:
         await anyio.sleep(0)
         got.append(completion.operation_id)
 
-    first = anyio.run(partial(deliver_due, store, clock=clock, on_complete=note, limit=1))
-    second = deliver_due_sync(store, clock=clock, on_complete=note)
+    first = anyio.run(partial(deliver_due_async, store, clock=clock, on_complete=note, limit=1))
+    second = deliver_due(store, clock=clock, on_complete=note)
     assert (first, second) == (1, 1)
     assert sorted(got) == ["op-a", "op-b"]
 
@@ -367,12 +367,12 @@ def test_a_raising_callback_is_retried_then_delivered() -> None:
         if len(ids) == 1:
             raise ConnectionError("queue unavailable")
 
-    deliver_due_sync(store, clock=clock, on_complete=flaky, rng=random.Random(3))
+    deliver_due(store, clock=clock, on_complete=flaky, rng=random.Random(3))
     entry = entry_of(store, "op-1", Channel.CALLBACK)
     assert (entry.status, entry.attempts) == (OutboxStatus.PENDING, 1)
     assert entry.last_error == "ConnectionError: queue unavailable"
     until_due(clock, entry)
-    assert deliver_due_sync(store, clock=clock, on_complete=flaky) == 1
+    assert deliver_due(store, clock=clock, on_complete=flaky) == 1
     entry = entry_of(store, "op-1", Channel.CALLBACK)
     assert (entry.status, entry.attempts) == (OutboxStatus.DELIVERED, 2)
     assert len(set(ids)) == 1
@@ -388,8 +388,8 @@ def test_only_the_channels_a_deliverer_can_serve_are_claimed() -> None:
     clock = FakeClock()
     store = MemoryStore()
     finished(store, "op-1", clock, notify_url="https://hooks.example/in", callback=True)
-    assert deliver_due_sync(store, clock=clock) == 0
-    assert deliver_due_sync(store, clock=clock, on_complete=lambda c: None) == 1
+    assert deliver_due(store, clock=clock) == 0
+    assert deliver_due(store, clock=clock, on_complete=lambda c: None) == 1
     webhook = entry_of(store, "op-1", Channel.WEBHOOK)
     assert (webhook.status, webhook.attempts, webhook.lease_owner) == (
         OutboxStatus.PENDING, 0, None,
@@ -412,7 +412,7 @@ def test_one_bad_entry_never_stops_the_others() -> None:
         )  # fmt: skip
     finished(store, "op-1", clock, callback=True)
     got: list[Completion] = []
-    assert deliver_due_sync(store, clock=clock, notify_secret=SECRET, on_complete=got.append) == 1
+    assert deliver_due(store, clock=clock, notify_secret=SECRET, on_complete=got.append) == 1
     assert [c.delivery_id for c in got] == [completion_delivery_id("op-1", Channel.CALLBACK)]
     gone = store.get_outbox("dlv_gone")
     notarget = store.get_outbox("dlv_notarget")
@@ -437,10 +437,10 @@ def test_a_slow_attempt_leaves_the_rest_to_the_next_pass_instead_of_outliving_it
         got.append(completion.operation_id)
         clock.advance(10)
 
-    assert deliver_due_sync(store, clock=clock, on_complete=slow, lease_s=20) == 1
+    assert deliver_due(store, clock=clock, on_complete=slow, lease_s=20) == 1
     left = entry_of(store, "op-2", Channel.CALLBACK)
     assert (left.attempts, left.lease_owner) == (0, None)
-    assert deliver_due_sync(store, clock=clock, on_complete=slow, lease_s=20) == 1
+    assert deliver_due(store, clock=clock, on_complete=slow, lease_s=20) == 1
     assert got == ["op-1", "op-2"]
 
 
@@ -461,7 +461,7 @@ def test_two_racing_deliverers_deliver_each_completion_once() -> None:
 
     def drain(n: int) -> None:
         start.wait()
-        while deliver_due_sync(
+        while deliver_due(
             store, owner=f"w{n}", clock=clock, rng=random.Random(n), on_complete=note, limit=4
         ):
             pass
@@ -487,9 +487,7 @@ def test_two_racing_webhook_deliverers_post_each_completion_once() -> None:
 
         def drain(n: int) -> None:
             start.wait()
-            while deliver_due_sync(
-                store, owner=f"w{n}", clock=clock, notify_secret=SECRET, limit=3
-            ):
+            while deliver_due(store, owner=f"w{n}", clock=clock, notify_secret=SECRET, limit=3):
                 pass
 
         threads = [threading.Thread(target=drain, args=(n,)) for n in range(2)]
@@ -504,15 +502,18 @@ def test_two_racing_webhook_deliverers_post_each_completion_once() -> None:
 
 
 def test_one_operations_delivery_takes_only_its_own_entries() -> None:
-    """operation_id: other operations' due entries are claimed past and let go
-    unchanged; only this operation's callback is called."""
+    """operation_id: only this operation's entry is claimed, even behind 29 older due
+    ones and with a claim of one; the others are left untouched, and only this
+    operation's callback is called."""
     clock = FakeClock()
     store = MemoryStore()
     for n in range(30):
         finished(store, f"op-{n:02}", clock, callback=True)
         clock.advance(1)
     got: list[Completion] = []
-    assert deliver_due_sync(store, clock=clock, on_complete=got.append, operation_id="op-29") == 1
+    assert (
+        deliver_due(store, clock=clock, on_complete=got.append, limit=1, operation_id="op-29") == 1
+    )
     assert [c.operation_id for c in got] == ["op-29"]
     rest = store.outbox(status=OutboxStatus.PENDING, limit=100)
     assert len(rest) == 29
@@ -530,7 +531,7 @@ def test_replay_is_a_new_delivery_with_replay_of_pending_now() -> None:
     store = MemoryStore()
     finished(store, "op-1", clock, callback=True)
     got: list[Completion] = []
-    deliver_due_sync(store, clock=clock, on_complete=got.append)
+    deliver_due(store, clock=clock, on_complete=got.append)
     original = entry_of(store, "op-1", Channel.CALLBACK)
     clock.advance(60)
     replay = replay_delivery(store, original.delivery_id, now=clock.now())
@@ -547,7 +548,7 @@ def test_replay_is_a_new_delivery_with_replay_of_pending_now() -> None:
         replay.delivery_id,
         original.delivery_id,
     }
-    deliver_due_sync(store, clock=clock, on_complete=got.append)
+    deliver_due(store, clock=clock, on_complete=got.append)
     assert [c.replay_of for c in got[1:]] == [original.delivery_id] * 2
     assert got[1].delivery_id != got[2].delivery_id
 
@@ -567,13 +568,13 @@ def test_a_missing_standardwebhooks_names_the_extra(monkeypatch: pytest.MonkeyPa
     """Webhooks without the library: one UsageError naming pip install 'waitbound[serve]'."""
     monkeypatch.setitem(sys.modules, "standardwebhooks", None)
     with pytest.raises(UsageError, match=re.escape("pip install 'waitbound[serve]'")):
-        deliver_due_sync(MemoryStore(), notify_secret=SECRET)
+        deliver_due(MemoryStore(), notify_secret=SECRET)
 
 
 def test_a_secret_that_cannot_sign_is_refused_without_showing_it() -> None:
     """An empty whsec_ secret: UsageError; the message does not quote it."""
     with pytest.raises(UsageError, match="not a Standard Webhooks secret") as caught:
-        deliver_due_sync(MemoryStore(), notify_secret="whsec_!!")
+        deliver_due(MemoryStore(), notify_secret="whsec_!!")
     assert "!!" not in str(caught.value)
 
 
@@ -581,4 +582,4 @@ def test_a_secret_that_cannot_sign_is_refused_without_showing_it() -> None:
 def test_a_limit_or_lease_out_of_range_is_refused(limit: int, lease_s: float) -> None:
     """limit >= 1; a lease must outlast one attempt and its margin (> 15 s)."""
     with pytest.raises(UsageError):
-        deliver_due_sync(MemoryStore(), on_complete=print, limit=limit, lease_s=lease_s)
+        deliver_due(MemoryStore(), on_complete=print, limit=limit, lease_s=lease_s)

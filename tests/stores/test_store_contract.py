@@ -1002,8 +1002,17 @@ def _claim_outbox(
     now: datetime = NOW,
     limit: int = 10,
     channels: Sequence[Channel] = (Channel.WEBHOOK, Channel.CALLBACK),
+    *,
+    operation_id: str | None = None,
 ) -> list[str]:
-    taken = store.claim_outbox(owner=owner, now=now, lease_s=30, limit=limit, channels=channels)
+    taken = store.claim_outbox(
+        owner=owner,
+        now=now,
+        lease_s=30,
+        limit=limit,
+        channels=channels,
+        operation_id=operation_id,
+    )
     return [e.delivery_id for e in taken]
 
 
@@ -1071,6 +1080,49 @@ def test_claim_outbox_leases_due_pending_entries_oldest_first(store: Store) -> N
     ]
 
 
+def test_claim_outbox_of_one_operation_takes_only_its_due_entries(store: Store) -> None:
+    """operation_id: only that operation's due entries on the channels asked for are
+    claimed, oldest first up to the limit, even behind older entries of others; the
+    others' are not touched, and an unfiltered claim takes them afterwards."""
+    others = [
+        entry("dlv_0", operation_id="op-2", next_attempt_at=T0 - timedelta(seconds=9)),
+        entry("dlv_1", operation_id="op-2", channel=Channel.CALLBACK, target=None),
+        entry("dlv_2", operation_id="op-10"),
+    ]
+    for other in others:
+        store.add_outbox(other)
+    store.add_outbox(entry("dlv_b", next_attempt_at=T0 + timedelta(seconds=2)))
+    store.add_outbox(entry("dlv_a", next_attempt_at=T0 + timedelta(seconds=2)))
+    store.add_outbox(entry("dlv_c", channel=Channel.CALLBACK, target=None))
+    store.add_outbox(entry("dlv_later", next_attempt_at=NOW + timedelta(microseconds=1)))
+    store.add_outbox(entry("dlv_done", status=OutboxStatus.DELIVERED, delivered_at=T0))
+    store.add_outbox(entry("dlv_leased", lease_owner="w0", lease_expires_at=NOW + timedelta(1)))
+    assert _claim_outbox(store, operation_id="op-1", limit=0) == []
+    assert _claim_outbox(store, operation_id="op-1", limit=1) == ["dlv_c"]
+    assert _claim_outbox(store, operation_id="op-1", channels=[Channel.CALLBACK]) == []
+    [first] = store.claim_outbox(
+        owner="w2",
+        now=NOW,
+        lease_s=12.5,
+        limit=1,
+        channels=[Channel.WEBHOOK],
+        operation_id="op-1",
+    )
+    assert first == entry(
+        "dlv_a",
+        next_attempt_at=T0 + timedelta(seconds=2),
+        lease_owner="w2",
+        lease_expires_at=NOW + timedelta(seconds=12.5),
+    )
+    assert _claim_outbox(store, operation_id="op-1") == ["dlv_b"]
+    assert _claim_outbox(store, operation_id="op-1") == []
+    assert _claim_outbox(store, operation_id="op-unknown") == []
+    assert _claim_outbox(store, operation_id="op-1", channels=[]) == []
+    assert [store.get_outbox(other.delivery_id) for other in others] == others
+    assert _claim_outbox(store, operation_id="op-2", channels=[Channel.WEBHOOK]) == ["dlv_0"]
+    assert _claim_outbox(store) == ["dlv_1", "dlv_2"]
+
+
 def test_settle_outbox_writes_only_while_the_lease_is_ours(store: Store) -> None:
     """settle_outbox is a compare-and-swap on (pending, lease_owner): a retry is written
     and released; a lost lease, a settled entry or an unknown one change nothing."""
@@ -1106,15 +1158,21 @@ def test_settle_outbox_writes_only_while_the_lease_is_ours(store: Store) -> None
     assert store.get_outbox("dlv_1") == settled
 
 
-def test_claims_of_the_outbox_from_many_threads_take_each_entry_once(backend: Backend) -> None:
+@pytest.mark.parametrize("operation_id", [None, "op-1"], ids=["all", "one-operation"])
+def test_claims_of_the_outbox_from_many_threads_take_each_entry_once(
+    backend: Backend, operation_id: str | None
+) -> None:
     """120 due entries, 4 threads on two or more stores of one database claiming 7 at a
-    time until none are left: every entry is claimed exactly once."""
+    time until none are left: every entry is claimed exactly once; claiming one
+    operation's, the other operation's entries (interleaved) are never taken."""
     stores = [backend.open() for _ in range(2 if backend.shareable else 4)]
     ids = [f"dlv_{i:03}" for i in range(120)]
     rng = random.Random(11)
-    for delivery_id in ids:
+    for n, delivery_id in enumerate(ids):
         at = T0 + timedelta(seconds=rng.randrange(30))
-        stores[0].add_outbox(entry(delivery_id, next_attempt_at=at))
+        owned_by = "op-1" if operation_id is None or n % 2 else "op-2"
+        stores[0].add_outbox(entry(delivery_id, operation_id=owned_by, next_attempt_at=at))
+    wanted = [e.delivery_id for e in stores[0].outbox(operation_id=operation_id, limit=200)]
     claims: dict[str, list[str]] = {}
     failures: list[BaseException] = []
     start = threading.Barrier(4)
@@ -1124,7 +1182,12 @@ def test_claims_of_the_outbox_from_many_threads_take_each_entry_once(backend: Ba
         try:
             start.wait()
             while batch := stores[worker % len(stores)].claim_outbox(
-                owner=f"w{worker}", now=NOW, lease_s=300, limit=7, channels=[Channel.WEBHOOK]
+                owner=f"w{worker}",
+                now=NOW,
+                lease_s=300,
+                limit=7,
+                channels=[Channel.WEBHOOK],
+                operation_id=operation_id,
             ):
                 mine += [e.delivery_id for e in batch]
         except BaseException as exc:
@@ -1136,7 +1199,10 @@ def test_claims_of_the_outbox_from_many_threads_take_each_entry_once(backend: Ba
     for thread in threads:
         thread.join(timeout=120)
     assert failures == []
-    assert sorted(i for mine in claims.values() for i in mine) == ids
+    assert sorted(i for mine in claims.values() for i in mine) == sorted(wanted)
+    assert len(wanted) == (120 if operation_id is None else 60)
+    untouched = [stores[1].get_outbox(i) for i in ids if i not in wanted]
+    assert {e.lease_owner if e else "missing" for e in untouched} <= {None}
     for owner, mine in claims.items():
         for delivery_id in mine:
             got = stores[1].get_outbox(delivery_id)

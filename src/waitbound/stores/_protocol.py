@@ -134,11 +134,14 @@ class Store(Protocol):
         lease_s: float,
         limit: int,
         channels: Sequence[Channel],
+        operation_id: str | None = None,
     ) -> list[OutboxEntry]:
         """Lease up to *limit* pending entries on *channels* whose ``next_attempt_at``
-        has come and whose lease is free or expired, oldest first. Each is written with
+        has come and whose lease is free or expired, oldest first (by
+        ``next_attempt_at``, then ``delivery_id``); only *operation_id*'s entries when it
+        is given (``None``: every operation's). Each is written with
         ``lease_owner = owner`` and ``lease_expires_at = now + lease_s``; concurrent
-        callers never claim the same entry."""
+        callers never claim the same entry, and no entry outside the filter is touched."""
         ...
 
     def settle_outbox(self, entry: OutboxEntry) -> bool:

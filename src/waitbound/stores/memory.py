@@ -185,6 +185,7 @@ class MemoryStore:
         lease_s: float,
         limit: int,
         channels: Sequence[Channel],
+        operation_id: str | None = None,
     ) -> list[OutboxEntry]:
         """See :meth:`Store.claim_outbox`."""
         with self._lock:
@@ -194,6 +195,7 @@ class MemoryStore:
                     for e in self._outbox.values()
                     if e.status is OutboxStatus.PENDING
                     and e.channel in channels
+                    and (operation_id is None or e.operation_id == operation_id)
                     and e.next_attempt_at <= now
                     and (e.lease_expires_at is None or e.lease_expires_at <= now)
                 ),

@@ -129,6 +129,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         lease_expires_at timestamptz
     );
     CREATE INDEX outbox_due ON {schema}.outbox (status, next_attempt_at);
+    CREATE INDEX outbox_operation ON {schema}.outbox (operation_id, status, next_attempt_at);
     CREATE INDEX audit_events_at
         ON {schema}.audit_events (at, operation_id COLLATE "C", seq);
     """,
@@ -176,6 +177,28 @@ _OUTBOX_FIELDS: Final = (
     " status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at"
 )
 _OUTBOX_COLUMNS: Final = _OUTBOX_FIELDS.replace("payload", "payload::text")
+
+
+def _claim_outbox_queries() -> dict[str, str]:
+    """``claim_outbox``'s two statements: every operation's entries, or one's (a
+    separate statement, so the one-operation claim is planned on ``outbox_operation``)."""
+
+    def claim(only: str) -> str:
+        return (
+            "WITH due AS (SELECT delivery_id FROM {schema}.outbox"
+            " WHERE status = %s AND channel = ANY(%s) AND next_attempt_at <= %s"
+            f" AND (lease_expires_at IS NULL OR lease_expires_at <= %s){only}"
+            ' ORDER BY next_attempt_at, delivery_id COLLATE "C" LIMIT %s FOR UPDATE SKIP LOCKED)'
+            " UPDATE {schema}.outbox AS o SET lease_owner = %s, lease_expires_at = %s FROM due"
+            " WHERE o.delivery_id = due.delivery_id RETURNING "
+            + ", ".join(f"o.{column}" for column in _OUTBOX_COLUMNS.split(", "))
+        )
+
+    return {
+        "claim_outbox": claim(""),
+        "claim_outbox_of": claim(" AND operation_id = %s"),
+    }
+
 
 _QUERIES: Final = {
     "insert": "INSERT INTO {schema}.operations (operation_id, version, phase, outcome,"
@@ -229,13 +252,7 @@ _QUERIES: Final = {
     " WHERE (%s::text IS NULL OR provider = %s) AND (%s::text IS NULL OR operation_id = %s)"
     ' ORDER BY received_at DESC, webhook_id COLLATE "C" DESC, provider COLLATE "C" DESC'
     " LIMIT %s",
-    "claim_outbox": "WITH due AS (SELECT delivery_id FROM {schema}.outbox"
-    " WHERE status = %s AND channel = ANY(%s) AND next_attempt_at <= %s"
-    " AND (lease_expires_at IS NULL OR lease_expires_at <= %s)"
-    ' ORDER BY next_attempt_at, delivery_id COLLATE "C" LIMIT %s FOR UPDATE SKIP LOCKED)'
-    " UPDATE {schema}.outbox AS o SET lease_owner = %s, lease_expires_at = %s FROM due"
-    " WHERE o.delivery_id = due.delivery_id RETURNING "
-    + ", ".join(f"o.{column}" for column in _OUTBOX_COLUMNS.split(", ")),
+    **_claim_outbox_queries(),
     "settle_outbox": "UPDATE {schema}.outbox SET status = %s, attempts = %s,"
     " next_attempt_at = %s, delivered_at = %s, last_error = %s, lease_owner = NULL,"
     " lease_expires_at = NULL"
@@ -524,6 +541,7 @@ class PostgresStore:
         lease_s: float,
         limit: int,
         channels: Sequence[Channel],
+        operation_id: str | None = None,
     ) -> list[OutboxEntry]:
         """See :meth:`Store.claim_outbox` (``FOR UPDATE SKIP LOCKED``, one statement).
 
@@ -532,19 +550,13 @@ class PostgresStore:
         if limit < 0:
             raise UsageError(f"claim limit must be 0 or more; got {limit}")
         until = now + timedelta(seconds=lease_s)
+        args: tuple[object, ...] = (OutboxStatus.PENDING.value, [c.value for c in channels])
+        if operation_id is None:
+            query, args = "claim_outbox", (*args, now, now)
+        else:
+            query, args = "claim_outbox_of", (*args, now, now, operation_id)
         with self._transaction() as conn:
-            rows = conn.execute(
-                self._sql["claim_outbox"],
-                (
-                    OutboxStatus.PENDING.value,
-                    [c.value for c in channels],
-                    now,
-                    now,
-                    limit,
-                    owner,
-                    until,
-                ),
-            ).fetchall()
+            rows = conn.execute(self._sql[query], (*args, limit, owner, until)).fetchall()
         taken = [_entry(row) for row in rows]
         return sorted(taken, key=lambda e: (e.next_attempt_at, e.delivery_id))
 

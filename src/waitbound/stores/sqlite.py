@@ -126,6 +126,7 @@ CREATE TABLE outbox (
     lease_expires_at TEXT
 );
 CREATE INDEX outbox_due ON outbox (status, next_attempt_at);
+CREATE INDEX outbox_operation ON outbox (operation_id, status, next_attempt_at);
 CREATE INDEX audit_events_at ON audit_events (at, operation_id, seq);
 """,
 )
@@ -531,6 +532,7 @@ class SQLiteStore:
         lease_s: float,
         limit: int,
         channels: Sequence[Channel],
+        operation_id: str | None = None,
     ) -> list[OutboxEntry]:
         """See :meth:`Store.claim_outbox` (one ``BEGIN IMMEDIATE`` transaction)."""
         if not channels:
@@ -538,13 +540,22 @@ class SQLiteStore:
         stamp = _instant(now)
         until = now + timedelta(seconds=lease_s)
         marks = ", ".join("?" for _ in channels)
+        only = "" if operation_id is None else " AND operation_id = ?"
+        only_args = () if operation_id is None else (operation_id,)
         with self._transaction() as db:
             rows = db.execute(
                 f"SELECT {_OUTBOX_COLUMNS} FROM outbox"
                 f" WHERE status = ? AND channel IN ({marks}) AND next_attempt_at <= ?"
-                " AND (lease_expires_at IS NULL OR lease_expires_at <= ?)"
+                f" AND (lease_expires_at IS NULL OR lease_expires_at <= ?){only}"
                 " ORDER BY next_attempt_at, delivery_id LIMIT ?",
-                (OutboxStatus.PENDING.value, *(c.value for c in channels), stamp, stamp, limit),
+                (
+                    OutboxStatus.PENDING.value,
+                    *(c.value for c in channels),
+                    stamp,
+                    stamp,
+                    *only_args,
+                    limit,
+                ),
             ).fetchall()
             taken = [
                 replace(_entry(row), lease_owner=owner, lease_expires_at=until) for row in rows
