@@ -161,9 +161,12 @@ def _drive(
                 return done
             case Finish(transition=finish):
                 try:
-                    return persist(finish.record, finish.events)
+                    finished = persist(finish.record, finish.events)
                 except ConflictError:
                     continue
+                if finished.is_final:
+                    hit("final")
+                return finished
             case Sleep(seconds=seconds):
                 yield _Sleep(seconds)
             case Send(transition=reservation, request=request):
@@ -190,8 +193,7 @@ def _drive(
                 while current is not None:
                     after = _answered(current, request, observation, failure, clock=clock, rng=rng)
                     try:
-                        persist(after.record, after.events)
-                        break
+                        saved = persist(after.record, after.events)
                     except ConflictError:
                         # Someone wrote the record meanwhile: a person's decision, an
                         # agent's request. While the lease and the reservation are still
@@ -204,6 +206,10 @@ def _drive(
                             and fresh.in_flight == request.kind
                         )
                         current = fresh if ours else None
+                    else:
+                        if saved.is_final:
+                            hit("final")
+                        break
 
 
 def _answered(

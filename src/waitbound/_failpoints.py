@@ -6,7 +6,10 @@ Unset (always, outside tests), :func:`hit` is a dictionary lookup.
 
 Points: ``reserved`` (a request is counted and persisted, not yet sent) and
 ``answered`` (its answer arrived, not yet persisted); each is also named with the
-request kind, e.g. ``reserved-result``.
+request kind, e.g. ``reserved-result``. ``final``: the driver has just persisted a
+record that is final (``Record.is_final``: an outcome, no decision request open), by a
+finish without a request or by an answer's transition; its outbox entries are stored
+with it and none is delivered yet.
 """
 
 from __future__ import annotations
