@@ -252,11 +252,14 @@ def start(
     operation_id: str | None = None,
     store: Store | None = None,
     clock: Clock | None = None,
+    callback: bool = False,
 ) -> Outcome:
     """Record an operation for a worker to drive, and return at once (``wait --detach``).
 
     Nothing is sent: ``waitbound worker`` (or :func:`waitbound.work`) polls it, and
-    :func:`check` or :func:`wait` reads how it stands.
+    :func:`check` or :func:`wait` reads how it stands. *callback*: the completion is
+    owed on the ``callback`` channel too, delivered by a worker started with
+    ``on_complete`` (``waitbound.work(store, on_complete=…)``, ``serve``'s).
 
     Returns:
         The :class:`Outcome` of the new (or resumed) operation: ``done`` is false.
@@ -265,7 +268,9 @@ def start(
         UsageError: bad URLs or ids (nothing is stored).
     """
     kit = tools(store, clock, None, None, None)
-    record = open_operation(kit.store, operation, operation_id=operation_id, clock=kit.clock)
+    record = open_operation(
+        kit.store, operation, operation_id=operation_id, clock=kit.clock, callback=callback
+    )
     return record.to_outcome()
 
 

@@ -34,7 +34,7 @@ import anyio
 import httpx
 
 from waitbound._clock import Clock, SystemClock
-from waitbound._driver import new_owner
+from waitbound._driver import holder_is_gone, new_owner
 from waitbound._errors import UsageError
 from waitbound._outbox import (
     WEBHOOK_TIMEOUT_S,
@@ -96,6 +96,27 @@ def _release(store: Store, entry: OutboxEntry) -> None:
         store.settle_outbox(entry)
     except Exception as exc:  # its lease then simply expires
         _LOG.warning("delivery %s: lease not released: %s", entry.delivery_id, type(exc).__name__)
+
+
+_ORPHAN_SCAN = 200
+"""How many pending entries :func:`adopt_orphans` looks at, newest first."""
+
+
+def adopt_orphans(store: Store, now: datetime, operation_id: str | None = None) -> int:
+    """Let go of pending entries leased by a deliverer that ran on this machine in a
+    process that no longer exists (a killed worker), so they need not wait out the
+    lease; with *operation_id*, that operation's only. A holder on another machine is
+    presumed alive until its lease expires. Returns how many were let go."""
+    adopted = 0
+    pending = store.outbox(
+        operation_id=operation_id, status=OutboxStatus.PENDING, limit=_ORPHAN_SCAN
+    )
+    for entry in pending:
+        leased = entry.lease_expires_at is not None and entry.lease_expires_at > now
+        if leased and holder_is_gone(entry.lease_owner):
+            _release(store, entry)
+            adopted += 1
+    return adopted
 
 
 def _hidden(notify_secret: str | None, target: str | None) -> tuple[str, ...]:
@@ -207,6 +228,8 @@ def _pass(
     if not channels:
         return 0
     signer = webhook_signer(notify_secret) if notify_secret is not None else None
+    if operation_id is not None:  # one operation's: cheap to look for a killed holder
+        adopt_orphans(store, clock.now(), operation_id)
     entries = store.claim_outbox(
         owner=owner,
         now=clock.now(),

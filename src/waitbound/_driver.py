@@ -50,6 +50,7 @@ __all__ = [
     "Credentials",
     "EventSink",
     "Tools",
+    "holder_is_gone",
     "loop",
     "new_owner",
     "one_step",
@@ -82,7 +83,7 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _holder_is_gone(owner: str | None) -> bool:
+def holder_is_gone(owner: str | None) -> bool:
     """Whether a lease holder ran on this machine in a process that no longer exists.
 
     Such a lease (left by a killed ``waitbound wait``) need not be waited out. A holder
@@ -150,7 +151,7 @@ def _drive(
             return record
         now = clock.now()
         leased = record.lease_expires_at is not None and record.lease_expires_at > now
-        if leased and _holder_is_gone(record.lease_owner):
+        if leased and holder_is_gone(record.lease_owner):
             record = replace(record, lease_expires_at=now)
         try:
             decision = plan(record, now, owner=owner, can_submit=submission is not None)

@@ -19,6 +19,7 @@ a delivery brings its operation's next poll forward, so this same pass claims it
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -30,7 +31,7 @@ import httpx
 
 from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
-from waitbound._delivery import deliver_due_async
+from waitbound._delivery import adopt_orphans, deliver_due_async
 from waitbound._driver import Credentials, loop, new_owner, one_step, run_async_effects, tools
 from waitbound._errors import ConflictError, UsageError
 from waitbound._inbox import sweep_inbox
@@ -138,6 +139,7 @@ async def work(
     on_event: Callable[[AuditEvent], None] | None = None,
     on_error: Callable[[str, Exception], None] | None = None,
     stop: anyio.Event | None = None,
+    wake: Callable[[float], Awaitable[object]] | None = None,
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
     on_complete: OnComplete | None = None,
     notify_secret: str | None = None,
@@ -161,6 +163,9 @@ async def work(
             ``escalated`` / ``integration_failure`` and never reaches here. A delivery
             pass whose claim failed is reported as ``"(completions)"``.
         stop: set it to stop claiming work (a SIGTERM handler does).
+        wake: while the worker pauses between looks for due work, it also awaits
+            ``wake(pause_s)``: returning early makes it look at once (``waitbound
+            serve`` wakes it when a webhook brought an operation's next check forward).
         on_complete: deliver the store's callback completions to this callable (see
             :func:`waitbound.wait`); ``None``: they are left to a deliverer that has one.
         notify_secret: deliver the store's completion webhooks, signed with this
@@ -254,7 +259,10 @@ async def work(
                         pause = min(pause, max(ahead, _BUSY_RECHECK_S))
                 finished = anyio.Event()
                 with anyio.move_on_after(pause):
-                    await _first_of(stop.wait, finished.wait)
+                    waits: list[Callable[[], Awaitable[object]]] = [stop.wait, finished.wait]
+                    if wake is not None:
+                        waits.append(functools.partial(wake, pause))
+                    await _first_of(*waits)
     finally:
         if own_client:
             await http_client.aclose()
@@ -320,6 +328,7 @@ class _Deliveries:
         self.report, self.on_complete, self.secret = report, on_complete, secret
         self.enabled = on_complete is not None or secret is not None
         self.running = False
+        self.adopted = False
         self.due = True
         self.last_s = float("-inf")
 
@@ -340,6 +349,12 @@ class _Deliveries:
 
     async def _passes(self) -> None:
         try:
+            if not self.adopted:  # a killed deliverer's entries need not wait out its lease
+                self.adopted = True
+                try:
+                    adopt_orphans(self.store, self.clock.now())
+                except Exception as exc:  # their leases then simply expire
+                    self.report("(completions)", exc)
             while self.due:
                 self.due = False
                 self.last_s = self.clock.monotonic()

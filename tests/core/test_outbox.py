@@ -583,3 +583,30 @@ def test_a_limit_or_lease_out_of_range_is_refused(limit: int, lease_s: float) ->
     """limit >= 1; a lease must outlast one attempt and its margin (> 15 s)."""
     with pytest.raises(UsageError):
         deliver_due(MemoryStore(), on_complete=print, limit=limit, lease_s=lease_s)
+
+
+def test_a_killed_local_deliverers_lease_is_let_go_at_once() -> None:
+    """An entry leased by a process on this machine that no longer exists is let go (no
+    attempt counted); one leased by another machine's deliverer waits out its lease."""
+    import socket
+
+    from waitbound._delivery import adopt_orphans
+    from waitbound._push import Channel, OutboxEntry
+
+    store = MemoryStore()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    later = now + timedelta(seconds=30)
+    gone = f"{socket.gethostname()}:{2**22 + 12345}:dead"  # above Linux's pid_max default
+    for delivery_id, owner in (("dlv_local", gone), ("dlv_remote", "elsewhere:1:x")):
+        store.add_outbox(
+            OutboxEntry(
+                delivery_id=delivery_id, operation_id="op-1", channel=Channel.WEBHOOK,
+                target="https://me.example/hook", payload={"type": "operation.completed"},
+                created_at=now, next_attempt_at=now, lease_owner=owner, lease_expires_at=later,
+            )
+        )  # fmt: skip
+    assert adopt_orphans(store, now) == 1
+    local, remote = store.get_outbox("dlv_local"), store.get_outbox("dlv_remote")
+    assert local is not None and remote is not None
+    assert (local.lease_owner, local.attempts, local.status) == (None, 0, OutboxStatus.PENDING)
+    assert remote.lease_owner == "elsewhere:1:x"

@@ -189,3 +189,50 @@ def test_an_empty_inbox_costs_the_worker_one_query_a_pass() -> None:
     store = CountingStore()
     anyio.run(lambda: work(store, settings=WorkerSettings(until_idle=True)))
     assert calls == [100]
+
+
+def test_a_wake_ends_the_workers_idle_pause_at_once() -> None:
+    """With an hour's idle pause, a wake that returns makes the worker look for due work
+    at once: the operation made due meanwhile is polled without the pause running out."""
+    clock = FakeClock()
+    store = MemoryStore()
+    later = Policy(base_delay_s=5, max_delay_s=120, deadline_s=7200)
+    first = start(
+        Operation(status_url="http://p.test/jobs/1", profile=PROFILE, policy=later),
+        store=store,
+        clock=clock,
+    )
+    record = store.get(first.operation_id)
+    assert record is not None
+    store.save(replace(record, next_poll_at=START.replace(year=START.year + 1)), [])
+    stop = anyio.Event()
+    pauses: list[float] = []
+    polls: list[str] = []
+
+    async def wake(pause_s: float) -> None:
+        pauses.append(pause_s)
+        if len(pauses) == 1:  # "a webhook made it due": the worker must look now
+            due = store.get(first.operation_id)
+            assert due is not None
+            store.save(replace(due, next_poll_at=clock.now()), [])
+            return
+        stop.set()
+        await anyio.sleep_forever()
+
+    async def provider(request: httpx.Request) -> httpx.Response:
+        polls.append(request.url.path)
+        return httpx.Response(200, json={"status": "done"})
+
+    async def main() -> None:
+        settings = WorkerSettings(idle_s=3600)
+        async with httpx.AsyncClient(transport=httpx.MockTransport(provider)) as client:
+            with anyio.fail_after(10):
+                await work(store, settings=settings, client=client, clock=clock, stop=stop,
+                           wake=wake, rng=random.Random(SEED))  # fmt: skip
+
+    anyio.run(main)
+    assert polls == ["/jobs/1"]
+    assert pauses[0] == 3600
+    done = store.get(first.operation_id)
+    assert done is not None
+    assert done.outcome is OutcomeKind.SUCCEEDED

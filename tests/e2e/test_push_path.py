@@ -55,7 +55,6 @@ from waitbound import (
     start,
 )
 from waitbound._audit import StoredAuditEvent
-from waitbound._operation import open_operation
 from waitbound._push import InboundDelivery, completion_delivery_id
 from waitbound.sim import Simulator, parse_scenario
 from waitbound.web._config import load_serve_config
@@ -292,10 +291,8 @@ def expecting(
         status_url=f"{sim.base_url}/status", profile=PROFILE, policy=policy, job_id=job_id,
         webhook=RECEIVER, notify_url=hooked.url,
     )  # fmt: skip
-    # The callback channel: what wait/submit/run(on_complete=...) ask for on the record.
-    open_operation(
-        served.store, operation, operation_id=operation_id, clock=SystemClock(), callback=True
-    )
+    # The callback channel: serve's on_complete delivers it.
+    start(operation, operation_id=operation_id, store=served.store, callback=True)
     until("the first poll is recorded", lambda: polled(served.store, operation_id, 1))
     return operation_id
 

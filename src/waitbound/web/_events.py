@@ -205,8 +205,10 @@ async def many_events(
     event that a slower writer's earlier-stamped event follows. Each poll therefore
     reads again from *look_back_s* before the newest event sent (never before
     *after*) and sends only what it has not sent: an event committed within
-    *look_back_s* of its stamp is never missed, and none is sent twice. (A resumed
-    stream starts strictly after *after*.)
+    *look_back_s* of its stamp is never missed, and none is sent twice. A resumed
+    stream starts strictly after *after*: an event stamped before it but committed
+    after the client's last read is not sent (the one-operation stream has no such
+    gap).
 
     Args:
         store: the store.

@@ -86,7 +86,13 @@ def url_of(sock: socket.socket) -> str:
 
 
 async def _sweep_inbox(
-    service: Service, nudge: Nudge, stop: anyio.Event, rng: random.Random, every_s: float
+    service: Service,
+    nudge: Nudge,
+    stop: anyio.Event,
+    rng: random.Random,
+    every_s: float,
+    *,
+    applied_some: Callable[[], None],
 ) -> None:
     """Apply the inbox's matched deliveries: at once after a nudge, at least every
     *every_s* seconds, until *stop*."""
@@ -99,6 +105,8 @@ async def _sweep_inbox(
             applied = await anyio.to_thread.run_sync(sweep)
         except Exception as exc:  # the store failed: try again at the next sweep
             _LOG.warning("inbox sweep: %s: %s", type(exc).__name__, exc)
+        if applied:
+            applied_some()  # the worker looks for the operations made due at once
         if applied >= SWEEP_LIMIT:
             continue
         await nudge.wait(every_s)
@@ -204,6 +212,8 @@ async def serve(
         server.should_exit = True
         nudge()
 
+    hinted = Nudge()  # the sweep applied deliveries: the worker looks for due work at once
+
     async def drive() -> None:
         await waitbound.work(
             service.store,
@@ -215,10 +225,13 @@ async def serve(
             http=http,
             notify_secret=notify_secret,
             on_complete=on_complete,
+            wake=hinted.wait,
         )
 
     async def sweep() -> None:
-        await _sweep_inbox(service, nudge, stop, rng or random.Random(), sweep_every_s)
+        await _sweep_inbox(
+            service, nudge, stop, rng or random.Random(), sweep_every_s, applied_some=hinted
+        )
 
     try:
         async with anyio.create_task_group() as outer:
