@@ -607,6 +607,7 @@ def test_a_killed_local_deliverers_lease_is_let_go_at_once() -> None:
         )  # fmt: skip
     assert adopt_orphans(store, now) == 1
     local, remote = store.get_outbox("dlv_local"), store.get_outbox("dlv_remote")
-    assert local is not None and remote is not None
+    assert local is not None
+    assert remote is not None
     assert (local.lease_owner, local.attempts, local.status) == (None, 0, OutboxStatus.PENDING)
     assert remote.lease_owner == "elsewhere:1:x"
