@@ -192,14 +192,17 @@ def _read_payload(
 
 def sweep_inbox(store: Store, *, clock: Clock, rng: random.Random, limit: int = 100) -> int:
     """Apply up to *limit* of the store's pending deliveries (matched, not applied),
-    oldest first, each in its own write, then mark each applied.
+    oldest first: take each (``Store.mark_applied``; a delivery another sweeper took
+    is skipped), then apply it in its own write. A delivery is so applied at most
+    once, however many sweepers (workers, serve processes) share the store; a crash
+    between taking and applying loses only that hint, and polling, the backup, finds
+    the job's state all the same.
 
     A conflicting write (someone wrote the record meanwhile) is retried on the record
     read again, up to :data:`SAVE_ATTEMPTS` times. One bad delivery or record never
-    stops the sweep: a delivery whose application fails (or keeps conflicting) is
-    marked applied anyway, so it never blocks the inbox, and the failure is logged as
-    a warning on the ``waitbound.inbox`` logger; polling, the backup, finds the job's
-    state all the same.
+    stops the sweep: a delivery whose application fails (or keeps conflicting) stays
+    taken, so it never blocks the inbox, and the failure is logged as a warning on the
+    ``waitbound.inbox`` logger.
 
     An empty inbox costs one ``pending_deliveries`` query.
 
@@ -219,10 +222,22 @@ def sweep_inbox(store: Store, *, clock: Clock, rng: random.Random, limit: int = 
     applied = 0
     for delivery in store.pending_deliveries(limit=limit):
         try:
+            if not store.mark_applied(delivery.provider, delivery.webhook_id, clock.now()):
+                continue  # another sweeper took it
+        except Exception as exc:  # retried by the next sweep
+            _LOG.warning(
+                "webhook delivery %s/%s could not be taken: %s: %s",
+                delivery.provider,
+                delivery.webhook_id,
+                type(exc).__name__,
+                exc,
+            )
+            continue
+        try:
             _apply(store, delivery, clock=clock, rng=rng)
         except Exception as exc:  # one delivery never stops the sweep
             _LOG.warning(
-                "webhook delivery %s/%s for operation %s not applied (marked applied): %s: %s",
+                "webhook delivery %s/%s for operation %s not applied: %s: %s",
                 delivery.provider,
                 delivery.webhook_id,
                 delivery.operation_id,
@@ -231,16 +246,6 @@ def sweep_inbox(store: Store, *, clock: Clock, rng: random.Random, limit: int = 
             )
         else:
             applied += 1
-        try:
-            store.mark_applied(delivery.provider, delivery.webhook_id, clock.now())
-        except Exception as exc:  # retried by the next sweep
-            _LOG.warning(
-                "webhook delivery %s/%s could not be marked applied: %s: %s",
-                delivery.provider,
-                delivery.webhook_id,
-                type(exc).__name__,
-                exc,
-            )
     return applied
 
 

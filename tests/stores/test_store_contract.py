@@ -774,7 +774,8 @@ def test_the_newest_write_of_a_job_wins_its_deliveries(store: Store) -> None:
 
 def test_pending_deliveries_are_matched_unapplied_oldest_first(store: Store) -> None:
     """pending_deliveries: matched and not applied, by received_at (then webhook id), up to
-    *limit*; mark_applied takes one out and records when."""
+    *limit*; mark_applied takes one out and records when, once: a second taker is told
+    it was taken already (so concurrent sweepers apply a delivery at most once)."""
     store.create(watched(), [])
     for name, offset in (("wh-c", 2), ("wh-a", 0), ("wh-b", 0), ("wh-d", 3)):
         store.put_delivery(delivery(name, received_at=T0 + timedelta(seconds=offset)))
@@ -787,8 +788,9 @@ def test_pending_deliveries_are_matched_unapplied_oldest_first(store: Store) -> 
     ]
     assert [d.webhook_id for d in store.pending_deliveries(limit=2)] == ["wh-a", "wh-b"]
     applied_at = T0 + timedelta(seconds=5, microseconds=7)
-    store.mark_applied(PROVIDER, "wh-a", applied_at)
-    store.mark_applied(PROVIDER, "wh-unknown", applied_at)  # nothing to mark: no error
+    assert store.mark_applied(PROVIDER, "wh-a", applied_at)
+    assert not store.mark_applied(PROVIDER, "wh-a", applied_at + timedelta(seconds=1))
+    assert not store.mark_applied(PROVIDER, "wh-unknown", applied_at)  # nothing to mark
     assert [d.webhook_id for d in store.pending_deliveries(limit=10)] == ["wh-b", "wh-c", "wh-d"]
     [applied] = [d for d in store.inbox() if d.webhook_id == "wh-a"]
     assert applied.applied_at == applied_at

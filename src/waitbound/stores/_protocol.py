@@ -115,8 +115,14 @@ class Store(Protocol):
         """Up to *limit* deliveries matched to an operation but not applied, oldest first."""
         ...
 
-    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> None:
-        """Record that the delivery was applied to its operation at *at*."""
+    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> bool:
+        """Take the delivery to apply it: mark it applied at *at*, unless it is marked
+        already (or not stored).
+
+        Returns:
+            Whether this call marked it: of concurrent sweepers, only the one that did
+            applies it, so a delivery is applied at most once.
+        """
         ...
 
     def inbox(

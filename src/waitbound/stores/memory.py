@@ -157,12 +157,14 @@ class MemoryStore:
             ]
         return sorted(pending, key=lambda d: (d.received_at, d.webhook_id))[:limit]
 
-    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> None:
+    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> bool:
         """See :meth:`Store.mark_applied`."""
         with self._lock:
             delivery = self._inbox.get((provider, webhook_id))
-            if delivery is not None:
-                self._inbox[(provider, webhook_id)] = replace(delivery, applied_at=at)
+            if delivery is None or delivery.applied_at is not None:
+                return False
+            self._inbox[(provider, webhook_id)] = replace(delivery, applied_at=at)
+            return True
 
     def inbox(
         self, *, provider: str | None = None, operation_id: str | None = None, limit: int = 100

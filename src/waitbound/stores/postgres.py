@@ -247,7 +247,7 @@ _QUERIES: Final = {
     " WHERE operation_id IS NOT NULL AND applied_at IS NULL"
     ' ORDER BY received_at, webhook_id COLLATE "C" LIMIT %s',
     "mark_applied": "UPDATE {schema}.inbox SET applied_at = %s"
-    " WHERE provider = %s AND webhook_id = %s",
+    " WHERE provider = %s AND webhook_id = %s AND applied_at IS NULL",
     "inbox": "SELECT " + _INBOX_COLUMNS + " FROM {schema}.inbox"
     " WHERE (%s::text IS NULL OR provider = %s) AND (%s::text IS NULL OR operation_id = %s)"
     ' ORDER BY received_at DESC, webhook_id COLLATE "C" DESC, provider COLLATE "C" DESC'
@@ -518,10 +518,11 @@ class PostgresStore:
             rows = conn.execute(self._sql["pending_deliveries"], (limit,)).fetchall()
         return [_delivery(row) for row in rows]
 
-    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> None:
+    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> bool:
         """See :meth:`Store.mark_applied`."""
         with self._transaction() as conn:
-            conn.execute(self._sql["mark_applied"], (at, provider, webhook_id))
+            cursor = conn.execute(self._sql["mark_applied"], (at, provider, webhook_id))
+            return cursor.rowcount == 1
 
     def inbox(
         self, *, provider: str | None = None, operation_id: str | None = None, limit: int = 100

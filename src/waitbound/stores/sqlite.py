@@ -503,13 +503,15 @@ class SQLiteStore:
             ).fetchall()
             return [_delivery(row) for row in rows]
 
-    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> None:
+    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> bool:
         """See :meth:`Store.mark_applied`."""
         with self._transaction() as db:
-            db.execute(
-                "UPDATE inbox SET applied_at = ? WHERE provider = ? AND webhook_id = ?",
+            cursor = db.execute(
+                "UPDATE inbox SET applied_at = ? WHERE provider = ? AND webhook_id = ?"
+                " AND applied_at IS NULL",
                 (_instant(at), provider, webhook_id),
             )
+            return cursor.rowcount == 1
 
     def inbox(
         self, *, provider: str | None = None, operation_id: str | None = None, limit: int = 100
