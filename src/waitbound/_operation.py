@@ -280,8 +280,25 @@ def check_push(operation: Operation | Submission) -> None:
             "letters, digits, '_' or '-', starting with a letter or digit (a "
             "[webhooks.NAME] of serve.toml)"
         )
+    if operation.webhook is not None and not _learns_job_id(operation):
+        raise UsageError(
+            f"webhook deliveries are matched by the job's id, and this operation never "
+            f"learns it: give the job id (--job-id-path, or a profile whose job_id names "
+            f"it{'' if isinstance(operation, Submission) else '; Operation(job_id=…)'})"
+        )
     if operation.notify_url is not None:
         check_url(operation.notify_url, "notify URL")
+
+
+def _learns_job_id(operation: Operation | Submission) -> bool:
+    """Whether the operation's record can hold a job id: given, or named by the profile
+    in a status body (or, submitted, in the receipt)."""
+    profile = operation.profile
+    if "job_id" in profile.expressions:
+        return True
+    if isinstance(operation, Submission):
+        return "job_id" in profile.submit.expressions
+    return operation.job_id is not None
 
 
 def _check_label(label: str | None, what: str = "label") -> None:

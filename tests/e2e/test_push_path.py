@@ -554,6 +554,7 @@ def test_a_lost_webhook_is_found_by_the_backup_polls(
         detached = cli(
             "wait", f"{sim.base_url}/status", *STATE, "--base-delay", f"{base}s",
             "--max-delay", f"{cap}s", "--deadline", "60s", "--webhook", RECEIVER, "--detach",
+            "--job-id-path", "id",
             "--notify", hooked.url, "--json", "--store", str(store), "--operation-id", "op-lost",
         )  # fmt: skip
         assert detached.returncode == 4, detached.stderr
@@ -674,7 +675,10 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guarded]:
         captured = (body, signed(body, "msg_captured"))
         first = httpx.post(f"{served.url}/webhooks/{RECEIVER}", content=body, headers=captured[1])
         assert first.json() == {"received": True, "duplicate": False, "matched": True}
-        until("the captured delivery is applied", lambda: not store.pending_deliveries(limit=1))
+        until(
+            "the captured delivery is applied",
+            lambda: record_of(store, "op-guard").push.deliveries == 1,
+        )
         yield Guarded(served=served, store=store, captured=captured)
     store.close()
 
