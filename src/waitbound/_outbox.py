@@ -211,7 +211,7 @@ def resolve_notify_secret(notify_url: str | None, given: str | None) -> str | No
         if secret is None:
             raise UsageError(
                 f"a notify URL needs the secret that signs completion webhooks: set "
-                f"${NOTIFY_SECRET_ENV} (whsec_…) or pass notify_secret; nothing was stored"
+                f"${NOTIFY_SECRET_ENV} (whsec_…; in Python also notify_secret=); nothing was stored"
             )
         webhook_signer(secret)
     return secret

@@ -235,11 +235,21 @@ def _sigterm_with_a_stream_open(served: Served, sim: Simulator) -> list[ServerSe
             return list(messages)  # ends when the service stops
 
 
-def test_serve_refuses_a_store_that_does_not_exist(tmp_path: Path) -> None:
-    """Like `worker`, serve never creates a store: one line, exit 2."""
-    done = cli("serve", "--port", "0", "--store", str(tmp_path / "typo.db"),
-               "--token-file", str(tmp_path / "token"), timeout=60)  # fmt: skip
-    assert done.returncode == 2
-    assert "does not exist" in done.stderr
-    assert not (tmp_path / "typo.db").exists()
-    assert not (tmp_path / "token").exists()
+def test_serve_creates_a_missing_store_and_says_completions_wait_for_a_secret(
+    tmp_path: Path,
+) -> None:
+    """A first start on a new machine: the SQLite store (and its folder) is created, and
+    the start line says completion webhooks stay pending without a notify secret."""
+    store = tmp_path / "new" / "store.db"
+    env_secret = os.environ.pop("WAITBOUND_NOTIFY_SECRET", None)
+    try:
+        with serving(store, tmp_path / "token") as served:
+            assert "completion webhooks left pending: no [notify] secret" in served.first_lines[-1]
+            served.process.send_signal(signal.SIGTERM)
+            assert served.process.wait(timeout=30) == 0
+    finally:
+        if env_secret is not None:
+            os.environ["WAITBOUND_NOTIFY_SECRET"] = env_secret
+    opened = SQLiteStore(store, create=False)
+    assert opened.recent() == []
+    opened.close()

@@ -180,8 +180,8 @@ def _token(path: Path) -> str:
     "store's operations as `waitbound worker` does.\n\n"
     "Every endpoint but POST /webhooks/NAME (signed) and /healthz needs "
     "'Authorization: Bearer TOKEN'; the token is read from --token-file, or made and "
-    "printed once when that file does not exist. Binds 127.0.0.1 by default. The store "
-    "must exist (it is not created). SIGTERM or "
+    "printed once when that file does not exist. Binds 127.0.0.1 by default. A missing "
+    "SQLite store is created. SIGTERM or "
     "Ctrl-C: the worker stops claiming, steps in flight finish, streams end, the store "
     "is closed, exit 0. See docs/serve.md.\n\n" + EXIT_CODES_HELP,
 )
@@ -266,7 +266,8 @@ def serve_command(  # noqa: PLR0917 - click passes every option
     http = http_settings(max_response_bytes)
     audit_key = waitbound.load_audit_key()
     receivers = ", ".join(sorted(config.receivers)) or "none"
-    with opened_store(store, then="start waitbound serve again") as opened:
+    # serve records deliveries (before any job is recorded, too): it may create the store
+    with opened_store(store, create=True, then="start waitbound serve again") as opened:
         token = _token(token_file or default_token_file())
         if not is_loopback(host):
             click.echo(
@@ -276,10 +277,14 @@ def serve_command(  # noqa: PLR0917 - click passes every option
             )
         service = Service(store=opened, config=config, clock=waitbound.SystemClock(), token=token)
 
+        notify_secret = resolve_notify_secret(None, config.notify_secret)
+        signing = "signed" if notify_secret else "left pending: no [notify] secret"
+
         def listening(url: str) -> None:
             worker = "off" if no_worker else "on"
             click.echo(
-                f"waitbound serve: listening on {url} (worker {worker}; receivers: {receivers})"
+                f"waitbound serve: listening on {url} (worker {worker}; receivers: {receivers}; "
+                f"completion webhooks {signing})"
             )
 
         async def main() -> None:
@@ -290,7 +295,7 @@ def serve_command(  # noqa: PLR0917 - click passes every option
                 worker=not no_worker,
                 worker_settings=settings,
                 headers=per_origin,
-                notify_secret=resolve_notify_secret(None, config.notify_secret),
+                notify_secret=notify_secret,
                 on_listening=listening,
                 http=http,
                 audit_key=audit_key,
