@@ -12,6 +12,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import Locator, Page, Request, expect
@@ -31,10 +32,20 @@ def _card(page: Page, operation_id: str) -> Locator:
     return page.locator(f'article[data-testid="decision"][data-operation-id="{operation_id}"]')
 
 
-def _decide(card: Locator, option: str, why: str, *, minutes: str = "", checks: str = "") -> None:
-    """Click *option* on the card, fill the form it opens (or is), and submit it."""
-    card.get_by_test_id(f"option-{option}").click()
-    form = card.locator("form").filter(has=card.page.locator('[name="why"]:visible'))
+def _operation_url(inbox: Inbox, operation_id: str) -> re.Pattern[str]:
+    """The operation's page, at any fragment (``#decisions``)."""
+    return re.compile(re.escape(f"{inbox.url}/operation/{operation_id}") + r"(#.*)?$")
+
+
+def _choose(page: Page, operation_id: str, option: str) -> None:
+    """Click *option* on the operation's decision card: its decide form opens."""
+    _card(page, operation_id).get_by_test_id(f"option-{option}").click()
+    expect(page.locator('[name="why"]')).to_be_visible()
+
+
+def _submit(page: Page, why: str, *, minutes: str = "", checks: str = "") -> None:
+    """Fill the open decide form (the reason, and the grant when it asks) and submit it."""
+    form = page.locator("form", has=page.locator('[name="why"]'))
     form.locator('[name="why"]').fill(why)
     for name, value in (("minutes", minutes), ("checks", checks)):
         field = form.locator(f'[name="{name}"]')
@@ -43,16 +54,19 @@ def _decide(card: Locator, option: str, why: str, *, minutes: str = "", checks: 
     form.get_by_test_id("decide-submit").click()
 
 
+def _decide(page: Page, operation_id: str, option: str, why: str, **grant: str) -> None:
+    """Choose *option* on the card, fill the form it opens and submit it."""
+    _choose(page, operation_id, option)
+    _submit(page, why, **grant)
+
+
 def _tab_to(page: Page, selector: str, *, presses: int = 80) -> None:
     """Press Tab until the focused element matches *selector* (and is visible)."""
+    focused = "s => { const e = document.activeElement; return !!e && e.matches(s); }"
     for _ in range(presses):
-        page.keyboard.press("Tab")
-        if page.evaluate(
-            "s => { const e = document.activeElement;"
-            " return !!e && e.matches(s) && e.checkVisibility(); }",
-            selector,
-        ):
+        if page.evaluate(focused, selector):
             return
+        page.keyboard.press("Tab")
     pytest.fail(f"Tab never reached {selector} in {presses} presses")
 
 
@@ -105,8 +119,8 @@ def test_an_exhausted_wait_is_extended_by_a_click_and_followed_live_to_succeeded
     if os.environ.get("WAITBOUND_DOCS_SCREENSHOT"):
         shutil.copyfile(shot, DOCS_SHOT)
 
-    _decide(card, "extend", "quarter close", minutes="2", checks="3")
-    expect(page).to_have_url(f"{inbox.url}/operation/{op}")
+    _decide(page, op, "extend", "quarter close", minutes="2", checks="3")
+    expect(page).to_have_url(_operation_url(inbox, op))
     expect(page.get_by_test_id("decision-record")).to_contain_text("ann")
 
     event_sources: list[Request] = []
@@ -116,7 +130,8 @@ def test_an_exhausted_wait_is_extended_by_a_click_and_followed_live_to_succeeded
     page.goto(f"{inbox.url}/in-flight?label=browser:")
     row = page.locator(f'tr[data-testid="in-flight"][data-operation-id="{op}"]')
     expect(row).to_be_visible()
-    expect(row.get_by_test_id("budget").locator("progress")).to_have_count(1)
+    budget = row.locator('progress[data-testid="budget"], [data-testid="budget"] progress')
+    expect(budget).to_have_count(1)
     inbox.shot(page, "in-flight")
     state_at_load = row.get_by_test_id("state").inner_text()
     page.evaluate("window.__sameDocument = true")
@@ -154,9 +169,11 @@ def test_an_exhausted_wait_is_extended_by_a_click_and_followed_live_to_succeeded
 
 def test_without_a_session_pages_redirect_to_sign_in(inbox: Inbox, page: Page) -> None:
     """No session: pages go to sign-in (then back to the page), the JSON API answers 401."""
-    for path in ("/", "/in-flight?label=browser:", "/finished", "/operation/op-1"):
+    page.goto(f"{inbox.url}/")
+    expect(page).to_have_url(re.compile(re.escape(f"{inbox.url}/sign-in") + r"(\?next=%2F)?$"))
+    for path in ("/in-flight?label=browser:", "/finished", "/operation/op-1"):
         page.goto(f"{inbox.url}{path}")
-        expect(page).to_have_url(re.compile(re.escape(f"{inbox.url}/sign-in?next=")))
+        expect(page).to_have_url(f"{inbox.url}/sign-in?next={quote(path, safe='')}")
         expect(page.locator("input[name=token]")).to_be_visible()
     api = page.request.get(f"{inbox.url}/operations/op-1")
     assert api.status == 401
@@ -187,9 +204,10 @@ def test_a_decision_post_without_the_csrf_token_is_refused(inbox: Inbox, page: P
     assert after.decision_request is not None
     page.reload()
     expect(_card(page, op)).to_be_visible()
-    # The same POST with the page's own CSRF token is accepted: the 403s were the CSRF check.
-    csrf = card.locator('input[name="csrf"]').first.input_value()
-    accepted = page.request.post(target, form={**form, "csrf": csrf}, max_redirects=0)
+    # The same POST with the decide form's CSRF token is accepted: the 403s were the check.
+    _choose(page, op, "extend")
+    csrf = page.locator("form", has=page.locator('[name="why"]')).locator('[name="csrf"]')
+    accepted = page.request.post(target, form={**form, "csrf": csrf.input_value()}, max_redirects=0)
     assert accepted.status == 303
     assert [d.by for d in inbox.record(op).decisions] == ["ann"]
 
@@ -203,11 +221,11 @@ def test_a_second_person_deciding_the_same_request_sees_the_first_decision(
     ann, bob = new_page(), new_page()
     inbox.sign_in(ann, "ann")
     inbox.sign_in(bob, "bob")
-    expect(_card(bob, op)).to_be_visible()  # bob's page shows the request still open
-    _decide(_card(ann, op), "extend", "quarter close")
-    expect(ann).to_have_url(f"{inbox.url}/operation/{op}")
+    _choose(bob, op, "abandon")  # bob's form is open while the request still is
+    _decide(ann, op, "extend", "quarter close")
+    expect(ann).to_have_url(_operation_url(inbox, op))
     with bob.expect_response(lambda r: r.url.endswith("/decide")) as answered:
-        _decide(_card(bob, op), "abandon", "not needed any more")
+        _submit(bob, "not needed any more")
     assert answered.value.status == 409
     body = bob.locator("body")
     for part in ("ann", "extend", "quarter close"):
@@ -224,12 +242,13 @@ def test_the_decision_can_be_made_with_the_keyboard_only(inbox: Inbox, page: Pag
     expect(_card(page, op)).to_be_visible()
     _tab_to(page, f'[data-operation-id="{op}"] [data-testid="option-extend"]')
     page.keyboard.press("Enter")
-    _tab_to(page, f'[data-operation-id="{op}"] [name="why"]')
+    expect(page.locator('[name="why"]')).to_be_visible()  # the decide form opened
+    _tab_to(page, '[name="why"]')
     page.keyboard.type("keyboard only")
-    _tab_to(page, f'[data-operation-id="{op}"] [data-testid="decide-submit"]')
+    _tab_to(page, '[data-testid="decide-submit"]')
     inbox.shot(page, "keyboard-form")
     page.keyboard.press("Enter")
-    expect(page).to_have_url(f"{inbox.url}/operation/{op}")
+    expect(page).to_have_url(_operation_url(inbox, op))
     expect(page.get_by_test_id("decision-record")).to_contain_text("kim")
     assert [(d.by, d.why) for d in inbox.record(op).decisions] == [("kim", "keyboard only")]
 
@@ -249,7 +268,7 @@ def test_a_narrow_window_shows_the_decision_card_without_horizontal_scrolling(
     assert box is not None
     assert box["x"] >= 0
     assert box["x"] + box["width"] <= 375
-    card.get_by_test_id("option-extend").click()
-    expect(card.locator('[name="why"]')).to_be_visible()
+    _choose(page, op, "extend")  # the card again, with its decide form
+    expect(card).to_be_visible()
     _no_horizontal_scroll(page)
     inbox.shot(page, "narrow")
