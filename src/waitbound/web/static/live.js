@@ -41,13 +41,19 @@
     return left > 0 ? "in " + duration(left) : duration(-left) + " ago";
   }
 
+  // A time's text: "in 4 s", "12 min ago"; a check that is due says "due 5 s ago".
+  function text(el) {
+    var said = relative(el.dataset.until);
+    return "due" in el.dataset && / ago$/.test(said) ? "due " + said : said;
+  }
+
   function tick() {
     var now = Date.now();
     document.querySelectorAll("time[data-since]").forEach(function (el) {
       el.textContent = duration((now - Date.parse(el.dataset.since)) / 1000);
     });
     document.querySelectorAll("time[data-until]").forEach(function (el) {
-      el.textContent = relative(el.dataset.until);
+      el.textContent = text(el);
     });
   }
 
@@ -95,11 +101,12 @@
         if (data.next_poll_at) {
           if (!time) {
             time = document.createElement("time");
+            time.dataset.due = "";
             cell.insertBefore(time, cell.firstChild);
           }
           time.dateTime = data.next_poll_at;
           time.dataset.until = data.next_poll_at;
-          time.textContent = relative(data.next_poll_at);
+          time.textContent = text(time);
         } else if (time) {
           time.remove();
         }
