@@ -109,7 +109,7 @@ def instant(at: datetime, now: datetime) -> When:
     if abs(left_s) < 0.5:
         relative = "now"
     text = timestamp(at)[:19] + " UTC"
-    return When(iso=at.isoformat(), text=text, relative=relative)
+    return When(iso=at.isoformat(timespec="seconds"), text=text, relative=relative)
 
 
 def _bounded(text: str) -> str:

@@ -41,18 +41,18 @@
     return left > 0 ? "in " + duration(left) : duration(-left) + " ago";
   }
 
-  // A time's text: "in 4 s", "12 min ago"; a check that is due says "due 5 s ago".
+  // A <time data-t>'s text: "since" the time passed ("12 min"); "until" it
+  // ("in 4 s", "12 min ago"); "due" as until, but "due 5 s ago" once it is past.
   function text(el) {
-    var said = relative(el.dataset.until);
-    return "due" in el.dataset && / ago$/.test(said) ? "due " + said : said;
+    if (el.dataset.t === "since") {
+      return duration((Date.now() - Date.parse(el.dateTime)) / 1000);
+    }
+    var said = relative(el.dateTime);
+    return el.dataset.t === "due" && / ago$/.test(said) ? "due " + said : said;
   }
 
   function tick() {
-    var now = Date.now();
-    document.querySelectorAll("time[data-since]").forEach(function (el) {
-      el.textContent = duration((now - Date.parse(el.dataset.since)) / 1000);
-    });
-    document.querySelectorAll("time[data-until]").forEach(function (el) {
+    document.querySelectorAll("time[data-t]").forEach(function (el) {
       el.textContent = text(el);
     });
   }
@@ -101,11 +101,10 @@
         if (data.next_poll_at) {
           if (!time) {
             time = document.createElement("time");
-            time.dataset.due = "";
+            time.dataset.t = "due";
             cell.insertBefore(time, cell.firstChild);
           }
           time.dateTime = data.next_poll_at;
-          time.dataset.until = data.next_poll_at;
           time.textContent = text(time);
         } else if (time) {
           time.remove();
