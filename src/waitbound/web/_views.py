@@ -45,6 +45,7 @@ __all__ = [
     "instant",
     "is_option",
     "message_lines",
+    "notify_target",
     "operation_view",
     "outcome_tone",
     "provider_of",
@@ -90,6 +91,11 @@ class When:
     text: str
     relative: str
 
+    @property
+    def due(self) -> str:
+        """:attr:`relative` for a check that is due: ``due 5 s ago`` once it is past."""
+        return f"due {self.relative}" if self.relative.endswith(" ago") else self.relative
+
 
 def when(at: datetime | None, now: datetime) -> When | None:
     """*at* for a person, relative to *now* (``None`` stays ``None``)."""
@@ -103,7 +109,7 @@ def instant(at: datetime, now: datetime) -> When:
     if abs(left_s) < 0.5:
         relative = "now"
     text = timestamp(at)[:19] + " UTC"
-    return When(iso=at.isoformat(), text=text, relative=relative)
+    return When(iso=at.isoformat(timespec="seconds"), text=text, relative=relative)
 
 
 def _bounded(text: str) -> str:
@@ -214,6 +220,11 @@ class MessageLine:
 
     key: str
     value: str
+
+    @property
+    def wide(self) -> bool:
+        """Whether the line is long enough to take the whole width."""
+        return len(self.value) > 60
 
 
 def message_lines(message: str) -> tuple[str, tuple[MessageLine, ...]]:
@@ -402,6 +413,18 @@ def _answer(record: Record) -> tuple[tuple[str, str], ...]:
     return tuple((name, printable(text)) for name, text in shown)
 
 
+def notify_target(url: str) -> str:
+    """Where a completion goes, as shown: its scheme and authority only
+    (``https://hooks.example/…``). A chat tool's incoming-webhook URL carries its
+    secret in the path, so neither path nor query is shown."""
+    shown = redact_url(url)
+    scheme, sep, rest = shown.partition("//")
+    if not sep:
+        return "(a URL)"
+    authority, _, path = rest.partition("/")
+    return f"{scheme}//{authority}" + ("/…" if path else "")
+
+
 def _deliveries(
     outbox: Sequence[OutboxEntry], inbox: Sequence[InboundDelivery], now: datetime
 ) -> tuple[DeliveryView, ...]:
@@ -410,7 +433,7 @@ def _deliveries(
             direction="out",
             ident=entry.delivery_id,
             channel=entry.channel.value,
-            target=redact_url(entry.target) if entry.target else "(the on_complete callable)",
+            target=notify_target(entry.target) if entry.target else "(the on_complete callable)",
             status=entry.status.value,
             attempts=entry.attempts,
             at=when(entry.delivered_at or entry.next_attempt_at, now),

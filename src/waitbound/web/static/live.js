@@ -41,13 +41,19 @@
     return left > 0 ? "in " + duration(left) : duration(-left) + " ago";
   }
 
+  // A <time data-t>'s text: "since" the time passed ("12 min"); "until" it
+  // ("in 4 s", "12 min ago"); "due" as until, but "due 5 s ago" once it is past.
+  function text(el) {
+    if (el.dataset.t === "since") {
+      return duration((Date.now() - Date.parse(el.dateTime)) / 1000);
+    }
+    var said = relative(el.dateTime);
+    return el.dataset.t === "due" && / ago$/.test(said) ? "due " + said : said;
+  }
+
   function tick() {
-    var now = Date.now();
-    document.querySelectorAll("time[data-since]").forEach(function (el) {
-      el.textContent = duration((now - Date.parse(el.dataset.since)) / 1000);
-    });
-    document.querySelectorAll("time[data-until]").forEach(function (el) {
-      el.textContent = relative(el.dataset.until);
+    document.querySelectorAll("time[data-t]").forEach(function (el) {
+      el.textContent = text(el);
     });
   }
 
@@ -95,11 +101,11 @@
         if (data.next_poll_at) {
           if (!time) {
             time = document.createElement("time");
+            time.dataset.t = "due";
             cell.insertBefore(time, cell.firstChild);
           }
           time.dateTime = data.next_poll_at;
-          time.dataset.until = data.next_poll_at;
-          time.textContent = relative(data.next_poll_at);
+          time.textContent = text(time);
         } else if (time) {
           time.remove();
         }
