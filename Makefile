@@ -6,6 +6,9 @@ STAMP  := $(VENV)/.installed-test
 
 .PHONY: demo test lint typecheck pytest bench clean
 
+# The browser tests drive Debian's Chromium (Playwright's own download is not used).
+CHROMIUM := /usr/bin/chromium
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -30,11 +33,15 @@ typecheck: $(STAMP)
 
 # Unit, property and contract tests first; then the end-to-end tests, which run on real
 # time (their elapsed-time bounds must not compete with the CPU-heavy tests for 2 cores).
-pytest: $(STAMP)
+pytest: $(STAMP) $(CHROMIUM)
 	$(BIN)/pytest -n 4 -m "not e2e"
 	$(BIN)/pytest -n 4 -m e2e
 
 test: lint typecheck pytest
+
+# Installed only when missing (CI: root on a fresh machine).
+$(CHROMIUM):
+	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
 
 # Benchmarks of issue 4, not part of `make test`; figures in docs/benchmarks.md. About a
 # quarter of an hour; PostgreSQL at $WAITBOUND_BENCH_PG_DSN (default: the tests' server).

@@ -52,6 +52,7 @@ class Served:
     url: str
     token_file: Path
     first_lines: list[str]
+    more_lines: queue.Queue[str | None]
 
     @property
     def token(self) -> str:
@@ -88,7 +89,13 @@ def serving(store: Path, token_file: Path, *extra: str) -> Iterator[Served]:
             first.append(line)
             if match := LISTENING.match(line):
                 break
-        yield Served(process=process, url=match.group(1), token_file=token_file, first_lines=first)
+        yield Served(
+            process=process,
+            url=match.group(1),
+            token_file=token_file,
+            first_lines=first,
+            more_lines=lines,
+        )
     finally:
         if process.poll() is None:
             process.kill()
@@ -189,6 +196,35 @@ def _drop_and_resume(
         shown = http.get(f"{served.url}/operations/op-d", headers=served.auth()).json()
     seen += [(int(m.id), m.event) for m in messages if m.event != "end"]
     return seen, messages, shown, polled
+
+
+@pytest.mark.e2e
+def test_serve_says_where_the_inbox_is_and_warns_with_allow_remote(tmp_path: Path) -> None:
+    """`serve --host 0.0.0.0 --allow-remote`: a warning on stderr, `inbox: URL` after the
+    listening line; the inbox there sends a browser to sign in, and signs it in."""
+    store, token_file = tmp_path / "s.db", tmp_path / "token"
+    SQLiteStore(store).close()  # serve never creates a store
+    with serving(store, token_file, "--host", "0.0.0.0", "--allow-remote", "--no-worker") as s:
+        inbox = s.more_lines.get(timeout=30)
+        port = s.url.rsplit(":", 1)[1]
+        assert inbox == f"inbox: http://0.0.0.0:{port}/"
+        local = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=local, timeout=30) as http:
+            first = http.get("/")
+            signed = http.post("/sign-in", data={"name": "Ada", "token": s.token})
+            page = http.get("/in-flight")
+        s.process.send_signal(signal.SIGTERM)
+        s.process.wait(timeout=30)
+        err = s.process.stderr.read()  # type: ignore[union-attr]
+    assert first.status_code == 303
+    assert first.headers["location"] == "/sign-in"
+    assert signed.status_code == 303
+    assert "HttpOnly" in signed.headers["set-cookie"]
+    assert page.status_code == 200
+    assert 'data-testid="in-flight"' not in page.text
+    assert "Nothing in flight." in page.text
+    assert "warning: --host 0.0.0.0 is not a loopback address" in err
+    assert s.token not in err
 
 
 @pytest.mark.e2e

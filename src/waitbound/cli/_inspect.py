@@ -10,6 +10,7 @@ import click
 import waitbound
 from waitbound import AuditFinding, Record, StoredAuditEvent
 from waitbound._json import JSON
+from waitbound._story import chain_status
 from waitbound.cli._common import (
     AUDIT_KEY_FILE_HELP,
     EXIT_AUDIT_BROKEN,
@@ -32,16 +33,6 @@ def read_operation(store: str | None, operation_id: str) -> tuple[Record, list[S
         if record is None:
             raise waitbound.OperationNotFoundError(operation_id)
         return record, opened.audit(operation_id)
-
-
-def chain_status(
-    record: Record, events: Sequence[StoredAuditEvent], key: bytes | None
-) -> tuple[str, AuditFinding | None]:
-    """``intact`` (or ``intact, head authenticated``) or ``broken: …``, and the finding."""
-    finding = waitbound.diagnose_record(record, list(events), key=key)
-    if finding is not None:
-        return f"broken: {printable(finding.line())}", finding
-    return ("intact, head authenticated" if key is not None else "intact"), None
 
 
 def report_broken(finding: AuditFinding) -> int:

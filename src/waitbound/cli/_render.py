@@ -1,7 +1,8 @@
 """How the CLI shows operations to a person: story lines, grouped requests, a status line.
 
 Pure functions over audit events and records: no terminal, no clock (``now`` is an
-argument), so each is tested as it is.
+argument), so each is tested as it is. What the web inbox shows too (the time, the
+escaping, one event's details) is in ``waitbound._story``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from datetime import datetime
 from waitbound import AuditEvent, Record
 from waitbound import option_costs as costs_of
 from waitbound._json import JSON, show
+from waitbound._story import event_details as _details
+from waitbound._story import printable, story_line
+from waitbound._story import timestamp as _time
 from waitbound._urls import redact_url
 
 __all__ = [
@@ -28,40 +32,6 @@ __all__ = [
     "story_line",
     "worker_summary_lines",
 ]
-
-_NEXT_KINDS = ("scheduled", "created", "result_due", "decided")
-
-
-def _time(value: datetime) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-
-
-def _short_time(text: str) -> str:
-    return _time(datetime.fromisoformat(text))[11:]
-
-
-def printable(text: str) -> str:
-    """*text* with control characters escaped: a provider's value cannot forge a line."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-
-
-def _details(kind: str, data: Mapping[str, JSON]) -> list[str]:
-    """The state, next poll and requests-used parts of a story line."""
-    parts = []
-    if data.get("state") is not None:
-        parts.append(f"state {printable(show(data['state']))}")
-    next_poll_at = data.get("next_poll_at")
-    if isinstance(next_poll_at, str) and kind in _NEXT_KINDS:
-        parts.append(f"next {_short_time(next_poll_at)} ({data.get('delay_source') or 'now'})")
-    if "requests_used" in data:
-        parts.append(f"requests {data['requests_used']}/{data['max_requests']}")
-    return parts
-
-
-def story_line(event: AuditEvent) -> str:
-    """One audit event as a line: time, what happened, state, next poll, requests used."""
-    head = f"{_time(event.at)}  {event.kind:<12} {printable(event.summary)}"
-    return " | ".join([head, *_details(event.kind, event.data)])
 
 
 def _reservation_notes(summary: str) -> str:

@@ -55,7 +55,8 @@ _MIN_TOKEN_CHARS: Final = 16
 _TOKEN: Final = re.compile(r"[A-Za-z0-9._~+/-]+=*")
 """RFC 6750 §2.1 ``b64token``: what an ``Authorization: Bearer`` value may be."""
 _SERVE_EXTRA: Final = (
-    "waitbound serve needs the serve extra (starlette, uvicorn, sse-starlette); "
+    "waitbound serve needs the serve extra (starlette, uvicorn, sse-starlette, jinja2, "
+    "itsdangerous); "
     "install it with: pip install 'waitbound[serve]'"
 )
 
@@ -178,14 +179,26 @@ def _token(path: Path) -> str:
     "serve",
     help="Serve the push path over HTTP (webhooks in, live events out) and drive the "
     "store's operations as `waitbound worker` does.\n\n"
-    "Every endpoint but POST /webhooks/NAME (signed) and /healthz needs "
-    "'Authorization: Bearer TOKEN'; the token is read from --token-file, or made and "
-    "printed once when that file does not exist. Binds 127.0.0.1 by default. A missing "
-    "SQLite store is created. SIGTERM or "
+    "The inbox, for people, is at / (sign in with the token and your name; see "
+    "docs/inbox.md). Every other endpoint but POST /webhooks/NAME (signed) and /healthz "
+    "needs 'Authorization: Bearer TOKEN'; the token is read from --token-file, or made "
+    "and printed once when that file does not exist. Binds 127.0.0.1 by default; another "
+    "--host needs --allow-remote. A missing SQLite store is created. SIGTERM or "
     "Ctrl-C: the worker stops claiming, steps in flight finish, streams end, the store "
     "is closed, exit 0. See docs/serve.md.\n\n" + EXIT_CODES_HELP,
 )
-@click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
+@click.option(
+    "--host",
+    default=DEFAULT_HOST,
+    show_default=True,
+    help="Address to listen on; one that is not loopback needs --allow-remote.",
+)
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="Allow a --host other machines can reach (the token is then all that guards the "
+    "service and the inbox: put TLS in front).",
+)
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),
@@ -234,6 +247,7 @@ def _token(path: Path) -> str:
 @MAX_RESPONSE_OPTION
 def serve_command(  # noqa: PLR0917 - click passes every option
     host: str,
+    allow_remote: bool,
     port: int,
     store: str | None,
     config_file: Path | None,
@@ -248,6 +262,11 @@ def serve_command(  # noqa: PLR0917 - click passes every option
     label_prefix: str,
     max_response_bytes: int | None,
 ) -> int:
+    if not is_loopback(host) and not allow_remote:
+        raise UsageError(
+            f"--host {host} is not a loopback address: other machines could reach the "
+            "service and the inbox; add --allow-remote to mean it (and put TLS in front)"
+        )
     try:
         from waitbound.web._run import serve
         from waitbound.web._service import Service
@@ -272,7 +291,8 @@ def serve_command(  # noqa: PLR0917 - click passes every option
         if not is_loopback(host):
             click.echo(
                 f"waitbound: warning: --host {host} is not a loopback address: the service "
-                "is reachable from other machines, guarded by the token only (put TLS in front)",
+                "and the inbox are reachable from other machines, guarded by the token only "
+                "(put TLS in front)",
                 err=True,
             )
         service = Service(store=opened, config=config, clock=waitbound.SystemClock(), token=token)
@@ -286,6 +306,7 @@ def serve_command(  # noqa: PLR0917 - click passes every option
                 f"waitbound serve: listening on {url} (worker {worker}; receivers: {receivers}; "
                 f"completion webhooks {signing})"
             )
+            click.echo(f"inbox: {url}/")
 
         async def main() -> None:
             await serve(

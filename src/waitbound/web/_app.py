@@ -1,7 +1,8 @@
 """The Starlette application of ``waitbound serve``: the receiver, the operation
-endpoints and the SSE streams, behind the bearer token.
+endpoints, the SSE streams and the inbox's pages (``_pages.py``), behind the bearer
+token or a signed-in person's session, with the security headers on every answer.
 
-Every answer that is not a stream is JSON. Bad input is a 4xx
+Every answer that is not a stream or a page is JSON. Bad input is a 4xx
 ``{"error": "<code>", "detail": "<one line>"}``; a store failure is 503; anything
 unexpected is 500 with the same shape and no traceback text (the server's log has it).
 See ``docs/serve.md``.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Final
 
 import anyio.to_thread
@@ -27,10 +29,14 @@ from waitbound._audit import StoredAuditEvent
 from waitbound._errors import StoreError, UsageError
 from waitbound._json import JSON
 from waitbound._record import Record
-from waitbound.web._auth import BearerAuth, is_public
+from waitbound.stores._protocol import AuditCursor
+from waitbound.web._auth import BearerAuth, is_page, is_public
 from waitbound.web._events import many_events, operation_events, parse_many_id, parse_seq
 from waitbound.web._inbound import receive_webhook
+from waitbound.web._pages import page_routes, problem_page
+from waitbound.web._security import SECURITY_HEADERS, SecurityHeaders
 from waitbound.web._service import Service
+from waitbound.web._session import Sessions
 
 __all__ = ["DEFAULT_PING_S", "DEFAULT_POLL_S", "create_app", "operation_document", "problem"]
 
@@ -138,12 +144,18 @@ def _stream_endpoints(
         return EventSourceResponse(stream, ping=ping_s)
 
     async def many(request: Request) -> Response:
-        """``GET /events?label=PREFIX``: every (matching) operation's audit events."""
+        """``GET /events?label=PREFIX&since=RFC3339``: every (matching) operation's audit
+        events (after ``Last-Event-ID``, else stamped at or after ``since``)."""
         service = _service(request)
         try:
             after = parse_many_id(request.headers.get("last-event-id"))
         except UsageError as exc:
             return problem(400, "bad_last_event_id", str(exc))
+        if after is None and request.query_params.get("since"):
+            try:
+                after = _since(request.query_params["since"])
+            except UsageError as exc:
+                return problem(400, "bad_since", str(exc))
         stream = many_events(
             service.store,
             label_prefix=request.query_params.get("label", ""),
@@ -156,6 +168,25 @@ def _stream_endpoints(
     return one, many
 
 
+def _since(text: str) -> AuditCursor:
+    """The cursor just before every event stamped at or after *text* (RFC 3339 with a
+    UTC offset).
+
+    Raises:
+        UsageError: not such a time.
+    """
+    try:
+        at = datetime.fromisoformat(text.strip()[:64])
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        raise UsageError(
+            f"since {text[:40]!r} is not an RFC 3339 time with a UTC offset "
+            "(e.g. 2026-01-01T12:00:00+00:00)"
+        )
+    return (at.astimezone(UTC), "", 0)
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
@@ -164,12 +195,27 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _store_error(request: Request, exc: Exception) -> Response:
     _LOG.error("%s %s: the store failed: %s", request.method, request.url.path, exc)
+    if is_page(request.url.path):
+        return problem_page(request, 503, "The store failed", "try again in a moment")
     return problem(503, "store_unavailable", "the store failed; try again later")
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
+    """A 500 (Starlette answers it outside every middleware: the security headers are
+    added here)."""
     _LOG.error("%s %s: unexpected %s", request.method, request.url.path, type(exc).__name__)
-    return problem(500, "internal", "an unexpected error; the service's log has the details")
+    response: Response = problem(
+        500, "internal", "an unexpected error; the service's log has the details"
+    )
+    if is_page(request.url.path):
+        try:
+            response = problem_page(
+                request, 500, "Something went wrong", "the service's log has the details"
+            )
+        except Exception:  # the page cannot be drawn either: the JSON answer stands
+            _LOG.error("%s %s: the error page failed too", request.method, request.url.path)
+    response.headers.update(SECURITY_HEADERS)
+    return response
 
 
 def create_app(
@@ -180,6 +226,7 @@ def create_app(
     audit_key: bytes | None = None,
     routes: Sequence[BaseRoute] = (),
     public: Callable[[str], bool] = is_public,
+    sessions: Sessions | None = None,
 ) -> Starlette:
     """The application of ``waitbound serve`` over *service* (``app.state.service``).
 
@@ -190,12 +237,16 @@ def create_app(
         audit_key: checks each chain head's MAC in ``GET /operations/{id}``.
         routes: more routes (pages of later features), behind the token too unless
             *public* says otherwise.
-        public: which paths need no token (default: ``/healthz`` and the receiver).
+        public: which paths need no token (default: ``/healthz``, the receiver, the
+            sign-in page and the static files).
+        sessions: the inbox's session cookies (default: a new random key on the
+            service's clock).
 
     Returns:
         The Starlette application (serve it with uvicorn; see ``waitbound.web._run``).
     """
     one, many = _stream_endpoints(poll_s, ping_s)
+    sessions = sessions or Sessions(clock=service.clock)
     app = Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
@@ -203,9 +254,13 @@ def create_app(
             Route("/events", many, methods=["GET"]),
             Route("/operations/{operation_id}", _operation_endpoint(audit_key), methods=["GET"]),
             Route("/operations/{operation_id}/events", one, methods=["GET"]),
+            *page_routes(sessions=sessions, audit_key=audit_key),
             *routes,
         ],
-        middleware=[Middleware(BearerAuth, token=service.token, public=public)],
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(BearerAuth, token=service.token, public=public, sessions=sessions),
+        ],
         exception_handlers={
             HTTPException: _http_error,
             StoreError: _store_error,

@@ -1,0 +1,75 @@
+"""How an operation's story is shown to a person, on every surface (the CLI's
+``show``/``watch`` and the web inbox): the time, the escaping of provider text, the
+details of one audit event, and the audit chain's status.
+
+Pure functions over audit events and records: no terminal, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from waitbound._audit import AuditEvent, AuditFinding, StoredAuditEvent
+from waitbound._audit_check import diagnose_record
+from waitbound._json import JSON, show
+from waitbound._record import Record
+
+__all__ = [
+    "NEXT_KINDS",
+    "chain_status",
+    "event_details",
+    "printable",
+    "short_time",
+    "story_line",
+    "timestamp",
+]
+
+NEXT_KINDS = ("scheduled", "created", "result_due", "decided")
+"""The audit kinds whose ``next_poll_at`` is shown as "next …" (when the next check is)."""
+
+
+def timestamp(value: datetime) -> str:
+    """*value* as ``2026-01-01 12:00:05.120Z`` (UTC, milliseconds)."""
+    return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def short_time(text: str) -> str:
+    """An RFC 3339 instant as ``12:00:05.120Z`` (the time of day of :func:`timestamp`)."""
+    return timestamp(datetime.fromisoformat(text))[11:]
+
+
+def printable(text: str) -> str:
+    """*text* with control characters escaped: a provider's value cannot forge a line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def event_details(kind: str, data: Mapping[str, JSON]) -> list[str]:
+    """The state, next poll and requests-used parts of a story line, e.g.
+    ``["state running", "next 12:00:10.000Z (local_backoff)", "requests 3/30"]``."""
+    parts = []
+    if data.get("state") is not None:
+        parts.append(f"state {printable(show(data['state']))}")
+    next_poll_at = data.get("next_poll_at")
+    if isinstance(next_poll_at, str) and kind in NEXT_KINDS:
+        parts.append(f"next {short_time(next_poll_at)} ({data.get('delay_source') or 'now'})")
+    if "requests_used" in data:
+        parts.append(f"requests {data['requests_used']}/{data['max_requests']}")
+    return parts
+
+
+def story_line(event: AuditEvent) -> str:
+    """One audit event as a line: time, what happened, state, next poll, requests used."""
+    head = f"{timestamp(event.at)}  {event.kind:<12} {printable(event.summary)}"
+    return " | ".join([head, *event_details(event.kind, event.data)])
+
+
+def chain_status(
+    record: Record, events: Sequence[StoredAuditEvent], key: bytes | None
+) -> tuple[str, AuditFinding | None]:
+    """``intact`` (or ``intact, head authenticated`` with the audit *key*) or
+    ``broken: …``, and the finding (``None`` when intact). See ``docs/audit.md``."""
+    finding = diagnose_record(record, list(events), key=key)
+    if finding is not None:
+        return f"broken: {printable(finding.line())}", finding
+    return ("intact, head authenticated" if key is not None else "intact"), None
