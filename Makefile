@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.store_throughput
 	$(BIN)/python -m benchmarks.scale
 	$(BIN)/python -m benchmarks.fleet_pressure
+	$(BIN)/python -m benchmarks.inbox_pages
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo

@@ -41,6 +41,8 @@ def short_time(text: str) -> str:
 
 def printable(text: str) -> str:
     """*text* with control characters escaped: a provider's value cannot forge a line."""
+    if text.isprintable():
+        return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 

@@ -659,6 +659,14 @@ def test_a_second_decision_sees_the_first_in_a_409_page(inbox):
     assert [d.by for d in inbox.store.get("op-1").decisions] == ["Ada"]
 
 
+def test_reloading_the_decide_address_goes_back_to_the_operation(inbox):
+    """``GET /operation/{id}/decide`` (a refused form's page reloaded): 303 to the
+    operation, nothing decided."""
+    answer = inbox.client.get("/operation/op-1/decide", headers=AUTH, follow_redirects=False)
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/operation/op-1"
+
+
 def test_a_decision_on_an_unknown_operation_is_404(inbox):
     """Deciding an operation that does not exist: 404 page."""
     answer = inbox.client.post(

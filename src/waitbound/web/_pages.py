@@ -392,7 +392,14 @@ class _Operation:
             return _not_found(request, operation_id)
         except UsageError as exc:
             return await self.show(request, option, status=400, error=str(exc), form=form)
-        return RedirectResponse(f"/operation/{operation_id}#decisions", status_code=303)
+        target = f"/operation/{quote(operation_id, safe='')}#decisions"
+        return RedirectResponse(target, status_code=303)
+
+    async def back(self, request: Request) -> Response:
+        """``GET /operation/{operation_id}/decide`` (a reload of a refused form's page):
+        303 to the operation."""
+        operation_id = request.path_params["operation_id"]
+        return RedirectResponse(f"/operation/{quote(operation_id, safe='')}", status_code=303)
 
     async def _conflict(self, request: Request, exc: DecisionConflictError) -> Response:
         service = _service(request)
@@ -535,6 +542,7 @@ def page_routes(*, sessions: Sessions, audit_key: bytes | None = None) -> list[B
         Route("/finished", finished_page, methods=["GET"]),
         Route("/operation/{operation_id}", operation.page, methods=["GET"]),
         Route("/operation/{operation_id}/decide", operation.decide, methods=["POST"]),
+        Route("/operation/{operation_id}/decide", operation.back, methods=["GET"]),
         Route("/sign-in", sign_in_page, methods=["GET"]),
         Route("/sign-in", signing.sign_in, methods=["POST"]),
         Route("/sign-out", signing.sign_out, methods=["POST"]),

@@ -84,12 +84,17 @@ def duration(seconds: float) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class When:
-    """An instant, for a ``<time>`` element: ``iso`` (machine), ``text`` (``12:00:05
-    UTC`` or a date too), ``relative`` (``in 4 s``, ``12 min ago``)."""
+    """An instant, for a ``<time>`` element: ``iso`` (machine), ``relative`` (``in 4
+    s``, ``12 min ago``), :attr:`text` (``2026-01-01 12:00:05 UTC``)."""
 
+    at: datetime
     iso: str
-    text: str
     relative: str
+
+    @property
+    def text(self) -> str:
+        """The instant for a person: ``2026-01-01 12:00:05 UTC``."""
+        return timestamp(self.at)[:19] + " UTC"
 
     @property
     def due(self) -> str:
@@ -105,11 +110,13 @@ def when(at: datetime | None, now: datetime) -> When | None:
 def instant(at: datetime, now: datetime) -> When:
     """*at* for a person, relative to *now*."""
     left_s = (at - now).total_seconds()
-    relative = f"in {duration(left_s)}" if left_s >= 0.5 else f"{duration(-left_s)} ago"
     if abs(left_s) < 0.5:
         relative = "now"
-    text = timestamp(at)[:19] + " UTC"
-    return When(iso=at.isoformat(timespec="seconds"), text=text, relative=relative)
+    elif left_s > 0:
+        relative = f"in {duration(left_s)}"
+    else:
+        relative = f"{duration(-left_s)} ago"
+    return When(at=at, iso=at.isoformat(timespec="seconds"), relative=relative)
 
 
 def _bounded(text: str) -> str:
