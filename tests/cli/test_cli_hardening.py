@@ -338,3 +338,66 @@ def test_unknown_built_in_profile_is_refused_listing_the_names(
     assert "'nope'" in line
     for name in BUILTIN:
         assert name in line, f"{name} not listed in: {line}"
+
+
+# --- text that is not UTF-8 -----------------------------------------------------------
+
+BAD = "\udcff"
+"""What Python makes of the byte 0xff in an argument (``$'\\xff'`` in a shell)."""
+BAD_ARGS = {
+    "deliveries replay": ["deliveries", "replay", BAD],
+    "deliveries --operation-id": ["deliveries", "--operation-id", BAD],
+    "show": ["show", BAD],
+    "audit verify": ["audit", "verify", BAD],
+    "audit story": ["audit", "story", BAD],
+    "audit export": ["audit", "export", BAD],
+    "decide operation": ["decide", BAD, "abandon", "--why", "w"],
+    "decide option": ["decide", "op-1", "a" + BAD, "--why", "w"],
+    "decide --why": ["decide", "op-1", "abandon", "--why", BAD],
+    "decide --by": ["decide", "op-1", "abandon", "--why", "w", "--by", BAD],
+    "cancel": ["cancel", BAD],
+    "cancel --reason": ["cancel", "op-1", "--reason", BAD],
+    "cancel --requested-by": ["cancel", "op-1", "--requested-by", BAD],
+    "escalations --label-prefix": ["escalations", "--label-prefix", BAD],
+    "worker --label-prefix": ["worker", "--until-idle", "--label-prefix", BAD],
+    "serve --label-prefix": ["serve", "--label-prefix", BAD],
+    "wait --operation-id": ["wait", "http://127.0.0.1:9/s", *INLINE, "--detach",
+                            "--operation-id", BAD],
+    "wait --pending": ["wait", "http://127.0.0.1:9/s", "--state-path", "s", "--pending", "a" + BAD,
+                       "--succeeded", "b", "--detach"],
+    "submit --idempotency-key": ["submit", "POST", "http://127.0.0.1:9/s", *INLINE,
+                                 "--idempotency-key", BAD],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("args", list(BAD_ARGS.values()), ids=list(BAD_ARGS))
+def test_text_that_is_not_utf8_is_a_usage_error_before_any_store(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    store_kind: str,
+) -> None:
+    """An id, a label prefix, a state value or an audit note whose bytes are not UTF-8:
+    exit 2, one line naming the parameter and the bytes — never exit 5 "a stored value
+    is damaged", nor a traceback — whatever the store (a PostgreSQL one that is not
+    even reachable: nothing is opened)."""
+    from waitbound.cli import run as run_in_process
+
+    path = tmp_path / "flag-store.db"
+    spec = str(path) if store_kind == "sqlite" else f"postgresql://w@127.0.0.1:{closed_port()}/w"
+    code = run_in_process([*args, "--store", spec])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    assert (code, captured.out) == (2, "")
+    (line,) = captured.err.splitlines()
+    assert re.fullmatch(
+        r"waitbound: error: Invalid value for '[^']+': b'a?\\xff' is not UTF-8 text", line
+    ), line
+    assert not path.exists()
+
+
+def test_a_non_utf8_delivery_id_from_a_shell_is_one_line_exit_2(tmp_path: Path) -> None:
+    """The real bytes on a real command line (``deliveries replay $'\\xff'``)."""
+    line = assert_refused(run_cli(tmp_path, "deliveries", "replay", BAD), tmp_path)
+    assert line == "waitbound: error: Invalid value for 'DELIVERY_ID': b'\\xff' is not UTF-8 text"

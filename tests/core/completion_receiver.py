@@ -1,10 +1,13 @@
-"""A real loopback receiver of completion webhooks, for tests: it verifies each delivery
-with the ``standardwebhooks`` library and records it."""
+"""Real loopback receivers of completion webhooks, for tests: one verifies each delivery
+with the ``standardwebhooks`` library and records it; one trickles its answer's headers
+and never ends them (a slow or hostile receiver)."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +31,8 @@ class Received:
     headers: dict[str, str]
     body: bytes
     payload: Any
+    at_s: float = field(default_factory=time.monotonic)
+    """When it arrived (``time.monotonic()``)."""
 
 
 @dataclass
@@ -111,3 +116,70 @@ def receiving(statuses: Sequence[int] = (200,), secret: str = SECRET) -> Iterato
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@dataclass
+class Trickler:
+    """What the trickling receiver saw."""
+
+    interval_s: float
+    url: str = ""
+    requests: int = 0
+    """Requests whose headers arrived."""
+    cut_at_s: list[float] = field(default_factory=list)
+    """When the client gave up each connection (``time.monotonic()``)."""
+    cut: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _trickle(trickler: Trickler, conn: socket.socket, stop: threading.Event) -> None:
+    with conn:
+        conn.settimeout(5)
+        data = b""
+        try:
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            with trickler.lock:
+                trickler.requests += 1
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            while not stop.wait(trickler.interval_s):  # a header line, never the last
+                conn.sendall(b"x-slow: 1\r\n")
+        except OSError:  # the client closed the connection
+            with trickler.lock:
+                trickler.cut_at_s.append(time.monotonic())
+            trickler.cut.set()
+
+
+@contextmanager
+def trickling(interval_s: float = 0.05) -> Iterator[Trickler]:
+    """A receiver on 127.0.0.1 that answers each request with a 200 status line, then one
+    header line every *interval_s* seconds, never the blank line that ends them: each
+    read arrives well within any per-read timeout, so only a whole-attempt deadline ends
+    it. ``url`` is ``…/slow``."""
+    trickler = Trickler(interval_s=interval_s)
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.05)
+    trickler.url = f"http://127.0.0.1:{listener.getsockname()[1]}/slow"
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=_trickle, args=(trickler, conn, stop), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield trickler
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()

@@ -10,7 +10,9 @@ import random
 import re
 import sys
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -20,7 +22,7 @@ import httpx
 import pytest
 
 from tests.cli.helpers import closed_port
-from tests.core.completion_receiver import SECRET, receiving
+from tests.core.completion_receiver import SECRET, receiving, trickling
 from tests.core.harness import PROFILE, URL
 from tests.fakes import FakeClock
 from waitbound import (
@@ -231,7 +233,8 @@ def test_only_a_2xx_from_a_real_receiver_delivers_and_redirects_are_not_followed
 
 
 def test_a_timeout_is_a_failed_attempt_and_the_post_has_a_10s_timeout() -> None:
-    """Every part of the POST's timeout is 10 s; a timeout is a failed attempt."""
+    """Every part of the POST's timeout is 10 s (and the whole attempt's, below); a
+    timeout is a failed attempt."""
     clock = FakeClock()
     store = MemoryStore()
     finished(store, "op-1", clock, notify_url="https://hooks.example/in")
@@ -241,12 +244,193 @@ def test_a_timeout_is_a_failed_attempt_and_the_post_has_a_10s_timeout() -> None:
         timeouts.append(request.extensions["timeout"])
         raise httpx.ReadTimeout("timed out", request=request)
 
-    with httpx.Client(transport=httpx.MockTransport(slow)) as client:
-        deliver_due(store, clock=clock, client=client, notify_secret=SECRET)
+    async def deliver() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(slow)) as client:
+            await deliver_due_async(store, clock=clock, client=client, notify_secret=SECRET)
+
+    anyio.run(deliver)
     entry = entry_of(store, "op-1", Channel.WEBHOOK)
     assert timeouts == [{"connect": 10.0, "read": 10.0, "write": 10.0, "pool": 10.0}]
     assert entry.status is OutboxStatus.PENDING
     assert entry.last_error == "ReadTimeout: timed out"
+
+
+# --- the whole attempt's deadline -----------------------------------------------------
+
+QUICK_S = 0.5
+"""A small whole-attempt timeout, so that the tests below take its real time only."""
+
+
+def deliver_blocking(store: MemoryStore, clock: FakeClock) -> int:
+    """One blocking pass of webhooks with the small whole timeout."""
+    return deliver_due(
+        store, clock=clock, notify_secret=SECRET, attempt_timeout_s=QUICK_S, lease_s=10.0
+    )
+
+
+def deliver_async(store: MemoryStore, clock: FakeClock) -> int:
+    """One async pass of webhooks with the small whole timeout."""
+    return anyio.run(
+        partial(
+            deliver_due_async,
+            store,
+            clock=clock,
+            notify_secret=SECRET,
+            attempt_timeout_s=QUICK_S,
+            lease_s=10.0,
+        )
+    )
+
+
+@pytest.mark.parametrize("deliver", [deliver_blocking, deliver_async], ids=["blocking", "async"])
+def test_a_receiver_that_trickles_its_headers_is_cut_off_at_the_whole_timeout(
+    deliver: Callable[[MemoryStore, FakeClock], int],
+) -> None:
+    """A receiver that sends a header line every 0.05 s and never ends its headers (no
+    per-read timeout ever fires): the attempt is cut off after its whole timeout, the
+    connection closed, and it is a failed attempt (retried) with one line."""
+    clock = FakeClock()
+    store = MemoryStore()
+    with trickling() as trickler:
+        finished(store, "op-1", clock, notify_url=trickler.url + "?key=K9Z")
+        started_s = time.monotonic()
+        assert deliver(store, clock) == 0
+        took_s = time.monotonic() - started_s
+        assert trickler.cut.wait(5), "the connection was left open"
+    entry = entry_of(store, "op-1", Channel.WEBHOOK)
+    assert trickler.requests == 1
+    assert QUICK_S <= took_s < QUICK_S + 2.0
+    assert (entry.status, entry.attempts, entry.lease_owner) == (OutboxStatus.PENDING, 1, None)
+    assert entry.last_error == "TimeoutError: the attempt took more than 0.5 s"
+    assert entry.next_attempt_at > clock.now()
+
+
+def test_a_slow_receiver_holds_one_of_8_slots_while_the_others_are_delivered() -> None:
+    """An async pass: 7 trickling receivers claimed first and one good one after them;
+    the good one is delivered while the slow ones are still trickling (entries are
+    attempted 8 at a time), and the slow ones are cut off at the whole timeout."""
+    clock = real_now()
+    store = MemoryStore()
+    with trickling() as trickler, receiving() as receiver:
+        for n in range(7):
+            finished(store, f"op-slow-{n}", clock, notify_url=trickler.url)
+        clock.advance(1)
+        finished(store, "op-good", clock, notify_url=receiver.url)
+        clock.advance(1)
+        assert deliver_async(store, clock) == 1
+        assert trickler.cut.wait(5)
+        cut_s = min(trickler.cut_at_s)
+    assert trickler.requests == 7
+    (good,) = receiver.received
+    assert good.at_s < cut_s
+    assert entry_of(store, "op-good", Channel.WEBHOOK).status is OutboxStatus.DELIVERED
+    slow = [e for e in store.outbox(limit=100) if e.operation_id.startswith("op-slow")]
+    assert {(e.attempts, e.last_error) for e in slow} == {
+        (1, "TimeoutError: the attempt took more than 0.5 s")
+    }
+
+
+def test_the_async_deliverer_attempts_at_most_8_entries_at_once() -> None:
+    """20 async callbacks that each wait for the others: 8 run at once, never more; all
+    20 are delivered in one pass."""
+    clock = FakeClock()
+    store = MemoryStore()
+    for n in range(20):
+        finished(store, f"op-{n:02}", clock, callback=True)
+    running = peak = 0
+    full = anyio.Event()
+
+    async def crowded(completion: Completion) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        if running == 8:
+            full.set()
+        await full.wait()
+        await anyio.lowlevel.checkpoint()
+        running -= 1
+
+    async def deliver() -> int:
+        return await deliver_due_async(store, clock=clock, on_complete=crowded, limit=20)
+
+    assert anyio.run(deliver) == 20
+    assert peak == 8
+
+
+@pytest.mark.parametrize("shell", ["blocking", "async"])
+def test_an_async_callback_past_the_whole_timeout_is_a_failed_attempt(shell: str) -> None:
+    """An awaitable on_complete that never completes is cancelled after the attempt's
+    whole timeout: a failed attempt, retried, one line."""
+    clock = FakeClock()
+    store = MemoryStore()
+    finished(store, "op-1", clock, callback=True)
+
+    async def stuck(completion: Completion) -> None:
+        await anyio.sleep_forever()
+
+    if shell == "blocking":
+        delivered = deliver_due(
+            store, clock=clock, on_complete=stuck, attempt_timeout_s=0.2, lease_s=6.0
+        )
+    else:
+        delivered = anyio.run(
+            partial(
+                deliver_due_async,
+                store,
+                clock=clock,
+                on_complete=stuck,
+                attempt_timeout_s=0.2,
+                lease_s=6.0,
+            )
+        )
+    assert delivered == 0
+    entry = entry_of(store, "op-1", Channel.CALLBACK)
+    assert (entry.status, entry.attempts) == (OutboxStatus.PENDING, 1)
+    assert entry.last_error == "TimeoutError: the attempt took more than 0.2 s"
+
+
+def test_an_entry_is_attempted_only_while_the_lease_outlasts_a_whole_attempt() -> None:
+    """A 2 s whole timeout and a 10 s lease: an attempt starts only with at least 7 s
+    (the timeout and 5 s) of lease left. Callables taking 2 s each: the first two are
+    attempted (10 s, then 8 s left), the third (6 s left) and the rest are let go
+    unattempted, every attempt recorded under the lease; the next pass takes them."""
+    clock = FakeClock()
+    store = MemoryStore()
+    for n in range(5):
+        finished(store, f"op-{n}", clock, callback=True)
+        clock.advance(0.001)
+    got: list[str] = []
+
+    def two_seconds(completion: Completion) -> None:
+        got.append(completion.operation_id)
+        clock.advance(2)
+
+    deliver = partial(
+        deliver_due, store, clock=clock, on_complete=two_seconds, attempt_timeout_s=2.0
+    )
+    assert deliver(lease_s=10.0) == 2
+    assert got == ["op-0", "op-1"]
+    rest = store.outbox(status=OutboxStatus.PENDING, limit=100)
+    assert {(e.attempts, e.lease_owner) for e in rest} == {(0, None)}
+    assert len(rest) == 3
+    assert deliver(lease_s=10.0) == 2
+    with pytest.raises(UsageError, match="more than 7 seconds"):
+        deliver(lease_s=7.0)
+
+
+def test_the_blocking_deliverer_posts_from_inside_a_running_event_loop() -> None:
+    """deliver_due called from code on an event loop (a notebook's, say): its webhook is
+    sent on the helper thread's own loop and delivered."""
+    clock = real_now()
+    store = MemoryStore()
+
+    async def inside() -> int:
+        return deliver_due(store, clock=clock, notify_secret=SECRET)
+
+    with receiving() as receiver:
+        finished(store, "op-1", clock, notify_url=receiver.url)
+        assert anyio.run(inside) == 1
+    assert receiver.ids() == [completion_delivery_id("op-1", Channel.WEBHOOK)]
 
 
 # --- secrets never in errors or logs --------------------------------------------------
@@ -265,11 +449,12 @@ def test_neither_the_secret_nor_the_query_is_in_last_error_or_the_log(
     def leaky(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError(f"cannot reach {request.url} signing with {SECRET}")
 
-    with (
-        caplog.at_level(logging.DEBUG, logger="waitbound"),
-        httpx.Client(transport=httpx.MockTransport(leaky)) as client,
-    ):
-        deliver_due(store, clock=clock, client=client, notify_secret=SECRET)
+    async def deliver() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(leaky)) as client:
+            await deliver_due_async(store, clock=clock, client=client, notify_secret=SECRET)
+
+    with caplog.at_level(logging.DEBUG, logger="waitbound"):
+        anyio.run(deliver)
     error = entry_of(store, "op-1", Channel.WEBHOOK).last_error
     assert error is not None
     assert error.startswith("ConnectError: cannot reach [redacted]")
@@ -578,11 +763,22 @@ def test_a_secret_that_cannot_sign_is_refused_without_showing_it() -> None:
     assert "!!" not in str(caught.value)
 
 
-@pytest.mark.parametrize(("limit", "lease_s"), [(0, 30.0), (16, 15.0)])
-def test_a_limit_or_lease_out_of_range_is_refused(limit: int, lease_s: float) -> None:
-    """limit >= 1; a lease must outlast one attempt and its margin (> 15 s)."""
+@pytest.mark.parametrize(
+    ("limit", "lease_s", "timeout_s"), [(0, 30.0, 10.0), (16, 15.0, 10.0), (16, 30.0, 0.0)]
+)
+def test_a_limit_lease_or_timeout_out_of_range_is_refused(
+    limit: int, lease_s: float, timeout_s: float
+) -> None:
+    """limit >= 1; a lease must outlast one attempt's whole timeout and its margin
+    (> 15 s by default); the timeout is more than 0."""
     with pytest.raises(UsageError):
-        deliver_due(MemoryStore(), on_complete=print, limit=limit, lease_s=lease_s)
+        deliver_due(
+            MemoryStore(),
+            on_complete=print,
+            limit=limit,
+            lease_s=lease_s,
+            attempt_timeout_s=timeout_s,
+        )
 
 
 def test_a_killed_local_deliverers_lease_is_let_go_at_once() -> None:

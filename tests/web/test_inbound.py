@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import anyio
@@ -21,6 +22,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 import waitbound
+import waitbound.web._inbound
 from tests.fakes import FakeClock
 from tests.web.signing import (
     GH_A,
@@ -349,6 +351,56 @@ def test_a_client_that_goes_away_mid_body_is_a_400() -> None:
     with pytest.raises(WebhookRejected) as caught:
         anyio.run(read_body, request, 1024)
     assert caught.value.code == "disconnected"
+
+
+def _trickled() -> Callable[[], Any]:
+    """An ASGI ``receive`` giving one chunk of a body, then nothing more, ever."""
+    served: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        served.append(1)
+        if len(served) == 1:
+            return {"type": "http.request", "body": b"{", "more_body": True}
+        await anyio.sleep_forever()
+        raise AssertionError("never")
+
+    return receive
+
+
+def test_a_body_that_trickles_past_its_time_is_a_408() -> None:
+    """One chunk, then nothing: once the body's time is up (0.2 s here, 10 s by
+    default), a 408 ``body_timeout`` rejection instead of a request held open."""
+    request = Request({"type": "http", "method": "POST", "path": "/", "headers": []}, _trickled())
+    with pytest.raises(WebhookRejected) as caught:
+        anyio.run(read_body, request, 1024, 0.2)
+    assert (caught.value.code, caught.value.status) == ("body_timeout", 408)
+    assert caught.value.detail == "the body did not arrive within 0.2 s"
+
+
+def test_a_trickled_delivery_is_answered_a_408_json_and_stores_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the receiver: the 408 is the JSON error of every refusal."""
+    monkeypatch.setattr(waitbound.web._inbound, "read_body", partial(read_body, timeout_s=0.2))
+    made = _harness()
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope: dict[str, Any] = {
+        "type": "http", "method": "POST", "path": "/webhooks/reports",
+        "raw_path": b"/webhooks/reports", "root_path": "", "query_string": b"",
+        "headers": [(b"content-type", b"application/json")], "http_version": "1.1",
+        "scheme": "http", "server": ("127.0.0.1", 8765), "client": ("127.0.0.1", 5000),
+    }  # fmt: skip
+    anyio.run(made.client.app, scope, _trickled(), send)
+    assert sent[0]["status"] == 408
+    assert json.loads(sent[1]["body"]) == {
+        "error": "body_timeout",
+        "detail": "the body did not arrive within 0.2 s",
+    }
+    assert made.stored() == []
 
 
 # -- reading a delivery (pure) ---------------------------------------------------------------

@@ -22,6 +22,7 @@ from waitbound.cli._common import (
     opened_store,
 )
 from waitbound.cli._inspect import chain_status, print_story, read_operation, report_broken
+from waitbound.cli._params import STORED_TEXT
 from waitbound.cli._render import printable, record_summary
 
 __all__ = ["audit"]
@@ -44,7 +45,7 @@ def audit() -> None:
 
 
 @audit.command()
-@click.argument("operation_id", required=False)
+@click.argument("operation_id", required=False, type=STORED_TEXT)
 @click.option("--all", "every", is_flag=True, help="Verify every operation in the store.")
 @click.option("--store", help=STORE_HELP)
 @click.option("--audit-key-file", help=AUDIT_KEY_FILE_HELP)
@@ -176,7 +177,7 @@ def checkpoint(store: str | None, as_json: bool) -> None:
 
 
 @audit.command()
-@click.argument("operation_id")
+@click.argument("operation_id", type=STORED_TEXT)
 @click.option("--store", help=STORE_HELP)
 @click.option("--audit-key-file", help=AUDIT_KEY_FILE_HELP)
 def story(operation_id: str, store: str | None, audit_key_file: str | None) -> int:
@@ -197,7 +198,7 @@ def story(operation_id: str, store: str | None, audit_key_file: str | None) -> i
 
 
 @audit.command()
-@click.argument("operation_id", required=False)
+@click.argument("operation_id", required=False, type=STORED_TEXT)
 @click.option("--all", "every", is_flag=True, help="Export every operation's events.")
 @click.option("--store", help=STORE_HELP)
 @click.option(

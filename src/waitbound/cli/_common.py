@@ -37,6 +37,7 @@ from waitbound._urls import redact_url
 from waitbound.cli._params import (
     MAX_RESPONSE_BYTES,
     MIN_RESPONSE_BYTES,
+    STORED_TEXT,
     duration,
     positive_duration,
     split_values,
@@ -191,12 +192,14 @@ MAX_RESPONSE_OPTION = click.option(
 PROFILE_OPTIONS = options(
     click.option("--profile", "profile_spec", help="Profile file (JSON/TOML) or built-in name."),
     click.option("--state-path", help="JMESPath to the state value in the status body."),
-    click.option("--pending", help="Comma-separated pending state values."),
-    click.option("--succeeded", help="Comma-separated succeeded state values."),
-    click.option("--partial", help="Comma-separated partial-success state values."),
-    click.option("--failed", help="Comma-separated failed state values."),
-    click.option("--canceled", help="Comma-separated canceled state values."),
-    click.option("--expired", help="Comma-separated expired state values."),
+    click.option("--pending", type=STORED_TEXT, help="Comma-separated pending state values."),
+    click.option("--succeeded", type=STORED_TEXT, help="Comma-separated succeeded state values."),
+    click.option(
+        "--partial", type=STORED_TEXT, help="Comma-separated partial-success state values."
+    ),
+    click.option("--failed", type=STORED_TEXT, help="Comma-separated failed state values."),
+    click.option("--canceled", type=STORED_TEXT, help="Comma-separated canceled state values."),
+    click.option("--expired", type=STORED_TEXT, help="Comma-separated expired state values."),
     click.option("--require", multiple=True, help="JMESPath non-null on success (repeatable)."),
     click.option(
         "--result-path",
@@ -270,7 +273,11 @@ RUN_OPTIONS = options(
         multiple=True,
         help="Another origin (https://host[:port]) that may receive the headers.",
     ),
-    click.option("--operation-id", help="Our id for the operation; an existing one is resumed."),
+    click.option(
+        "--operation-id",
+        type=STORED_TEXT,
+        help="Our id for the operation; an existing one is resumed.",
+    ),
     click.option(
         "--credential-label",
         help="A non-secret name for the credentials the headers carry (1-128 printable "

@@ -15,6 +15,7 @@ import waitbound
 from waitbound import Outcome, Profile, Store, UsageError
 from waitbound._json import JSON
 from waitbound.cli._common import STORE_HELP, opened_store, profile_from_flags, resume_hint
+from waitbound.cli._params import STORED_TEXT
 from waitbound.cli._render import printable
 
 __all__ = ["decide_command", "escalations_command"]
@@ -29,7 +30,12 @@ __all__ = ["decide_command", "escalations_command"]
     "answers before its decision deadline is closed as decision_timeout on the way. "
     "Exit 0, also when nothing waits.",
 )
-@click.option("--label-prefix", default="", help="Only operations whose label starts with it.")
+@click.option(
+    "--label-prefix",
+    type=STORED_TEXT,
+    default="",
+    help="Only operations whose label starts with it.",
+)
 @click.option("--store", help=STORE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def escalations_command(label_prefix: str, store: str | None, as_json: bool) -> int:
@@ -81,10 +87,10 @@ def _one_line(value: str | None, flag: str) -> str | None:
     "Exit 0 once the decision is recorded; 2 when it is refused (nothing is changed); "
     "5 the store failed.",
 )
-@click.argument("operation_id")
-@click.argument("option")
-@click.option("--why", help="Why, in one line (required; kept in the audit log).")
-@click.option("--by", "by", help="Who decides [default: user@host].")
+@click.argument("operation_id", type=STORED_TEXT)
+@click.argument("option", type=STORED_TEXT)
+@click.option("--why", type=STORED_TEXT, help="Why, in one line (required; kept in the audit log).")
+@click.option("--by", "by", type=STORED_TEXT, help="Who decides [default: user@host].")
 @click.option(
     "--minutes",
     type=float,

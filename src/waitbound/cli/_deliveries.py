@@ -18,6 +18,7 @@ from waitbound import OutboxEntry, OutboxStatus
 from waitbound._json import JSON
 from waitbound._urls import redact_url
 from waitbound.cli._common import STORE_HELP, opened_store
+from waitbound.cli._params import STORED_TEXT
 from waitbound.cli._render import printable
 
 __all__ = ["deliveries"]
@@ -98,7 +99,7 @@ def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     "failed (given up after 10 attempts: replay it). Targets are shown without their "
     "query string. Exit 0, also when there are none.",
 )
-@click.option("--operation-id", help="Only this operation's deliveries.")
+@click.option("--operation-id", type=STORED_TEXT, help="Only this operation's deliveries.")
 @click.option(
     "--status",
     type=click.Choice([s.value for s in OutboxStatus]),
@@ -148,7 +149,7 @@ def deliveries(  # noqa: PLR0917 - click passes every option
     "and payload, pending now. A worker delivers it (`waitbound worker` with "
     "$WAITBOUND_NOTIFY_SECRET for a webhook). Prints the new id."
 )
-@click.argument("delivery_id")
+@click.argument("delivery_id", type=STORED_TEXT)
 @click.option("--store", help=STORE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the new delivery as one JSON object.")
 @click.pass_context

@@ -17,6 +17,7 @@ from waitbound.cli._common import (
     STORE_HELP,
     opened_store,
 )
+from waitbound.cli._params import STORED_TEXT
 from waitbound.cli._render import group_line, grouped, option_costs, printable, record_summary
 
 __all__ = ["chain_status", "print_story", "read_operation", "report_broken", "show"]
@@ -57,7 +58,7 @@ def print_story(events: Sequence[StoredAuditEvent], *, every_event: bool) -> Non
 
 
 @click.command()
-@click.argument("operation_id")
+@click.argument("operation_id", type=STORED_TEXT)
 @click.option("--store", help=STORE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("--events", "every_event", is_flag=True, help="One story line per audit event.")

@@ -1,4 +1,5 @@
-"""Command-line values: durations, headers and inline profile tables."""
+"""Command-line values: durations, headers, inline profile tables, and text the store
+keeps or looks up."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from waitbound._json import JSON
 __all__ = [
     "MAX_RESPONSE_BYTES",
     "MIN_RESPONSE_BYTES",
+    "STORED_TEXT",
+    "StoredText",
     "duration",
     "header_problem",
     "parse_duration",
@@ -108,3 +111,37 @@ def split_values(text: str | None) -> list[JSON] | None:
     if text is None:
         return None
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+class StoredText(click.types.StringParamType):
+    """Text the store keeps or looks up — an operation's or a delivery's id, a label
+    prefix, a state value, an audit note — which must be UTF-8.
+
+    A command-line argument whose bytes are not UTF-8 (``$'\\xff'``) reaches Python as
+    lone surrogates, which no store, JSON document or audit hash can hold: it is refused
+    here, a usage error (exit 2) naming the parameter and the bytes, instead of failing
+    in the store as if a stored value were damaged.
+    """
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str:
+        """*value* as text, checked to be UTF-8."""
+        text = super().convert(value, param, ctx)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            self.fail(f"{_bytes_of(text)[:40]!r} is not UTF-8 text", param, ctx)
+        return text
+
+
+def _bytes_of(text: str) -> bytes:
+    """The bytes a command-line argument was (its undecodable ones kept as surrogates)."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that no undecodable byte made
+        return text.encode("utf-8", "backslashreplace")
+
+
+STORED_TEXT: Final = StoredText()
+"""The :class:`StoredText` type, for ``type=`` of an argument or option."""

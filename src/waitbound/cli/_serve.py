@@ -28,7 +28,7 @@ from waitbound.cli._common import (
     http_settings,
     opened_store,
 )
-from waitbound.cli._params import duration
+from waitbound.cli._params import STORED_TEXT, duration
 from waitbound.cli._worker import credentials
 
 if TYPE_CHECKING:
@@ -242,7 +242,10 @@ def _token(path: Path) -> str:
     help="TOML file of [[credentials]] origin = …, headers = {…} (${ENV} expanded).",
 )
 @click.option(
-    "--label-prefix", default="", help="Drive only operations whose label starts with this."
+    "--label-prefix",
+    type=STORED_TEXT,
+    default="",
+    help="Drive only operations whose label starts with this.",
 )
 @MAX_RESPONSE_OPTION
 def serve_command(  # noqa: PLR0917 - click passes every option

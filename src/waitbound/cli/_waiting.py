@@ -41,7 +41,7 @@ from waitbound.cli._common import (
     profile_from_flags,
     resume_hint,
 )
-from waitbound.cli._params import parse_header
+from waitbound.cli._params import STORED_TEXT, parse_header
 from waitbound.cli._render import option_costs, printable
 
 __all__ = ["cancel_command", "run", "submit", "wait"]
@@ -81,7 +81,9 @@ SUBMIT_OPTIONS = [
         help="Request body from FILE, or - for standard input.",
     ),
     click.option("--content-type", default="application/json", show_default=True),
-    click.option("--idempotency-key", help="Sent in the profile's idempotency header."),
+    click.option(
+        "--idempotency-key", type=STORED_TEXT, help="Sent in the profile's idempotency header."
+    ),
     click.option(
         "--max-submit-attempts",
         type=click.IntRange(min=1, max=10),
@@ -357,9 +359,9 @@ class _CancelAnswered(Exception):
     "Refused (exit 2) when the job is not cancelable: the last status answer did not "
     "say so and the profile does not declare it always cancelable.\n\n" + EXIT_CODES_HELP,
 )
-@click.argument("operation_id")
-@click.option("--reason", help="Why; kept in the audit log.")
-@click.option("--requested-by", help="Who asks [default: $USER@host].")
+@click.argument("operation_id", type=STORED_TEXT)
+@click.option("--reason", type=STORED_TEXT, help="Why; kept in the audit log.")
+@click.option("--requested-by", type=STORED_TEXT, help="Who asks [default: $USER@host].")
 @click.option("--header", "headers", multiple=True, help="'Name: value': sent, never stored.")
 @click.option("--store", help=STORE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")

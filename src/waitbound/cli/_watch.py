@@ -20,6 +20,7 @@ import waitbound
 from waitbound import AuditEvent, OutcomeKind, UsageError, WaitboundError
 from waitbound._json import JSON
 from waitbound.cli._common import EXIT_CODES_HELP, EXIT_STILL_WAITING
+from waitbound.cli._params import STORED_TEXT
 from waitbound.cli._render import printable, story_line
 from waitbound.cli._serve import DEFAULT_PORT, TOKEN_FILE_HELP, default_token_file, read_token
 
@@ -179,7 +180,7 @@ def follow(
     "A dropped connection is resumed where it stopped (Last-Event-ID), a few times with "
     "backoff.\n\n" + EXIT_CODES_HELP
 )
-@click.argument("operation_id")
+@click.argument("operation_id", type=STORED_TEXT)
 @click.option(
     "--url",
     default=f"http://127.0.0.1:{DEFAULT_PORT}",

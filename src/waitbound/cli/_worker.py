@@ -25,7 +25,7 @@ from waitbound.cli._common import (
     store_failed,
 )
 from waitbound.cli._credentials import OriginCredentials, from_flags, load_credentials
-from waitbound.cli._params import duration
+from waitbound.cli._params import STORED_TEXT, duration
 from waitbound.cli._render import worker_summary_lines
 
 __all__ = ["worker"]
@@ -88,6 +88,7 @@ def credentials(
 @click.option("--header", "headers", multiple=True, hidden=True)
 @click.option(
     "--label-prefix",
+    type=STORED_TEXT,
     default="",
     help="Drive only operations whose label starts with this.",
 )

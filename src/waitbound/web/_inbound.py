@@ -89,14 +89,17 @@ def read_delivery(receiver: Receiver, verified: Verified, now: datetime) -> Inbo
     )
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request's body, at most *limit* bytes, read while it streams.
+async def read_body(request: Request, limit: int, timeout_s: float = 10.0) -> bytes:
+    """The request's body, at most *limit* bytes, read while it streams, all of it
+    within *timeout_s* seconds.
 
     Raises:
         WebhookRejected: ``too_large`` (413) when ``Content-Length`` says more than
             *limit* (nothing is read) or the streamed body passes it;
             ``bad_content_length`` (400) for a ``Content-Length`` that is not a number;
-            ``disconnected`` (400) when the client went away mid-body.
+            ``disconnected`` (400) when the client went away mid-body; ``body_timeout``
+            (408) when the body has not all arrived within *timeout_s* seconds (a client
+            trickling it).
     """
     length = request.headers.get("content-length")
     if length is not None:
@@ -105,14 +108,18 @@ async def read_body(request: Request, limit: int) -> bytes:
         if int(length) > limit:
             raise _too_large(limit)
     body = bytearray()
-    try:
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise _too_large(limit)
-    except ClientDisconnect:
-        raise WebhookRejected("disconnected", "the client went away mid-body") from None
-    return bytes(body)
+    with anyio.move_on_after(timeout_s):
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise _too_large(limit)
+        except ClientDisconnect:
+            raise WebhookRejected("disconnected", "the client went away mid-body") from None
+        return bytes(body)
+    raise WebhookRejected(
+        "body_timeout", f"the body did not arrive within {timeout_s:g} s", status=408
+    )
 
 
 async def receive_webhook(request: Request) -> Response:

@@ -1,6 +1,11 @@
 """Run ``waitbound serve``: uvicorn's server in the anyio event loop, and beside it in
 the same process the worker (``waitbound.work``) and the inbox sweep.
 
+The server speaks HTTP/1.1 with h11 (uvicorn's pure-Python parser, the one that caps a
+request head's size) under the limits of ``waitbound.web._protocol``: a deadline for
+each request's head and body, request heads of at most 64 KiB, a cap on open
+connections, a short keep-alive and accept queue; no WebSocket upgrades.
+
 Shutdown (SIGTERM, SIGINT, or *stop* set): the worker stops claiming and the steps in
 flight finish and are persisted; open streams end at their next look at the store;
 the server stops accepting, lets the answers in flight finish (at most
@@ -33,6 +38,13 @@ from waitbound._outbox import OnComplete
 from waitbound._worker import WorkerSettings
 from waitbound.transports import HttpSettings
 from waitbound.web._app import DEFAULT_PING_S, DEFAULT_POLL_S, create_app
+from waitbound.web._protocol import (
+    KEEP_ALIVE_S,
+    MAX_HEAD_BYTES,
+    Limits,
+    connection_cap,
+    protocol_of,
+)
 from waitbound.web._service import Nudge, Service
 
 __all__ = ["GRACEFUL_S", "SWEEP_EVERY_S", "SWEEP_LIMIT", "listen", "serve", "url_of"]
@@ -141,6 +153,7 @@ async def serve(
     audit_key: bytes | None = None,
     sweep_every_s: float = SWEEP_EVERY_S,
     rng: random.Random | None = None,
+    limits: Limits = Limits(),  # noqa: B008 - frozen value
 ) -> None:
     """Serve *service* on *host*:*port* until a signal (or *stop*), with the worker
     and the inbox sweep in the same event loop.
@@ -160,6 +173,8 @@ async def serve(
         poll_s, ping_s, audit_key: for the application (see ``create_app``).
         sweep_every_s: the longest pause between inbox sweeps (seconds).
         rng: for the sweep's jitter.
+        limits: what one client may take: deadlines for a request's head and body,
+            open connections at most (see ``waitbound.web._protocol``).
 
     Raises:
         UsageError: the address cannot be bound.
@@ -172,8 +187,15 @@ async def serve(
     app = create_app(service, poll_s=poll_s, ping_s=ping_s, audit_key=audit_key)
     sock = listen(host, port)
     url = url_of(sock)
+    cap = connection_cap(limits.max_connections)
     config = uvicorn.Config(
         app,
+        http=protocol_of(limits),
+        ws="none",
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        limit_concurrency=cap,
+        backlog=cap,
+        timeout_keep_alive=KEEP_ALIVE_S,
         log_config=None,
         access_log=False,
         server_header=False,
