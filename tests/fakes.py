@@ -1,43 +1,15 @@
-"""Test doubles: a virtual clock whose sleeps advance time and are recorded."""
+"""Test doubles: a scripted httpx transport; the virtual clock is ``waitbound.testing``'s."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from itertools import pairwise
 
 import httpx
 
 from waitbound import Observation
-
-START = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-
-
-class FakeClock:
-    """Virtual time: ``sleep`` advances it and records each sleep in seconds."""
-
-    def __init__(self, start: datetime = START) -> None:
-        self._now = start
-        self._mono = 1000.0
-        self.sleeps: list[float] = []
-
-    def now(self) -> datetime:
-        return self._now
-
-    def monotonic(self) -> float:
-        return self._mono
-
-    def advance(self, seconds: float) -> None:
-        self._now += timedelta(seconds=seconds)
-        self._mono += seconds
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.advance(seconds)
-
-    async def async_sleep(self, seconds: float) -> None:
-        self.sleep(seconds)
-
+from waitbound.testing import START, FakeClock
 
 Answer = tuple[int, object] | tuple[int, object, Mapping[str, str]] | Exception
 

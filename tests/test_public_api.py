@@ -13,8 +13,9 @@ import pytest
 import waitbound
 import waitbound.sim
 import waitbound.stores
+import waitbound.testing
 
-PACKAGES = [waitbound, waitbound.stores, waitbound.sim]
+PACKAGES = [waitbound, waitbound.stores, waitbound.sim, waitbound.testing]
 IDS = [m.__name__ for m in PACKAGES]
 
 

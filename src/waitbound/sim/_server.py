@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import IO, Self
 from urllib.parse import parse_qs, urlsplit
 
+from waitbound._clock import Clock, SystemClock
 from waitbound._errors import UsageError
 from waitbound._json import JSON
 from waitbound._secrets import REDACTED, is_credential
@@ -116,9 +117,15 @@ class Simulator:
         host: a loopback address to bind (``127.0.0.1``, ``::1`` or ``localhost``).
         port: the TCP port; 0 picks a free one.
         log_path: if given, append each request as one JSON line here (flushed each time).
+        clock: where arrival times, ``after_s`` and the time templates are read; ``None``
+            means the system clock. A test hands the fake clock its code sleeps on
+            (``waitbound.testing.FakeClock``) so that the scenario runs in virtual time.
+        sleep: how an entry's ``delay_s`` is waited (seconds); ``None`` means
+            ``time.sleep``. With a fake clock, its ``sleep`` advances virtual time instead.
 
     Attributes:
         scenario: the scenario being served.
+        clock: the clock the simulator reads.
 
     Raises:
         UsageError: ``host`` is not a loopback address.
@@ -131,6 +138,8 @@ class Simulator:
         host: str = "127.0.0.1",
         port: int = 0,
         log_path: Path | None = None,
+        clock: Clock | None = None,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         try:
             loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
@@ -144,6 +153,8 @@ class Simulator:
         }
         self._address = (host, port)
         self._log_path = log_path
+        self.clock: Clock = clock or SystemClock()
+        self._sleep = sleep or time.sleep
         self._lock = threading.Lock()
         self._cursors = dict.fromkeys(scenario.endpoints, (0, 0))  # (index, times served)
         self._start: tuple[float, datetime] | None = None  # first request: monotonic, UTC
@@ -272,7 +283,7 @@ class Simulator:
     def _expand(self, text: str) -> str:
         """Replace ``{base_url}``, ``{now±Ns}``, ``{http_date±Ns}``, ``{start±Ns}`` and the
         Unix times ``{epoch±Ns}`` / ``{start_epoch±Ns}`` (whole seconds)."""
-        now = datetime.now(UTC)
+        now = self.clock.now()
         start = self._start[1] if self._start else now
 
         def one(match: re.Match[str]) -> str:
@@ -351,8 +362,8 @@ class _Handler(BaseHTTPRequestHandler):
         raise AttributeError(name)
 
     def _answer(self) -> None:
-        mono, at = time.monotonic(), datetime.now(UTC)
         sim = self.server.simulator
+        mono, at = sim.clock.monotonic(), sim.clock.now()
         try:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
         except ValueError:
@@ -376,7 +387,8 @@ class _Handler(BaseHTTPRequestHandler):
             code, answer = 400, (_query_error(*missing), {"Content-Type": _JSON})
         elif index is not None and endpoint is not None:
             entry = sim.scenario.endpoints[endpoint][index]
-            time.sleep(entry.delay_s)
+            if entry.delay_s > 0:
+                sim._sleep(entry.delay_s)
             code = entry.code
             # A drop writes nothing; closing the socket sends EOF.
             answer = None if entry.drop or code is None else sim._content(entry)
@@ -390,7 +402,7 @@ class _Handler(BaseHTTPRequestHandler):
                 code=code,
                 at_s=at_s,
                 at=at,
-                answered_at_s=at_s + time.monotonic() - mono,
+                answered_at_s=at_s + sim.clock.monotonic() - mono,
                 headers=redact_headers(dict(self.headers.items())),
             )
         )
