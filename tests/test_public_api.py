@@ -11,10 +11,11 @@ from types import ModuleType
 import pytest
 
 import waitbound
+import waitbound.provider
 import waitbound.sim
 import waitbound.stores
 
-PACKAGES = [waitbound, waitbound.stores, waitbound.sim]
+PACKAGES = [waitbound, waitbound.stores, waitbound.sim, waitbound.provider]
 IDS = [m.__name__ for m in PACKAGES]
 
 
