@@ -11,11 +11,12 @@ from types import ModuleType
 import pytest
 
 import waitbound
+import waitbound.provider
 import waitbound.sim
 import waitbound.stores
 import waitbound.testing
 
-PACKAGES = [waitbound, waitbound.stores, waitbound.sim, waitbound.testing]
+PACKAGES = [waitbound, waitbound.stores, waitbound.sim, waitbound.testing, waitbound.provider]
 IDS = [m.__name__ for m in PACKAGES]
 
 

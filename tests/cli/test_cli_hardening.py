@@ -38,6 +38,7 @@ BUILTIN = (
     "next-action",
     "openai-batch",
     "openai-response",
+    "provider-kit",
 )
 FORGED = "finished outcome succeeded"
 
