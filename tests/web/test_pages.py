@@ -744,7 +744,9 @@ def _secret_store(inbox: Inbox) -> None:
     finished = ScriptedProvider(inbox.clock, {"/status": [(200, {"status": "done"})]})
     waitbound.wait(
         inbox.operation(
-            notify_url=f"https://hooks.example/services/{PATH_SECRET}", webhook="reports"
+            notify_url=f"https://hooks.example/services/{PATH_SECRET}",
+            webhook="reports",
+            job_id="job-done",
         ),
         operation_id="op-done",
         store=inbox.store,
