@@ -21,6 +21,7 @@ import platformdirs
 import waitbound
 from waitbound import UsageError, WorkerSettings
 from waitbound._outbox import resolve_notify_secret
+from waitbound._secrets import credential_values
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
     MAX_RESPONSE_OPTION,
@@ -295,9 +296,15 @@ def serve_command(  # noqa: PLR0917 - click passes every option
                 "(put TLS in front)",
                 err=True,
             )
-        service = Service(store=opened, config=config, clock=waitbound.SystemClock(), token=token)
-
         notify_secret = resolve_notify_secret(None, config.notify_secret)
+        held = [v for headers in per_origin.table.values() for v in credential_values(headers)]
+        service = Service(
+            store=opened,
+            config=config,
+            clock=waitbound.SystemClock(),
+            token=token,
+            secrets=(*held, *([notify_secret] if notify_secret else [])),
+        )
         signing = "signed" if notify_secret else "left pending: no [notify] secret"
 
         def listening(url: str) -> None:
