@@ -39,6 +39,7 @@ __all__ = [
     "Verified",
     "WebhookContract",
     "WebhookRejected",
+    "body_digest_id",
     "parse_webhook_contract",
     "standard_secret_key",
     "verify",
@@ -68,8 +69,9 @@ class Scheme(StrEnum):
     """Standard Webhooks: ``webhook-id``, ``webhook-timestamp``, ``webhook-signature``
     (``v1,`` base64 HMAC-SHA256 of ``id.timestamp.body``), ``whsec_`` secrets."""
     GITHUB = "github"
-    """GitHub: ``X-Hub-Signature-256: sha256=`` hex HMAC-SHA256 of the body;
-    ``X-GitHub-Delivery`` names the delivery."""
+    """GitHub: ``X-Hub-Signature-256: sha256=`` hex HMAC-SHA256 of the body; the
+    delivery is named by the digest of that signed body (``X-GitHub-Delivery`` is not
+    signed)."""
     STRIPE = "stripe"
     """Stripe: ``Stripe-Signature: t=…,v1=…`` (hex HMAC-SHA256 of ``t.body``); the
     event's ``id`` names the delivery."""
@@ -99,8 +101,11 @@ class Verified:
     """A delivery whose signature matched one of the receiver's secrets.
 
     Attributes:
-        webhook_id: the delivery's own id (``webhook-id``, ``X-GitHub-Delivery``, the
-            Stripe event's ``id``): 1-255 printable ASCII characters, no spaces.
+        webhook_id: the delivery's id, always one the signature covers: the signed
+            ``webhook-id`` (standard), the Stripe event's ``id`` (inside the signed
+            body), or for GitHub, whose ``X-GitHub-Delivery`` is not signed,
+            ``sha256:`` and the hex SHA-256 of the raw body (:func:`body_digest_id`);
+            1-255 printable ASCII characters, no spaces.
         sent_at: the signed timestamp, aware UTC (``None`` for GitHub, which signs none).
         payload: the body, a JSON object read by
             :func:`waitbound._json.parse_provider_json` (not redacted yet).
@@ -135,14 +140,18 @@ def verify(
       where here *now* is injected and *tolerance_s* configured. Secrets are
       ``whsec_`` + base64 (see :func:`standard_secret_key`).
     - ``github``: ``X-Hub-Signature-256: sha256=<hex>``, HMAC-SHA256 of the raw body
-      keyed by the secret's UTF-8 bytes; ``X-GitHub-Delivery`` is the id. GitHub signs
-      no timestamp, so no freshness is checked: a replayed delivery is caught by the
-      inbox's unique (provider, webhook id) instead — it is acknowledged as a
-      duplicate and changes nothing.
+      keyed by the secret's UTF-8 bytes. GitHub signs no timestamp, so no freshness is
+      checked, and does not sign ``X-GitHub-Delivery`` either (it is required, 1-255
+      printable characters, and then dropped): anyone holding one captured delivery
+      could resend it under fresh ids. So the webhook id is the digest of the signed
+      body (:func:`body_digest_id`), and a replay, whatever its ``X-GitHub-Delivery``,
+      is caught by the inbox's unique (provider, webhook id): acknowledged as a
+      duplicate, changing nothing. (GitHub's own redelivery of a delivery is the same
+      body: a duplicate too.)
     - ``stripe``: ``Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…]`` (other keys, such
       as ``v0``, are ignored), HMAC-SHA256 of ``f"{t}.{body}"`` keyed by the secret's
       UTF-8 bytes (Stripe's ``whsec_`` value as it is, not decoded); the event's ``id``
-      is the webhook id.
+      (inside the signed body) is the webhook id.
 
     Args:
         scheme: how the provider signs.
@@ -187,6 +196,12 @@ def standard_secret_key(secret: str) -> bytes:
     if not key:
         raise ValueError("a Standard Webhooks secret may not be empty")
     return key
+
+
+def body_digest_id(body: bytes) -> str:
+    """The webhook id of a delivery whose own id is not signed (GitHub's): ``sha256:``
+    and the 64 hex digits of the SHA-256 of the raw *body*, which the signature covers."""
+    return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 # -- the schemes ------------------------------------------------------------------------
@@ -249,7 +264,7 @@ def _standard_signatures(header: str) -> list[bytes]:
 
 def _verify_github(secrets: Sequence[str], headers: Mapping[str, str], body: bytes) -> Verified:
     found = _headers(headers, ("x-hub-signature-256", "x-github-delivery"))
-    webhook_id = _webhook_id(found["x-github-delivery"], "X-GitHub-Delivery")
+    _webhook_id(found["x-github-delivery"], "X-GitHub-Delivery")  # checked, not signed
     header = found["x-hub-signature-256"]
     _bounded_header(header, "X-Hub-Signature-256")
     algorithm, equals, digest = header.partition("=")
@@ -258,7 +273,7 @@ def _verify_github(secrets: Sequence[str], headers: Mapping[str, str], body: byt
     given = bytes.fromhex(digest)
     if not any(hmac.compare_digest(_hmac_sha256(secret, body), given) for secret in secrets):
         raise _forged("X-Hub-Signature-256")
-    return Verified(webhook_id=webhook_id, sent_at=None, payload=_payload(body))
+    return Verified(webhook_id=body_digest_id(body), sent_at=None, payload=_payload(body))
 
 
 def _verify_stripe(

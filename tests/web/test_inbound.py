@@ -5,6 +5,7 @@ but the store's own failure (503). Also the pure reading of a delivery."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import random
 from collections.abc import Callable, Iterator
@@ -193,9 +194,28 @@ def test_github_and_stripe_deliveries_are_stored(harness: Harness) -> None:
     )
     assert harness.post("pay", stripe_headers(ST_A, st_body), st_body).status_code == 200
     by_provider = {d.provider: d for d in harness.stored()}
-    assert (by_provider["gh"].webhook_id, by_provider["gh"].job_id) == ("d-1", "123")
+    gh_id = "sha256:" + hashlib.sha256(gh_body).hexdigest()
+    assert (by_provider["gh"].webhook_id, by_provider["gh"].job_id) == (gh_id, "123")
     assert by_provider["gh"].event_type == "completed"
     assert (by_provider["pay"].webhook_id, by_provider["pay"].job_id) == ("evt_9", "ch_1")
+
+
+def test_a_replayed_github_delivery_under_fresh_delivery_ids_is_a_duplicate(
+    harness: Harness,
+) -> None:
+    """A captured GitHub body and signature resent with a fresh (unsigned)
+    ``X-GitHub-Delivery`` each time: stored once, every resend acknowledged as a
+    duplicate, one nudge (the operation's poll is brought forward once, not each time)."""
+    body = body_of({"action": "completed", "workflow_run": {"id": 7}})
+    answers = [
+        harness.post("gh", github_headers(GH_A, body, delivery=f"replayed-{n}"), body).json()
+        for n in range(15)
+    ]
+    assert answers[0] == {"received": True, "duplicate": False, "matched": False}
+    assert all(a == {"received": True, "duplicate": True, "matched": False} for a in answers[1:])
+    [stored] = harness.stored()
+    assert stored.webhook_id == "sha256:" + hashlib.sha256(body).hexdigest()
+    assert len(harness.nudged) == 1
 
 
 def test_a_chunked_body_within_the_cap_is_read(harness: Harness) -> None:
