@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Final
 
 import anyio.to_thread
@@ -31,7 +30,13 @@ from waitbound._json import JSON
 from waitbound._record import Record
 from waitbound.stores._protocol import AuditCursor
 from waitbound.web._auth import BearerAuth, is_page, is_public
-from waitbound.web._events import many_events, operation_events, parse_many_id, parse_seq
+from waitbound.web._events import (
+    many_events,
+    operation_events,
+    parse_many_id,
+    parse_seq,
+    parse_time,
+)
 from waitbound.web._inbound import receive_webhook
 from waitbound.web._pages import page_routes, problem_page
 from waitbound.web._security import SECURITY_HEADERS, SecurityHeaders
@@ -175,16 +180,13 @@ def _since(text: str) -> AuditCursor:
     Raises:
         UsageError: not such a time.
     """
-    try:
-        at = datetime.fromisoformat(text.strip()[:64])
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
+    at = parse_time(text.strip()[:64])
+    if at is None:
         raise UsageError(
-            f"since {text[:40]!r} is not an RFC 3339 time with a UTC offset "
-            "(e.g. 2026-01-01T12:00:00+00:00)"
+            f"since {text[:40]!r} is not an RFC 3339 time with a UTC offset within years "
+            "1-9999 (e.g. 2026-01-01T12:00:00+00:00)"
         )
-    return (at.astimezone(UTC), "", 0)
+    return (at, "", 0)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
