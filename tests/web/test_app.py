@@ -5,6 +5,7 @@ and ``/healthz``, JSON errors, ``GET /operations/{id}``, and the SSE streams wit
 from __future__ import annotations
 
 import json
+import logging
 import random
 import threading
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from httpx_sse import ServerSentEvent, connect_sse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.applications import Starlette
+from starlette.routing import Route
 from starlette.testclient import TestClient
 
 import waitbound
@@ -325,6 +327,60 @@ def test_no_last_event_id_or_since_gives_a_5xx_or_breaks_the_stream(
     assert response.status_code in {200, 400}, response.text
     if response.status_code == 400:
         assert response.json()["error"] in {"bad_last_event_id", "bad_since"}
+
+
+class _Untouchable(MemoryStore):
+    """A store any read of which fails the test (the answer would be a 500)."""
+
+    def get(self, operation_id: str) -> waitbound.Record | None:
+        raise AssertionError(f"the store was asked for {operation_id!r}")
+
+    def audit_after(self, *args: Any, **kwargs: Any) -> list[Any]:
+        raise AssertionError("the store was asked for events")
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "error"),
+    [
+        ("/operations/%00", 404, "not_found"),
+        ("/operations/op%0a1", 404, "not_found"),
+        ("/operations/%1b%5b2J/events", 404, "not_found"),
+        ("/events?label=team%00", 400, "bad_label"),
+    ],
+)
+def test_an_id_or_label_that_is_not_printable_never_reaches_the_store(
+    path: str, status: int, error: str
+) -> None:
+    """No operation id or label holds a control character (and PostgreSQL's text
+    columns refuse NUL: 503 forever): 404 or 400 without asking the store."""
+    with TestClient(_app(_Untouchable()), raise_server_exceptions=False) as untouched:
+        response = untouched.get(path, headers=AUTH)
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == error
+    assert "\n" not in response.text
+
+
+def _store_down(request: Any) -> Any:
+    raise waitbound.StoreError("database is locked\nFORGED: from the store")
+
+
+def test_the_store_error_line_escapes_the_path(caplog: pytest.LogCaptureFixture) -> None:
+    """A path with a line separator or a control character (or a store message with a
+    line break) cannot forge a log line: the store error's line shows the path
+    escaped, repr-style, on one line."""
+    app = _app(MemoryStore(), routes=[Route("/down/{rest}", _store_down)])
+    with (
+        caplog.at_level(logging.ERROR, logger="waitbound.serve"),
+        TestClient(app, raise_server_exceptions=False) as client,
+    ):
+        response = client.get("/down/x%e2%80%a8FORGED: admin%c2%85signed in%1b[2J%00", headers=AUTH)
+    assert response.status_code == 503
+    [line] = [r.getMessage() for r in caplog.records if "the store failed" in r.getMessage()]
+    assert line.isprintable()
+    assert line == (
+        "GET '/down/x\\u2028FORGED: admin\\x85signed in\\x1b[2J\\x00': the store failed: "
+        "database is locked\\nFORGED: from the store"
+    )
 
 
 class _Broken(MemoryStore):

@@ -9,8 +9,10 @@ import hashlib
 import json
 import random
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,6 +27,7 @@ from starlette.testclient import TestClient
 
 import waitbound
 from tests.fakes import FakeClock
+from tests.stores import pg
 from tests.web.signing import (
     GH_A,
     SECRET_A,
@@ -224,6 +227,46 @@ def test_a_chunked_body_within_the_cap_is_read(harness: Harness) -> None:
     assert harness.post("reports", standard_headers(SECRET_A, BODY), chunks).status_code == 200
 
 
+@contextmanager
+def _store_of(kind: str, tmp_path: Path) -> Iterator[Any]:
+    """A fresh store of *kind* (PostgreSQL: a schema of its own on the test server)."""
+    if kind == "memory":
+        yield MemoryStore()
+    elif kind == "sqlite":
+        sqlite = waitbound.SQLiteStore(tmp_path / "s.db")
+        yield sqlite
+        sqlite.close()
+    else:
+        from waitbound.stores.postgres import PostgresStore
+
+        with pg.fresh_schema() as schema:
+            postgres = PostgresStore(pg.DSN, schema=schema, max_size=2)
+            yield postgres
+            postgres.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_a_job_id_or_event_type_that_is_not_printable_is_stored_unmatched(
+    kind: str, tmp_path: Path
+) -> None:
+    """A signed delivery whose job id and type hold ``\u0000`` or a control character:
+    200, stored with job id and event type ``None`` (no job id holds them; PostgreSQL's
+    text columns refuse NUL) and the payload whole (its JSON escapes are fine in a
+    ``json`` column) — never a 503 the provider would retry forever."""
+    payload = {"type": "batch.\u0000completed", "data": {"id": "batch\u0000abc"},
+               "note": "log line\u0000\n\x1b[2J"}  # fmt: skip
+    body = body_of(payload)
+    with _store_of(kind, tmp_path) as store:
+        made = _harness(store)
+        with made.client:
+            answer = made.post("reports", standard_headers(SECRET_A, body), body)
+            assert answer.status_code == 200, answer.text
+            assert answer.json() == {"received": True, "duplicate": False, "matched": False}
+            [stored] = made.stored()
+    assert (stored.job_id, stored.event_type) == (None, None)
+    assert stored.payload == payload
+
+
 # -- refused: nothing stored ----------------------------------------------------------------
 
 _STD = standard_headers(SECRET_A, BODY)
@@ -396,6 +439,10 @@ def _verified(payload: dict[str, Any], webhook_id: str = "msg_1") -> Verified:
         ({"data": {"id": ["a"]}}, None),
         ({"data": {"id": {"a": 1}}}, None),
         ({"data": {"id": "j" * 1025}}, None),
+        ({"data": {"id": "batch\u0000abc"}}, None),
+        ({"data": {"id": "batch\nabc"}}, None),
+        ({"data": {"id": "\x1b[31mred"}}, None),
+        ({"data": {"id": "naïve-✓ id"}}, "naïve-✓ id"),
         ({"data": {}}, None),
         ({"other": 1}, None),
     ],
@@ -425,6 +472,8 @@ def test_a_repeated_key_names_no_job() -> None:
         ({"type": "", "event": "e"}, "e"),
         ({"type": {"name": "x"}}, None),
         ({"type": "t" * 500}, "t" * 200),
+        ({"type": "batch.\u0000completed"}, None),
+        ({"type": "forged\nline", "action": "completed"}, None),
         ({}, None),
     ],
 )

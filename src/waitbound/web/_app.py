@@ -28,6 +28,7 @@ from waitbound._audit import StoredAuditEvent
 from waitbound._errors import StoreError, UsageError
 from waitbound._json import JSON
 from waitbound._record import Record
+from waitbound._story import printable
 from waitbound.stores._protocol import AuditCursor
 from waitbound.web._auth import BearerAuth, is_page, is_public
 from waitbound.web._events import (
@@ -115,6 +116,8 @@ def _operation_endpoint(key: bytes | None) -> Callable[[Request], object]:
     async def operation(request: Request) -> Response:
         """``GET /operations/{operation_id}``: the operation as ``show --json`` prints it."""
         operation_id = request.path_params["operation_id"]
+        if not operation_id.isprintable():  # no operation has such an id: ask no store
+            return _not_found(operation_id)
         record, events = await anyio.to_thread.run_sync(
             _read, _service(request).store, operation_id
         )
@@ -132,6 +135,8 @@ def _stream_endpoints(
         """``GET /operations/{operation_id}/events``: the operation's audit events."""
         service = _service(request)
         operation_id = request.path_params["operation_id"]
+        if not operation_id.isprintable():  # no operation has such an id: ask no store
+            return _not_found(operation_id)
         try:
             after = parse_seq(request.headers.get("last-event-id"))
         except UsageError as exc:
@@ -161,9 +166,12 @@ def _stream_endpoints(
                 after = _since(request.query_params["since"])
             except UsageError as exc:
                 return problem(400, "bad_since", str(exc))
+        label = request.query_params.get("label", "")
+        if not label.isprintable():
+            return problem(400, "bad_label", "label must be printable text (a label's prefix)")
         stream = many_events(
             service.store,
-            label_prefix=request.query_params.get("label", ""),
+            label_prefix=label,
             after=after,
             poll_s=poll_s,
             stopping=service.stopping,
@@ -196,7 +204,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _store_error(request: Request, exc: Exception) -> Response:
-    _LOG.error("%s %s: the store failed: %s", request.method, request.url.path, exc)
+    _LOG.error("%s %r: the store failed: %s", request.method, request.url.path, printable(str(exc)))
     if is_page(request.url.path):
         return problem_page(request, 503, "The store failed", "try again in a moment")
     return problem(503, "store_unavailable", "the store failed; try again later")
@@ -205,7 +213,7 @@ async def _store_error(request: Request, exc: Exception) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     """A 500 (Starlette answers it outside every middleware: the security headers are
     added here)."""
-    _LOG.error("%s %s: unexpected %s", request.method, request.url.path, type(exc).__name__)
+    _LOG.error("%s %r: unexpected %s", request.method, request.url.path, type(exc).__name__)
     response: Response = problem(
         500, "internal", "an unexpected error; the service's log has the details"
     )
@@ -215,7 +223,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
                 request, 500, "Something went wrong", "the service's log has the details"
             )
         except Exception:  # the page cannot be drawn either: the JSON answer stands
-            _LOG.error("%s %s: the error page failed too", request.method, request.url.path)
+            _LOG.error("%s %r: the error page failed too", request.method, request.url.path)
     response.headers.update(SECURITY_HEADERS)
     return response
 

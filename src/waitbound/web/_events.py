@@ -177,7 +177,7 @@ async def operation_events(
                 _read_operation, store, operation_id, sent
             )
         except Exception as exc:  # the stream is open: end it, the client resumes
-            _LOG.warning("events of %s: the store failed: %s", operation_id, type(exc).__name__)
+            _LOG.warning("events of %r: the store failed: %s", operation_id, type(exc).__name__)
             return
         if record is None:
             return

@@ -69,11 +69,14 @@ def read_delivery(
 
     - ``job_id``: the receiver's expression over the payload; a string is kept as it
       is, a number as its JSON text (``123``, as a status body's job id is read);
-      anything else — missing, null, a list, an empty or over-long string, a key the
-      payload repeats with different values — is ``None`` (the delivery is stored but
-      never matched).
+      anything else — missing, null, a list, an empty, over-long or not printable
+      string (a control character such as ``\u0000``, which no job id holds and a
+      PostgreSQL text column refuses), a key the payload repeats with different
+      values — is ``None`` (the delivery is stored, payload and all, but never
+      matched).
     - ``event_type``: the first of ``type``, ``action``, ``event`` at the payload's top
-      level that is a non-empty string (cut to 200 characters).
+      level that is a non-empty string (cut to 200 characters); ``None`` when it is not
+      printable text.
     - ``payload``: kept whole up to 64 KiB of JSON, else as its first 2,000 characters
       of text, and then not authoritative (a cut payload cannot be classified).
 
@@ -189,14 +192,14 @@ def _job_id(value: JSON) -> str | None:
         text = json.dumps(value)
     else:
         return None
-    return text if 0 < len(text) <= MAX_JOB_ID_CHARS else None
+    return text if 0 < len(text) <= MAX_JOB_ID_CHARS and text.isprintable() else None
 
 
 def _event_type(payload: dict[str, JSON]) -> str | None:
     for key in EVENT_TYPE_KEYS:
         value = payload.get(key)
         if isinstance(value, str) and not isinstance(value, Ambiguous) and value:
-            return value[:MAX_EVENT_TYPE_CHARS]
+            return value[:MAX_EVENT_TYPE_CHARS] if value.isprintable() else None
     return None
 
 
