@@ -33,6 +33,8 @@ from waitbound._sections import checked_section
 __all__ = [
     "MAX_SIGNATURE_HEADER_CHARS",
     "MAX_WEBHOOK_ID_CHARS",
+    "MIN_SHARED_SECRET_CHARS",
+    "MIN_STANDARD_KEY_BYTES",
     "STANDARD_SECRET_PREFIX",
     "WEBHOOK_KEYS",
     "Scheme",
@@ -46,6 +48,11 @@ __all__ = [
 ]
 
 STANDARD_SECRET_PREFIX: Final = "whsec_"
+MIN_STANDARD_KEY_BYTES: Final = 16
+"""The shortest HMAC key a ``whsec_`` secret may decode to (providers issue 24-64 bytes;
+a 1-byte key is forged in 256 guesses)."""
+MIN_SHARED_SECRET_CHARS: Final = 16
+"""The shortest GitHub or Stripe secret (used as written, as the HMAC key)."""
 MAX_WEBHOOK_ID_CHARS: Final = 255
 MAX_SIGNATURE_HEADER_CHARS: Final = 4096
 """A signature header longer than this is refused unread (a few signatures fit easily)."""
@@ -178,11 +185,11 @@ def verify(
 
 def standard_secret_key(secret: str) -> bytes:
     """The HMAC key of a Standard Webhooks secret: ``whsec_`` then base64 (padding
-    optional), decoded strictly.
+    optional), decoded strictly, of at least :data:`MIN_STANDARD_KEY_BYTES` bytes.
 
     Raises:
-        ValueError: no ``whsec_`` prefix, not base64, or empty once decoded (the message
-            never holds the secret).
+        ValueError: no ``whsec_`` prefix, not base64, or shorter than 16 bytes once
+            decoded (the message never holds the secret).
     """
     if not secret.startswith(STANDARD_SECRET_PREFIX):
         raise ValueError("a Standard Webhooks secret starts with whsec_")
@@ -193,8 +200,11 @@ def standard_secret_key(secret: str) -> bytes:
         key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("a Standard Webhooks secret is whsec_ followed by base64") from None
-    if not key:
-        raise ValueError("a Standard Webhooks secret may not be empty")
+    if len(key) < MIN_STANDARD_KEY_BYTES:
+        raise ValueError(
+            f"a Standard Webhooks secret's key (the base64 after whsec_) must decode to at "
+            f"least {MIN_STANDARD_KEY_BYTES} bytes"
+        )
     return key
 
 

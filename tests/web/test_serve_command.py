@@ -64,3 +64,18 @@ def test_the_service_holds_every_secret_serve_was_given(
     for secret in (CREDENTIAL, API_KEY, RECEIVER_SECRET, NOTIFY_ENV, NOTIFY_ENV[6:], TOKEN):
         assert secret in service.secrets
     assert "de-DE-x-long" not in service.secrets  # not a credential header
+
+
+def test_a_weak_notify_secret_in_the_environment_is_refused_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``$WAITBOUND_NOTIFY_SECRET`` is held to ``[notify] secret``'s rule: a key under
+    16 bytes is one line, exit 2, before anything is served; the value is not shown."""
+    weak = "whsec_AAAA"
+    monkeypatch.setenv("WAITBOUND_NOTIFY_SECRET", weak)
+    code, served = _serve(tmp_path, monkeypatch)
+    err = capsys.readouterr().err
+    assert (code, served) == (2, [])
+    assert err.count("\n") == 1
+    assert "at least 16 bytes" in err
+    assert "AAAA" not in err

@@ -147,6 +147,16 @@ def test_secret_key_is_the_libraries_key(secret: str) -> None:
     assert standard_secret_key(secret) == Webhook(secret)._whsecret
 
 
+@pytest.mark.parametrize("secret", ["whsec_AA", "whsec_" + base64.b64encode(b"x" * 15).decode()])
+def test_a_standard_secret_of_a_short_key_never_verifies(secret: str) -> None:
+    """A key under 16 bytes (1 byte is forged in 256 guesses) is not a secret: the
+    strict decoder refuses it, and a delivery signed with it matches nothing."""
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        standard_secret_key(secret)
+    rejected = _rejected(Scheme.STANDARD, [secret], standard_headers(secret, BODY))
+    assert rejected.code == "bad_signature"
+
+
 # -- rotation -----------------------------------------------------------------------------
 
 ROTATIONS: dict[str, tuple[Scheme, list[str], Callable[[str], dict[str, str]]]] = {
@@ -227,7 +237,7 @@ def test_forged_delivery_is_refused_as_bad_signature(name: str) -> None:
 def test_a_stripe_secret_is_used_as_written_not_base64_decoded() -> None:
     """Stripe keys its HMAC with the ``whsec_`` text itself: a signature keyed by the
     base64-decoded bytes (the Standard Webhooks reading) is forged."""
-    secret = "whsec_" + base64.b64encode(b"stripe-like-key").decode()
+    secret = "whsec_" + base64.b64encode(b"stripe-like-key-bytes").decode()
     assert _verify(Scheme.STRIPE, [secret], stripe_headers(secret, BODY)).payload == PAYLOAD
     t = str(int(T0.timestamp()))
     decoded = hmac.new(standard_secret_key(secret), t.encode() + b"." + BODY, hashlib.sha256)

@@ -20,7 +20,7 @@ import platformdirs
 
 import waitbound
 from waitbound import UsageError, WorkerSettings
-from waitbound._outbox import resolve_notify_secret
+from waitbound._outbox import resolve_notify_secret, webhook_signer
 from waitbound._secrets import credential_values
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
@@ -297,6 +297,8 @@ def serve_command(  # noqa: PLR0917 - click passes every option
                 err=True,
             )
         notify_secret = resolve_notify_secret(None, config.notify_secret)
+        if notify_secret is not None:
+            webhook_signer(notify_secret)  # $WAITBOUND_NOTIFY_SECRET too: one line, at start
         held = [v for headers in per_origin.table.values() for v in credential_values(headers)]
         service = Service(
             store=opened,

@@ -3,10 +3,10 @@ secret (``[notify]``), read once at start. See ``docs/serve.md`` and
 ``docs/webhooks.md``.
 
 Every key is checked when the file is read: an unknown key, a receiver name that
-cannot be a URL segment, a scheme not known, a secret that is empty (or, for
-``standard``, not ``whsec_`` base64), a ``job_id`` that is not JMESPath, a tolerance or
-body cap out of bounds. The first problem is one line naming the file and the key,
-never a value.
+cannot be a URL segment, a scheme not known, a secret shorter than 16 characters (or,
+for ``standard`` and ``[notify]``, not ``whsec_`` base64 of a key of at least 16 bytes),
+a ``job_id`` that is not JMESPath, a tolerance or body cap out of bounds. The first
+problem is one line naming the file and the key, never a value.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import jmespath.parser
 from waitbound._config_file import expand_env, load_toml
 from waitbound._errors import ProfileError, UsageError
 from waitbound._jmes import compile_expression
-from waitbound._secrets import MIN_SECRET_CHARS, secret_parts
+from waitbound._secrets import secret_parts
 from waitbound._webhooks import (
+    MIN_SHARED_SECRET_CHARS,
     STANDARD_SECRET_PREFIX,
     Scheme,
     WebhookContract,
@@ -228,9 +229,10 @@ def _secret(raw: object, at: str, scheme: Scheme, env: Mapping[str, str]) -> str
     if not isinstance(raw, str):
         raise UsageError(f"{at} must be a string")
     secret = expand_env(raw, at, env)
-    if secret != secret.strip() or len(secret) < MIN_SECRET_CHARS:
+    if secret != secret.strip() or len(secret) < MIN_SHARED_SECRET_CHARS:
         raise UsageError(
-            f"{at} must be at least {MIN_SECRET_CHARS} characters, without surrounding spaces"
+            f"{at} must be at least {MIN_SHARED_SECRET_CHARS} characters, without "
+            "surrounding spaces"
         )
     if scheme is Scheme.STANDARD:
         try:
