@@ -79,3 +79,14 @@ def test_a_weak_notify_secret_in_the_environment_is_refused_at_start(
     assert err.count("\n") == 1
     assert "at least 16 bytes" in err
     assert "AAAA" not in err
+
+
+def test_serve_with_config_dev_zero_exits_2_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--config /dev/zero`` would be read forever: one line, exit 2, nothing served."""
+    code, served = _serve(tmp_path, monkeypatch, "--config", "/dev/zero")
+    err = capsys.readouterr().err
+    assert (code, served) == (2, [])
+    assert err.count("\n") == 1
+    assert "serve config /dev/zero: cannot read it (a device or socket, not a regular file)" in err

@@ -4,6 +4,7 @@ problem naming the file and the key and never a value (``load_serve_config``).""
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
 
 import pytest
@@ -276,6 +277,29 @@ def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
     """A missing file: the path and the reason."""
     with pytest.raises(UsageError, match=r"serve config .*missing.toml: cannot read it"):
         load_serve_config(tmp_path / "missing.toml", env=ENV)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_config_that_is_not_a_regular_file_is_one_line_at_once(tmp_path: Path, kind: str) -> None:
+    """``--config /dev/zero`` (it never ends), a FIFO (it waits for a writer), a folder:
+    one line naming the file, without reading from it."""
+    path = tmp_path / "serve.toml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path = Path("/dev/zero")
+    else:
+        path.mkdir()
+    with pytest.raises(UsageError, match=r"not a regular file\)$") as caught:
+        load_serve_config(path, env=ENV)
+    assert str(caught.value).startswith(f"serve config {path}: cannot read it (")
+
+
+def test_a_config_over_a_mebibyte_is_refused(tmp_path: Path) -> None:
+    """A serve.toml is a few tables: over 1 MiB is one line, read no further."""
+    path = _write(tmp_path, "# " + "x" * (1024 * 1024) + "\n")
+    with pytest.raises(UsageError, match="larger than 1024 KiB"):
+        load_serve_config(path, env=ENV)
 
 
 def test_a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:

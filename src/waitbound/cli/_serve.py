@@ -20,6 +20,7 @@ import platformdirs
 
 import waitbound
 from waitbound import UsageError, WorkerSettings
+from waitbound._config_file import read_bounded
 from waitbound._outbox import resolve_notify_secret, webhook_signer
 from waitbound._secrets import credential_values
 from waitbound.cli._common import (
@@ -72,12 +73,12 @@ def read_token(path: Path) -> str:
     """The token in *path*: its text without surrounding whitespace.
 
     Raises:
-        UsageError: the file is missing, unreadable, too large, empty, or holds
-            something that is not one bearer token (never quoted).
+        UsageError: the file is missing, unreadable, not a regular file (a FIFO would
+            block), too large, empty, or holds something that is not one bearer token
+            (never quoted).
     """
     try:
-        with path.open("rb") as file:
-            raw = file.read(_MAX_TOKEN_FILE_BYTES + 1)
+        raw = read_bounded(path, _MAX_TOKEN_FILE_BYTES)
     except FileNotFoundError:
         raise UsageError(
             f"token file {path} does not exist; start `waitbound serve` once to create it, "
