@@ -1,10 +1,14 @@
-"""Configuration files (the MCP server's config, a worker's credentials): TOML read in
-one place, ``${NAME}`` taken from the environment, every problem one line naming the
-file and the key, never a value."""
+"""Configuration files (the MCP server's config, a worker's credentials, ``serve.toml``):
+TOML read in one place, ``${NAME}`` taken from the environment, every problem one line
+naming the file and the key, never a value. And :func:`read_bounded`, how every small
+file waitbound is given (a config, a profile, a token) is read: a regular file only
+(a FIFO would block, ``/dev/zero`` never ends), at most a known number of bytes."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -12,10 +16,43 @@ from typing import Any, Final, TypeVar
 
 from waitbound._errors import UsageError
 
-__all__ = ["expand_env", "load_toml"]
+__all__ = ["MAX_CONFIG_BYTES", "NotARegularFile", "expand_env", "load_toml", "read_bounded"]
+
+MAX_CONFIG_BYTES: Final = 1024 * 1024
+"""The largest TOML configuration file read (a few tables)."""
 
 _T = TypeVar("_T")
 _ENV: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+"""Opening a FIFO does not wait for a writer, nor a terminal become ours."""
+
+
+class NotARegularFile(OSError):
+    """The path names a folder, a FIFO, a device or a socket: nothing a file is read from
+    (an ``OSError`` whose ``strerror`` says which)."""
+
+
+def read_bounded(path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file *path*: at most ``limit + 1`` of them, so a caller
+    that gets more than *limit* knows the file is too large without reading it all.
+
+    The file is opened without blocking and checked on the open descriptor, so a FIFO
+    (which would wait for a writer), a device (``/dev/zero`` never ends) or a folder is
+    refused before anything is read.
+
+    Raises:
+        NotARegularFile: it is not a regular file (``strerror``: "a FIFO, not a regular
+            file", …).
+        OSError: it cannot be opened or read (``FileNotFoundError`` included).
+    """
+    fd = os.open(path, _OPEN_FLAGS)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else None
+        raise NotARegularFile(0, f"{kind or 'a device or socket'}, not a regular file", str(path))
+    with os.fdopen(fd, "rb") as file:
+        return file.read(limit + 1)
 
 
 def load_toml(path: str | Path, what: str, parse: Callable[[dict[str, Any]], _T]) -> _T:
@@ -27,12 +64,19 @@ def load_toml(path: str | Path, what: str, parse: Callable[[dict[str, Any]], _T]
         parse: builds the value; raises ``UsageError`` naming the key.
 
     Raises:
-        UsageError: the file cannot be read, is not UTF-8 or TOML, or *parse* refused a
-            value; the message starts with ``{what} {path}:``.
+        UsageError: the file cannot be read (it is not a regular file, or larger than
+            :data:`MAX_CONFIG_BYTES`), is not UTF-8 or TOML, or *parse* refused a value;
+            the message starts with ``{what} {path}:``.
     """
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = read_bounded(path, MAX_CONFIG_BYTES)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise UsageError(
+                f"{what} {path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a configuration "
+                "file is a few tables"
+            )
+        data = tomllib.loads(raw.decode("utf-8"))
     except OSError as exc:
         raise UsageError(f"{what} {path}: cannot read it ({exc.strerror})") from None
     except UnicodeDecodeError:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Final
 
 from waitbound._actions import CancelContract, SubmitContract, parse_cancel, parse_submit
+from waitbound._config_file import read_bounded
 from waitbound._errors import ProfileError
 from waitbound._jmes import Expression, compile_expression, search
 from waitbound._json import JSON, JSONScalar, contains_ambiguous
@@ -775,8 +776,7 @@ def load_profile(path: str | Path) -> Profile:
     """
     path = Path(path)
     try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_PROFILE_BYTES + 1)
+        raw = read_bounded(path, MAX_PROFILE_BYTES)
         text = raw.decode("utf-8")
     except OSError as exc:
         raise ProfileError(f"profile file {path}: cannot read it ({exc.strerror})") from None

@@ -178,7 +178,8 @@ def next_attempt(
 
 def webhook_signer(secret: str) -> Webhook:
     """The Standard Webhooks signer of *secret* (``whsec_`` and base64, as
-    ``standardwebhooks.Webhook`` takes it).
+    ``standardwebhooks.Webhook`` takes it), held to the receivers' rule: its key decodes
+    to at least 16 bytes (``waitbound._webhooks.standard_secret_key``).
 
     Raises:
         UsageError: the ``standardwebhooks`` library is missing (the message names
@@ -187,14 +188,18 @@ def webhook_signer(secret: str) -> Webhook:
     """
     try:
         from standardwebhooks import Webhook
+
+        from waitbound._webhooks import MIN_STANDARD_KEY_BYTES, standard_secret_key
     except ImportError:
         raise UsageError(_SERVE_EXTRA) from None
     try:
+        standard_secret_key(secret)
         return Webhook(secret)
     except Exception:
         raise UsageError(
             f"the notify secret (${NOTIFY_SECRET_ENV}) is not a Standard Webhooks secret: "
-            "expected whsec_ followed by base64 (its value is not shown)"
+            f"expected whsec_ followed by the base64 of a key of at least "
+            f"{MIN_STANDARD_KEY_BYTES} bytes (its value is not shown)"
         ) from None
 
 

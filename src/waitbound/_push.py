@@ -63,8 +63,9 @@ class InboundDelivery:
     Attributes:
         provider: the receiver's name (``POST /webhooks/{provider}``, a
             ``[webhooks.NAME]`` table of ``serve.toml``): the scope job ids match in.
-        webhook_id: the delivery's own id (``webhook-id``, ``X-GitHub-Delivery``, a
-            Stripe event's ``id``); unique per provider.
+        webhook_id: the delivery's signed id (``webhook-id``, a Stripe event's
+            ``id``; for GitHub, which signs no id, ``sha256:`` and the hex digest of the
+            body); unique per provider, so a retry or a replay is a duplicate.
         received_at: when it was stored.
         job_id: the job it is about, read by the receiver's ``job_id`` expression
             (``None``: the payload names none; it is kept but never matched).

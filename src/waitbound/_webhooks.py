@@ -33,18 +33,26 @@ from waitbound._sections import checked_section
 __all__ = [
     "MAX_SIGNATURE_HEADER_CHARS",
     "MAX_WEBHOOK_ID_CHARS",
+    "MIN_SHARED_SECRET_CHARS",
+    "MIN_STANDARD_KEY_BYTES",
     "STANDARD_SECRET_PREFIX",
     "WEBHOOK_KEYS",
     "Scheme",
     "Verified",
     "WebhookContract",
     "WebhookRejected",
+    "body_digest_id",
     "parse_webhook_contract",
     "standard_secret_key",
     "verify",
 ]
 
 STANDARD_SECRET_PREFIX: Final = "whsec_"
+MIN_STANDARD_KEY_BYTES: Final = 16
+"""The shortest HMAC key a ``whsec_`` secret may decode to (providers issue 24-64 bytes;
+a 1-byte key is forged in 256 guesses)."""
+MIN_SHARED_SECRET_CHARS: Final = 16
+"""The shortest GitHub or Stripe secret (used as written, as the HMAC key)."""
 MAX_WEBHOOK_ID_CHARS: Final = 255
 MAX_SIGNATURE_HEADER_CHARS: Final = 4096
 """A signature header longer than this is refused unread (a few signatures fit easily)."""
@@ -68,8 +76,9 @@ class Scheme(StrEnum):
     """Standard Webhooks: ``webhook-id``, ``webhook-timestamp``, ``webhook-signature``
     (``v1,`` base64 HMAC-SHA256 of ``id.timestamp.body``), ``whsec_`` secrets."""
     GITHUB = "github"
-    """GitHub: ``X-Hub-Signature-256: sha256=`` hex HMAC-SHA256 of the body;
-    ``X-GitHub-Delivery`` names the delivery."""
+    """GitHub: ``X-Hub-Signature-256: sha256=`` hex HMAC-SHA256 of the body; the
+    delivery is named by the digest of that signed body (``X-GitHub-Delivery`` is not
+    signed)."""
     STRIPE = "stripe"
     """Stripe: ``Stripe-Signature: t=…,v1=…`` (hex HMAC-SHA256 of ``t.body``); the
     event's ``id`` names the delivery."""
@@ -99,8 +108,11 @@ class Verified:
     """A delivery whose signature matched one of the receiver's secrets.
 
     Attributes:
-        webhook_id: the delivery's own id (``webhook-id``, ``X-GitHub-Delivery``, the
-            Stripe event's ``id``): 1-255 printable ASCII characters, no spaces.
+        webhook_id: the delivery's id, always one the signature covers: the signed
+            ``webhook-id`` (standard), the Stripe event's ``id`` (inside the signed
+            body), or for GitHub, whose ``X-GitHub-Delivery`` is not signed,
+            ``sha256:`` and the hex SHA-256 of the raw body (:func:`body_digest_id`);
+            1-255 printable ASCII characters, no spaces.
         sent_at: the signed timestamp, aware UTC (``None`` for GitHub, which signs none).
         payload: the body, a JSON object read by
             :func:`waitbound._json.parse_provider_json` (not redacted yet).
@@ -135,14 +147,18 @@ def verify(
       where here *now* is injected and *tolerance_s* configured. Secrets are
       ``whsec_`` + base64 (see :func:`standard_secret_key`).
     - ``github``: ``X-Hub-Signature-256: sha256=<hex>``, HMAC-SHA256 of the raw body
-      keyed by the secret's UTF-8 bytes; ``X-GitHub-Delivery`` is the id. GitHub signs
-      no timestamp, so no freshness is checked: a replayed delivery is caught by the
-      inbox's unique (provider, webhook id) instead — it is acknowledged as a
-      duplicate and changes nothing.
+      keyed by the secret's UTF-8 bytes. GitHub signs no timestamp, so no freshness is
+      checked, and does not sign ``X-GitHub-Delivery`` either (it is required, 1-255
+      printable characters, and then dropped): anyone holding one captured delivery
+      could resend it under fresh ids. So the webhook id is the digest of the signed
+      body (:func:`body_digest_id`), and a replay, whatever its ``X-GitHub-Delivery``,
+      is caught by the inbox's unique (provider, webhook id): acknowledged as a
+      duplicate, changing nothing. (GitHub's own redelivery of a delivery is the same
+      body: a duplicate too.)
     - ``stripe``: ``Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…]`` (other keys, such
       as ``v0``, are ignored), HMAC-SHA256 of ``f"{t}.{body}"`` keyed by the secret's
       UTF-8 bytes (Stripe's ``whsec_`` value as it is, not decoded); the event's ``id``
-      is the webhook id.
+      (inside the signed body) is the webhook id.
 
     Args:
         scheme: how the provider signs.
@@ -169,11 +185,11 @@ def verify(
 
 def standard_secret_key(secret: str) -> bytes:
     """The HMAC key of a Standard Webhooks secret: ``whsec_`` then base64 (padding
-    optional), decoded strictly.
+    optional), decoded strictly, of at least :data:`MIN_STANDARD_KEY_BYTES` bytes.
 
     Raises:
-        ValueError: no ``whsec_`` prefix, not base64, or empty once decoded (the message
-            never holds the secret).
+        ValueError: no ``whsec_`` prefix, not base64, or shorter than 16 bytes once
+            decoded (the message never holds the secret).
     """
     if not secret.startswith(STANDARD_SECRET_PREFIX):
         raise ValueError("a Standard Webhooks secret starts with whsec_")
@@ -184,9 +200,18 @@ def standard_secret_key(secret: str) -> bytes:
         key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("a Standard Webhooks secret is whsec_ followed by base64") from None
-    if not key:
-        raise ValueError("a Standard Webhooks secret may not be empty")
+    if len(key) < MIN_STANDARD_KEY_BYTES:
+        raise ValueError(
+            f"a Standard Webhooks secret's key (the base64 after whsec_) must decode to at "
+            f"least {MIN_STANDARD_KEY_BYTES} bytes"
+        )
     return key
+
+
+def body_digest_id(body: bytes) -> str:
+    """The webhook id of a delivery whose own id is not signed (GitHub's): ``sha256:``
+    and the 64 hex digits of the SHA-256 of the raw *body*, which the signature covers."""
+    return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 # -- the schemes ------------------------------------------------------------------------
@@ -249,7 +274,7 @@ def _standard_signatures(header: str) -> list[bytes]:
 
 def _verify_github(secrets: Sequence[str], headers: Mapping[str, str], body: bytes) -> Verified:
     found = _headers(headers, ("x-hub-signature-256", "x-github-delivery"))
-    webhook_id = _webhook_id(found["x-github-delivery"], "X-GitHub-Delivery")
+    _webhook_id(found["x-github-delivery"], "X-GitHub-Delivery")  # checked, not signed
     header = found["x-hub-signature-256"]
     _bounded_header(header, "X-Hub-Signature-256")
     algorithm, equals, digest = header.partition("=")
@@ -258,7 +283,7 @@ def _verify_github(secrets: Sequence[str], headers: Mapping[str, str], body: byt
     given = bytes.fromhex(digest)
     if not any(hmac.compare_digest(_hmac_sha256(secret, body), given) for secret in secrets):
         raise _forged("X-Hub-Signature-256")
-    return Verified(webhook_id=webhook_id, sent_at=None, payload=_payload(body))
+    return Verified(webhook_id=body_digest_id(body), sent_at=None, payload=_payload(body))
 
 
 def _verify_stripe(

@@ -7,6 +7,7 @@ time (``FakeClock``) against scripted answers; nothing really sleeps.
 from __future__ import annotations
 
 import json
+import os
 import random
 import sqlite3
 from collections.abc import Mapping
@@ -461,6 +462,17 @@ def test_toml_profile_with_a_datetime_is_refused_in_one_line(tmp_path: Path) -> 
         load_profile(path)
     assert "\n" not in str(caught.value)
     assert "plain JSON" in str(caught.value)
+
+
+def test_a_profile_that_is_a_fifo_or_a_device_is_refused_at_once(tmp_path: Path) -> None:
+    """A FIFO (it would wait for a writer) or ``/dev/zero`` (it never ends) as a profile
+    file: one line, nothing read."""
+    fifo = tmp_path / "p.json"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(ProfileError, match="not a regular file") as caught:
+            load_profile(path)
+        assert "\n" not in str(caught.value)
 
 
 def test_toml_profile_without_a_datetime_loads(tmp_path: Path) -> None:

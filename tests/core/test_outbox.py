@@ -4,6 +4,7 @@ schedule, the channels, replays, and no secret ever in an error line or a log.""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import random
@@ -43,10 +44,13 @@ from waitbound import (
 )
 from waitbound._outbox import (
     MAX_ATTEMPTS,
+    NOTIFY_SECRET_ENV,
     Attempt,
     attempt_of_error,
     attempt_of_status,
     next_attempt,
+    resolve_notify_secret,
+    webhook_signer,
 )
 from waitbound._push import completion_delivery_id
 from waitbound._record import Push
@@ -761,6 +765,29 @@ def test_a_secret_that_cannot_sign_is_refused_without_showing_it() -> None:
     with pytest.raises(UsageError, match="not a Standard Webhooks secret") as caught:
         deliver_due(MemoryStore(), notify_secret="whsec_!!")
     assert "!!" not in str(caught.value)
+
+
+WEAK_NOTIFY = ["whsec_AAAA", "whsec_" + base64.b64encode(b"fifteen-bytes!!").decode()]
+
+
+@pytest.mark.parametrize("weak", WEAK_NOTIFY)
+def test_a_notify_secret_of_a_short_key_is_refused_from_the_environment_too(
+    monkeypatch: pytest.MonkeyPatch, weak: str
+) -> None:
+    """A notify secret whose key is under 16 bytes (3, 15) cannot sign: given, or from
+    ``$WAITBOUND_NOTIFY_SECRET``, one line naming the variable and never the value."""
+    for attempt in (
+        lambda: webhook_signer(weak),
+        lambda: resolve_notify_secret("https://hooks.example/done", weak),
+    ):
+        with pytest.raises(UsageError, match="at least 16 bytes") as caught:
+            attempt()
+        assert weak not in str(caught.value)
+        assert weak[6:] not in str(caught.value)
+    monkeypatch.setenv(NOTIFY_SECRET_ENV, weak)
+    with pytest.raises(UsageError, match=r"\$WAITBOUND_NOTIFY_SECRET.*at least 16 bytes"):
+        resolve_notify_secret("https://hooks.example/done", None)
+    webhook_signer(SECRET)  # a 24-byte key signs
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,12 @@ and ``/healthz``, JSON errors, ``GET /operations/{id}``, and the SSE streams wit
 from __future__ import annotations
 
 import json
+import logging
 import random
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, cast
 
 import anyio
@@ -17,7 +18,10 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from httpx_sse import ServerSentEvent, connect_sse
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.applications import Starlette
+from starlette.routing import Route
 from starlette.testclient import TestClient
 
 import waitbound
@@ -201,6 +205,182 @@ def test_a_garbage_last_event_id_of_many_is_400(client: TestClient, garbage: str
     response = client.get("/events", headers={**AUTH, "Last-Event-ID": garbage})
     assert response.status_code == 400
     assert response.json()["error"] == "bad_last_event_id"
+
+
+EXTREME_IDS = [
+    "9999-12-31T23:59:59-23:59|op|1",  # after 9999 in UTC
+    "0001-01-01T00:00:00+23:59|op|1",  # before year 1 in UTC
+    "0001-01-01T00:00:00+00:00:01|op|1",
+    "2026-01-01T12:00:00+00:00|op\x01|1",
+]
+
+
+@pytest.mark.parametrize("garbage", EXTREME_IDS)
+def test_a_last_event_id_outside_the_years_a_time_holds_is_400(
+    client: TestClient, garbage: str
+) -> None:
+    """A time that is no instant once in UTC (year 0, year 10000), or an operation id
+    that is not printable: 400 ``bad_last_event_id``, not a 500."""
+    response = client.get("/events", headers={**AUTH, "Last-Event-ID": garbage})
+    assert response.status_code == 400
+    assert response.json()["error"] == "bad_last_event_id"
+
+
+@pytest.mark.parametrize(
+    "since", ["9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:59", "1" * 100, "now"]
+)
+def test_a_since_outside_the_years_a_time_holds_is_400(client: TestClient, since: str) -> None:
+    """``?since=`` is read by the same rule: 400 ``bad_since``."""
+    response = client.get("/events", params={"since": since}, headers=AUTH)
+    assert response.status_code == 400
+    assert response.json()["error"] == "bad_since"
+
+
+class _Looks(MemoryStore):
+    """A store that stops the service after a few looks of the many-operation stream,
+    so the stream ends by itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopping = threading.Event()
+        self.looks = 0
+
+    def audit_after(self, *args: Any, **kwargs: Any) -> list[Any]:
+        self.looks += 1
+        if self.looks >= 3:
+            self.stopping.set()
+        return super().audit_after(*args, **kwargs)
+
+
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+def _extreme_store() -> _Looks:
+    """Events stamped in the first and in the last second a ``datetime`` holds, and now."""
+    store = _Looks()
+    _start(store, "op-1", "t")
+    record = store.get("op-1")
+    assert record is not None
+    store.save(
+        record,
+        [
+            AuditEvent(at=EARLIEST + timedelta(seconds=1), kind="note", summary="first"),
+            AuditEvent(at=LATEST - timedelta(seconds=1), kind="note", summary="last"),
+        ],
+    )
+    return store
+
+
+@pytest.mark.parametrize("label", ["nomatch", "t"])
+def test_a_cursor_in_the_first_second_never_breaks_the_stream(label: str) -> None:
+    """Resumed after ``0001-01-01T00:00:01+00:00``, with no event after it or with some:
+    the look-back window is clamped at the earliest time (no OverflowError mid-stream);
+    every later event is sent once."""
+    store = _extreme_store()
+    after = parse_many_id("0001-01-01T00:00:01+00:00|op|1")
+
+    async def main() -> list[str]:
+        stream = many_events(
+            store, after=after, label_prefix=label, poll_s=0.001, stopping=store.stopping
+        )
+        return [message.id or "" async for message in stream]
+
+    got = anyio.run(main)
+    expected = len(store.audit("op-1")) if label == "t" else 0
+    assert len(got) == len(set(got)) == expected
+    assert label != "t" or got[-1].startswith("9999-12-31T23:59:58")
+
+
+_OFFSETS = st.integers(-(24 * 60 - 1), 24 * 60 - 1).map(lambda m: timezone(timedelta(minutes=m)))
+_TIMES = st.one_of(
+    st.builds(lambda at, tz: at.replace(tzinfo=tz).isoformat(), st.datetimes(), _OFFSETS),
+    st.sampled_from(["9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:59", "2026-01-01"]),
+)
+_ASCII = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=60)
+_IDS = st.one_of(
+    st.none(),
+    st.builds(
+        lambda at, op, seq: f"{at}|{op}|{seq}",
+        _TIMES,
+        st.sampled_from(["op-1", "op", "a|b", " "]),
+        st.integers(0, 10**18).map(str),
+    ),
+    _ASCII,
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(last_event_id=_IDS, since=st.one_of(st.none(), _TIMES, _ASCII))
+def test_no_last_event_id_or_since_gives_a_5xx_or_breaks_the_stream(
+    last_event_id: str | None, since: str | None
+) -> None:
+    """Any ``Last-Event-ID``, any ``since``: a 400 JSON, or a stream that runs (over
+    events in the first and last second a time holds) until the service stops —
+    never a 5xx, never an exception (the test client re-raises the server's)."""
+    store = _extreme_store()
+    service = Service(store=store, config=ServeConfig(), clock=FakeClock(), token=TOKEN)
+    store.stopping = service.stopping
+    headers = {**AUTH, **({"Last-Event-ID": last_event_id} if last_event_id else {})}
+    with TestClient(create_app(service, poll_s=0.001, ping_s=0)) as http:
+        response = http.get("/events", params={"since": since} if since else {}, headers=headers)
+    assert response.status_code in {200, 400}, response.text
+    if response.status_code == 400:
+        assert response.json()["error"] in {"bad_last_event_id", "bad_since"}
+
+
+class _Untouchable(MemoryStore):
+    """A store any read of which fails the test (the answer would be a 500)."""
+
+    def get(self, operation_id: str) -> waitbound.Record | None:
+        raise AssertionError(f"the store was asked for {operation_id!r}")
+
+    def audit_after(self, *args: Any, **kwargs: Any) -> list[Any]:
+        raise AssertionError("the store was asked for events")
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "error"),
+    [
+        ("/operations/%00", 404, "not_found"),
+        ("/operations/op%0a1", 404, "not_found"),
+        ("/operations/%1b%5b2J/events", 404, "not_found"),
+        ("/events?label=team%00", 400, "bad_label"),
+    ],
+)
+def test_an_id_or_label_that_is_not_printable_never_reaches_the_store(
+    path: str, status: int, error: str
+) -> None:
+    """No operation id or label holds a control character (and PostgreSQL's text
+    columns refuse NUL: 503 forever): 404 or 400 without asking the store."""
+    with TestClient(_app(_Untouchable()), raise_server_exceptions=False) as untouched:
+        response = untouched.get(path, headers=AUTH)
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == error
+    assert "\n" not in response.text
+
+
+def _store_down(request: Any) -> Any:
+    raise waitbound.StoreError("database is locked\nFORGED: from the store")
+
+
+def test_the_store_error_line_escapes_the_path(caplog: pytest.LogCaptureFixture) -> None:
+    """A path with a line separator or a control character (or a store message with a
+    line break) cannot forge a log line: the store error's line shows the path
+    escaped, repr-style, on one line."""
+    app = _app(MemoryStore(), routes=[Route("/down/{rest}", _store_down)])
+    with (
+        caplog.at_level(logging.ERROR, logger="waitbound.serve"),
+        TestClient(app, raise_server_exceptions=False) as client,
+    ):
+        response = client.get("/down/x%e2%80%a8FORGED: admin%c2%85signed in%1b[2J%00", headers=AUTH)
+    assert response.status_code == 503
+    [line] = [r.getMessage() for r in caplog.records if "the store failed" in r.getMessage()]
+    assert line.isprintable()
+    assert line == (
+        "GET '/down/x\\u2028FORGED: admin\\x85signed in\\x1b[2J\\x00': the store failed: "
+        "database is locked\\nFORGED: from the store"
+    )
 
 
 class _Broken(MemoryStore):

@@ -4,11 +4,16 @@ but the store's own failure (503). Also the pure reading of a delivery."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import random
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,6 +29,7 @@ from starlette.testclient import TestClient
 import waitbound
 import waitbound.web._inbound
 from tests.fakes import FakeClock
+from tests.stores import pg
 from tests.web.signing import (
     GH_A,
     SECRET_A,
@@ -36,8 +42,10 @@ from tests.web.signing import (
     stripe_headers,
 )
 from waitbound import MemoryStore, Policy, Record, StoreError
+from waitbound._inbox import sweep_inbox
 from waitbound._push import InboundDelivery
 from waitbound._record import Push
+from waitbound._secrets import credential_values
 from waitbound._webhooks import Scheme, Verified, WebhookRejected
 from waitbound.profiles import builtin_profile
 from waitbound.web._config import Receiver, ServeConfig
@@ -48,6 +56,7 @@ from waitbound.web._inbound import (
     read_delivery,
     receive_webhook,
 )
+from waitbound.web._service import Service as RealService
 
 
 @dataclass
@@ -59,6 +68,7 @@ class Service:
     clock: FakeClock
     token: str = "test-token"
     delivered: Callable[[InboundDelivery], None] = field(default=lambda _: None)
+    secrets: tuple[str, ...] = ()
 
 
 def _receiver(name: str, scheme: Scheme, secrets: tuple[str, ...], **changes: Any) -> Receiver:
@@ -189,15 +199,74 @@ def test_github_and_stripe_deliveries_are_stored(harness: Harness) -> None:
     )
     assert harness.post("pay", stripe_headers(ST_A, st_body), st_body).status_code == 200
     by_provider = {d.provider: d for d in harness.stored()}
-    assert (by_provider["gh"].webhook_id, by_provider["gh"].job_id) == ("d-1", "123")
+    gh_id = "sha256:" + hashlib.sha256(gh_body).hexdigest()
+    assert (by_provider["gh"].webhook_id, by_provider["gh"].job_id) == (gh_id, "123")
     assert by_provider["gh"].event_type == "completed"
     assert (by_provider["pay"].webhook_id, by_provider["pay"].job_id) == ("evt_9", "ch_1")
+
+
+def test_a_replayed_github_delivery_under_fresh_delivery_ids_is_a_duplicate(
+    harness: Harness,
+) -> None:
+    """A captured GitHub body and signature resent with a fresh (unsigned)
+    ``X-GitHub-Delivery`` each time: stored once, every resend acknowledged as a
+    duplicate, one nudge (the operation's poll is brought forward once, not each time)."""
+    body = body_of({"action": "completed", "workflow_run": {"id": 7}})
+    answers = [
+        harness.post("gh", github_headers(GH_A, body, delivery=f"replayed-{n}"), body).json()
+        for n in range(15)
+    ]
+    assert answers[0] == {"received": True, "duplicate": False, "matched": False}
+    assert all(a == {"received": True, "duplicate": True, "matched": False} for a in answers[1:])
+    [stored] = harness.stored()
+    assert stored.webhook_id == "sha256:" + hashlib.sha256(body).hexdigest()
+    assert len(harness.nudged) == 1
 
 
 def test_a_chunked_body_within_the_cap_is_read(harness: Harness) -> None:
     """A body sent in chunks, without Content-Length, is read whole."""
     chunks = iter([BODY[:10], BODY[10:]])
     assert harness.post("reports", standard_headers(SECRET_A, BODY), chunks).status_code == 200
+
+
+@contextmanager
+def _store_of(kind: str, tmp_path: Path) -> Iterator[Any]:
+    """A fresh store of *kind* (PostgreSQL: a schema of its own on the test server)."""
+    if kind == "memory":
+        yield MemoryStore()
+    elif kind == "sqlite":
+        sqlite = waitbound.SQLiteStore(tmp_path / "s.db")
+        yield sqlite
+        sqlite.close()
+    else:
+        from waitbound.stores.postgres import PostgresStore
+
+        with pg.fresh_schema() as schema:
+            postgres = PostgresStore(pg.DSN, schema=schema, max_size=2)
+            yield postgres
+            postgres.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_a_job_id_or_event_type_that_is_not_printable_is_stored_unmatched(
+    kind: str, tmp_path: Path
+) -> None:
+    """A signed delivery whose job id and type hold ``\u0000`` or a control character:
+    200, stored with job id and event type ``None`` (no job id holds them; PostgreSQL's
+    text columns refuse NUL) and the payload whole (its JSON escapes are fine in a
+    ``json`` column) — never a 503 the provider would retry forever."""
+    payload = {"type": "batch.\u0000completed", "data": {"id": "batch\u0000abc"},
+               "note": "log line\u0000\n\x1b[2J"}  # fmt: skip
+    body = body_of(payload)
+    with _store_of(kind, tmp_path) as store:
+        made = _harness(store)
+        with made.client:
+            answer = made.post("reports", standard_headers(SECRET_A, body), body)
+            assert answer.status_code == 200, answer.text
+            assert answer.json() == {"received": True, "duplicate": False, "matched": False}
+            [stored] = made.stored()
+    assert (stored.job_id, stored.event_type) == (None, None)
+    assert stored.payload == payload
 
 
 # -- refused: nothing stored ----------------------------------------------------------------
@@ -422,6 +491,10 @@ def _verified(payload: dict[str, Any], webhook_id: str = "msg_1") -> Verified:
         ({"data": {"id": ["a"]}}, None),
         ({"data": {"id": {"a": 1}}}, None),
         ({"data": {"id": "j" * 1025}}, None),
+        ({"data": {"id": "batch\u0000abc"}}, None),
+        ({"data": {"id": "batch\nabc"}}, None),
+        ({"data": {"id": "\x1b[31mred"}}, None),
+        ({"data": {"id": "naïve-✓ id"}}, "naïve-✓ id"),
         ({"data": {}}, None),
         ({"other": 1}, None),
     ],
@@ -451,6 +524,8 @@ def test_a_repeated_key_names_no_job() -> None:
         ({"type": "", "event": "e"}, "e"),
         ({"type": {"name": "x"}}, None),
         ({"type": "t" * 500}, "t" * 200),
+        ({"type": "batch.\u0000completed"}, None),
+        ({"type": "forged\nline", "action": "completed"}, None),
         ({}, None),
     ],
 )
@@ -572,3 +647,140 @@ def test_no_garbage_ever_gives_a_5xx(
         reject()
     assert answer.status_code < 500, answer.text
     assert "error" in answer.json() or answer.json()["received"] is True
+
+
+# -- no secret the service holds is kept -------------------------------------------------
+
+CREDENTIAL = "PROVIDERSECRET0123456789"
+"""The worker's credential for the provider (``--header-for … 'Authorization: Bearer …'``)."""
+NOTIFY = "whsec_" + base64.b64encode(b"notify-secret-of-the-service!").decode()
+TOKEN = "tok_" + "t0ken" * 8
+
+
+def _held_service(store: MemoryStore, authoritative: bool = False) -> RealService:
+    """A real service holding every kind of secret: two receivers', the notify secret, the
+    token and the worker's credential header value."""
+    receivers = {
+        "reports": _receiver("reports", Scheme.STANDARD, (SECRET_A,), authoritative=authoritative),
+        "gh": RECEIVERS["gh"],
+    }
+    return RealService(
+        store=store,
+        config=ServeConfig(receivers=receivers, notify_secret=NOTIFY),
+        clock=FakeClock(T0),
+        token=TOKEN,
+        secrets=credential_values({"Authorization": f"Bearer {CREDENTIAL}"}),
+    )
+
+
+def test_the_service_knows_every_secret_it_holds() -> None:
+    """``Service.secrets``: the token, each receiver's secrets (and a ``whsec_`` one's
+    base64 part), the notify secret, and the credential values given; longest first."""
+    held = _held_service(MemoryStore()).secrets
+    for secret in (TOKEN, SECRET_A, SECRET_A[6:], GH_A, NOTIFY, NOTIFY[6:], CREDENTIAL):
+        assert secret in held
+    assert list(held) == sorted(held, key=lambda s: (-len(s), s))
+    assert "Bearer" not in held
+    assert CREDENTIAL not in repr(_held_service(MemoryStore()))
+
+
+def _echo(secrets: list[str]) -> dict[str, Any]:
+    joined = " ".join(secrets)
+    return {
+        "type": f"echo {joined}",
+        "data": {"id": f"job-{secrets[0]}"},
+        "headers": {"Authorization": f"Bearer {CREDENTIAL}"},
+        "notify": NOTIFY,
+        "token": TOKEN,
+        GH_A: SECRET_A,
+    }
+
+
+def test_no_secret_of_the_service_reaches_the_inbox_or_the_audit_log() -> None:
+    """A signed delivery echoing the worker's credential, the notify secret, the token,
+    another receiver's secret and its own — in its event type, its job id, its id and
+    anywhere in its payload — is stored and applied with each of them ``[redacted]``."""
+    store = MemoryStore()
+    service = _held_service(store)
+    record = Record(
+        operation_id="op-echo",
+        profile=builtin_profile("openai-batch"),
+        policy=Policy(),
+        status_url="https://api.openai.com/v1/batches/b",
+        created_at=T0,
+        deadline_at=T0 + timedelta(hours=1),
+        next_poll_at=T0 + timedelta(minutes=5),
+        job_id="job-[redacted]",
+        push=Push(webhook="reports"),
+    )
+    store.create(record, [])
+    app = Starlette(routes=[Route("/webhooks/{provider}", receive_webhook, methods=["POST"])])
+    app.state.service = service
+    secrets = [CREDENTIAL, NOTIFY, TOKEN, GH_A, SECRET_A]
+    body = body_of(_echo(secrets))
+    headers = standard_headers(SECRET_A, body, msg_id=f"echo-{CREDENTIAL}")
+    with TestClient(app, raise_server_exceptions=False) as client:
+        answer = client.post("/webhooks/reports", headers=headers, content=body)
+    assert answer.json() == {"received": True, "duplicate": False, "matched": True}
+    sweep_inbox(store, clock=service.clock, rng=random.Random(1))
+    [stored] = store.inbox(limit=10)
+    assert stored.webhook_id == "echo-[redacted]"
+    assert stored.job_id == "job-[redacted]"
+    assert stored.event_type == "echo " + " ".join(["[redacted]"] * 5)
+    kept = [
+        json.dumps([stored.payload, stored.webhook_id, stored.job_id, stored.event_type]),
+        *(json.dumps(e.event.payload(e.operation_id, e.seq)) for e in store.audit("op-echo")),
+    ]
+    assert any("webhook_received" in text for text in kept)
+    for text in kept:
+        for secret in (*secrets, SECRET_A[6:], NOTIFY[6:]):
+            assert secret not in text
+
+
+def test_an_authoritative_payload_is_classified_from_the_redacted_payload() -> None:
+    """A terminal authoritative payload echoing the worker's credential and the notify
+    secret ends the operation: its result, its outcome and the completion webhook in
+    the outbox hold ``[redacted]``, never the secrets."""
+    store = MemoryStore()
+    service = _held_service(store, authoritative=True)
+    profile = waitbound.parse_profile(
+        {"state": "status", "pending": ["running"], "succeeded": ["done"], "result": "result"}
+    )
+    record = Record(
+        operation_id="op-auth",
+        profile=profile,
+        policy=Policy(),
+        status_url="https://provider.test/jobs/j2",
+        created_at=T0,
+        deadline_at=T0 + timedelta(hours=1),
+        next_poll_at=T0 + timedelta(minutes=5),
+        job_id="j2",
+        push=Push(webhook="reports", notify_url="https://hooks.example/done"),
+    )
+    store.create(record, [])
+    app = Starlette(routes=[Route("/webhooks/{provider}", receive_webhook, methods=["POST"])])
+    app.state.service = service
+    payload = {"data": {"id": "j2"}, "status": "done",
+               "result": {"auth": f"Bearer {CREDENTIAL}", "notify": NOTIFY}}  # fmt: skip
+    body = body_of(payload)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        answer = client.post(
+            "/webhooks/reports", headers=standard_headers(SECRET_A, body), content=body
+        )
+    assert answer.json()["matched"] is True
+    assert sweep_inbox(store, clock=service.clock, rng=random.Random(1)) == 1
+    done = store.get("op-auth")
+    assert done is not None
+    assert done.outcome is waitbound.OutcomeKind.SUCCEEDED
+    assert done.result == {"auth": "[redacted]", "notify": "[redacted]"}
+    [entry] = store.outbox(operation_id="op-auth", limit=10)
+    assert entry.payload["data"]["result"] == done.result  # type: ignore[index,call-overload]
+    kept = [
+        json.dumps(done.to_json()),
+        json.dumps(done.to_outcome().as_json()),
+        json.dumps(entry.payload),
+        *(json.dumps(e.event.payload(e.operation_id, e.seq)) for e in store.audit("op-auth")),
+    ]
+    for text in kept:
+        for secret in (CREDENTIAL, NOTIFY, NOTIFY[6:]):
+            assert secret not in text

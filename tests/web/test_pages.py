@@ -675,6 +675,34 @@ def test_a_decision_on_an_unknown_operation_is_404(inbox):
     assert answer.status_code == 404
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", "/operation/%00", 404),
+        ("GET", "/operation/op%1b%5b2J?fragment=story", 404),
+        ("POST", "/operation/%00/decide", 404),
+        ("GET", "/in-flight?label=team%00", 400),
+        ("GET", "/finished?provider=x%0ay", 400),
+    ],
+)
+def test_an_id_or_filter_that_is_not_printable_never_reaches_the_store(inbox, method, path, status):
+    """No operation id, label or profile name holds a control character (PostgreSQL's
+    text columns refuse NUL: 503 forever): a 404 or 400 page, the store never asked."""
+    csrf = inbox.sign_in()
+
+    def untouchable(*args, **kwargs):
+        raise AssertionError("the store was asked")
+
+    for name in ("get", "audit", "recent", "pending_summary", "inbox", "outbox"):
+        setattr(inbox.store, name, untouchable)
+    if method == "POST":
+        answer = inbox.client.post(path, data={"csrf": csrf, "option": "extend", "why": "x"})
+    else:
+        answer = inbox.client.get(path)
+    assert answer.status_code == status, answer.text
+    assert "text/html" in answer.headers["content-type"]
+
+
 # --- security headers, secrets, templates, redirects -------------------------------------
 
 

@@ -3,6 +3,8 @@ problem naming the file and the key and never a value (``load_serve_config``).""
 
 from __future__ import annotations
 
+import base64
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,8 @@ from waitbound.web._config import (
     load_serve_config,
 )
 
+WEAK_GITHUB = "github-secret15"
+WEAK_STANDARD = "whsec_" + base64.b64encode(b"fifteen-bytes!!").decode()
 ENV = {"REPORTS_SECRET": SECRET_A, "NEXT_SECRET": SECRET_B, "NOTIFY": SECRET_B}
 GOOD = """
 [webhooks.reports]
@@ -30,7 +34,7 @@ max_body_bytes = 4096
 
 [webhooks.gh]
 scheme = "github"
-secrets = ["a-github-secret"]
+secrets = ["a-github-secret-0123"]
 job_id = "workflow_run.id"
 
 [notify]
@@ -87,7 +91,7 @@ def test_a_profile_gives_scheme_job_id_and_authoritative(
     tmp_path: Path, name: str, scheme: Scheme, job_id: str
 ) -> None:
     """``profile = NAME`` takes the built-in profile's webhook contract."""
-    secret = SECRET_A if scheme is Scheme.STANDARD else "a-github-secret"
+    secret = SECRET_A if scheme is Scheme.STANDARD else "a-github-secret-0123"
     config = _load(tmp_path, f'[webhooks.p]\nprofile = "{name}"\nsecrets = ["{secret}"]\n')
     receiver = config.receivers["p"]
     assert (receiver.scheme, receiver.job_id_text, receiver.authoritative) == (
@@ -161,7 +165,24 @@ INVALID: dict[str, tuple[str, str]] = {
     "secret empty": (_receiver(secrets='[""]'), "webhooks.reports.secrets[0] must be at least"),
     "secret short": (
         _receiver(scheme='"github"', secrets='["abc"]'),
-        "webhooks.reports.secrets[0] must be at least 8",
+        "webhooks.reports.secrets[0] must be at least 16",
+    ),
+    "github secret of 15 characters": (
+        _receiver(scheme='"github"', secrets=f'["{WEAK_GITHUB}"]'),
+        "webhooks.reports.secrets[0] must be at least 16 characters",
+    ),
+    "stripe secret of 15 characters": (
+        _receiver(scheme='"stripe"', secrets='["whsec_123456789"]'),
+        "webhooks.reports.secrets[0] must be at least 16 characters",
+    ),
+    "standard secret of a 1-byte key": (
+        _receiver(secrets='["whsec_AA"]'),
+        "webhooks.reports.secrets[0] must be at least 16 characters",
+    ),
+    "standard secret of a 15-byte key": (
+        _receiver(secrets=f'["{WEAK_STANDARD}"]'),
+        "webhooks.reports.secrets[0]: a Standard Webhooks secret's key (the base64 after "
+        "whsec_) must decode to at least 16 bytes",
     ),
     "secret with spaces": (
         _receiver(scheme='"github"', secrets='["  long-enough-secret "]'),
@@ -214,6 +235,15 @@ INVALID: dict[str, tuple[str, str]] = {
     "notify not a table": ('notify = "x"\n', "notify must be a table"),
     "notify unknown key": ('[notify]\nurl = "x"\n', "unknown key 'url' in notify"),
     "notify without secret": ("[notify]\n", "notify.secret is required"),
+    "notify secret of a 3-byte key": (
+        '[notify]\nsecret = "whsec_AAAA"\n',
+        "notify.secret must be at least 16 characters",
+    ),
+    "notify secret of a 15-byte key": (
+        f'[notify]\nsecret = "{WEAK_STANDARD}"\n',
+        "notify.secret: a Standard Webhooks secret's key (the base64 after whsec_) must "
+        "decode to at least 16 bytes",
+    ),
     "notify secret not whsec": (
         '[notify]\nsecret = "plain-secret-value"\n',
         "notify.secret: a Standard Webhooks secret starts with whsec_",
@@ -235,7 +265,8 @@ def test_a_bad_config_is_refused_with_one_line_naming_file_and_key(
     assert message.startswith(f"serve config {path}: ")
     assert "\n" not in message
     assert words in message
-    for value in (SECRET_A, SECRET_B, "plain-secret-value", "long-enough-secret", 'abc"]'):
+    for value in (SECRET_A, SECRET_B, "plain-secret-value", "long-enough-secret", 'abc"]',
+                  WEAK_GITHUB, WEAK_STANDARD, "whsec_AA", "123456789"):  # fmt: skip
         assert value not in message
     if "job_id" in name:
         assert "data.[?" not in message
@@ -246,6 +277,29 @@ def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
     """A missing file: the path and the reason."""
     with pytest.raises(UsageError, match=r"serve config .*missing.toml: cannot read it"):
         load_serve_config(tmp_path / "missing.toml", env=ENV)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_config_that_is_not_a_regular_file_is_one_line_at_once(tmp_path: Path, kind: str) -> None:
+    """``--config /dev/zero`` (it never ends), a FIFO (it waits for a writer), a folder:
+    one line naming the file, without reading from it."""
+    path = tmp_path / "serve.toml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path = Path("/dev/zero")
+    else:
+        path.mkdir()
+    with pytest.raises(UsageError, match=r"not a regular file\)$") as caught:
+        load_serve_config(path, env=ENV)
+    assert str(caught.value).startswith(f"serve config {path}: cannot read it (")
+
+
+def test_a_config_over_a_mebibyte_is_refused(tmp_path: Path) -> None:
+    """A serve.toml is a few tables: over 1 MiB is one line, read no further."""
+    path = _write(tmp_path, "# " + "x" * (1024 * 1024) + "\n")
+    with pytest.raises(UsageError, match="larger than 1024 KiB"):
+        load_serve_config(path, env=ENV)
 
 
 def test_a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:

@@ -70,6 +70,36 @@ def test_a_bad_token_file_is_one_line(tmp_path: Path, content: bytes, message: s
         assert content.decode("latin-1")[:20] not in str(caught.value)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_token_file_that_is_not_a_regular_file_is_refused_without_blocking(
+    tmp_path: Path, kind: str
+) -> None:
+    """A FIFO (reading it would wait for a writer: serve would hang) or a device
+    (``/dev/zero`` never ends): one line, at once, nothing read."""
+    if kind == "fifo":
+        path = tmp_path / "token"
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/zero")
+    with pytest.raises(UsageError, match="not a regular file") as caught:
+        read_or_create_token(path)
+    assert str(path) in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_serve_with_a_fifo_token_file_exits_2_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``waitbound serve --token-file FIFO``: exit 2 with one line, instead of hanging."""
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)
+    code = run(["serve", "--store", str(tmp_path / "s.db"), "--token-file", str(fifo)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "a FIFO, not a regular file" in err
+
+
 def test_an_unreadable_token_file_is_one_line(tmp_path: Path) -> None:
     """A folder where the file should be (or no permission): one line."""
     path = tmp_path / "token"

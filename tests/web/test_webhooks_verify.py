@@ -86,9 +86,35 @@ def test_github_delivery_is_verified_without_a_time() -> None:
     """GitHub signs no timestamp: ``sent_at`` is None and any clock accepts it."""
     headers = github_headers(GH_A, BODY, delivery="72d3162e-cc78-11e3-81ab-4c9367dc0958")
     verified = _verify(Scheme.GITHUB, [GH_A], headers, now=T0 + timedelta(days=400))
-    assert verified.webhook_id == "72d3162e-cc78-11e3-81ab-4c9367dc0958"
     assert verified.sent_at is None
     assert verified.payload == PAYLOAD
+
+
+def test_a_github_delivery_is_named_by_its_signed_body_not_its_unsigned_header() -> None:
+    """``X-GitHub-Delivery`` is not signed: the webhook id is ``sha256:`` and the body's
+    digest, so the same captured body and signature under fresh delivery ids is one
+    webhook id (a duplicate in the inbox); another body is another id."""
+    ids = {
+        _verify(
+            Scheme.GITHUB, [GH_A], github_headers(GH_A, BODY, delivery=f"replayed-{n}")
+        ).webhook_id
+        for n in range(5)
+    }
+    assert ids == {"sha256:" + hashlib.sha256(BODY).hexdigest()}
+    other = body_of({**PAYLOAD, "n": 2})
+    assert _verify(Scheme.GITHUB, [GH_A], github_headers(GH_A, other), other).webhook_id == (
+        "sha256:" + hashlib.sha256(other).hexdigest()
+    )
+
+
+def test_standard_and_stripe_ids_stay_the_signed_ones() -> None:
+    """Standard Webhooks signs its ``webhook-id`` (another id breaks the signature);
+    Stripe's id is inside the signed body: both stay the webhook id as given."""
+    headers = standard_headers(SECRET_A, BODY, msg_id="msg_signed")
+    assert _verify(Scheme.STANDARD, [SECRET_A], headers).webhook_id == "msg_signed"
+    rejected = _rejected(Scheme.STANDARD, [SECRET_A], {**headers, "webhook-id": "msg_fresh"})
+    assert rejected.code == "bad_signature"
+    assert _verify(Scheme.STRIPE, [ST_A], stripe_headers(ST_A, BODY)).webhook_id == "evt_1"
 
 
 def test_stripe_delivery_is_named_by_its_event_id() -> None:
@@ -119,6 +145,16 @@ def test_the_library_and_verify_agree_at_the_real_time() -> None:
 def test_secret_key_is_the_libraries_key(secret: str) -> None:
     """The strict decoder reads the same key as the library (unpadded base64 too)."""
     assert standard_secret_key(secret) == Webhook(secret)._whsecret
+
+
+@pytest.mark.parametrize("secret", ["whsec_AA", "whsec_" + base64.b64encode(b"x" * 15).decode()])
+def test_a_standard_secret_of_a_short_key_never_verifies(secret: str) -> None:
+    """A key under 16 bytes (1 byte is forged in 256 guesses) is not a secret: the
+    strict decoder refuses it, and a delivery signed with it matches nothing."""
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        standard_secret_key(secret)
+    rejected = _rejected(Scheme.STANDARD, [secret], standard_headers(secret, BODY))
+    assert rejected.code == "bad_signature"
 
 
 # -- rotation -----------------------------------------------------------------------------
@@ -201,7 +237,7 @@ def test_forged_delivery_is_refused_as_bad_signature(name: str) -> None:
 def test_a_stripe_secret_is_used_as_written_not_base64_decoded() -> None:
     """Stripe keys its HMAC with the ``whsec_`` text itself: a signature keyed by the
     base64-decoded bytes (the Standard Webhooks reading) is forged."""
-    secret = "whsec_" + base64.b64encode(b"stripe-like-key").decode()
+    secret = "whsec_" + base64.b64encode(b"stripe-like-key-bytes").decode()
     assert _verify(Scheme.STRIPE, [secret], stripe_headers(secret, BODY)).payload == PAYLOAD
     t = str(int(T0.timestamp()))
     decoded = hmac.new(standard_secret_key(secret), t.encode() + b"." + BODY, hashlib.sha256)

@@ -20,7 +20,9 @@ import platformdirs
 
 import waitbound
 from waitbound import UsageError, WorkerSettings
-from waitbound._outbox import resolve_notify_secret
+from waitbound._config_file import read_bounded
+from waitbound._outbox import resolve_notify_secret, webhook_signer
+from waitbound._secrets import credential_values
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
     MAX_RESPONSE_OPTION,
@@ -71,12 +73,12 @@ def read_token(path: Path) -> str:
     """The token in *path*: its text without surrounding whitespace.
 
     Raises:
-        UsageError: the file is missing, unreadable, too large, empty, or holds
-            something that is not one bearer token (never quoted).
+        UsageError: the file is missing, unreadable, not a regular file (a FIFO would
+            block), too large, empty, or holds something that is not one bearer token
+            (never quoted).
     """
     try:
-        with path.open("rb") as file:
-            raw = file.read(_MAX_TOKEN_FILE_BYTES + 1)
+        raw = read_bounded(path, _MAX_TOKEN_FILE_BYTES)
     except FileNotFoundError:
         raise UsageError(
             f"token file {path} does not exist; start `waitbound serve` once to create it, "
@@ -298,9 +300,17 @@ def serve_command(  # noqa: PLR0917 - click passes every option
                 "(put TLS in front)",
                 err=True,
             )
-        service = Service(store=opened, config=config, clock=waitbound.SystemClock(), token=token)
-
         notify_secret = resolve_notify_secret(None, config.notify_secret)
+        if notify_secret is not None:
+            webhook_signer(notify_secret)  # $WAITBOUND_NOTIFY_SECRET too: one line, at start
+        held = [v for headers in per_origin.table.values() for v in credential_values(headers)]
+        service = Service(
+            store=opened,
+            config=config,
+            clock=waitbound.SystemClock(),
+            token=token,
+            secrets=(*held, *([notify_secret] if notify_secret else [])),
+        )
         signing = "signed" if notify_secret else "left pending: no [notify] secret"
 
         def listening(url: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Final
 
 import anyio.to_thread
@@ -29,9 +28,16 @@ from waitbound._audit import StoredAuditEvent
 from waitbound._errors import StoreError, UsageError
 from waitbound._json import JSON
 from waitbound._record import Record
+from waitbound._story import printable
 from waitbound.stores._protocol import AuditCursor
 from waitbound.web._auth import BearerAuth, is_page, is_public
-from waitbound.web._events import many_events, operation_events, parse_many_id, parse_seq
+from waitbound.web._events import (
+    many_events,
+    operation_events,
+    parse_many_id,
+    parse_seq,
+    parse_time,
+)
 from waitbound.web._inbound import receive_webhook
 from waitbound.web._pages import page_routes, problem_page
 from waitbound.web._security import SECURITY_HEADERS, SecurityHeaders
@@ -110,6 +116,8 @@ def _operation_endpoint(key: bytes | None) -> Callable[[Request], object]:
     async def operation(request: Request) -> Response:
         """``GET /operations/{operation_id}``: the operation as ``show --json`` prints it."""
         operation_id = request.path_params["operation_id"]
+        if not operation_id.isprintable():  # no operation has such an id: ask no store
+            return _not_found(operation_id)
         record, events = await anyio.to_thread.run_sync(
             _read, _service(request).store, operation_id
         )
@@ -127,6 +135,8 @@ def _stream_endpoints(
         """``GET /operations/{operation_id}/events``: the operation's audit events."""
         service = _service(request)
         operation_id = request.path_params["operation_id"]
+        if not operation_id.isprintable():  # no operation has such an id: ask no store
+            return _not_found(operation_id)
         try:
             after = parse_seq(request.headers.get("last-event-id"))
         except UsageError as exc:
@@ -156,9 +166,12 @@ def _stream_endpoints(
                 after = _since(request.query_params["since"])
             except UsageError as exc:
                 return problem(400, "bad_since", str(exc))
+        label = request.query_params.get("label", "")
+        if not label.isprintable():
+            return problem(400, "bad_label", "label must be printable text (a label's prefix)")
         stream = many_events(
             service.store,
-            label_prefix=request.query_params.get("label", ""),
+            label_prefix=label,
             after=after,
             poll_s=poll_s,
             stopping=service.stopping,
@@ -175,16 +188,13 @@ def _since(text: str) -> AuditCursor:
     Raises:
         UsageError: not such a time.
     """
-    try:
-        at = datetime.fromisoformat(text.strip()[:64])
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
+    at = parse_time(text.strip()[:64])
+    if at is None:
         raise UsageError(
-            f"since {text[:40]!r} is not an RFC 3339 time with a UTC offset "
-            "(e.g. 2026-01-01T12:00:00+00:00)"
+            f"since {text[:40]!r} is not an RFC 3339 time with a UTC offset within years "
+            "1-9999 (e.g. 2026-01-01T12:00:00+00:00)"
         )
-    return (at.astimezone(UTC), "", 0)
+    return (at, "", 0)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -194,7 +204,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _store_error(request: Request, exc: Exception) -> Response:
-    _LOG.error("%s %s: the store failed: %s", request.method, request.url.path, exc)
+    _LOG.error("%s %r: the store failed: %s", request.method, request.url.path, printable(str(exc)))
     if is_page(request.url.path):
         return problem_page(request, 503, "The store failed", "try again in a moment")
     return problem(503, "store_unavailable", "the store failed; try again later")
@@ -203,7 +213,7 @@ async def _store_error(request: Request, exc: Exception) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     """A 500 (Starlette answers it outside every middleware: the security headers are
     added here)."""
-    _LOG.error("%s %s: unexpected %s", request.method, request.url.path, type(exc).__name__)
+    _LOG.error("%s %r: unexpected %s", request.method, request.url.path, type(exc).__name__)
     response: Response = problem(
         500, "internal", "an unexpected error; the service's log has the details"
     )
@@ -213,7 +223,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
                 request, 500, "Something went wrong", "the service's log has the details"
             )
         except Exception:  # the page cannot be drawn either: the JSON answer stands
-            _LOG.error("%s %s: the error page failed too", request.method, request.url.path)
+            _LOG.error("%s %r: the error page failed too", request.method, request.url.path)
     response.headers.update(SECURITY_HEADERS)
     return response
 

@@ -3,10 +3,10 @@ secret (``[notify]``), read once at start. See ``docs/serve.md`` and
 ``docs/webhooks.md``.
 
 Every key is checked when the file is read: an unknown key, a receiver name that
-cannot be a URL segment, a scheme not known, a secret that is empty (or, for
-``standard``, not ``whsec_`` base64), a ``job_id`` that is not JMESPath, a tolerance or
-body cap out of bounds. The first problem is one line naming the file and the key,
-never a value.
+cannot be a URL segment, a scheme not known, a secret shorter than 16 characters (or,
+for ``standard`` and ``[notify]``, not ``whsec_`` base64 of a key of at least 16 bytes),
+a ``job_id`` that is not JMESPath, a tolerance or body cap out of bounds. The first
+problem is one line naming the file and the key, never a value.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -24,8 +24,14 @@ import jmespath.parser
 from waitbound._config_file import expand_env, load_toml
 from waitbound._errors import ProfileError, UsageError
 from waitbound._jmes import compile_expression
-from waitbound._secrets import MIN_SECRET_CHARS
-from waitbound._webhooks import Scheme, WebhookContract, standard_secret_key
+from waitbound._secrets import secret_parts
+from waitbound._webhooks import (
+    MIN_SHARED_SECRET_CHARS,
+    STANDARD_SECRET_PREFIX,
+    Scheme,
+    WebhookContract,
+    standard_secret_key,
+)
 from waitbound.profiles import builtin_names, builtin_profile
 
 __all__ = [
@@ -37,6 +43,7 @@ __all__ = [
     "Receiver",
     "ServeConfig",
     "load_serve_config",
+    "redaction_strings",
 ]
 
 DEFAULT_TOLERANCE_S: Final = 300.0
@@ -76,6 +83,20 @@ class ServeConfig:
 
     receivers: dict[str, Receiver] = field(default_factory=dict)
     notify_secret: str | None = field(default=None, repr=False)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret the file holds: each receiver's, then the notify secret."""
+        held = [secret for receiver in self.receivers.values() for secret in receiver.secrets]
+        return (*held, self.notify_secret) if self.notify_secret else tuple(held)
+
+
+def redaction_strings(values: Iterable[str]) -> tuple[str, ...]:
+    """What to replace by ``[redacted]`` so that none of the secret *values* is kept:
+    each value and the base64 part of a ``whsec_`` one, with their space-separated
+    parts, longest first (see :func:`waitbound._secrets.secret_parts`)."""
+    given = list(values)
+    return secret_parts([*given, *(v.removeprefix(STANDARD_SECRET_PREFIX) for v in given)])
 
 
 RECEIVER_KEYS: Final = frozenset(
@@ -208,9 +229,10 @@ def _secret(raw: object, at: str, scheme: Scheme, env: Mapping[str, str]) -> str
     if not isinstance(raw, str):
         raise UsageError(f"{at} must be a string")
     secret = expand_env(raw, at, env)
-    if secret != secret.strip() or len(secret) < MIN_SECRET_CHARS:
+    if secret != secret.strip() or len(secret) < MIN_SHARED_SECRET_CHARS:
         raise UsageError(
-            f"{at} must be at least {MIN_SECRET_CHARS} characters, without surrounding spaces"
+            f"{at} must be at least {MIN_SHARED_SECRET_CHARS} characters, without "
+            "surrounding spaces"
         )
     if scheme is Scheme.STANDARD:
         try:

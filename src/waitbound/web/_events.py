@@ -40,6 +40,7 @@ __all__ = [
     "operation_events",
     "parse_many_id",
     "parse_seq",
+    "parse_time",
 ]
 
 _LOG = logging.getLogger("waitbound.serve")
@@ -52,6 +53,7 @@ event stamped before another but committed after it is still sent (once)."""
 _PAGE: Final = 500
 _MAX_ID_CHARS: Final = 512
 _SEQ: Final = re.compile(r"[0-9]{1,18}")
+_EARLIEST: Final = datetime.min.replace(tzinfo=UTC)
 
 
 def parse_seq(value: str | None) -> int:
@@ -69,6 +71,23 @@ def parse_seq(value: str | None) -> int:
             "(a non-negative integer: the seq of the last event received)"
         )
     return int(text)
+
+
+def parse_time(text: str) -> datetime | None:
+    """*text* as an aware UTC time when it is an RFC 3339 time with a UTC offset that
+    lies, once in UTC, within years 1 to 9999 (what a ``datetime`` holds); else
+    ``None`` (never an exception: ``9999-12-31T23:59:59-23:59`` is ``None``)."""
+    try:
+        at = datetime.fromisoformat(text)
+        return at.astimezone(UTC) if at.tzinfo is not None else None
+    except (ValueError, OverflowError):
+        return None
+
+
+def _before(at: datetime, window: timedelta) -> datetime:
+    """*window* before *at*, or the earliest time a ``datetime`` holds when that is
+    before it (a cursor in year 1 never overflows)."""
+    return at - window if at - _EARLIEST > window else _EARLIEST
 
 
 def many_id(stored: StoredAuditEvent) -> str:
@@ -89,15 +108,10 @@ def parse_many_id(value: str | None) -> AuditCursor | None:
     problem = "it is too long" if len(text) > _MAX_ID_CHARS else None
     at_text, _, rest = text.partition("|")
     operation_id, _, seq_text = rest.rpartition("|")
-    at: datetime | None = None
-    if problem is None:
-        try:
-            at = datetime.fromisoformat(at_text)
-        except ValueError:
-            problem = f"{at_text[:40]!r} is not an RFC 3339 time"
-    if problem is None and (at is None or at.tzinfo is None):
-        problem = "its time has no UTC offset"
-    if problem is None and not operation_id:
+    at = parse_time(at_text) if problem is None else None
+    if problem is None and at is None:
+        problem = f"{at_text[:40]!r} is not an RFC 3339 time with a UTC offset within years 1-9999"
+    if problem is None and not (operation_id and operation_id.isprintable()):
         problem = "it names no operation"
     if problem is None and not _SEQ.fullmatch(seq_text):
         problem = f"{seq_text[:40]!r} is not a seq"
@@ -106,7 +120,7 @@ def parse_many_id(value: str | None) -> AuditCursor | None:
             f"Last-Event-ID is not an event id of this stream ({problem}); expected "
             "'{at}|{operation_id}|{seq}' as the stream sent it"
         )
-    return (at.astimezone(UTC), operation_id, int(seq_text))
+    return (at, operation_id, int(seq_text))
 
 
 def event_data(stored: StoredAuditEvent) -> str:
@@ -163,7 +177,7 @@ async def operation_events(
                 _read_operation, store, operation_id, sent
             )
         except Exception as exc:  # the stream is open: end it, the client resumes
-            _LOG.warning("events of %s: the store failed: %s", operation_id, type(exc).__name__)
+            _LOG.warning("events of %r: the store failed: %s", operation_id, type(exc).__name__)
             return
         if record is None:
             return
@@ -225,7 +239,7 @@ async def many_events(
     while stopping is None or not stopping.is_set():
         start = floor
         if newest is not None and recent:
-            back: AuditCursor = (newest[0] - window, "", 0)
+            back: AuditCursor = (_before(newest[0], window), "", 0)
             start = back if floor is None or back > floor else floor
         try:
             events = await anyio.to_thread.run_sync(_read_many, store, start, label_prefix)
@@ -241,6 +255,6 @@ async def many_events(
                 newest = cursor
             yield _message(stored, many_id(stored))
         if newest is not None:
-            horizon = newest[0] - window
+            horizon = _before(newest[0], window)
             recent = {c for c in recent if c[0] >= horizon}
         await anyio.sleep(poll_s)

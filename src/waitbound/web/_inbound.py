@@ -2,11 +2,12 @@
 acknowledged.
 
 The receiver reads the body under its cap, verifies it (``waitbound._webhooks.verify``),
-reads the delivery (:func:`read_delivery`: job id, event type, payload bounded and
-redacted) and stores it (``Store.put_delivery``, unique on provider and webhook id)
-before it answers 2xx, so an acknowledged delivery is never lost. Everything else is
-a 4xx JSON ``{"error": CODE, "detail": LINE}`` and stores nothing; a store that fails
-is a 503 (the provider retries). See ``docs/webhooks.md``.
+reads the delivery (:func:`read_delivery`: every secret the service holds redacted
+first, then the job id, the event type and the payload, bounded) and stores it
+(``Store.put_delivery``, unique on provider and webhook id) before it answers 2xx, so
+an acknowledged delivery is never lost. Everything else is a 4xx JSON
+``{"error": CODE, "detail": LINE}`` and stores nothing; a store that fails is a 503
+(the provider retries). See ``docs/webhooks.md``.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from starlette.responses import JSONResponse, Response
 from waitbound._jmes import search
 from waitbound._json import JSON, Ambiguous, redact_json
 from waitbound._push import InboundDelivery
-from waitbound._secrets import secret_parts
-from waitbound._webhooks import STANDARD_SECRET_PREFIX, Verified, WebhookRejected, verify
-from waitbound.web._config import Receiver
+from waitbound._secrets import redact_text, secret_parts
+from waitbound._webhooks import Verified, WebhookRejected, verify
+from waitbound.web._config import Receiver, redaction_strings
 
 if TYPE_CHECKING:
     from waitbound.web._service import Service
@@ -55,35 +56,48 @@ _LOG = logging.getLogger("waitbound.serve")
 _CONTENT_LENGTH: Final = re.compile(r"[0-9]{1,20}")
 
 
-def read_delivery(receiver: Receiver, verified: Verified, now: datetime) -> InboundDelivery:
+def read_delivery(
+    receiver: Receiver, verified: Verified, now: datetime, *, secrets: Sequence[str] = ()
+) -> InboundDelivery:
     """The inbox entry a verified delivery makes (pure).
+
+    First every secret — the receiver's own (and the base64 part of a ``whsec_`` one)
+    and each of *secrets* — is replaced by ``[redacted]`` in the payload (every string
+    and key) and in the webhook id; everything below is read from that redacted
+    payload, so no secret reaches the job id, the event type, the inbox, the audit log,
+    or (for an authoritative receiver) the outcome and the completions sent out.
 
     - ``job_id``: the receiver's expression over the payload; a string is kept as it
       is, a number as its JSON text (``123``, as a status body's job id is read);
-      anything else — missing, null, a list, an empty or over-long string, a key the
-      payload repeats with different values — is ``None`` (the delivery is stored but
-      never matched).
+      anything else — missing, null, a list, an empty, over-long or not printable
+      string (a control character such as ``\u0000``, which no job id holds and a
+      PostgreSQL text column refuses), a key the payload repeats with different
+      values — is ``None`` (the delivery is stored, payload and all, but never
+      matched).
     - ``event_type``: the first of ``type``, ``action``, ``event`` at the payload's top
-      level that is a non-empty string (cut to 200 characters).
-    - ``payload``: with each of the receiver's secrets (and the base64 part of a
-      ``whsec_`` one) replaced by ``[redacted]``; kept whole up to 64 KiB of JSON, else
-      as its first 2,000 characters of text, and then not authoritative (a cut payload
-      cannot be classified).
+      level that is a non-empty string (cut to 200 characters); ``None`` when it is not
+      printable text.
+    - ``payload``: kept whole up to 64 KiB of JSON, else as its first 2,000 characters
+      of text, and then not authoritative (a cut payload cannot be classified).
 
     Args:
         receiver: the ``[webhooks.NAME]`` it came to.
         verified: what :func:`waitbound._webhooks.verify` returned.
         now: when it was received (aware UTC).
+        secrets: more strings to hide: every secret the service holds
+            (``Service.secrets``).
     """
-    payload: JSON = redact_json(verified.payload, _redacted(receiver.secrets))
+    hidden = secret_parts([*redaction_strings(receiver.secrets), *secrets])
+    redacted = redact_json(verified.payload, hidden)
+    payload: dict[str, JSON] = redacted if isinstance(redacted, dict) else {}
     text = json.dumps(payload, ensure_ascii=False)
     kept = len(text) <= MAX_KEPT_PAYLOAD_CHARS
     return InboundDelivery(
         provider=receiver.name,
-        webhook_id=verified.webhook_id,
+        webhook_id=redact_text(verified.webhook_id, hidden),
         received_at=now,
-        job_id=_job_id(search(receiver.job_id, verified.payload)),
-        event_type=_event_type(verified.payload),
+        job_id=_job_id(search(receiver.job_id, payload)),
+        event_type=_event_type(payload),
         payload=payload if kept else text[:KEPT_HEAD_CHARS] + "…",
         authoritative=receiver.authoritative and kept,
     )
@@ -151,7 +165,7 @@ async def receive_webhook(request: Request) -> Response:
         )
     except WebhookRejected as rejected:
         return _error(rejected.status, rejected.code, rejected.detail)
-    delivery = read_delivery(receiver, verified, now)
+    delivery = read_delivery(receiver, verified, now, secrets=service.secrets)
     try:
         stored = await anyio.to_thread.run_sync(service.store.put_delivery, delivery)
     except Exception as exc:  # any store failure: the provider must retry
@@ -176,13 +190,6 @@ async def receive_webhook(request: Request) -> Response:
     )
 
 
-def _redacted(secrets: Sequence[str]) -> tuple[str, ...]:
-    """The receiver's secrets, and the base64 part of each ``whsec_`` one, as redaction
-    strings (see :func:`waitbound._secrets.secret_parts`)."""
-    stripped = [s.removeprefix(STANDARD_SECRET_PREFIX) for s in secrets]
-    return secret_parts([*secrets, *stripped])
-
-
 def _job_id(value: JSON) -> str | None:
     if isinstance(value, Ambiguous | bool):
         return None
@@ -192,14 +199,14 @@ def _job_id(value: JSON) -> str | None:
         text = json.dumps(value)
     else:
         return None
-    return text if 0 < len(text) <= MAX_JOB_ID_CHARS else None
+    return text if 0 < len(text) <= MAX_JOB_ID_CHARS and text.isprintable() else None
 
 
 def _event_type(payload: dict[str, JSON]) -> str | None:
     for key in EVENT_TYPE_KEYS:
         value = payload.get(key)
         if isinstance(value, str) and not isinstance(value, Ambiguous) and value:
-            return value[:MAX_EVENT_TYPE_CHARS]
+            return value[:MAX_EVENT_TYPE_CHARS] if value.isprintable() else None
     return None
 
 

@@ -150,6 +150,14 @@ def _filter(request: Request, name: str) -> str:
     return request.query_params.get(name, "").strip()[:_MAX_FILTER_CHARS]
 
 
+def _unprintable_filter(request: Request, *values: str) -> HTMLResponse | None:
+    """A 400 page when a filter is not printable text (no label or profile name is; a
+    store may refuse it), else ``None``."""
+    if all(value.isprintable() for value in values):
+        return None
+    return problem_page(request, 400, "No such filter", "a filter is printable text")
+
+
 def _open_requests(records: list[Record], now: datetime) -> int:
     """How many of *records* have a decision request open at *now* (as
     :func:`waitbound.escalations` would list them)."""
@@ -195,6 +203,8 @@ async def in_flight_page(request: Request) -> Response:
     """``GET /in-flight``: every operation without an outcome, newest first."""
     service = _service(request)
     label, provider = _filter(request, "label"), _filter(request, "provider")
+    if (refused := _unprintable_filter(request, label, provider)) is not None:
+        return refused
 
     def read() -> tuple[list[Record], int, int]:
         records, complete = _scan(service)
@@ -234,6 +244,8 @@ async def finished_page(request: Request) -> Response:
     """``GET /finished``: recent outcomes, the most recently finished first."""
     service = _service(request)
     label, provider = _filter(request, "label"), _filter(request, "provider")
+    if (refused := _unprintable_filter(request, label, provider)) is not None:
+        return refused
     outcome = _filter(request, "outcome")
     kinds = [kind.value for kind in OutcomeKind]
     if outcome and outcome not in kinds:
@@ -320,6 +332,8 @@ class _Operation:
         ones (and *error* said above it)."""
         service = _service(request)
         operation_id = request.path_params["operation_id"]
+        if not operation_id.isprintable():  # no operation has such an id: ask no store
+            return _not_found(request, operation_id)
         view = await anyio.to_thread.run_sync(
             _read_operation, service, operation_id, self.audit_key
         )
@@ -352,6 +366,8 @@ class _Operation:
         """``POST /operation/{operation_id}/decide``: a person's decision."""
         service = _service(request)
         operation_id = request.path_params["operation_id"]
+        if not operation_id.isprintable():  # no operation has such an id: ask no store
+            return _not_found(request, operation_id)
         principal = principal_of(request.scope) or Principal()
         form = _strings(await request.form())
         if not principal.csrf_ok(form.get("csrf")):

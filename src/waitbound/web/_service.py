@@ -17,7 +17,7 @@ import anyio.lowlevel
 from waitbound._clock import Clock
 from waitbound._push import InboundDelivery
 from waitbound.stores import Store
-from waitbound.web._config import ServeConfig
+from waitbound.web._config import ServeConfig, redaction_strings
 
 __all__ = ["Nudge", "Service"]
 
@@ -89,6 +89,13 @@ class Service:
             that runs the inbox sweep at once); ``waitbound.web.serve`` makes it a
             :class:`Nudge` it waits on.
         stopping: set when the service shuts down; streams end at their next look.
+        secrets: every secret value the service holds, as the strings the receiver
+            replaces by ``[redacted]`` in a delivery before anything of it is stored or
+            audited (see :func:`~waitbound.web._config.redaction_strings`). Built once,
+            here: the token, every receiver's secrets and ``[notify] secret`` always;
+            give the others it holds — the worker's credential header values
+            (:func:`waitbound._secrets.credential_values`), a notify secret from the
+            environment — and they are added.
     """
 
     store: Store
@@ -97,3 +104,8 @@ class Service:
     token: str = field(repr=False)
     delivered: Callable[[InboundDelivery], None] = field(default_factory=Nudge)
     stopping: threading.Event = field(default_factory=threading.Event)
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        held = redaction_strings([self.token, *self.config.secrets, *self.secrets])
+        object.__setattr__(self, "secrets", held)  # frozen: built once, at start
