@@ -211,14 +211,16 @@ def inbox(
             served_store.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
-    """Playwright's driver (no browser download: see :func:`browser`)."""
+    """Playwright's driver (no browser download: see :func:`browser`). Module-scoped: its
+    sync API keeps an event loop running in the thread, which must end before a test of
+    another module (in the same xdist worker) runs its own loop."""
     with sync_playwright() as driver:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     """Debian's Chromium, headless (``--no-sandbox`` when running as root, as CI does)."""
     if not CHROMIUM.exists():
