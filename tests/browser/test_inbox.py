@@ -243,6 +243,7 @@ def test_the_decision_can_be_made_with_the_keyboard_only(inbox: Inbox, page: Pag
     _tab_to(page, f'[data-operation-id="{op}"] [data-testid="option-extend"]')
     page.keyboard.press("Enter")
     expect(page.locator('[name="why"]')).to_be_visible()  # the decide form opened
+    page.wait_for_load_state("load")  # its autofocus is applied: a person types after that
     _tab_to(page, '[name="why"]')
     page.keyboard.type("keyboard only")
     _tab_to(page, '[data-testid="decide-submit"]')
