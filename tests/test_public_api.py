@@ -132,3 +132,32 @@ def test_docstring_check_rejects_a_generated_dataclass_doc() -> None:
     assert _docstring("Undocumented", Undocumented) == ""
     assert _docstring("Documented", Documented) == "Has words."
     assert _docstring("bare", bare) == ""
+
+
+def test_the_package_and_cli_import_without_any_extra() -> None:
+    """`pip install waitbound` alone (no serve, provider, mcp or postgres extra): the package,
+    the CLI and its help load; an extra's library is imported only where it is used."""
+    import subprocess
+    import sys
+
+    blocked = ["standardwebhooks", "starlette", "uvicorn", "sse_starlette", "httpx_sse",
+               "jinja2", "itsdangerous", "multipart", "mcp", "psycopg", "psycopg_pool"]  # fmt: skip
+    program = (
+        "import sys\n"
+        f"blocked = {blocked!r}\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in blocked:\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import waitbound, waitbound.cli\n"
+        "from click.testing import CliRunner\n"
+        "result = CliRunner().invoke(waitbound.cli._app.cli, ['--help'])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

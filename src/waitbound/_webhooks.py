@@ -23,8 +23,6 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Final
 
-from standardwebhooks.webhooks import Webhook
-
 from waitbound._errors import ProfileError, WaitboundError
 from waitbound._jmes import Expression, compile_expression
 from waitbound._json import JSON, Ambiguous, NestingError, parse_provider_json
@@ -250,6 +248,10 @@ def _standard_signature(secret: str, webhook_id: str, sent_at: datetime, text: s
         standard_secret_key(secret)
     except ValueError:
         return b""
+    # Imported here: verifying runs only in `waitbound serve` (the serve extra), while
+    # this module is also read by every profile loader.
+    from standardwebhooks.webhooks import Webhook
+
     signed = Webhook(secret).sign(webhook_id, sent_at, text)
     return base64.b64decode(signed.partition(",")[2])
 

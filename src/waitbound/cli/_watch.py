@@ -134,7 +134,13 @@ def follow(
         OperationNotFoundError: no such operation.
         StreamLost: the stream could not be reopened.
     """
-    from httpx_sse import SSEError, connect_sse
+    try:
+        from httpx_sse import SSEError, connect_sse
+    except ImportError:
+        raise UsageError(
+            "waitbound watch needs the serve extra (httpx-sse); install it with: "
+            "pip install 'waitbound[serve]'"
+        ) from None
 
     target = f"{url.rstrip('/')}/operations/{quote(operation_id, safe='')}/events"
     last_seq = 0
