@@ -30,8 +30,7 @@ from waitbound.cli._common import (
     http_settings,
     opened_store,
 )
-from waitbound.cli._params import STORED_TEXT, duration
-from waitbound.cli._worker import credentials
+from waitbound.cli._worker import DRIVE_OPTIONS, credentials
 
 if TYPE_CHECKING:
     from waitbound.web._config import ServeConfig
@@ -217,38 +216,7 @@ def _token(path: Path) -> str:
 )
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), help=TOKEN_FILE_HELP)
 @click.option("--no-worker", is_flag=True, help="Serve only; leave the operations to workers.")
-@click.option("--concurrency", type=click.IntRange(1, 10_000), default=16, show_default=True)
-@click.option("--lease", callback=duration, default="30s", show_default=True)
-@click.option(
-    "--per-origin-concurrency", type=click.IntRange(1, 10_000), default=8, show_default=True
-)
-@click.option(
-    "--per-origin-rate",
-    type=click.FloatRange(min=0.001),
-    default=20.0,
-    show_default=True,
-    help="Requests per second to one origin (per worker).",
-)
-@click.option(
-    "--header-for",
-    "header_for",
-    nargs=2,
-    multiple=True,
-    metavar="ORIGIN 'NAME: VALUE'",
-    help="A header for one origin (scheme://host[:port]) only (repeatable); never stored.",
-)
-@click.option(
-    "--credentials",
-    "credentials_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="TOML file of [[credentials]] origin = …, headers = {…} (${ENV} expanded).",
-)
-@click.option(
-    "--label-prefix",
-    type=STORED_TEXT,
-    default="",
-    help="Drive only operations whose label starts with this.",
-)
+@DRIVE_OPTIONS
 @MAX_RESPONSE_OPTION
 def serve_command(  # noqa: PLR0917 - click passes every option
     host: str,

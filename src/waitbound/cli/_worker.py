@@ -22,13 +22,14 @@ from waitbound.cli._common import (
     Progress,
     http_settings,
     opened_store,
+    options,
     store_failed,
 )
 from waitbound.cli._credentials import OriginCredentials, from_flags, load_credentials
 from waitbound.cli._params import STORED_TEXT, duration
 from waitbound.cli._render import worker_summary_lines
 
-__all__ = ["worker"]
+__all__ = ["DRIVE_OPTIONS", "worker"]
 
 
 def credentials(
@@ -45,6 +46,43 @@ def credentials(
     return found
 
 
+DRIVE_OPTIONS = options(
+    click.option("--concurrency", type=click.IntRange(1, 10_000), default=16, show_default=True),
+    click.option("--lease", callback=duration, default="30s", show_default=True),
+    click.option(
+        "--per-origin-concurrency", type=click.IntRange(1, 10_000), default=8, show_default=True
+    ),
+    click.option(
+        "--per-origin-rate",
+        type=click.FloatRange(min=0.001),
+        default=20.0,
+        show_default=True,
+        help="Requests per second to one origin (per worker).",
+    ),
+    click.option(
+        "--header-for",
+        "header_for",
+        nargs=2,
+        multiple=True,
+        metavar="ORIGIN 'NAME: VALUE'",
+        help="A header for one origin (scheme://host[:port]) only (repeatable); never stored.",
+    ),
+    click.option(
+        "--credentials",
+        "credentials_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="TOML file of [[credentials]] origin = …, headers = {…} (${ENV} expanded).",
+    ),
+    click.option(
+        "--label-prefix",
+        type=STORED_TEXT,
+        default="",
+        help="Drive only operations whose label starts with this.",
+    ),
+)
+"""The flags of the worker's driving, shared by ``waitbound worker`` and ``serve``."""
+
+
 @click.command(
     help="Drive every due operation in the store; many workers may share one store.\n\n"
     "Each operation is owned by one worker at a time (a lease held only while deciding "
@@ -58,40 +96,9 @@ def credentials(
     + EXIT_CODES_HELP
 )
 @click.option("--store", help=STORE_HELP)
-@click.option("--concurrency", type=click.IntRange(1, 10_000), default=16, show_default=True)
 @click.option("--until-idle", is_flag=True, help="Exit 0 once no operation is waiting.")
-@click.option("--lease", callback=duration, default="30s", show_default=True)
-@click.option(
-    "--per-origin-concurrency", type=click.IntRange(1, 10_000), default=8, show_default=True
-)
-@click.option(
-    "--per-origin-rate",
-    type=click.FloatRange(min=0.001),
-    default=20.0,
-    show_default=True,
-    help="Requests per second to one origin (per worker).",
-)
-@click.option(
-    "--header-for",
-    "header_for",
-    nargs=2,
-    multiple=True,
-    metavar="ORIGIN 'NAME: VALUE'",
-    help="A header for one origin (scheme://host[:port]) only (repeatable); never stored.",
-)
-@click.option(
-    "--credentials",
-    "credentials_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="TOML file of [[credentials]] origin = …, headers = {…} (${ENV} expanded).",
-)
+@DRIVE_OPTIONS
 @click.option("--header", "headers", multiple=True, hidden=True)
-@click.option(
-    "--label-prefix",
-    type=STORED_TEXT,
-    default="",
-    help="Drive only operations whose label starts with this.",
-)
 @click.option("--json", "as_json", is_flag=True, help="Print the exit summary as one JSON object.")
 @click.option("--progress/--quiet", default=None, help="Story lines on stderr.")
 @MAX_RESPONSE_OPTION

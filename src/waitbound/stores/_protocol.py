@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from waitbound._audit import AuditEvent, StoredAuditEvent, head_is_authentic, head_mac, seal_all
 from waitbound._errors import StoreError
@@ -22,6 +22,8 @@ __all__ = [
     "audit_rows",
     "claimed",
     "cursor_of",
+    "delivery_of",
+    "outbox_entry_of",
     "encode_json",
     "webhook_key",
     "decode_record",
@@ -209,6 +211,59 @@ def webhook_key(record: Record) -> tuple[str, str] | None:
     if record.push.webhook is None or record.job_id is None:
         return None
     return (record.push.webhook, record.job_id)
+
+
+def delivery_of(row: Sequence[Any], instant: Callable[[Any], datetime]) -> InboundDelivery:
+    """An ``inbox`` row (provider, webhook_id, received_at, job_id, event_type,
+    authoritative, payload, operation_id, applied_at) as a delivery; *instant* reads the
+    store's stored instants."""
+    provider, webhook_id, received_at, job_id, event_type, authoritative, payload, op, applied = row
+    return InboundDelivery(
+        provider=provider,
+        webhook_id=webhook_id,
+        received_at=instant(received_at),
+        job_id=job_id,
+        event_type=event_type,
+        authoritative=bool(authoritative),
+        payload=json.loads(payload),
+        operation_id=op,
+        applied_at=None if applied is None else instant(applied),
+    )
+
+
+def outbox_entry_of(row: Sequence[Any], instant: Callable[[Any], datetime]) -> OutboxEntry:
+    """An ``outbox`` row (delivery_id, operation_id, channel, target, payload, created_at,
+    next_attempt_at, status, attempts, delivered_at, last_error, replay_of, lease_owner,
+    lease_expires_at) as an entry; *instant* reads the store's stored instants.
+
+    Raises:
+        ValueError: the stored payload is not a JSON object.
+    """
+    delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at = row[:7]
+    status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at = row[7:]
+    decoded = json.loads(payload)
+    if not isinstance(decoded, dict):
+        raise ValueError(f"outbox entry {delivery_id!r}: its payload is not a JSON object")
+
+    def maybe(value: Any) -> datetime | None:
+        return None if value is None else instant(value)
+
+    return OutboxEntry(
+        delivery_id=delivery_id,
+        operation_id=operation_id,
+        channel=Channel(channel),
+        target=target,
+        payload=decoded,
+        created_at=instant(created_at),
+        next_attempt_at=instant(next_attempt_at),
+        status=OutboxStatus(status),
+        attempts=int(attempts),
+        delivered_at=maybe(delivered_at),
+        last_error=last_error,
+        replay_of=replay_of,
+        lease_owner=lease_owner,
+        lease_expires_at=maybe(lease_expires_at),
+    )
 
 
 def encode_json(value: object) -> str:

@@ -44,8 +44,10 @@ from waitbound.stores._protocol import (
     audit_rows,
     claimed,
     decode_record,
+    delivery_of,
     encode_json,
     encode_record,
+    outbox_entry_of,
     webhook_key,
 )
 
@@ -516,7 +518,7 @@ class PostgresStore:
         """See :meth:`Store.pending_deliveries`."""
         with self._transaction() as conn:
             rows = conn.execute(self._sql["pending_deliveries"], (limit,)).fetchall()
-        return [_delivery(row) for row in rows]
+        return [delivery_of(row, utc) for row in rows]
 
     def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> bool:
         """See :meth:`Store.mark_applied`."""
@@ -532,7 +534,7 @@ class PostgresStore:
             rows = conn.execute(
                 self._sql["inbox"], (provider, provider, operation_id, operation_id, limit)
             ).fetchall()
-        return [_delivery(row) for row in rows]
+        return [delivery_of(row, utc) for row in rows]
 
     def claim_outbox(
         self,
@@ -558,7 +560,7 @@ class PostgresStore:
             query, args = "claim_outbox_of", (*args, now, now, operation_id)
         with self._transaction() as conn:
             rows = conn.execute(self._sql[query], (*args, limit, owner, until)).fetchall()
-        taken = [_entry(row) for row in rows]
+        taken = [outbox_entry_of(row, utc) for row in rows]
         return sorted(taken, key=lambda e: (e.next_attempt_at, e.delivery_id))
 
     def settle_outbox(self, entry: OutboxEntry) -> bool:
@@ -600,13 +602,13 @@ class PostgresStore:
             rows = conn.execute(
                 self._sql["outbox"], (operation_id, operation_id, wanted, wanted, limit)
             ).fetchall()
-        return [_entry(row) for row in rows]
+        return [outbox_entry_of(row, utc) for row in rows]
 
     def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
         """See :meth:`Store.get_outbox`."""
         with self._transaction() as conn:
             row = conn.execute(self._sql["get_outbox"], (delivery_id,)).fetchone()
-        return _entry(row) if row else None
+        return outbox_entry_of(row, utc) if row else None
 
     def audit_after(
         self, cursor: AuditCursor | None, *, label_prefix: str = "", limit: int = 500
@@ -826,51 +828,6 @@ def _outbox_row(e: OutboxEntry) -> tuple[object, ...]:
         e.replay_of,
         e.lease_owner,
         e.lease_expires_at,
-    )
-
-
-def _maybe_utc(value: datetime | None) -> datetime | None:
-    return utc(value) if value is not None else None
-
-
-def _delivery(row: Any) -> InboundDelivery:
-    """An ``inbox`` row (:data:`_INBOX_COLUMNS`) as a delivery."""
-    provider, webhook_id, received_at, job_id, event_type, authoritative, payload, op, applied = row
-    return InboundDelivery(
-        provider=provider,
-        webhook_id=webhook_id,
-        received_at=utc(received_at),
-        job_id=job_id,
-        event_type=event_type,
-        authoritative=bool(authoritative),
-        payload=json.loads(payload),
-        operation_id=op,
-        applied_at=_maybe_utc(applied),
-    )
-
-
-def _entry(row: Any) -> OutboxEntry:
-    """An ``outbox`` row (:data:`_OUTBOX_COLUMNS`) as an entry."""
-    delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at = row[:7]
-    status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at = row[7:]
-    decoded = json.loads(payload)
-    if not isinstance(decoded, dict):
-        raise ValueError(f"outbox entry {delivery_id!r}: its payload is not a JSON object")
-    return OutboxEntry(
-        delivery_id=delivery_id,
-        operation_id=operation_id,
-        channel=Channel(channel),
-        target=target,
-        payload=decoded,
-        created_at=utc(created_at),
-        next_attempt_at=utc(next_attempt_at),
-        status=OutboxStatus(status),
-        attempts=int(attempts),
-        delivered_at=_maybe_utc(delivered_at),
-        last_error=last_error,
-        replay_of=replay_of,
-        lease_owner=lease_owner,
-        lease_expires_at=_maybe_utc(lease_expires_at),
     )
 
 

@@ -37,8 +37,10 @@ from waitbound.stores._protocol import (
     audit_rows,
     claimed,
     decode_record,
+    delivery_of,
     encode_json,
     encode_record,
+    outbox_entry_of,
     webhook_key,
 )
 
@@ -501,7 +503,7 @@ class SQLiteStore:
                 " ORDER BY received_at, webhook_id LIMIT ?",
                 (limit,),
             ).fetchall()
-            return [_delivery(row) for row in rows]
+            return [delivery_of(row, _moment) for row in rows]
 
     def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> bool:
         """See :meth:`Store.mark_applied`."""
@@ -524,7 +526,7 @@ class SQLiteStore:
                 " ORDER BY received_at DESC, webhook_id DESC, provider DESC LIMIT ?",
                 (*args, limit),
             ).fetchall()
-            return [_delivery(row) for row in rows]
+            return [delivery_of(row, _moment) for row in rows]
 
     def claim_outbox(
         self,
@@ -560,7 +562,8 @@ class SQLiteStore:
                 ),
             ).fetchall()
             taken = [
-                replace(_entry(row), lease_owner=owner, lease_expires_at=until) for row in rows
+                replace(outbox_entry_of(row, _moment), lease_owner=owner, lease_expires_at=until)
+                for row in rows
             ]
             db.executemany(
                 "UPDATE outbox SET lease_owner = ?, lease_expires_at = ? WHERE delivery_id = ?",
@@ -612,7 +615,7 @@ class SQLiteStore:
                 " ORDER BY created_at DESC, delivery_id DESC LIMIT ?",
                 (*args, limit),
             ).fetchall()
-            return [_entry(row) for row in rows]
+            return [outbox_entry_of(row, _moment) for row in rows]
 
     def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
         """See :meth:`Store.get_outbox`."""
@@ -620,7 +623,7 @@ class SQLiteStore:
             row = self._db.execute(
                 f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE delivery_id = ?", (delivery_id,)
             ).fetchone()
-            return _entry(row) if row else None
+            return outbox_entry_of(row, _moment) if row else None
 
     def audit_after(
         self, cursor: AuditCursor | None, *, label_prefix: str = "", limit: int = 500
@@ -701,10 +704,6 @@ def _moment(text: str) -> datetime:
     return utc(datetime.fromisoformat(text))
 
 
-def _maybe_moment(text: str | None) -> datetime | None:
-    return _moment(text) if text is not None else None
-
-
 def _push_writes(db: sqlite3.Connection, stored: Record) -> None:
     """The push path's part of a record write (see ``Store``), in its transaction.
 
@@ -775,47 +774,6 @@ _OUTBOX_COLUMNS: Final = (
     "delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at,"
     " status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at"
 )
-
-
-def _delivery(row: Any) -> InboundDelivery:
-    """An ``inbox`` row (:data:`_INBOX_COLUMNS`) as a delivery."""
-    provider, webhook_id, received_at, job_id, event_type, authoritative, payload, op, applied = row
-    return InboundDelivery(
-        provider=provider,
-        webhook_id=webhook_id,
-        received_at=_moment(received_at),
-        job_id=job_id,
-        event_type=event_type,
-        authoritative=bool(authoritative),
-        payload=json.loads(payload),
-        operation_id=op,
-        applied_at=_maybe_moment(applied),
-    )
-
-
-def _entry(row: Any) -> OutboxEntry:
-    """An ``outbox`` row (:data:`_OUTBOX_COLUMNS`) as an entry."""
-    delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at = row[:7]
-    status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at = row[7:]
-    decoded = json.loads(payload)
-    if not isinstance(decoded, dict):
-        raise ValueError(f"outbox entry {delivery_id!r}: its payload is not a JSON object")
-    return OutboxEntry(
-        delivery_id=delivery_id,
-        operation_id=operation_id,
-        channel=Channel(channel),
-        target=target,
-        payload=decoded,
-        created_at=_moment(created_at),
-        next_attempt_at=_moment(next_attempt_at),
-        status=OutboxStatus(status),
-        attempts=int(attempts),
-        delivered_at=_maybe_moment(delivered_at),
-        last_error=last_error,
-        replay_of=replay_of,
-        lease_owner=lease_owner,
-        lease_expires_at=_maybe_moment(lease_expires_at),
-    )
 
 
 def _audit_event(operation_id: str, row: Any) -> StoredAuditEvent:
