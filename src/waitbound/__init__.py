@@ -41,17 +41,11 @@ from waitbound._delivery import deliver_due, deliver_due_async
 from waitbound._errors import (
     ConflictError,
     DecisionConflictError,
-    EscalatedError,
-    JobFailedError,
     OperationNotFoundError,
-    OutcomeError,
     ProfileError,
     ScenarioError,
     SchemaVersionError,
-    StillWaitingError,
-    StoppedWaitingError,
     StoreError,
-    TimedOutError,
     UsageError,
     WaitboundError,
 )
@@ -68,7 +62,17 @@ from waitbound._observation import Observation
 from waitbound._operation import Operation, Submission, new_operation_id
 from waitbound._options import Option, option_costs
 from waitbound._outbox import Completion, replay_delivery
-from waitbound._outcome import Outcome, OutcomeKind, Reason
+from waitbound._outcome import (
+    EscalatedError,
+    JobFailedError,
+    Outcome,
+    OutcomeError,
+    OutcomeKind,
+    Reason,
+    StillWaitingError,
+    StoppedWaitingError,
+    TimedOutError,
+)
 from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._push import Channel, OutboxEntry, OutboxStatus
 from waitbound._record import Decision, DecisionRequest, Grants, Phase, Policy, Record

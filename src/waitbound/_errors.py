@@ -18,30 +18,20 @@
         ├── OperationNotFoundError   no operation with that id  (also a UsageError)
         └── SchemaVersionError       the store was written by a newer waitbound
 
-Errors carry structured fields, so no caller has to parse a message.
+The ``OutcomeError`` branch lives with the outcome it carries (``waitbound._outcome``);
+the others are here. Errors carry structured fields, so no caller has to parse a message.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from waitbound._outcome import Outcome
-
 __all__ = [
     "ConflictError",
     "DecisionConflictError",
-    "EscalatedError",
-    "JobFailedError",
     "OperationNotFoundError",
-    "OutcomeError",
     "ProfileError",
     "ScenarioError",
     "SchemaVersionError",
-    "StillWaitingError",
-    "StoppedWaitingError",
     "StoreError",
-    "TimedOutError",
     "UsageError",
     "WaitboundError",
 ]
@@ -49,53 +39,6 @@ __all__ = [
 
 class WaitboundError(Exception):
     """Root of every error waitbound raises on purpose."""
-
-
-class OutcomeError(WaitboundError):
-    """The operation reached an outcome other than ``succeeded``.
-
-    Attributes:
-        outcome: the full :class:`~waitbound.Outcome` (operation id, reason,
-            provider state, job id, budgets used, last HTTP status, error).
-    """
-
-    def __init__(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-        detail = f" ({outcome.reason})" if outcome.reason else ""
-        super().__init__(
-            f"operation {outcome.operation_id}: {outcome.outcome or 'still waiting'}{detail}"
-            + (f"; job {outcome.job_id}" if outcome.job_id else "")
-        )
-
-    @property
-    def operation_id(self) -> str:
-        """Our id of the operation."""
-        return self.outcome.operation_id
-
-    @property
-    def reason(self) -> str | None:
-        """The machine-readable reason, or ``None`` when the outcome needs none."""
-        return self.outcome.reason
-
-
-class JobFailedError(OutcomeError):
-    """The provider reported a terminal state that is not a full success."""
-
-
-class StoppedWaitingError(OutcomeError):
-    """We stopped waiting without a terminal answer; the job id is kept."""
-
-
-class TimedOutError(StoppedWaitingError):
-    """The deadline passed (reason ``deadline_exceeded``); the job may still run."""
-
-
-class EscalatedError(StoppedWaitingError):
-    """The wait stopped and asks for a decision; ``reason`` says why."""
-
-
-class StillWaitingError(OutcomeError):
-    """The operation has no outcome yet: the job is NOT known to be complete."""
 
 
 class UsageError(WaitboundError, ValueError):

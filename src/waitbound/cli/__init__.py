@@ -14,12 +14,12 @@ from collections.abc import Sequence
 import click
 
 from waitbound._errors import (
-    OutcomeError,
     SchemaVersionError,
     StoreError,
     UsageError,
     WaitboundError,
 )
+from waitbound._outcome import OutcomeError
 from waitbound.cli._app import cli
 from waitbound.cli._common import (
     EXIT_INTERRUPTED,

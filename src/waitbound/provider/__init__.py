@@ -21,7 +21,6 @@ from waitbound.provider._app import (
     JobNotFoundError,
     Progress,
     ProviderApp,
-    ProviderSettings,
     Runner,
 )
 from waitbound.provider._bodies import JobUrls, job_body
@@ -36,6 +35,7 @@ from waitbound.provider._job import (
     fingerprint,
 )
 from waitbound.provider._openapi import openapi_document
+from waitbound.provider._settings import ProviderSettings
 from waitbound.provider._store import JobStore, MemoryJobStore, SQLiteJobStore
 
 __all__ = [

@@ -15,7 +15,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Final, Protocol
@@ -31,6 +31,7 @@ from starlette.types import Receive, Scope, Send
 
 from waitbound._json import JSON
 from waitbound.provider._bodies import JobUrls, error_body, job_body, retry_after
+from waitbound.provider._events import job_events
 from waitbound.provider._job import (
     Job,
     JobCompletedWithErrors,
@@ -39,6 +40,7 @@ from waitbound.provider._job import (
     fingerprint,
 )
 from waitbound.provider._openapi import openapi_document
+from waitbound.provider._settings import ProviderSettings
 from waitbound.provider._store import JobStore, MemoryJobStore
 from waitbound.provider._webhooks import deliver_completion
 
@@ -47,7 +49,6 @@ __all__ = [
     "JobNotFoundError",
     "Progress",
     "ProviderApp",
-    "ProviderSettings",
     "Runner",
 ]
 
@@ -90,38 +91,6 @@ class JobNotCancelableError(Exception):
             else "it is in a phase that cannot be interrupted"
         )
         super().__init__(f"job {job.job_id} cannot be canceled: {reason}")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProviderSettings:
-    """How the endpoints answer.
-
-    Attributes:
-        poll_after_s: the minimum wait agents are told before the next status call
-            (``poll_after_seconds``, ``Retry-After``), in seconds.
-        estimate_s: the expected duration of a job from its request body, in seconds
-            (``estimated_duration_seconds``); ``None`` when unknown.
-        inline_result_max_bytes: a result whose JSON is larger is served only at
-            ``result_url``.
-        errors_limit: the page size ``errors_url`` names (at most 1000).
-        webhook_secret: the Standard Webhooks secret (``whsec_…``) that signs completion
-            webhooks; ``None`` sends none.
-        notify_url_field: the start body's key naming a job's webhook URL.
-        webhook_timeout_s: the whole timeout of one webhook POST, in seconds.
-        webhook_retry_delays_s: the waits before the 2nd, 3rd… delivery attempt, in
-            seconds (a 2xx answer ends them).
-        events_interval_s: how often the SSE stream looks at the job, in seconds.
-    """
-
-    poll_after_s: float = 2.0
-    estimate_s: Callable[[JSON], float | None] | None = None
-    inline_result_max_bytes: int = 16_384
-    errors_limit: int = 100
-    webhook_secret: str | None = None
-    notify_url_field: str = "notify_url"
-    webhook_timeout_s: float = 10.0
-    webhook_retry_delays_s: tuple[float, ...] = (1.0, 5.0, 30.0)
-    events_interval_s: float = 0.5
 
 
 class _Reporter:
@@ -508,13 +477,13 @@ class ProviderApp:
         return self._answer(request, ended)
 
     async def _events(self, request: Request) -> Response:
-        from waitbound.provider._events import job_events
-
         job = self._find(request)
         if isinstance(job, Response):
             return job
         urls = self._urls(request, job.job_id)
-        return job_events(self, job.job_id, urls)
+        return job_events(
+            self.store, self.body_of, job.job_id, urls, interval_s=self.settings.events_interval_s
+        )
 
     async def _openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())

@@ -9,38 +9,45 @@ every ``events_interval_s`` seconds.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from waitbound._json import JSON
 from waitbound.provider._bodies import JobUrls
-
-if TYPE_CHECKING:
-    from waitbound.provider._app import ProviderApp
+from waitbound.provider._job import Job
+from waitbound.provider._store import JobStore
 
 __all__ = ["job_events"]
 
 
-def job_events(app: ProviderApp, job_id: str, urls: JobUrls) -> EventSourceResponse:
-    """The event stream of *job_id* (which exists)."""
+def job_events(
+    store: JobStore,
+    body_of: Callable[[Job, JobUrls], JSON],
+    job_id: str,
+    urls: JobUrls,
+    *,
+    interval_s: float,
+) -> EventSourceResponse:
+    """The event stream of *job_id* (which exists in *store*): each change's status body
+    (``body_of``), the store read every *interval_s* seconds."""
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         last: tuple[object, ...] | None = None
         while True:
-            job = app.store.get(job_id)
+            job = store.get(job_id)
             if job is None:
                 return
             seen = (job.status, job.progress_percent, job.cancelable, job.updated_at)
             if job.done:
-                data = json.dumps(app.body_of(job, urls), separators=(",", ":"))
+                data = json.dumps(body_of(job, urls), separators=(",", ":"))
                 yield ServerSentEvent(data=data, event="end")
                 return
             if seen != last:
                 last = seen
-                data = json.dumps(app.body_of(job, urls), separators=(",", ":"))
+                data = json.dumps(body_of(job, urls), separators=(",", ":"))
                 yield ServerSentEvent(data=data, event="status")
-            await anyio.sleep(app.settings.events_interval_s)
+            await anyio.sleep(interval_s)
 
     return EventSourceResponse(stream(), headers={"Cache-Control": "no-store"})

@@ -16,16 +16,13 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import anyio
 import httpx
 
 from waitbound._json import JSON
 from waitbound._outbox import webhook_signer
-
-if TYPE_CHECKING:
-    from waitbound.provider._app import ProviderSettings
+from waitbound.provider._settings import ProviderSettings
 
 __all__ = ["deliver_completion"]
 
