@@ -447,9 +447,9 @@ def send_sync(
     finished by then, the timeout observation is returned at once and the exchange is
     abandoned: its thread stops at its next hop or body chunk and closes the response.
     A thread blocked inside one read (a server trickling its headers) stays blocked
-    until that read ends; with a caller-supplied *client* an abandoned request's
-    connection may stay open until the server ends it or the client is closed, but the
-    wait itself returns on time. *clock* keeps the elapsed-time bookkeeping (a fake
+    until that read ends (each read is bounded by the time that was left, in seconds);
+    meanwhile its connection stays out of the client's pool (the caller's, or the
+    shared one), but the wait itself returns on time. *clock* keeps the elapsed-time bookkeeping (a fake
     clock in tests); the join is the real-time bound.
 
     Args:
