@@ -39,7 +39,7 @@ from waitbound._outbox import OnComplete
 from waitbound._record import Phase, Record
 from waitbound._urls import origin
 from waitbound.stores import Store
-from waitbound.transports import HttpSettings, new_async_client, worker_limits
+from waitbound.transports import HttpSettings, new_async_client
 
 __all__ = ["WorkerSettings", "work"]
 
@@ -187,8 +187,8 @@ async def work(
     finished = anyio.Event()
     steps = 0
     own_client = client is None
-    # Its own pool, sized so every slot keeps its connection alive between steps.
-    http_client = client or new_async_client(worker_limits(settings.concurrency))
+    # Its own connections, sized so every slot keeps one alive between steps.
+    http_client = client or new_async_client(settings.concurrency)
     outbox = _Deliveries(
         kit.store, kit.clock, kit.rng, owner, report, on_complete=on_complete, secret=notify_secret
     )

@@ -32,7 +32,13 @@ from waitbound import (
     work,
 )
 from waitbound.sim import Simulator, parse_scenario
-from waitbound.transports import _clients, shared_client, worker_limits
+from waitbound.transports import (
+    ShardedTransport,
+    _clients,
+    new_async_client,
+    shared_client,
+    worker_limits,
+)
 
 PROFILE = parse_profile({"state": "status", "pending": ["running"], "succeeded": ["done"]})
 DONE = {"code": 200, "body": {"status": "done"}}
@@ -250,9 +256,13 @@ def test_async_callers_client_is_never_closed(built: Built) -> None:
     assert _clients._shared.loops == {}
 
 
-def test_worker_client_keeps_a_connection_per_slot(built: Built) -> None:
-    """``work`` builds its own client with a pool of one kept-alive connection per slot,
-    and closes it when it returns."""
+def test_worker_client_keeps_a_connection_per_slot(
+    built: Built, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``work`` builds its own client, its connections split in shards for its slots
+    (one kept alive per slot), and closes it when it returns."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
     store = MemoryStore()
     with _sim(DONE) as sim:
         start(_op(sim), store=store)
@@ -260,11 +270,23 @@ def test_worker_client_keeps_a_connection_per_slot(built: Built) -> None:
             lambda: work(store, settings=WorkerSettings(concurrency=24, until_idle=True))
         )
     assert steps >= 1
-    limits = [kw["limits"] for kw in built.kwargs if "limits" in kw]
-    assert limits == [worker_limits(24)]
-    assert limits[0].max_keepalive_connections == 24
-    assert limits[0].max_connections == 24
+    transports = [kw["transport"] for kw in built.kwargs if "transport" in kw]
+    assert len(transports) == 1
+    assert isinstance(transports[0], ShardedTransport)
+    assert transports[0].max_shards * transports[0].shard_size == 24
     assert all(client.is_closed for client in built.async_)
+
+
+def test_behind_a_proxy_httpx_handles_the_connections(
+    built: Built, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a proxy in the environment, an async client is httpx's own (it reads the
+    proxy variables), sized by ``worker_limits``."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.test:3128")
+    client = new_async_client(12)
+    assert "transport" not in built.kwargs[-1]
+    assert built.kwargs[-1]["limits"] == worker_limits(12)
+    anyio.run(client.aclose)
 
 
 def test_worker_limits_refuse_no_slots() -> None:

@@ -10,9 +10,11 @@ from waitbound.transports._clients import (
     worker_limits,
 )
 from waitbound.transports._http import HttpSettings, send_async, send_sync
+from waitbound.transports._pool import ShardedTransport
 
 __all__ = [
     "HttpSettings",
+    "ShardedTransport",
     "borrow_async_client",
     "borrow_client",
     "new_async_client",

@@ -18,7 +18,8 @@ and a fresh client reuses no connection. The rules:
 - a client the caller passes is used as given and never closed by waitbound.
 
 Every client waitbound builds speaks HTTP/1.1 only (no HTTP/2), keeps connections alive
-per origin (httpx's connection pool), never follows redirects itself (waitbound follows
+per origin (httpx's connection pool; an async client's split in small shards,
+``transports._pool``), never follows redirects itself (waitbound follows
 same-origin redirects within the request budget, ``transports._http``), and keeps
 httpx's ``trust_env=True``: the proxy variables (``HTTPS_PROXY``, ``NO_PROXY``) and
 ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` are honoured. Those are read once, when a client is
@@ -31,6 +32,7 @@ import asyncio
 import atexit
 import os
 import threading
+import urllib.request
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Final
@@ -38,7 +40,10 @@ from typing import Final
 import httpx
 from sniffio import AsyncLibraryNotFoundError, current_async_library
 
+from waitbound.transports._pool import ShardedTransport
+
 __all__ = [
+    "DEFAULT_CONCURRENCY",
     "KEEPALIVE_EXPIRY_S",
     "borrow_async_client",
     "borrow_client",
@@ -54,7 +59,7 @@ common servers' idle timeouts, so a connection is rarely closed under a new requ
 
 
 def worker_limits(concurrency: int) -> httpx.Limits:
-    """The connection pool of a client driving *concurrency* requests at once.
+    """The connection pool of a client sending *concurrency* requests at once.
 
     Every request in flight may have its own connection and every one of them stays
     alive when idle (httpx's default keeps only 20, so a worker with more slots would
@@ -72,19 +77,46 @@ def worker_limits(concurrency: int) -> httpx.Limits:
     )
 
 
-_DEFAULT_LIMITS: Final = httpx.Limits(
-    max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_EXPIRY_S
-)
+DEFAULT_CONCURRENCY: Final = 100
+"""Requests in flight at once through a client built for no stated concurrency (the
+shared ones): httpx's own default ``max_connections``."""
 
 
-def new_client(limits: httpx.Limits = _DEFAULT_LIMITS) -> httpx.Client:
+def new_client() -> httpx.Client:
     """A blocking client with waitbound's settings (see the module docstring)."""
-    return httpx.Client(follow_redirects=False, http1=True, http2=False, limits=limits)
+    return httpx.Client(
+        follow_redirects=False,
+        http1=True,
+        http2=False,
+        limits=httpx.Limits(
+            max_connections=DEFAULT_CONCURRENCY,
+            max_keepalive_connections=20,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
+        ),
+    )
 
 
-def new_async_client(limits: httpx.Limits = _DEFAULT_LIMITS) -> httpx.AsyncClient:
-    """An async client with waitbound's settings (see the module docstring)."""
-    return httpx.AsyncClient(follow_redirects=False, http1=True, http2=False, limits=limits)
+def new_async_client(concurrency: int = DEFAULT_CONCURRENCY) -> httpx.AsyncClient:
+    """An async client with waitbound's settings, for *concurrency* requests at once.
+
+    Its connections are kept in small pools (``ShardedTransport``: httpcore's one pool
+    costs O(connections) per request), at most *concurrency* in flight. When the
+    environment names a proxy (``HTTPS_PROXY`` and the like, read by
+    ``urllib.request.getproxies`` as httpx does), httpx's own transport and proxy
+    handling are used instead, with :func:`worker_limits` (a client given its own
+    transport would ignore the proxy variables).
+
+    Raises:
+        ValueError: *concurrency* is below 1.
+    """
+    if urllib.request.getproxies():
+        return httpx.AsyncClient(
+            follow_redirects=False, http1=True, http2=False, limits=worker_limits(concurrency)
+        )
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    transport = ShardedTransport(max_connections=concurrency, keepalive_expiry_s=KEEPALIVE_EXPIRY_S)
+    return httpx.AsyncClient(follow_redirects=False, transport=transport)
 
 
 @dataclass(slots=True)

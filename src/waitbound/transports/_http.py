@@ -449,8 +449,8 @@ def send_sync(
     A thread blocked inside one read (a server trickling its headers) stays blocked
     until that read ends (each read is bounded by the time that was left, in seconds);
     meanwhile its connection stays out of the client's pool (the caller's, or the
-    shared one), but the wait itself returns on time. *clock* keeps the elapsed-time bookkeeping (a fake
-    clock in tests); the join is the real-time bound.
+    shared one), but the wait itself returns on time. *clock* keeps the elapsed-time
+    bookkeeping (a fake clock in tests); the join is the real-time bound.
 
     Args:
         client: sends the request; its own ``follow_redirects`` is overridden (never).
