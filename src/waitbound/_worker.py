@@ -155,7 +155,9 @@ async def work(
         settings: concurrency, lease and per-origin limits.
         headers: sent to each operation's own origin only (see ``Record.trusts``): one
             mapping for all, or a function of the record giving each its own.
-        client, clock, sleep, rng, on_event, http: as in :func:`waitbound.wait`.
+        client, clock, sleep, rng, on_event, http: as in :func:`waitbound.wait`, except
+            that ``client=None`` builds the worker's own, for ``settings.concurrency``
+            requests at once, closed when this returns.
         on_error: called with an operation id and the exception when a step could not
             be taken (the store failed); the worker goes on with the other operations.
             ``None`` logs a warning on the ``waitbound.worker`` logger. A failure of the
