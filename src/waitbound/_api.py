@@ -168,7 +168,9 @@ def wait(
             SQLite store (``$WAITBOUND_STORE`` or the user's state directory).
         headers: sent with every request to the origin of the status URL (e.g.
             ``Authorization``); never stored.
-        client: an ``httpx.Client`` to send with; ``None`` makes one.
+        client: an ``httpx.Client`` to send with, used as given and never closed here;
+            ``None`` borrows the process's shared client (``wait_async``: the running
+            event loop's), built once and kept (see ``docs/waiting.md``).
         clock, sleep, rng: time, sleeping (seconds) and jitter, injectable for tests.
         on_event: called with each audit event once it is persisted.
         http: body cap, redirects and connect timeout.

@@ -44,7 +44,13 @@ from waitbound._operation import Submission
 from waitbound._record import Record
 from waitbound._secrets import credential_values
 from waitbound.stores import Store, open_store
-from waitbound.transports import HttpSettings, send_async, send_sync
+from waitbound.transports import (
+    HttpSettings,
+    borrow_async_client,
+    borrow_client,
+    send_async,
+    send_sync,
+)
 
 __all__ = [
     "Credentials",
@@ -321,8 +327,12 @@ def run_sync_effects(
     sleep: Callable[[float], None],
     http: HttpSettings,
 ) -> Record:
-    """Carry out the loop's effects with a blocking client and ``sleep``."""
-    http_client = client or httpx.Client(follow_redirects=False)
+    """Carry out the loop's effects with a blocking client and ``sleep``.
+
+    *client* ``None``: the process's shared client (``transports.shared_client``).
+    Neither is closed here.
+    """
+    http_client = borrow_client(client)
     try:
         effect = next(loop)
         while True:
@@ -349,9 +359,6 @@ def run_sync_effects(
     except StopIteration as stop:
         record: Record = stop.value
         return record
-    finally:
-        if client is None:
-            http_client.close()
 
 
 async def run_async_effects(
@@ -363,8 +370,12 @@ async def run_async_effects(
     sleep: Callable[[float], Awaitable[object]],
     http: HttpSettings,
 ) -> Record:
-    """Carry out the loop's effects with an async client and an async ``sleep``."""
-    http_client = client or httpx.AsyncClient(follow_redirects=False)
+    """Carry out the loop's effects with an async client and an async ``sleep``.
+
+    *client* ``None``: the running event loop's shared client (a client of this call's
+    own, closed after, where the loop cannot be identified). *client* is never closed.
+    """
+    http_client, own_client = await borrow_async_client(client)
     try:
         effect = next(loop)
         while True:
@@ -392,7 +403,7 @@ async def run_async_effects(
         record: Record = stop.value
         return record
     finally:
-        if client is None:
+        if own_client:
             await http_client.aclose()
 
 

@@ -10,6 +10,7 @@ waitbound.)
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 from urllib.parse import urlsplit
@@ -50,8 +51,10 @@ def _parsed(url: str) -> httpx.URL:
     return parsed
 
 
+@functools.lru_cache(maxsize=1024)
 def checked_url(url: str) -> str:
-    """Return *url* when waitbound and httpx can both use it.
+    """Return *url* when waitbound and httpx can both use it (memoized: the same few
+    URLs are checked on every step).
 
     The rules: httpx parses it (no control characters, CR/LF or spaces in the host, a
     valid IDNA host, ...); it is absolute ``http`` or ``https``; it has a host made of
@@ -94,8 +97,10 @@ def resolve(base: str, url: str) -> str:
     return checked_url(str(joined))
 
 
+@functools.lru_cache(maxsize=1024)
 def origin(url: str) -> tuple[str, str | None, int | None]:
-    """The origin (scheme, host, port) of an http(s) URL, as httpx sees it.
+    """The origin (scheme, host, port) of an http(s) URL, as httpx sees it (memoized:
+    every request asks it of the same few URLs).
 
     The host is lower-case in IDNA (``xn--``) form, IPv6 without brackets; the port is
     defaulted (80 for http, 443 for https).

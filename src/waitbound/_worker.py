@@ -39,7 +39,7 @@ from waitbound._outbox import OnComplete
 from waitbound._record import Phase, Record
 from waitbound._urls import origin
 from waitbound.stores import Store
-from waitbound.transports import HttpSettings
+from waitbound.transports import HttpSettings, new_async_client
 
 __all__ = ["WorkerSettings", "work"]
 
@@ -155,7 +155,9 @@ async def work(
         settings: concurrency, lease and per-origin limits.
         headers: sent to each operation's own origin only (see ``Record.trusts``): one
             mapping for all, or a function of the record giving each its own.
-        client, clock, sleep, rng, on_event, http: as in :func:`waitbound.wait`.
+        client, clock, sleep, rng, on_event, http: as in :func:`waitbound.wait`, except
+            that ``client=None`` builds the worker's own, for ``settings.concurrency``
+            requests at once, closed when this returns.
         on_error: called with an operation id and the exception when a step could not
             be taken (the store failed); the worker goes on with the other operations.
             ``None`` logs a warning on the ``waitbound.worker`` logger. A failure of the
@@ -187,7 +189,8 @@ async def work(
     finished = anyio.Event()
     steps = 0
     own_client = client is None
-    http_client = client or httpx.AsyncClient(follow_redirects=False)
+    # Its own connections, sized so every slot keeps one alive between steps.
+    http_client = client or new_async_client(settings.concurrency)
     outbox = _Deliveries(
         kit.store, kit.clock, kit.rng, owner, report, on_complete=on_complete, secret=notify_secret
     )

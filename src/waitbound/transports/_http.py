@@ -39,6 +39,7 @@ from waitbound._json import JSON, NestingError, parse_provider_json
 from waitbound._observation import Observation, kept_header_names
 from waitbound._secrets import redact_headers, redact_text
 from waitbound._urls import origin, resolve
+from waitbound.transports._threads import run_in_thread
 
 __all__ = ["ACCEPT_ENCODING", "HttpSettings", "send_async", "send_sync"]
 
@@ -442,15 +443,16 @@ def send_sync(
 ) -> Observation:
     """Send *request* with a blocking client and observe the answer.
 
-    The exchange runs in a daemon thread joined for ``request.timeout_s`` seconds of
-    real time, the total bound (connect, redirects, headers, body). When it has not
-    finished by then, the timeout observation is returned at once and the exchange is
-    abandoned: its thread stops at its next hop or body chunk and closes the response.
-    A thread blocked inside one read (a server trickling its headers) stays blocked
-    until that read ends; with a caller-supplied *client* an abandoned request's
-    connection may stay open until the server ends it or the client is closed, but the
-    wait itself returns on time. *clock* keeps the elapsed-time bookkeeping (a fake
-    clock in tests); the join is the real-time bound.
+    The exchange runs in a daemon thread (one kept for later exchanges,
+    ``transports._threads``) waited on for ``request.timeout_s`` seconds of real time,
+    the total bound (connect, redirects, headers, body). When it has not finished by
+    then, the timeout observation is returned at once and the exchange is abandoned:
+    its thread stops at its next hop or body chunk and closes the response. A thread
+    blocked inside one read (a server trickling its headers) stays blocked until that
+    read ends (each read is bounded by the time that was left, in seconds); meanwhile
+    its connection stays out of the client's pool (the caller's, or the shared one),
+    but the wait itself returns on time. *clock* keeps the elapsed-time bookkeeping (a
+    fake clock in tests); the wait on the thread is the real-time bound.
 
     Args:
         client: sends the request; its own ``follow_redirects`` is overridden (never).
@@ -475,17 +477,19 @@ def send_sync(
     """
     exchange = _Exchange(request, headers, profile, clock, settings, secrets=secrets)
     outcome: list[Observation | BaseException] = []
+    finished = threading.Event()
 
     def run() -> None:
         try:
             outcome.append(_exchange_sync(client, exchange, content))
         except BaseException as exc:  # handed to the caller's thread below
             outcome.append(exc)
+        finally:
+            finished.set()
 
-    thread = threading.Thread(target=run, name="waitbound-request", daemon=True)
-    thread.start()
+    run_in_thread(run)
     try:
-        thread.join(max(0.0, request.timeout_s))
+        finished.wait(max(0.0, request.timeout_s))
     finally:
         if not outcome:
             exchange.abandoned.set()
