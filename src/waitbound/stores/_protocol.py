@@ -469,16 +469,19 @@ def advance(
     sealed = seal_all(
         record.operation_id, events, last_seq=record.audit_seq, last_hash=record.audit_head
     )
-    stored = replace(record, version=record.version + 1)
+    # One copy of the record, whatever changes (it has many fields; copies cost).
+    seq, head, mac = record.audit_seq, record.audit_head, record.audit_mac
     if sealed:
-        stored = replace(stored, audit_seq=sealed[-1].seq, audit_head=sealed[-1].hash)
+        seq, head = sealed[-1].seq, sealed[-1].hash
     if audit_key is not None:
         extends_authentic = record.version == 0 or head_is_authentic(
             audit_key, record.operation_id, record.audit_seq, record.audit_head, record.audit_mac
         )
         if extends_authentic:
-            mac = head_mac(audit_key, stored.operation_id, stored.audit_seq, stored.audit_head)
-            stored = replace(stored, audit_mac=mac)
+            mac = head_mac(audit_key, record.operation_id, seq, head)
     elif sealed:
-        stored = replace(stored, audit_mac=None)
+        mac = None
+    stored = replace(
+        record, version=record.version + 1, audit_seq=seq, audit_head=head, audit_mac=mac
+    )
     return stored, sealed
