@@ -153,12 +153,15 @@ def batch_round(store: Store, owner: str, rng: random.Random, size: int) -> int:
 
 
 def _run_worker(  # noqa: PLR0917 - a child process's arguments
-    spec: StoreSpec, worker: int, sizes: Sizes, batch: int, start_at: float, out: Queue[int]
+    spec: StoreSpec, worker: int, sizes: Sizes, batch: int, go: Queue[float], out: Queue[int]
 ) -> None:
-    """Warm up until *start_at* (wall clock), then count transitions for ``measure_s``."""
+    """Create the operations, say so (``out``), then take the start time from *go*:
+    warm up until it (wall clock), then count transitions for ``measure_s``."""
     store = spec.open()
     ids = create_operations(store, worker, sizes.operations)
     owner, rng = new_owner(), random.Random(worker)
+    out.put(-1)
+    start_at = go.get(timeout=600)
     done = 0
     end_at = start_at + sizes.measure_s
     for operation_id in itertools.cycle(ids):
@@ -179,14 +182,21 @@ def measure(spec: StoreSpec, workers: int, sizes: Sizes, batch: int = 0) -> floa
     """Transitions per second of *workers* processes on *spec*, together (*batch*
     operations a round; 0: one at a time, the per-operation path)."""
     out: Queue[int] = SPAWN.Queue()
-    # Spawning, importing and creating the operations take about a second per process.
-    start_at = time.time() + 2.0 + 0.5 * workers + sizes.warmup_s
+    go: Queue[float] = SPAWN.Queue()
     children = [
-        SPAWN.Process(target=_run_worker, args=(spec, w, sizes, batch, start_at, out))
+        SPAWN.Process(target=_run_worker, args=(spec, w, sizes, batch, go, out))
         for w in range(workers)
     ]
     for child in children:
         child.start()
+    # Spawning, importing and creating the operations take a second or more per process
+    # (much more on a loaded machine): every worker starts the clock together once all
+    # are ready.
+    for _ in children:
+        out.get(timeout=600)
+    start_at = time.time() + sizes.warmup_s
+    for _ in children:
+        go.put(start_at)
     counts = [out.get(timeout=300) for _ in children]
     for child in children:
         child.join(10)

@@ -76,8 +76,9 @@ _BUSY_RECHECK_S = 0.01
 claimed (another worker took it at that moment), in seconds."""
 
 _LOOK_AHEAD = 2
-"""A pass offers the controller up to this many times as many due operations as it has
-room for, so an origin at its limit does not hold back the others."""
+"""After a pass left due operations for their origins' limits, the next offers the
+controller up to this many times as many as it has room for, so an origin at its limit
+does not hold back the others."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -328,6 +329,7 @@ async def work(
     steps = 0
     gone: set[str] = set()
     idle = False
+    crowded = False
     own_client = client is None
     http_client = client or httpx.AsyncClient(follow_redirects=False)
     commit = _GroupCommit(kit.store, kit.on_event)
@@ -392,7 +394,7 @@ async def work(
     async def one_pass(group: anyio.abc.TaskGroup) -> float | None:
         """Reserve what is due and start its steps; return how long to pause before the
         next pass (``None``: look again at once)."""
-        nonlocal steps
+        nonlocal steps, crowded
         # Webhook deliveries first: a hint makes its operation due for this pass.
         try:
             await anyio.to_thread.run_sync(
@@ -410,7 +412,7 @@ async def work(
                         kit.store.reserve_due,
                         owner=owner,
                         now=now,
-                        limit=look.room * _LOOK_AHEAD,
+                        limit=look.room * (_LOOK_AHEAD if crowded else 1),
                         plan=functools.partial(plan_one, look, now),
                         label_prefix=settings.label_prefix,
                         gone_owners=frozenset(gone),
@@ -422,6 +424,7 @@ async def work(
                     if isinstance(decision, Send):
                         origins.release(decision.request.url)
                 return settings.idle_s
+        crowded = bool(look.refused)
         stored = {record.operation_id: record for record in reserved}
         for operation_id, decision in look.decided.items():
             record = stored.get(operation_id)
@@ -442,6 +445,8 @@ async def work(
         outbox.poke(group)
         if reserved:
             return None
+        if not look.room:  # every slot busy: a step ending wakes the worker
+            return settings.idle_s
         if look.refused:  # due, but held back by its origin's limits
             waits = [s for s in look.refused if s > 0]
             return min([settings.idle_s, *waits])
