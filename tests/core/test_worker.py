@@ -358,16 +358,19 @@ def test_a_worker_waits_out_another_holders_lease_in_one_sleep() -> None:
     store.save(replace(record, lease_owner="elsewhere:1:x", lease_expires_at=until), [])
     store.calls.clear()
     polls: list[datetime] = []
+    looks: list[str] = []
 
     async def provider(request: httpx.Request) -> httpx.Response:
         polls.append(clock.now())
+        looks.extend(store.calls)  # every store call until the operation was taken
         return httpx.Response(200, json={"status": "done"})
 
     _run_worker(store, provider, clock, idle_s=60)
     assert polls == [until]
     assert clock.sleeps[0] == pytest.approx(13.0)
-    looks = store.calls[: store.calls.index("save_many")]
-    assert looks == ["reserve_due", "next_claimable", "pending_summary", "reserve_due"]
+    # One look, one sleep, the reservation; the next pass may have begun meanwhile.
+    assert looks[:4] == ["reserve_due", "next_claimable", "pending_summary", "reserve_due"]
+    assert looks[4:] in ([], ["reserve_due"])
 
 
 def test_a_worker_takes_over_a_lease_whose_holder_is_gone() -> None:
@@ -456,14 +459,14 @@ def test_a_token_bucket_leaves_operations_unreserved_until_a_token_is_there() ->
     store = MemoryStore()
     ids = _started(store, clock, 3)
     polls: list[float] = []
-    reserved_during: list[int] = []
+    counted: list[int] = []
 
     async def provider(request: httpx.Request) -> httpx.Response:
         polls.append(clock.elapsed_s)
         records = [store.get(i) for i in ids]
-        reserved_during.append(sum(r is not None and r.in_flight is not None for r in records))
+        counted.append(sum(r.status_requests_used for r in records if r is not None))
         return httpx.Response(200, json={"status": "done"})
 
     _run_worker(store, provider, clock, per_origin_rate=2, per_origin_burst=1, idle_s=60)
     assert polls == pytest.approx([0.0, 0.5, 1.0])
-    assert reserved_during == [1, 1, 1]
+    assert counted == [1, 2, 3]  # never a reservation ahead of its request's token
