@@ -1,7 +1,9 @@
 """Store throughput: operation transitions per second, SQLite and PostgreSQL.
 
-A transition is what one poll step persists, through the same Store calls and the
-same pure controller as the driver's loop (``waitbound._driver._drive``):
+A transition is what one poll step persists, with the same pure controller as the
+drivers. Two paths are measured side by side:
+
+*per operation* (``waitbound wait``'s loop, ``waitbound._driver._drive``):
 
 1. ``store.get`` the record;
 2. ``plan`` → a reservation: the request counted and the lease taken, saved by
@@ -9,12 +11,21 @@ same pure controller as the driver's loop (``waitbound._driver._drive``):
 3. ``observe`` the answer → saved by compare-and-swap with its ``observed`` and
    ``scheduled`` audit events, in one transaction.
 
+*batched* (the worker, ``waitbound._worker``), N operations a round:
+
+1. ``store.reserve_due`` of N: one transaction selects the due operations, ``plan``
+   reserves each (lease and counter, ``reserved`` event), and writes them all;
+2. ``observe`` each answer → one ``store.save_many`` of the N answers (the group
+   commit), one transaction, each a compare-and-swap with its two events.
+
 Only the HTTP request itself is left out: the answer is a canned
 ``200 {"status": "running"}`` observation. Each worker is a process with its own
-store and its own operations (distinct operations, one database): SQLite in one
-file, PostgreSQL in one scratch schema, dropped afterwards.
+store (one database: SQLite in one file, PostgreSQL in one scratch schema, dropped
+afterwards); per operation, each drives its own operations; batched, the workers
+reserve from all of them, as real workers do.
 
-Usage: ``python -m benchmarks.store_throughput [--quick] [--repeat N] [--profile STORE]``.
+Usage: ``python -m benchmarks.store_throughput [--quick] [--repeat N]
+[--profile STORE] [--batch N]``.
 """
 
 from __future__ import annotations
@@ -44,18 +55,29 @@ from benchmarks._common import (
     top_of_profile,
     verdict,
 )
-from waitbound import Observation, Operation, Policy, SystemClock, start
+from waitbound import Observation, Operation, Policy, Record, SystemClock, WorkerSettings, start
+from waitbound._audit import AuditEvent
 from waitbound._controller import Send, observe, plan
 from waitbound._driver import new_owner
 from waitbound.stores import Store
 
 POLICY = Policy(
-    base_delay_s=0.001, max_delay_s=0.001, min_delay_s=0, deadline_s=86_400, max_requests=10**7
+    base_delay_s=0.001,
+    max_delay_s=0.001,
+    min_delay_s=0.001,
+    deadline_s=86_400,
+    max_requests=100_000,
 )
 """Due again a millisecond after each answer, with budgets no run reaches."""
 
 TARGETS = {"sqlite": 5_000.0, "postgres": 2_000.0}
 """Transitions per second (issue 4): SQLite; PostgreSQL with 4 workers."""
+
+BATCHES = (0, WorkerSettings().concurrency, 64)
+"""Operations a round: 0 is the per-operation path; then the worker's default
+concurrency, and 64."""
+
+LEASE_S = WorkerSettings().lease_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,36 +124,79 @@ def transition(store: Store, operation_id: str, owner: str, rng: random.Random) 
     store.save(after.record, after.events)
 
 
-def _run_worker(
-    spec: StoreSpec, worker: int, sizes: Sizes, start_at: float, out: Queue[int]
+def batch_round(store: Store, owner: str, rng: random.Random, size: int) -> int:
+    """One round of the worker's path: reserve up to *size* due operations in one
+    transaction, then persist their answers with one ``save_many``; return how many."""
+    clock = SystemClock()
+    now = clock.now()
+
+    def reserve(record: Record) -> tuple[Record, tuple[AuditEvent, ...]]:
+        decision = plan(record, now, owner=owner, lease_s=LEASE_S)
+        assert isinstance(decision, Send), f"{record.operation_id}: {type(decision).__name__}"
+        return decision.transition.record, decision.transition.events
+
+    reserved = store.reserve_due(owner=owner, now=now, limit=size, plan=reserve)
+    at = clock.now()
+    answers = [
+        observe(
+            record,
+            Observation(
+                kind="status", at=at, http_status=200, body={"status": "running"}, elapsed_s=0.001
+            ),
+            rng=rng,
+        )
+        for record in reserved
+    ]
+    written = store.save_many([(a.record, a.events) for a in answers])
+    assert all(isinstance(w, Record) for w in written), "an answer of ours conflicted"
+    return len(reserved)
+
+
+def _run_worker(  # noqa: PLR0917 - a child process's arguments
+    spec: StoreSpec, worker: int, sizes: Sizes, batch: int, go: Queue[float], out: Queue[int]
 ) -> None:
-    """Warm up until *start_at* (wall clock), then count transitions for ``measure_s``."""
+    """Create the operations, say so (``out``), then take the start time from *go*:
+    warm up until it (wall clock), then count transitions for ``measure_s``."""
     store = spec.open()
     ids = create_operations(store, worker, sizes.operations)
     owner, rng = new_owner(), random.Random(worker)
+    out.put(-1)
+    start_at = go.get(timeout=600)
     done = 0
     end_at = start_at + sizes.measure_s
     for operation_id in itertools.cycle(ids):
         now = time.time()
         if now >= end_at:
             break
-        transition(store, operation_id, owner, rng)
-        done += now >= start_at
+        if batch:
+            count = batch_round(store, owner, rng, batch)
+        else:
+            transition(store, operation_id, owner, rng)
+            count = 1
+        done += count if now >= start_at else 0
     store.close()
     out.put(done)
 
 
-def measure(spec: StoreSpec, workers: int, sizes: Sizes) -> float:
-    """Transitions per second of *workers* processes on *spec*, together."""
+def measure(spec: StoreSpec, workers: int, sizes: Sizes, batch: int = 0) -> float:
+    """Transitions per second of *workers* processes on *spec*, together (*batch*
+    operations a round; 0: one at a time, the per-operation path)."""
     out: Queue[int] = SPAWN.Queue()
-    # Spawning, importing and creating the operations take about a second per process.
-    start_at = time.time() + 2.0 + 0.5 * workers + sizes.warmup_s
+    go: Queue[float] = SPAWN.Queue()
     children = [
-        SPAWN.Process(target=_run_worker, args=(spec, w, sizes, start_at, out))
+        SPAWN.Process(target=_run_worker, args=(spec, w, sizes, batch, go, out))
         for w in range(workers)
     ]
     for child in children:
         child.start()
+    # Spawning, importing and creating the operations take a second or more per process
+    # (much more on a loaded machine): every worker starts the clock together once all
+    # are ready.
+    for _ in children:
+        out.get(timeout=600)
+    start_at = time.time() + sizes.warmup_s
+    for _ in children:
+        go.put(start_at)
     counts = [out.get(timeout=300) for _ in children]
     for child in children:
         child.join(10)
@@ -151,7 +216,7 @@ def store_spec(kind: str, workers: int) -> Iterator[StoreSpec]:
             yield StoreSpec(dsn=PG_DSN, schema=schema, pool_size=1)
 
 
-def profile(kind: str, sizes: Sizes) -> None:
+def profile(kind: str, sizes: Sizes, batch: int = 0) -> None:
     """Run one worker in this process under cProfile and print where the time goes."""
     with store_spec(kind, 1) as spec, tempfile.TemporaryDirectory() as folder:
         store = spec.open()
@@ -161,8 +226,11 @@ def profile(kind: str, sizes: Sizes) -> None:
         count, started = 0, time.perf_counter()
         profiler.enable()
         for operation_id in itertools.cycle(ids):
-            transition(store, operation_id, owner, rng)
-            count += 1
+            if batch:
+                count += batch_round(store, owner, rng, batch)
+            else:
+                transition(store, operation_id, owner, rng)
+                count += 1
             if time.perf_counter() - started > sizes.measure_s:
                 break
         profiler.disable()
@@ -178,29 +246,36 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a smoke check")
     parser.add_argument("--repeat", type=int, default=None, help="runs per row (median)")
     parser.add_argument("--profile", choices=("sqlite", "postgres"), help="profile one worker")
+    parser.add_argument(
+        "--batch", type=int, default=0, help="with --profile: the worker's path, N a round"
+    )
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
     if args.profile:
-        profile(args.profile, sizes)
+        profile(args.profile, sizes, args.batch)
         return
     repeat = args.repeat or (1 if args.quick else 3)
     info = machine()
     print_machine(info)
     rows = []
-    for kind, workers in (("sqlite", 1), ("sqlite", 4), ("postgres", 1), ("postgres", 4)):
+    for (kind, workers), batch in itertools.product(
+        (("sqlite", 1), ("postgres", 1), ("postgres", 4)), BATCHES
+    ):
+        path = f"batched, {batch} a round" if batch else "per operation"
         if kind == "postgres" and info["postgresql"] == "unreachable":
-            rows.append((kind, workers, "not run: PostgreSQL unreachable", "-", "-", "-"))
+            rows.append((kind, workers, path, "not run: PostgreSQL unreachable", "-", "-", "-"))
             continue
         rates = []
         for _ in range(repeat):
             with store_spec(kind, workers) as spec:
-                rates.append(measure(spec, workers, sizes))
+                rates.append(measure(spec, workers, sizes, batch))
         rate = statistics.median(rates)
-        target = TARGETS[kind] if kind == "sqlite" or workers == 4 else None
+        target = TARGETS[kind] if batch and (kind == "sqlite" or workers == 4) else None
         rows.append(
             (
                 kind,
                 workers,
+                path,
                 f"{rate:,.0f}",
                 " / ".join(f"{r:,.0f}" for r in rates),
                 f">= {target:,.0f}" if target else "-",
@@ -209,7 +284,7 @@ def main() -> None:
         )
     print_table(
         f"Store throughput: transitions/s (median of {repeat}; {sizes.measure_s:g} s each)",
-        ("store", "workers", "transitions/s", "runs", "target", "verdict"),
+        ("store", "workers", "path", "transitions/s", "runs", "target", "verdict"),
         rows,
     )
 

@@ -56,6 +56,7 @@ __all__ = [
     "audit_event",
     "created_event",
     "internal_failure",
+    "lease_margin_s",
     "observe",
     "plan",
     "wait_demanded",
@@ -64,6 +65,11 @@ __all__ = [
 
 LEASE_RECHECK_S = 1.0
 """While another worker holds the lease, the record is read again this often (seconds)."""
+
+LEASE_MARGIN_S = 1.0
+"""With a lease length asked for (``plan(lease_s=…)``), a request's timeout ends at least
+this long before the lease does, or a tenth of the lease when that is shorter (seconds):
+room to persist the answer while the lease is still ours."""
 
 WEBHOOK_RECHECK_S = 1.0
 """While webhooks are expected (``push.webhook``), a sleeping wait reads the record again
@@ -174,7 +180,14 @@ def created_event(record: Record) -> AuditEvent:
     )
 
 
-def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False) -> Decision:
+def plan(
+    record: Record,
+    now: datetime,
+    *,
+    owner: str,
+    can_submit: bool = False,
+    lease_s: float | None = None,
+) -> Decision:
     """Decide the next action for *record* at *now*, for the worker *owner*.
 
     Args:
@@ -183,6 +196,10 @@ def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False)
         owner: the worker's lease owner id.
         can_submit: the caller holds the submission's body and headers, so an
             operation in the ``submitting`` phase can be sent.
+        lease_s: the lease a reservation takes, in seconds: it expires at
+            ``now + lease_s``, and the request's timeout is cut so that it ends
+            :func:`lease_margin_s` before that. ``None`` (a ``wait``): the request's
+            timeout plus ``policy.lease_s``.
 
     Returns:
         :class:`Finished` (nothing to do), :class:`Finish` (an outcome reached
@@ -224,15 +241,15 @@ def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False)
     if record.phase is Phase.SUBMITTING:
         if not budget_left:
             return _budget_spent(record, now, notes, "the submission cannot be sent")
-        return _plan_submit(record, now, owner, notes, can_submit=can_submit)
+        return _plan_submit(record, now, owner, notes, can_submit=can_submit, lease_s=lease_s)
     cancel_at = record.cancel_target()
     if now >= record.stop_at:
         first_cancel = record.cancel_on_deadline and not record.cancel_requests_used
         if first_cancel and cancel_at and budget_left:
-            return _reserve(record, now, owner, notes, "cancel", cancel_at)
+            return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
         return _finish_early(record, now, notes, deadline_reached(record, now))
     if record.cancel_due and cancel_at and budget_left:
-        return _reserve(record, now, owner, notes, "cancel", cancel_at)
+        return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
     if not budget_left:
         why = "the cancel cannot be sent" if record.cancel_due and cancel_at else ""
         return _budget_spent(record, now, notes, why)
@@ -241,17 +258,25 @@ def plan(record: Record, now: datetime, *, owner: str, can_submit: bool = False)
         if record.push.webhook is not None:  # a delivery may bring the poll forward
             until = min(until, now + timedelta(seconds=WEBHOOK_RECHECK_S))
         return Sleep(until=until, seconds=seconds_between(now, until))
+    kind: RequestKind
     match record.phase:
         case Phase.FETCHING_RESULT:
-            return _reserve(record, now, owner, notes, "result", record.result_url or "")
+            url, kind = record.result_url or "", "result"
         case Phase.FETCHING_ERRORS:
-            return _reserve(record, now, owner, notes, "errors", record.errors_url or "")
+            url, kind = record.errors_url or "", "errors"
         case _:
-            return _reserve(record, now, owner, notes, "status", record.status_url or "")
+            url, kind = record.status_url or "", "status"
+    return _reserve(record, now, owner, notes, kind, url, lease_s=lease_s)
 
 
 def _plan_submit(
-    record: Record, now: datetime, owner: str, notes: list[AuditEvent], *, can_submit: bool
+    record: Record,
+    now: datetime,
+    owner: str,
+    notes: list[AuditEvent],
+    *,
+    can_submit: bool,
+    lease_s: float | None,
 ) -> Decision:
     """The submission: sent once; again only with its idempotency key after no answer."""
     resendable = record.idempotency_key or record.submit_method in IDEMPOTENT_METHODS
@@ -268,7 +293,9 @@ def _plan_submit(
             until = min(record.next_poll_at, record.stop_at)
             return Sleep(until=until, seconds=seconds_between(now, until))
         url = record.submit_url or ""
-        return _reserve(record, now, owner, notes, "submit", url, method=record.submit_method)
+        return _reserve(
+            record, now, owner, notes, "submit", url, method=record.submit_method, lease_s=lease_s
+        )
     key = f" (idempotency key {record.idempotency_key})" if record.idempotency_key else ""
     detail = (
         f"the submission cannot be sent again: {why}; it may have created a job. "
@@ -314,11 +341,17 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
     url: str,
     *,
     method: str | None = None,
+    lease_s: float | None = None,
 ) -> Send:
     policy = record.policy
     left_s = seconds_between(now, record.stop_at)
     # A cancel at the deadline (--cancel-on-deadline) still gets a short timeout.
     timeout_s = min(policy.request_timeout_s, left_s if kind != "cancel" else policy.lease_s)
+    if lease_s is None:
+        held_s = timeout_s + policy.lease_s
+    else:  # the lease asked for; the request ends before it does
+        held_s = lease_s
+        timeout_s = min(timeout_s, lease_s - lease_margin_s(lease_s))
     if kind == "cancel":
         method = record.profile.cancel.method
     counter = _COUNTERS[kind]
@@ -326,7 +359,7 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
         record,
         in_flight=kind,
         lease_owner=owner,
-        lease_expires_at=now + timedelta(seconds=timeout_s + policy.lease_s),
+        lease_expires_at=now + timedelta(seconds=held_s),
         **{counter: getattr(record, counter) + 1},
     )
     late_s = seconds_between(record.next_poll_at, now)
@@ -349,6 +382,12 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
             redirect_budget=max(0, reserved.max_requests - reserved.requests_used),
         ),
     )
+
+
+def lease_margin_s(lease_s: float) -> float:
+    """How long before a lease of *lease_s* seconds expires its request must end:
+    :data:`LEASE_MARGIN_S`, or a tenth of the lease when that is shorter (seconds)."""
+    return min(LEASE_MARGIN_S, lease_s / 10)
 
 
 def internal_failure(record: Record, now: datetime, doing: str, exc: Exception) -> Transition:

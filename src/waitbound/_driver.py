@@ -18,8 +18,9 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 import httpx
 
@@ -27,6 +28,7 @@ from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
 from waitbound._contract import Profile
 from waitbound._controller import (
+    Decision,
     Finish,
     Finished,
     Request,
@@ -55,13 +57,19 @@ from waitbound.transports import (
 __all__ = [
     "Credentials",
     "EventSink",
+    "Exchange",
     "Tools",
+    "emit",
+    "exchange",
     "holder_is_gone",
     "loop",
     "new_owner",
     "one_step",
+    "reservation_of",
     "run_async_effects",
+    "run_exchange_async",
     "run_sync_effects",
+    "safe_plan",
     "tools",
 ]
 
@@ -140,17 +148,21 @@ def _drive(
     (or until *until* holds for the record). Returns the last record.
 
     *per_origin*: the caller's credentials are given per operation (a function), so an
-    operation they hold none for is audited as polled without them."""
+    operation they hold none for is audited as polled without them.
+
+    The record a successful write of ours returned is planned on directly, without
+    reading it again: the next write is a compare-and-swap on it, so a change made
+    meanwhile makes that write lose (and the loop read the record then)."""
 
     def persist(record: Record, events: tuple[AuditEvent, ...]) -> Record:
         saved = store.save(record, events)
-        if on_event is not None:
-            for event in events:
-                on_event(event)
+        emit(on_event, events)
         return saved
 
+    known: Record | None = None
     while True:
-        record = store.get(operation_id)
+        record = known if known is not None else store.get(operation_id)
+        known = None
         if record is None:
             raise OperationNotFoundError(operation_id)
         if until is not None and until(record):
@@ -159,10 +171,7 @@ def _drive(
         leased = record.lease_expires_at is not None and record.lease_expires_at > now
         if leased and holder_is_gone(record.lease_owner):
             record = replace(record, lease_expires_at=now)
-        try:
-            decision = plan(record, now, owner=owner, can_submit=submission is not None)
-        except Exception as exc:  # one operation's fault never escapes its loop
-            decision = Finish(transition=internal_failure(record, now, "its next step", exc))
+        decision = safe_plan(record, now, owner=owner, can_submit=submission is not None)
         match decision:
             case Finished(record=done):
                 return done
@@ -176,47 +185,149 @@ def _drive(
                 return finished
             case Sleep(seconds=seconds):
                 yield _Sleep(seconds)
-            case Send(transition=reservation, request=request):
-                if per_origin and request.kind != "submit":
-                    reservation = _note_missing_credentials(reservation, request, headers)
+            case Send(request=request):
+                reservation = reservation_of(decision, headers, per_origin=per_origin)
                 try:
                     reserved = persist(reservation.record, reservation.events)
                 except ConflictError:
                     continue
-                hit("reserved", f"reserved-{request.kind}")
-                content = submission.body if request.kind == "submit" and submission else None
-                sent = _request_headers(request, reserved, headers, submission)
-                secrets = credential_values(headers(reserved))
-                failure: Exception | None = None
+                steps = exchange(
+                    reserved,
+                    request,
+                    owner=owner,
+                    clock=clock,
+                    rng=rng,
+                    headers=headers,
+                    submission=submission,
+                )
+                effect = next(steps)
                 try:
-                    observation = yield _Send(request, sent, content, secrets)
-                except Exception as exc:  # the transport broke on this request only
-                    failure, observation = exc, None
-                else:
-                    assert observation is not None, "the driver must answer a _Send"
-                    hit("answered", f"answered-{request.kind}")
+                    while True:
+                        match effect:
+                            case _Send():
+                                try:
+                                    observation = yield effect
+                                except Exception as exc:  # the transport broke on this one
+                                    effect = steps.throw(exc)
+                                else:
+                                    effect = steps.send(observation)
+                            case _Persist(transition=after):
+                                written: Record | ConflictError
+                                try:
+                                    written = persist(after.record, after.events)
+                                except ConflictError as exc:
+                                    written = exc
+                                effect = steps.send(written)
+                            case _Reread(operation_id=again):
+                                effect = steps.send(store.get(again))
+                except StopIteration as ended:
+                    known = ended.value
 
-                current: Record | None = reserved
-                while current is not None:
-                    after = _answered(current, request, observation, failure, clock=clock, rng=rng)
-                    try:
-                        saved = persist(after.record, after.events)
-                    except ConflictError:
-                        # Someone wrote the record meanwhile: a person's decision, an
-                        # agent's request. While the lease and the reservation are still
-                        # ours, the answer applies to the fresh record; otherwise our
-                        # lease expired and another worker moved on.
-                        fresh = store.get(operation_id)
-                        ours = (
-                            fresh is not None
-                            and fresh.lease_owner == owner
-                            and fresh.in_flight == request.kind
-                        )
-                        current = fresh if ours else None
-                    else:
-                        if saved.is_final:
-                            hit("final")
-                        break
+
+@dataclass(frozen=True, slots=True)
+class _Persist:
+    """Write the answer's transition; answer with the stored record or the ConflictError."""
+
+    transition: Transition
+
+
+@dataclass(frozen=True, slots=True)
+class _Reread:
+    """Read the record again (after a conflict); answer with it, or ``None``."""
+
+    operation_id: str
+
+
+Exchange = Generator["_Send | _Persist | _Reread", object, Record | None]
+"""One reserved request's exchange (see :func:`exchange`)."""
+
+
+def exchange(
+    reserved: Record,
+    request: Request,
+    *,
+    owner: str,
+    clock: Clock,
+    rng: random.Random,
+    headers: Callable[[Record], Mapping[str, str]],
+    submission: Submission | None = None,
+) -> Exchange:
+    """Send a reserved request, observe its answer and persist it: the one copy of that
+    part of the step, run by the loop above and by the worker (each carries out the
+    effects its own way: ``_Send``, ``_Persist``, ``_Reread``).
+
+    Starts right after the reservation was persisted (failpoint ``reserved``). A
+    persisted answer that conflicts (someone wrote the record meanwhile: a person's
+    decision, an agent's request) is applied to the fresh record while the lease and the
+    reservation are still ours; otherwise our lease expired and another worker moved
+    on, and the answer is dropped.
+
+    Returns:
+        The record as this exchange stored it; after a dropped answer, the fresh record
+        read (``None`` when it is gone).
+    """
+    hit("reserved", f"reserved-{request.kind}")
+    content = submission.body if request.kind == "submit" and submission else None
+    sent = _request_headers(request, reserved, headers, submission)
+    secrets = credential_values(headers(reserved))
+    failure: Exception | None = None
+    observation: Observation | None = None
+    try:
+        answer = yield _Send(request, sent, content, secrets)
+    except Exception as exc:  # the transport broke on this request only
+        failure = exc
+    else:
+        assert isinstance(answer, Observation), "the driver must answer a _Send"
+        observation = answer
+        hit("answered", f"answered-{request.kind}")
+    current: Record | None = reserved
+    while current is not None:
+        after = _answered(current, request, observation, failure, clock=clock, rng=rng)
+        written = yield _Persist(after)
+        if isinstance(written, Record):
+            if written.is_final:
+                hit("final")
+            return written
+        fresh = yield _Reread(current.operation_id)
+        assert fresh is None or isinstance(fresh, Record)
+        ours = fresh is not None and fresh.lease_owner == owner and fresh.in_flight == request.kind
+        if not ours:
+            return fresh
+        current = fresh
+    return None  # pragma: no cover - the loop returns
+
+
+def emit(on_event: EventSink | None, events: Sequence[AuditEvent]) -> None:
+    """Hand persisted *events* to the caller's sink, if any."""
+    if on_event is not None:
+        for event in events:
+            on_event(event)
+
+
+def safe_plan(
+    record: Record,
+    now: datetime,
+    *,
+    owner: str,
+    can_submit: bool = False,
+    lease_s: float | None = None,
+) -> Decision:
+    """:func:`waitbound._controller.plan`; a fault in it stops this operation only
+    (``integration_failure``)."""
+    try:
+        return plan(record, now, owner=owner, can_submit=can_submit, lease_s=lease_s)
+    except Exception as exc:  # one operation's fault never escapes its loop
+        return Finish(transition=internal_failure(record, now, "its next step", exc))
+
+
+def reservation_of(
+    send: Send, headers: Callable[[Record], Mapping[str, str]], *, per_origin: bool
+) -> Transition:
+    """The reservation to persist for *send*: with per-operation credentials, one sent
+    without any (none held for this operation) says so in its audit event."""
+    if per_origin and send.request.kind != "submit":
+        return _note_missing_credentials(send.transition, send.request, headers)
+    return send.transition
 
 
 def _answered(
@@ -383,18 +494,9 @@ async def run_async_effects(
                 case _Sleep(seconds=seconds):
                     await sleep(seconds)
                     effect = loop.send(None)
-                case _Send(request=request, headers=headers, content=content, secrets=secrets):
+                case _Send():
                     try:
-                        observation = await send_async(
-                            http_client,
-                            request,
-                            headers=headers,
-                            content=content,
-                            secrets=secrets,
-                            profile=profile,
-                            clock=tools.clock,
-                            settings=http,
-                        )
+                        observation = await _send_async(http_client, effect, tools, profile, http)
                     except Exception as exc:  # the loop records it on this operation
                         effect = loop.throw(exc)
                     else:
@@ -405,6 +507,54 @@ async def run_async_effects(
     finally:
         if own_client:
             await http_client.aclose()
+
+
+async def run_exchange_async(
+    steps: Exchange,
+    tools: Tools,
+    profile: Profile,
+    *,
+    client: httpx.AsyncClient,
+    http: HttpSettings,
+    persist: Callable[[Transition], Awaitable[Record | ConflictError]],
+    reread: Callable[[str], Awaitable[Record | None]],
+) -> Record | None:
+    """Carry out one :func:`exchange`'s effects: the request with an async client, the
+    writes and reads with the caller's *persist* and *reread* (the worker's group commit
+    and a read off the event loop). Returns what the exchange returns."""
+    try:
+        effect = next(steps)
+        while True:
+            match effect:
+                case _Send():
+                    try:
+                        observation = await _send_async(client, effect, tools, profile, http)
+                    except Exception as exc:  # the exchange records it on this operation
+                        effect = steps.throw(exc)
+                    else:
+                        effect = steps.send(observation)
+                case _Persist(transition=after):
+                    effect = steps.send(await persist(after))
+                case _Reread(operation_id=operation_id):
+                    effect = steps.send(await reread(operation_id))
+    except StopIteration as stop:
+        ended: Record | None = stop.value
+        return ended
+
+
+async def _send_async(
+    client: httpx.AsyncClient, effect: _Send, tools: Tools, profile: Profile, http: HttpSettings
+) -> Observation:
+    return await send_async(
+        client,
+        effect.request,
+        headers=effect.headers,
+        content=effect.content,
+        secrets=effect.secrets,
+        profile=profile,
+        clock=tools.clock,
+        settings=http,
+    )
 
 
 def one_step() -> Callable[[Record], bool]:

@@ -1,17 +1,31 @@
 """The worker: many operations from one store, each owned by one worker at a time.
 
-A worker claims due operations with a lease (``Store.claim_due``), takes exactly one
-step of the shared loop for each (the same controller a ``wait`` uses: reserve and
-persist, send, observe and persist), and lets go. It holds a lease only while deciding
-and sending one request, never while an operation sleeps; between steps, any worker
-may take the operation. A worker that dies loses its leases when they expire, and
-another continues with the counters as persisted.
+A pass of the worker reserves due operations in one store transaction
+(``Store.reserve_due``): for each due record the shared controller plans the step
+(:func:`waitbound._driver.safe_plan`, with the worker's lease length), and the
+reservations (the request counted, the lease taken, the audit event) are written
+together, before any request is sent. Each reserved request is then sent, and its answer
+persisted, by the same exchange a ``wait`` runs (:func:`waitbound._driver.exchange`);
+the answers of every step in flight are written together too (:class:`_GroupCommit`:
+one ``Store.save_many`` per flush). Store calls run off the event loop, in a thread.
+
+A lease is held only while deciding, sending one request and persisting its answer,
+never while an operation sleeps; it lasts ``lease_s`` exactly, and the request's timeout
+ends before it does. A worker that dies loses its leases when they expire, or at once
+to a worker on the same machine that sees the holder's process is gone
+(:func:`waitbound._driver.holder_is_gone`); another continues with the counters as
+persisted. While the due operations are leased by others, the worker sleeps until the
+earliest one becomes claimable (``Store.next_claimable``), woken early by a step of its
+own ending.
 
 Politeness, per worker and per origin (scheme, host, port): at most
 ``per_origin_concurrency`` requests in flight, and a token bucket of
-``per_origin_rate`` requests per second (bursts up to ``per_origin_burst``). Jitter
-comes from the schedule itself (backoff drawn from 50-100 %, upward jitter on hints),
-so operations created together spread out instead of polling in waves.
+``per_origin_rate`` requests per second (bursts up to ``per_origin_burst``). Both are
+decided before the reservation: an operation whose origin has no free slot or no token
+right now is left unclaimed for a later pass, so a reserved request never waits while
+its lease runs out. Jitter comes from the schedule itself (backoff drawn from 50-100 %,
+upward jitter on hints), so operations created together spread out instead of polling
+in waves.
 
 Each pass first applies the inbox's pending webhook deliveries (``waitbound._inbox``):
 a delivery brings its operation's next poll forward, so this same pass claims it.
@@ -22,18 +36,31 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from contextlib import suppress
-from dataclasses import dataclass, replace
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 import anyio
 import httpx
 
 from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
+from waitbound._controller import Finish, Request, Send, Transition
 from waitbound._delivery import adopt_orphans, deliver_due_async
-from waitbound._driver import Credentials, loop, new_owner, one_step, run_async_effects, tools
+from waitbound._driver import (
+    Credentials,
+    emit,
+    exchange,
+    holder_is_gone,
+    new_owner,
+    reservation_of,
+    run_exchange_async,
+    safe_plan,
+    tools,
+)
 from waitbound._errors import ConflictError, UsageError
+from waitbound._failpoints import hit
 from waitbound._inbox import sweep_inbox
 from waitbound._outbox import OnComplete
 from waitbound._record import Phase, Record
@@ -45,7 +72,13 @@ __all__ = ["WorkerSettings", "work"]
 
 _LOG = logging.getLogger("waitbound.worker")
 _BUSY_RECHECK_S = 0.01
-"""While steps are in flight (or work is overdue), look for due work this often (seconds)."""
+"""The shortest pause between looks for due work when one looked due but was not
+claimed (another worker took it at that moment), in seconds."""
+
+_LOOK_AHEAD = 2
+"""After a pass left due operations for their origins' limits, the next offers the
+controller up to this many times as many as it has room for, so an origin at its limit
+does not hold back the others."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +87,10 @@ class WorkerSettings:
 
     Attributes:
         concurrency: operations stepped at once.
-        lease_s: how long a claim holds an operation before another worker may take it.
+        lease_s: how long a reservation holds an operation: its lease expires
+            ``lease_s`` after the reservation, and its request's timeout is cut to end
+            before that (by ``waitbound._controller.lease_margin_s``: 1 s, or a tenth of
+            a shorter lease). A worker killed mid-request leaves exactly this lease.
         per_origin_concurrency: requests in flight to one origin at once.
         per_origin_rate: requests per second to one origin (token bucket, per worker).
         per_origin_burst: the bucket's size.
@@ -93,30 +129,129 @@ class _Bucket:
         self.tokens = float(burst)
         self.at = clock.monotonic()
 
-    def wait_s(self) -> float:
-        """Take a token; return how long to wait first (0 when one was there)."""
+    def take(self) -> float:
+        """Take a token if one is there now (return 0); else take none and return how
+        long until one is (seconds)."""
         now = self.clock.monotonic()
         self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
         self.at = now
-        self.tokens -= 1
-        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
+
+
+@dataclass(slots=True)
+class _Origin:
+    bucket: _Bucket
+    in_flight: int = 0
 
 
 class _Origins:
-    """Per-origin concurrency and rate limits for one worker."""
+    """Per-origin concurrency and rate limits for one worker; thread-safe (admission is
+    decided inside ``Store.reserve_due``, in a thread, while steps end on the loop)."""
 
     def __init__(self, settings: WorkerSettings, clock: Clock) -> None:
         self.settings, self.clock = settings, clock
-        self.limits: dict[object, tuple[anyio.Semaphore, _Bucket]] = {}
+        self.limits: dict[object, _Origin] = {}
+        self.lock = threading.Lock()
 
-    def limit(self, url: str) -> tuple[anyio.Semaphore, _Bucket]:
+    def admit(self, url: str) -> float | None:
+        """Take a slot and a token of *url*'s origin now: ``None`` when both were there;
+        else take neither and return how long until a token is (seconds; 0 when the
+        slots are what is missing: a step ending frees one)."""
         key = origin(url)
-        if key not in self.limits:
-            self.limits[key] = (
-                anyio.Semaphore(self.settings.per_origin_concurrency),
-                _Bucket(self.settings.per_origin_rate, self.settings.per_origin_burst, self.clock),
-            )
-        return self.limits[key]
+        with self.lock:
+            if key not in self.limits:
+                bucket = _Bucket(
+                    self.settings.per_origin_rate, self.settings.per_origin_burst, self.clock
+                )
+                self.limits[key] = _Origin(bucket)
+            limit = self.limits[key]
+            if limit.in_flight >= self.settings.per_origin_concurrency:
+                return 0.0
+            wait_s = limit.bucket.take()
+            if wait_s:
+                return wait_s
+            limit.in_flight += 1
+            return None
+
+    def release(self, url: str) -> None:
+        """A request admitted for *url* ended: its slot is free again."""
+        with self.lock:
+            self.limits[origin(url)].in_flight -= 1
+
+
+@dataclass(slots=True)
+class _Pass:
+    """What one pass's planning (inside ``reserve_due``, in a thread) decided."""
+
+    room: int
+    decided: dict[str, Finish | Send] = field(default_factory=dict)
+    refused: list[float] = field(default_factory=list)
+    """For each due operation left for its origin's limits: seconds until a token (0: a slot)."""
+
+
+class _GroupCommit:
+    """The answers of every step in flight, persisted together: each step queues its
+    transition and waits; one flusher writes everything queued with one
+    ``Store.save_many`` (off the event loop) and hands each waiter its stored record or
+    its ConflictError; what arrives during a flush goes in the next."""
+
+    def __init__(self, store: Store, on_event: Callable[[AuditEvent], None] | None) -> None:
+        self.store, self.on_event = store, on_event
+        self.queue: list[tuple[Transition, _Waiter]] = []
+        self.ready = anyio.Event()
+        self.flushes = 0
+
+    async def save(self, transition: Transition) -> Record | ConflictError:
+        """Persist *transition* with the next flush; its events reach ``on_event`` once
+        written.
+
+        Raises:
+            Exception: the store failed (the flush's whole batch is not written).
+        """
+        waiter = _Waiter()
+        self.queue.append((transition, waiter))
+        self.ready.set()
+        await waiter.done.wait()
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.result is not None
+        return waiter.result
+
+    async def run(self) -> None:
+        """Flush whenever something is queued, until cancelled."""
+        while True:
+            await self.ready.wait()
+            self.ready = anyio.Event()
+            batch, self.queue = self.queue, []
+            if batch:
+                await self._flush(batch)
+
+    async def _flush(self, batch: Sequence[tuple[Transition, _Waiter]]) -> None:
+        self.flushes += 1
+        items = [(t.record, t.events) for t, _ in batch]
+        try:
+            results = await anyio.to_thread.run_sync(self.store.save_many, items)
+        except Exception as exc:  # every waiter of this batch reports it
+            for _, waiter in batch:
+                waiter.error = exc
+        else:
+            for (transition, waiter), result in zip(batch, results, strict=True):
+                waiter.result = result
+                if isinstance(result, Record):
+                    emit(self.on_event, transition.events)
+        finally:
+            for _, waiter in batch:
+                waiter.done.set()
+
+
+@dataclass(slots=True)
+class _Waiter:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: Record | ConflictError | None = None
+    error: Exception | None = None
 
 
 def _next_url(record: Record) -> str:
@@ -147,23 +282,28 @@ async def work(
     """Drive every due operation in *store* until *stop* is set (or, with
     ``settings.until_idle``, until no operation is waiting).
 
-    Steps already begun finish and are persisted before this returns; their leases
-    are released.
+    Steps already begun finish and are persisted before this returns; an answer's
+    write releases its lease.
 
     Args:
-        store: the shared store (SQLite on one machine, PostgreSQL across machines).
+        store: the shared store (SQLite on one machine, PostgreSQL across machines). It
+            is called from worker threads (one call at a time per pass or flush).
         settings: concurrency, lease and per-origin limits.
         headers: sent to each operation's own origin only (see ``Record.trusts``): one
             mapping for all, or a function of the record giving each its own.
-        client, clock, sleep, rng, on_event, http: as in :func:`waitbound.wait`, except
+        client, clock, rng, on_event, http: as in :func:`waitbound.wait`, except
             that ``client=None`` builds the worker's own, for ``settings.concurrency``
             requests at once, closed when this returns.
+        sleep: the pause between looks for due work is ``sleep(pause_s)`` raced with a
+            step ending, *stop* and *wake* (``None``: ``anyio.sleep``); a step itself
+            never sleeps.
         on_error: called with an operation id and the exception when a step could not
             be taken (the store failed); the worker goes on with the other operations.
             ``None`` logs a warning on the ``waitbound.worker`` logger. A failure of the
             operation itself (an answer waitbound cannot process) is recorded on it as
             ``escalated`` / ``integration_failure`` and never reaches here. A delivery
-            pass whose claim failed is reported as ``"(completions)"``.
+            pass whose claim failed is reported as ``"(completions)"``; a pass whose
+            reservation failed as ``"(reserve)"``.
         stop: set it to stop claiming work (a SIGTERM handler does).
         wake: while the worker pauses between looks for due work, it also awaits
             ``wake(pause_s)``: returning early makes it look at once (``waitbound
@@ -177,7 +317,8 @@ async def work(
             ``settings.until_idle``, the due deliveries are attempted before it returns.
 
     Returns:
-        How many steps were taken.
+        How many steps were taken (requests answered or given up on, and outcomes
+        reached without a request).
     """
     kit = tools(store, clock or SystemClock(), rng, on_event, headers)
     nap = sleep or anyio.sleep
@@ -188,84 +329,177 @@ async def work(
     room = anyio.Semaphore(settings.concurrency)
     finished = anyio.Event()
     steps = 0
+    gone: set[str] = set()
+    idle = False
+    crowded = False
     own_client = client is None
     # Its own connections, sized so every slot keeps one alive between steps.
     http_client = client or new_async_client(settings.concurrency)
+    commit = _GroupCommit(kit.store, kit.on_event)
     outbox = _Deliveries(
         kit.store, kit.clock, kit.rng, owner, report, on_complete=on_complete, secret=notify_secret
     )
 
-    async def step(record: Record) -> None:
+    def plan_one(
+        look: _Pass, now: datetime, record: Record
+    ) -> tuple[Record, tuple[AuditEvent, ...]] | None:
+        """The controller's step for a due *record* (in ``reserve_due``'s transaction)."""
+        if len(look.decided) >= look.room:
+            return None
+        if record.lease_owner in gone:  # its holder's process is gone: take it over
+            record = replace(record, lease_expires_at=now)
+        decision = safe_plan(record, now, owner=owner, lease_s=settings.lease_s)
+        match decision:
+            case Finish(transition=finish):
+                look.decided[record.operation_id] = decision
+                return finish.record, finish.events
+            case Send(request=request):
+                refused_s = origins.admit(request.url)
+                if refused_s is not None:
+                    look.refused.append(refused_s)
+                    return None
+                reservation = reservation_of(decision, kit.headers, per_origin=kit.per_origin)
+                look.decided[record.operation_id] = replace(decision, transition=reservation)
+                return reservation.record, reservation.events
+            case _:  # finished, or not due after all (a lease of ours still running)
+                return None
+
+    async def reread(operation_id: str) -> Record | None:
+        return await anyio.to_thread.run_sync(kit.store.get, operation_id)
+
+    async def step(reserved: Record, request: Request) -> None:
         nonlocal steps
         try:
-            semaphore, bucket = origins.limit(_next_url(record))
-            async with semaphore:
-                delay = bucket.wait_s()
-                if delay:
-                    await nap(delay)
-                after = await run_async_effects(
-                    loop(kit, record, until=one_step(), owner=owner),
-                    kit,
-                    record.profile,
-                    client=http_client,
-                    sleep=_no_sleep,
-                    http=http,
-                )
+            ended = await run_exchange_async(
+                exchange(
+                    reserved, request, owner=owner, clock=kit.clock, rng=kit.rng,
+                    headers=kit.headers,
+                ),
+                kit,
+                reserved.profile,
+                client=http_client,
+                http=http,
+                persist=commit.save,
+                reread=reread,
+            )  # fmt: skip
             steps += 1
-            outbox.note(after)
-            _release(kit.store, after, owner)
+            if ended is not None:
+                outbox.note(ended)
         except Exception as exc:  # one operation never stops the worker
-            # The loop records its own failures on the operation; what reaches here is
-            # the store failing (the lease then expires and the step is taken again).
-            report(record.operation_id, exc)
+            # The exchange records its own failures on the operation; what reaches here
+            # is the store failing (the lease then expires and the step is taken again).
+            report(reserved.operation_id, exc)
         finally:
+            origins.release(request.url)
             room.release()
             finished.set()
 
-    try:
-        async with anyio.create_task_group() as group:
-            while not stop.is_set():
-                # Webhook deliveries first: a hint makes its operation due for this claim.
-                try:
-                    sweep_inbox(kit.store, clock=kit.clock, rng=kit.rng)
-                except Exception as exc:  # the store failed: the sweep runs again next pass
-                    report("(inbox)", exc)
-                free = room.value
-                claimed = (
-                    kit.store.claim_due(
+    async def one_pass(group: anyio.abc.TaskGroup) -> float | None:
+        """Reserve what is due and start its steps; return how long to pause before the
+        next pass (``None``: look again at once)."""
+        nonlocal steps, crowded
+        # Webhook deliveries first: a hint makes its operation due for this pass.
+        try:
+            await anyio.to_thread.run_sync(
+                functools.partial(sweep_inbox, kit.store, clock=kit.clock, rng=kit.rng)
+            )
+        except Exception as exc:  # the store failed: the sweep runs again next pass
+            report("(inbox)", exc)
+        look = _Pass(room=room.value)
+        reserved: list[Record] = []
+        if look.room:
+            now = kit.clock.now()
+            try:
+                reserved = await anyio.to_thread.run_sync(
+                    functools.partial(
+                        kit.store.reserve_due,
                         owner=owner,
-                        now=kit.clock.now(),
-                        lease_s=settings.lease_s,
-                        limit=free,
+                        now=now,
+                        limit=look.room * (_LOOK_AHEAD if crowded else 1),
+                        plan=functools.partial(plan_one, look, now),
                         label_prefix=settings.label_prefix,
+                        gone_owners=frozenset(gone),
                     )
-                    if free
-                    else []
                 )
-                for record in claimed:
+            except Exception as exc:  # the store failed: nothing was reserved
+                report("(reserve)", exc)
+                for decision in look.decided.values():
+                    if isinstance(decision, Send):
+                        origins.release(decision.request.url)
+                return settings.idle_s
+        crowded = bool(look.refused)
+        stored = {record.operation_id: record for record in reserved}
+        for operation_id, decision in look.decided.items():
+            record = stored.get(operation_id)
+            match decision:
+                case Send(transition=reservation, request=request):
+                    if record is None:  # pragma: no cover - a planned write is always made
+                        origins.release(request.url)
+                        continue
+                    emit(kit.on_event, reservation.events)
                     await room.acquire()
-                    group.start_soon(step, record)
-                outbox.poke(group)
-                if claimed:
-                    continue
-                if room.value < settings.concurrency:
-                    # Steps in flight: look again when one ends, or soon. The summary
-                    # (it counts every open operation) is only needed when idle.
-                    pause = min(settings.idle_s, _BUSY_RECHECK_S)
-                else:
-                    waiting, earliest = kit.store.pending_summary()
-                    if settings.until_idle and waiting == 0:
-                        break
-                    pause = settings.idle_s
-                    if earliest is not None:
-                        ahead = (earliest - kit.clock.now()).total_seconds()
-                        pause = min(pause, max(ahead, _BUSY_RECHECK_S))
-                finished = anyio.Event()
-                with anyio.move_on_after(pause):
-                    waits: list[Callable[[], Awaitable[object]]] = [stop.wait, finished.wait]
-                    if wake is not None:
-                        waits.append(functools.partial(wake, pause))
-                    await _first_of(*waits)
+                    group.start_soon(step, record, request)
+                case Finish(transition=finish) if record is not None:
+                    emit(kit.on_event, finish.events)
+                    if record.is_final:
+                        hit("final")
+                    steps += 1
+                    outbox.note(record)
+        outbox.poke(group)
+        if reserved:
+            return None
+        if not look.room:  # every slot busy: a step ending wakes the worker
+            return settings.idle_s
+        if look.refused:  # due, but held back by its origin's limits
+            waits = [s for s in look.refused if s > 0]
+            return min([settings.idle_s, *waits])
+        return await _until_claimable(settings.label_prefix)
+
+    async def _until_claimable(label_prefix: str) -> float | None:
+        """The pause until something becomes claimable, at most ``idle_s`` (``None``: at
+        once, for a lease whose holder was just found gone). With ``until_idle`` and
+        nothing waiting, sets ``idle``."""
+        nonlocal idle
+        now = kit.clock.now()
+        earliest, holders = await anyio.to_thread.run_sync(
+            functools.partial(kit.store.next_claimable, now=now, label_prefix=label_prefix)
+        )
+        newly_gone = {h for h in holders if h not in gone and holder_is_gone(h)}
+        if newly_gone:
+            gone.update(newly_gone)
+            return None
+        if room.value == settings.concurrency:  # nothing in flight: are we done?
+            waiting, _ = await anyio.to_thread.run_sync(kit.store.pending_summary)
+            if settings.until_idle and waiting == 0:
+                idle = True
+        if earliest is None:
+            return settings.idle_s
+        ahead = (earliest - now).total_seconds()
+        return min(settings.idle_s, max(ahead, _BUSY_RECHECK_S))
+
+    try:
+        async with anyio.create_task_group() as flusher:
+            flusher.start_soon(commit.run)
+            try:
+                async with anyio.create_task_group() as group:
+                    while not stop.is_set():
+                        finished = anyio.Event()  # before the pass: a step ending in it counts
+                        pause = await one_pass(group)
+                        if idle:
+                            break
+                        if pause is None:
+                            continue
+                        with anyio.move_on_after(pause):
+                            waits: list[Callable[[], Awaitable[object]]] = [
+                                stop.wait,
+                                finished.wait,
+                                functools.partial(nap, pause),
+                            ]
+                            if wake is not None:
+                                waits.append(functools.partial(wake, pause))
+                            await _first_of(*waits)
+            finally:
+                flusher.cancel_scope.cancel()
     finally:
         if own_client:
             await http_client.aclose()
@@ -286,22 +520,6 @@ async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:
 
 def _log_error(operation_id: str, exc: Exception) -> None:
     _LOG.warning("operation %s: step not taken: %s: %s", operation_id, type(exc).__name__, exc)
-
-
-async def _no_sleep(seconds: float) -> None:
-    """A step never sleeps: an operation not due is simply let go."""
-
-
-def _release(store: Store, record: Record, owner: str) -> None:
-    """Let go of a claim that no request used (the operation was not due after all).
-
-    *record* is the step's last read or write of the operation; the release is a
-    compare-and-swap on it, so a record changed since is left alone.
-    """
-    if record.lease_owner != owner or record.in_flight is not None or record.is_finished:
-        return
-    with suppress(ConflictError):  # someone else wrote it: the claim is moot
-        store.save(replace(record, lease_owner=None, lease_expires_at=None), [])
 
 
 # --- completions out: one delivery pass at a time, beside the steps --------------------

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from tests.core.harness import PROFILE, SEED, run
-from waitbound import OutcomeKind, Reason
+from waitbound import OutcomeKind, Policy, Reason, Record, parse_profile
+from waitbound._controller import Send, plan
 
 RUNNING = (200, {"status": "running", "id": "job-1"})
 DONE = (200, {"status": "done", "output": {"rows": 3}})
@@ -361,3 +363,35 @@ def test_audit_story_reads_in_order() -> None:
         "observed",
         "finished",
     ]
+
+
+@pytest.mark.parametrize(
+    ("lease_s", "timeout_s", "held_s"),
+    [
+        (None, 20.0, 20.0 + 3.0),  # a wait: the request's timeout plus the policy's lease_s
+        (30.0, 20.0, 30.0),  # a long lease: the timeout as configured
+        (5.0, 4.5, 5.0),  # a short one: the request ends a tenth of the lease before it
+        (15.0, 14.0, 15.0),  # the margin is 1 s at most
+    ],
+)
+def test_a_reservation_leases_what_was_asked_and_its_request_ends_first(
+    lease_s: float | None, timeout_s: float, held_s: float
+) -> None:
+    """plan(lease_s=…) leases the operation for exactly lease_s and cuts the request's
+    timeout to end before the lease (lease_margin_s); without it, today's rule."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    record = Record(
+        operation_id="op",
+        profile=parse_profile(PROFILE),
+        policy=Policy(request_timeout_s=20, lease_s=3),
+        status_url="https://p.example/jobs/1",
+        created_at=now,
+        deadline_at=now + timedelta(hours=1),
+        next_poll_at=now,
+    )
+    decision = plan(record, now, owner="w", lease_s=lease_s)
+    assert isinstance(decision, Send)
+    assert decision.request.timeout_s == pytest.approx(timeout_s)
+    reserved = decision.transition.record
+    assert reserved.lease_expires_at == now + timedelta(seconds=held_s)
+    assert reserved.lease_owner == "w"

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import random
+import socket
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 import anyio
 import httpx
@@ -15,19 +18,24 @@ import pytest
 from tests.core.harness import SEED
 from tests.fakes import START, FakeClock
 from waitbound import (
+    AuditEvent,
+    ConflictError,
     DelaySource,
     MemoryStore,
     Operation,
     OutcomeKind,
     Policy,
+    Record,
     UsageError,
     WorkerSettings,
     parse_profile,
     start,
     work,
 )
+from waitbound._controller import lease_margin_s
 from waitbound._push import InboundDelivery
 from waitbound._record import Push
+from waitbound.stores._protocol import Write
 
 PROFILE = parse_profile({"state": "status", "pending": ["running"], "succeeded": ["done"]})
 FAST = Policy(base_delay_s=0.02, max_delay_s=0.05, min_delay_s=0.01, deadline_s=30)
@@ -236,3 +244,229 @@ def test_a_wake_ends_the_workers_idle_pause_at_once() -> None:
     done = store.get(first.operation_id)
     assert done is not None
     assert done.outcome is OutcomeKind.SUCCEEDED
+
+
+# --- batches, leases and pacing -----------------------------------------------------
+
+
+class Recording(MemoryStore):
+    """A memory store that notes every call the worker makes of it, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+        self.batches: list[int] = []
+
+    def get(self, operation_id: str) -> Record | None:
+        self.calls.append("get")
+        return super().get(operation_id)
+
+    def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
+        self.calls.append("save")
+        return super().save(record, events)
+
+    def save_many(self, items: Sequence[Write]) -> list[Record | ConflictError]:
+        self.calls.append("save_many")
+        self.batches.append(len(items))
+        return super().save_many(items)
+
+    def reserve_due(self, **kwargs: Any) -> list[Record]:
+        self.calls.append("reserve_due")
+        return super().reserve_due(**kwargs)
+
+    def claim_due(self, **kwargs: Any) -> list[Record]:
+        self.calls.append("claim_due")
+        return super().claim_due(**kwargs)
+
+    def next_claimable(self, **kwargs: Any) -> tuple[datetime | None, list[str]]:
+        self.calls.append("next_claimable")
+        return super().next_claimable(**kwargs)
+
+    def pending_summary(self) -> tuple[int, datetime | None]:
+        self.calls.append("pending_summary")
+        return super().pending_summary()
+
+
+def _started(store: MemoryStore, clock: FakeClock, n: int, policy: Policy = FAST) -> list[str]:
+    return [
+        start(
+            Operation(status_url=f"http://p.test/jobs/{i}", profile=PROFILE, policy=policy),
+            store=store,
+            clock=clock,
+        ).operation_id
+        for i in range(n)
+    ]
+
+
+def _run_worker(store: MemoryStore, handler: Any, clock: FakeClock, **settings: Any) -> int:
+    async def main() -> int:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            with anyio.fail_after(20):
+                return await work(
+                    store,
+                    settings=WorkerSettings(until_idle=True, **settings),
+                    client=client,
+                    clock=clock,
+                    sleep=clock.async_sleep,
+                    rng=random.Random(SEED),
+                )
+
+    return anyio.run(main)
+
+
+def test_a_reservation_holds_exactly_the_lease_the_worker_asked_for() -> None:
+    """While its request is in flight (what a killed worker leaves behind), the
+    operation's lease ends lease_s after the reservation, not request timeout + the
+    policy's lease_s; the request's timeout ends a margin before the lease."""
+    clock = FakeClock()
+    store = MemoryStore()
+    policy = replace(FAST, request_timeout_s=30, lease_s=60)
+    [op] = _started(store, clock, 1, policy)
+    leases: list[tuple[float, str | None]] = []
+
+    async def provider(request: httpx.Request) -> httpx.Response:
+        held = store.get(op)
+        assert held is not None
+        assert held.lease_expires_at is not None
+        leases.append(((held.lease_expires_at - clock.now()).total_seconds(), held.in_flight))
+        return httpx.Response(200, json={"status": "done"})
+
+    _run_worker(store, provider, clock, lease_s=7)
+    assert leases == [(7.0, "status")]
+    reserved = [e.event for e in store.audit(op) if e.event.kind == "reserved"]
+    assert [e.data["timeout_s"] for e in reserved] == [7 - lease_margin_s(7)]
+    assert lease_margin_s(7) == pytest.approx(0.7)
+    done = store.get(op)
+    assert done is not None
+    assert (done.outcome, done.lease_owner, done.lease_expires_at) == (
+        OutcomeKind.SUCCEEDED,
+        None,
+        None,
+    )
+
+
+def test_a_worker_waits_out_another_holders_lease_in_one_sleep() -> None:
+    """A due operation leased by a live worker elsewhere for 13 s: the worker sleeps until
+    the lease expires (one sleep of 13 s) instead of re-reading every 10 ms, and takes
+    the operation then; a handful of store reads in all."""
+    clock = FakeClock()
+    store = Recording()
+    [op] = _started(store, clock, 1)
+    record = store.get(op)
+    assert record is not None
+    until = clock.now() + timedelta(seconds=13)
+    store.save(replace(record, lease_owner="elsewhere:1:x", lease_expires_at=until), [])
+    store.calls.clear()
+    polls: list[datetime] = []
+    looks: list[str] = []
+
+    async def provider(request: httpx.Request) -> httpx.Response:
+        polls.append(clock.now())
+        looks.extend(store.calls)  # every store call until the operation was taken
+        return httpx.Response(200, json={"status": "done"})
+
+    _run_worker(store, provider, clock, idle_s=60)
+    assert polls == [until]
+    assert clock.sleeps[0] == pytest.approx(13.0)
+    # One look, one sleep, the reservation; the next pass may have begun meanwhile.
+    assert looks[:4] == ["reserve_due", "next_claimable", "pending_summary", "reserve_due"]
+    assert looks[4:] in ([], ["reserve_due"])
+
+
+def test_a_worker_takes_over_a_lease_whose_holder_is_gone() -> None:
+    """A lease left by a process of this machine that no longer exists is not waited out:
+    the operation is polled at once, its lost answer noted."""
+    clock = FakeClock()
+    store = MemoryStore()
+    [op] = _started(store, clock, 1)
+    record = store.get(op)
+    assert record is not None
+    dead = f"{socket.gethostname()}:{2**22 + 12345}:dead"  # above Linux's pid_max default
+    held = replace(
+        record,
+        lease_owner=dead,
+        lease_expires_at=clock.now() + timedelta(hours=1),
+        in_flight="status",
+        status_requests_used=1,
+    )
+    store.save(held, [])
+    polls: list[datetime] = []
+
+    async def provider(request: httpx.Request) -> httpx.Response:
+        polls.append(clock.now())
+        return httpx.Response(200, json={"status": "done"})
+
+    _run_worker(store, provider, clock, idle_s=60)
+    assert polls == [START]
+    done = store.get(op)
+    assert done is not None
+    assert done.outcome is OutcomeKind.SUCCEEDED
+    assert done.status_requests_used == 2
+    assert "answer_lost" in [e.event.kind for e in store.audit(op)]
+
+
+def test_answers_in_flight_together_are_persisted_together_and_nothing_is_reread() -> None:
+    """Eight operations answered at once: their answers go to the store in fewer
+    save_many calls than answers (group commit); the worker never calls save or get."""
+    clock = FakeClock()
+    store = Recording()
+    ids = _started(store, clock, 8)
+    store.calls.clear()
+    arrived = 0
+    together = anyio.Event()
+
+    async def provider(request: httpx.Request) -> httpx.Response:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 8:
+            together.set()
+        await together.wait()
+        return httpx.Response(200, json={"status": "done"})
+
+    steps = _run_worker(store, provider, clock, concurrency=8, per_origin_concurrency=8)
+    assert steps == 8
+    assert all(store.get(i).outcome is OutcomeKind.SUCCEEDED for i in ids)  # type: ignore[union-attr]
+    assert "save" not in store.calls
+    assert store.calls.count("get") == 8  # the assertion's own reads above
+    assert sum(store.batches) == 8
+    assert len(store.batches) < 8
+    assert max(store.batches) >= 2
+
+
+def test_per_origin_limits_are_decided_before_the_reservation() -> None:
+    """One request at a time per origin: while one is in flight, the other due operations
+    of that origin are not reserved (no lease, nothing counted); they wait for their turn."""
+    clock = FakeClock()
+    store = MemoryStore()
+    ids = _started(store, clock, 3)
+    reserved_during: list[int] = []
+
+    async def provider(request: httpx.Request) -> httpx.Response:
+        records = [store.get(i) for i in ids]
+        reserved_during.append(sum(r is not None and r.in_flight is not None for r in records))
+        await anyio.sleep(0.002)
+        return httpx.Response(200, json={"status": "done"})
+
+    steps = _run_worker(store, provider, clock, concurrency=8, per_origin_concurrency=1)
+    assert steps == 3
+    assert reserved_during == [1, 1, 1]
+
+
+def test_a_token_bucket_leaves_operations_unreserved_until_a_token_is_there() -> None:
+    """Rate 2/s, burst 1: three due operations of one origin are polled at 0, 0.5 and 1 s
+    of virtual time; while waiting for a token, none of them is reserved."""
+    clock = FakeClock()
+    store = MemoryStore()
+    ids = _started(store, clock, 3)
+    polls: list[float] = []
+    counted: list[int] = []
+
+    async def provider(request: httpx.Request) -> httpx.Response:
+        polls.append(clock.elapsed_s)
+        records = [store.get(i) for i in ids]
+        counted.append(sum(r.status_requests_used for r in records if r is not None))
+        return httpx.Response(200, json={"status": "done"})
+
+    _run_worker(store, provider, clock, per_origin_rate=2, per_origin_burst=1, idle_s=60)
+    assert polls == pytest.approx([0.0, 0.5, 1.0])
+    assert counted == [1, 2, 3]  # never a reservation ahead of its request's token

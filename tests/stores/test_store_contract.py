@@ -620,6 +620,245 @@ def test_claims_from_many_threads_take_each_operation_exactly_once(backend: Back
             assert got.lease_owner == owner
 
 
+# ---------------------------------------------------------------------------- batches
+
+
+def _leased(record: Record, owner: str, *kinds: str) -> tuple[Record, list[AuditEvent]]:
+    """A reservation-like write of *record*: leased to *owner*, a counter bumped."""
+    return (
+        replace(
+            record,
+            lease_owner=owner,
+            lease_expires_at=NOW + timedelta(seconds=7),
+            status_requests_used=record.status_requests_used + 1,
+        ),
+        events(*kinds),
+    )
+
+
+def test_save_many_writes_each_item_by_its_own_version(store: Store) -> None:
+    """A mixed batch: the stale item yields a ConflictError in its slot and writes
+    nothing (neither record nor events); the others are written with their events."""
+    a = store.create(make_record("a"), events("created"))
+    b = store.create(make_record("b"), events("created"))
+    c = store.create(make_record("c"), events("created"))
+    store.save(replace(b, attempt=9), events("meanwhile"))  # b moves on
+    before_b = chain_fingerprint(store, "b")
+    result = store.save_many(
+        [
+            (replace(a, attempt=1), events("observed", "scheduled", start_s=1)),
+            (replace(b, attempt=1), events("lost", start_s=1)),
+            (replace(c, attempt=2), []),
+        ]
+    )
+    stored_a, conflict_b, stored_c = result
+    assert isinstance(stored_a, Record)
+    assert isinstance(stored_c, Record)
+    assert isinstance(conflict_b, ConflictError)
+    assert (stored_a.version, stored_a.attempt, stored_c.version) == (2, 1, 2)
+    assert [e.event.kind for e in store.audit("a")] == ["created", "observed", "scheduled"]
+    assert chain_fingerprint(store, "b") == before_b
+    got_b = store.get("b")
+    assert got_b is not None
+    assert (got_b.attempt, got_b.version) == (9, 2)
+    for operation_id, stored in (("a", stored_a), ("c", stored_c)):
+        got = store.get(operation_id)
+        assert got is not None
+        assert got.to_json() == stored.to_json()
+        waitbound.verify_chain(store.audit(operation_id), head=(got.audit_seq, got.audit_head))
+
+
+def test_save_many_of_one_operation_twice_sees_its_own_first_write(store: Store) -> None:
+    """Two items for one operation in a batch: the second read before the first loses;
+    one read after it (its version) is written on top."""
+    created = store.create(make_record(), events("created"))
+    first = replace(created, attempt=1)
+    on_top = replace(created, version=created.version + 1, attempt=2)
+    stale = replace(created, attempt=3)
+    result = store.save_many([(first, events("one")), (stale, events("x")), (on_top, [])])
+    assert [type(r).__name__ for r in result] == ["Record", "ConflictError", "Record"]
+    got = store.get("op-1")
+    assert got is not None
+    assert (got.attempt, got.version) == (2, 3)
+    assert [e.event.kind for e in store.audit("op-1")] == ["created", "one"]
+
+
+def test_save_many_of_nothing_and_of_an_unknown_operation(store: Store) -> None:
+    """An empty batch writes nothing; an unknown operation conflicts, creating nothing."""
+    assert store.save_many([]) == []
+    [result] = store.save_many([(make_record("ghost", version=1), events("x"))])
+    assert isinstance(result, ConflictError)
+    assert store.get("ghost") is None
+    assert store.audit("ghost") == []
+
+
+def test_reserve_due_offers_what_claim_due_would_and_writes_only_what_plan_returns(
+    store: Store,
+) -> None:
+    """plan sees the due, free operations oldest first (up to the limit); its writes are
+    stored with their events; a None leaves the record as it was."""
+    for offset in (3, 1, 2, 0):
+        store.create(
+            make_record(f"op-{offset}", next_poll_at=NOW - timedelta(seconds=10 - offset)),
+            events("created"),
+        )
+    for changes in NOT_CLAIMABLE.values():
+        store.create(make_record(f"no-{len(changes)}-{id(changes)}", **changes), [])
+    offered: list[str] = []
+
+    def plan(record: Record) -> tuple[Record, list[AuditEvent]] | None:
+        offered.append(record.operation_id)
+        return None if record.operation_id == "op-1" else _leased(record, "w1", "reserved")
+
+    untouched = store.get("op-1")
+    taken = store.reserve_due(owner="w1", now=NOW, limit=3, plan=plan)
+    assert offered == ["op-0", "op-1", "op-2"]
+    assert [r.operation_id for r in taken] == ["op-0", "op-2"]
+    for stored in taken:
+        got = store.get(stored.operation_id)
+        assert got is not None
+        assert got.to_json() == stored.to_json()
+        assert (got.lease_owner, got.status_requests_used, got.version) == ("w1", 1, 2)
+        assert [e.event.kind for e in store.audit(stored.operation_id)] == [
+            "created",
+            "reserved",
+        ]
+        waitbound.verify_chain(store.audit(got.operation_id), head=(got.audit_seq, got.audit_head))
+    again = store.get("op-1")
+    assert untouched is not None
+    assert again is not None
+    assert again.to_json() == untouched.to_json()
+    offered.clear()
+    leave = store.reserve_due(
+        owner="w2", now=NOW, limit=10, plan=lambda r: offered.append(r.operation_id)
+    )
+    assert leave == []
+    assert offered == ["op-1", "op-3"]  # the reserved ones are leased now
+
+
+def test_reserve_due_with_a_label_prefix_offers_only_those(store: Store) -> None:
+    for n, label in enumerate(["mcp:a", None, "mcpx", "mcp:c"]):
+        store.create(make_record(f"op-{n}", label=label, next_poll_at=NOW - timedelta(n)), [])
+    seen: list[str] = []
+
+    def plan(record: Record) -> None:
+        seen.append(record.operation_id)
+
+    assert store.reserve_due(owner="w", now=NOW, limit=10, plan=plan, label_prefix="mcp:") == []
+    assert sorted(seen) == ["op-0", "op-3"]
+
+
+def test_reserve_due_takes_over_a_lease_whose_holder_is_gone(store: Store) -> None:
+    """A lease held by one of gone_owners counts as expired; others' leases hold."""
+    store.create(
+        make_record("dead", lease_owner="h:1:x", lease_expires_at=NOW + timedelta(hours=1)), []
+    )
+    store.create(
+        make_record("live", lease_owner="h:2:y", lease_expires_at=NOW + timedelta(hours=1)), []
+    )
+
+    def plan(record: Record) -> tuple[Record, list[AuditEvent]]:
+        return _leased(record, "w1", "reserved")
+
+    assert store.reserve_due(owner="w1", now=NOW, limit=10, plan=plan) == []
+    taken = store.reserve_due(owner="w1", now=NOW, limit=10, plan=plan, gone_owners={"h:1:x"})
+    assert [r.operation_id for r in taken] == ["dead"]
+    assert [r.lease_owner for r in taken] == ["w1"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda r: (replace(r, operation_id="other"), []),
+        lambda r: (replace(r, version=r.version + 1), []),
+        lambda r: (replace(r, lease_owner="someone-else"), []),
+    ],
+    ids=["another-operation", "another-version", "another-owner"],
+)
+def test_reserve_due_refuses_a_plan_that_writes_something_else(
+    store: Store, bad: Callable[[Record], tuple[Record, list[AuditEvent]]]
+) -> None:
+    """A write for another operation, version or owner is a UsageError; nothing is written."""
+    created = store.create(make_record(), events("created"))
+    with pytest.raises(UsageError, match="reserve_due"):
+        store.reserve_due(owner="w1", now=NOW, limit=10, plan=bad)
+    got = store.get("op-1")
+    assert got is not None
+    assert got.to_json() == created.to_json()
+
+
+def test_reserves_from_many_threads_take_each_operation_exactly_once(backend: Backend) -> None:
+    """200 due operations, 4 threads reserving 10 at a time until none are left (two or
+    more stores of one database): every operation is reserved exactly once."""
+    stores = [backend.open() for _ in range(2 if backend.shareable else 4)]
+    ids = [f"op-{i:03}" for i in range(200)]
+    for i, operation_id in enumerate(ids):
+        stores[0].create(make_record(operation_id, next_poll_at=T0 + timedelta(microseconds=i)), [])
+    claims: dict[str, list[str]] = {}
+    failures: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def reserve_all(worker: int) -> None:
+        owner = f"w{worker}"
+        mine = claims.setdefault(owner, [])
+        try:
+            start.wait()
+            while batch := stores[worker % len(stores)].reserve_due(
+                owner=owner,
+                now=NOW,
+                limit=10,
+                plan=lambda r: _leased(r, owner, "reserved"),
+            ):
+                mine += [r.operation_id for r in batch]
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=reserve_all, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == []
+    taken = [operation_id for mine in claims.values() for operation_id in mine]
+    assert sorted(taken) == ids
+    for owner, mine in claims.items():
+        for operation_id in mine:
+            got = stores[1].get(operation_id)
+            assert got is not None
+            assert (got.lease_owner, got.status_requests_used) == (owner, 1)
+            assert [e.event.kind for e in stores[1].audit(operation_id)] == ["reserved"]
+
+
+def test_next_claimable_is_the_earliest_of_poll_time_and_lease_expiry(store: Store) -> None:
+    """The earliest max(next_poll_at, lease_expires_at) among drivable operations, and the
+    holders of leases on due operations."""
+    assert store.next_claimable(now=NOW) == (None, [])
+    store.create(make_record("later", next_poll_at=NOW + timedelta(seconds=20)), [])
+    store.create(
+        make_record(
+            "held",
+            next_poll_at=NOW - timedelta(seconds=5),
+            lease_owner="h:9:z",
+            lease_expires_at=NOW + timedelta(seconds=13),
+        ),
+        [],
+    )
+    store.create(
+        make_record(
+            "held-later",
+            next_poll_at=NOW + timedelta(seconds=30),
+            lease_owner="h:8:y",
+            lease_expires_at=NOW + timedelta(seconds=1),
+        ),
+        [],
+    )
+    store.create(make_record("sub", phase=Phase.SUBMITTING, next_poll_at=T0), [])
+    assert store.next_claimable(now=NOW) == (NOW + timedelta(seconds=13), ["h:9:z"])
+    store.create(make_record("due", next_poll_at=NOW - timedelta(seconds=1), label="x:1"), [])
+    assert store.next_claimable(now=NOW) == (NOW - timedelta(seconds=1), ["h:9:z"])
+    assert store.next_claimable(now=NOW, label_prefix="x:") == (NOW - timedelta(seconds=1), [])
+
+
 # ---------------------------------------------------------------------------- pending_summary
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from waitbound._audit import AuditEvent, StoredAuditEvent, head_is_authentic, head_mac, seal_all
-from waitbound._errors import StoreError
+from waitbound._errors import ConflictError, StoreError, UsageError
 from waitbound._json import JSON, canonical_json
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
 from waitbound._record import Record
@@ -17,7 +17,9 @@ from waitbound._record import Record
 __all__ = [
     "DRIVABLE_PHASES",
     "AuditCursor",
+    "Planner",
     "Store",
+    "Write",
     "advance",
     "audit_rows",
     "claimed",
@@ -29,7 +31,17 @@ __all__ = [
     "decode_record",
     "encode_record",
     "is_claimable",
+    "is_free",
+    "outcomes",
+    "planned",
 ]
+
+Write = tuple[Record, Sequence[AuditEvent]]
+"""One record write: the record (its ``version`` the one it was read at) and its events."""
+
+Planner = Callable[[Record], Write | None]
+"""What :meth:`Store.reserve_due` asks of each due record: the write to make (a
+reservation, or an outcome reached without a request), or ``None`` to leave it alone."""
 
 
 class Store(Protocol):
@@ -80,9 +92,69 @@ class Store(Protocol):
         """
         ...
 
+    def reserve_due(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        limit: int,
+        plan: Planner,
+        label_prefix: str = "",
+        gone_owners: Collection[str] = (),
+    ) -> list[Record]:
+        """Claim and reserve up to *limit* due operations in ONE transaction.
+
+        The operations are selected exactly as :meth:`claim_due` selects them (due,
+        drivable, free or with an expired lease, oldest due first, *label_prefix*),
+        except that a lease held by one of *gone_owners* (holders known to be gone, see
+        ``waitbound._driver.holder_is_gone``) counts as expired. ``plan(record)`` is
+        called for each, inside the transaction: the write it returns (a reservation
+        leased to *owner*, or an outcome) is made as :meth:`save` makes it (audit
+        events sealed in the same transaction, the push path's writes); ``None``
+        leaves the record untouched. Concurrent callers never get the same operation.
+
+        Returns:
+            The records as stored by this call (only those *plan* returned a write for),
+            in selection order.
+
+        Raises:
+            UsageError: *plan* returned a write for another operation or version, or a
+                lease held by someone other than *owner*.
+        """
+        ...
+
+    def save_many(self, items: Sequence[Write]) -> list[Record | ConflictError]:
+        """Write each ``(record, events)`` as :meth:`save` would, all in ONE transaction.
+
+        Each item is a compare-and-swap on its own ``version``: an item whose stored
+        version moved on writes nothing (neither record nor events) and yields a
+        :class:`ConflictError` in its slot; the others are written. Two items for one
+        operation: the second sees the first's write (and so conflicts unless it was
+        read after it).
+
+        Returns:
+            One entry per item, in order: the stored record, or the conflict.
+        """
+        ...
+
     def pending_summary(self) -> tuple[int, datetime | None]:
         """How many operations have no outcome yet, and the earliest ``next_poll_at``
         among those a worker can drive (``None`` when there are none)."""
+        ...
+
+    def next_claimable(
+        self, *, now: datetime, label_prefix: str = ""
+    ) -> tuple[datetime | None, list[str]]:
+        """When a worker should look again, and whose leases hold it back.
+
+        Returns:
+            The earliest instant an open, drivable operation (with *label_prefix*)
+            becomes claimable, ``max(next_poll_at, lease_expires_at)`` (``None``: there
+            is none; an instant at or before *now*: one is claimable already), and the
+            distinct ``lease_owner`` values of operations that are due at *now* but
+            leased until after it (at most 100), so the caller can tell which holders
+            are gone.
+        """
         ...
 
     def recent(
@@ -301,13 +373,58 @@ DRIVABLE_PHASES = ("waiting", "fetching_result", "fetching_errors")
 """Phases a worker drives; ``submitting`` belongs to the process holding the request body."""
 
 
-def is_claimable(record: Record, now: datetime, label_prefix: str = "") -> bool:
+def is_claimable(
+    record: Record, now: datetime, label_prefix: str = "", gone_owners: Collection[str] = ()
+) -> bool:
     """Whether *record* is due and free for a worker to claim (see ``Store.claim_due``)."""
-    free = record.lease_expires_at is None or record.lease_expires_at <= now
+    free = is_free(record, now, gone_owners)
     labelled = (record.label or "").startswith(label_prefix)
     return (
         record.phase.value in DRIVABLE_PHASES and record.next_poll_at <= now and free and labelled
     )
+
+
+def is_free(record: Record, now: datetime, gone_owners: Collection[str] = ()) -> bool:
+    """Whether *record* has no lease, an expired one, or one held by a gone owner."""
+    return (
+        record.lease_expires_at is None
+        or record.lease_expires_at <= now
+        or record.lease_owner in gone_owners
+    )
+
+
+def planned(record: Record, owner: str, plan: Planner) -> Write | None:
+    """``plan(record)``, checked: a write of this record at its version, leased to
+    *owner* when leased at all (see :meth:`Store.reserve_due`).
+
+    Raises:
+        UsageError: the write is for another operation or version, or another owner.
+    """
+    write = plan(record)
+    if write is None:
+        return None
+    new = write[0]
+    if new.operation_id != record.operation_id or new.version != record.version:
+        raise UsageError(
+            f"reserve_due: plan returned a write of {new.operation_id!r} version "
+            f"{new.version} for {record.operation_id!r} version {record.version}"
+        )
+    if new.lease_owner is not None and new.lease_owner != owner:
+        raise UsageError(
+            f"reserve_due: plan leased {record.operation_id!r} to {new.lease_owner!r}, "
+            f"not to the caller {owner!r}"
+        )
+    return write
+
+
+def outcomes(
+    written: Sequence[Record | None], items: Sequence[Write]
+) -> list[Record | ConflictError]:
+    """:meth:`Store.save_many`'s answer: each write's stored record, or its conflict."""
+    return [
+        stored if stored is not None else ConflictError(item[0].operation_id, item[0].version)
+        for stored, item in zip(written, items, strict=True)
+    ]
 
 
 def claimed(record: Record, *, owner: str, now: datetime, lease_s: float) -> Record:
@@ -352,16 +469,19 @@ def advance(
     sealed = seal_all(
         record.operation_id, events, last_seq=record.audit_seq, last_hash=record.audit_head
     )
-    stored = replace(record, version=record.version + 1)
+    # One copy of the record, whatever changes (it has many fields; copies cost).
+    seq, head, mac = record.audit_seq, record.audit_head, record.audit_mac
     if sealed:
-        stored = replace(stored, audit_seq=sealed[-1].seq, audit_head=sealed[-1].hash)
+        seq, head = sealed[-1].seq, sealed[-1].hash
     if audit_key is not None:
         extends_authentic = record.version == 0 or head_is_authentic(
             audit_key, record.operation_id, record.audit_seq, record.audit_head, record.audit_mac
         )
         if extends_authentic:
-            mac = head_mac(audit_key, stored.operation_id, stored.audit_seq, stored.audit_head)
-            stored = replace(stored, audit_mac=mac)
+            mac = head_mac(audit_key, record.operation_id, seq, head)
     elif sealed:
-        stored = replace(stored, audit_mac=None)
+        mac = None
+    stored = replace(
+        record, version=record.version + 1, audit_seq=seq, audit_head=head, audit_mac=mac
+    )
     return stored, sealed

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -14,12 +14,16 @@ from waitbound._record import Record
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
+    Planner,
+    Write,
     advance,
     claimed,
     cursor_of,
     decode_record,
     encode_record,
     is_claimable,
+    outcomes,
+    planned,
     webhook_key,
 )
 
@@ -66,14 +70,31 @@ class MemoryStore:
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save`."""
         with self._lock:
+            [stored] = self._write_all([(record, events)])
+        if stored is None:
+            raise ConflictError(record.operation_id, record.version)
+        return stored
+
+    def save_many(self, items: Sequence[Write]) -> list[Record | ConflictError]:
+        """See :meth:`Store.save_many`."""
+        with self._lock:
+            return outcomes(self._write_all(items), items)
+
+    def _write_all(self, items: Sequence[Write]) -> list[Record | None]:
+        """Write each item by compare-and-swap, under the lock: the stored record, or
+        ``None`` for a conflict (nothing of it written). The one write path of records."""
+        written: list[Record | None] = []
+        for record, events in items:
             entry = self._records.get(record.operation_id)
             if entry is None or entry[0] != record.version:
-                raise ConflictError(record.operation_id, record.version)
+                written.append(None)
+                continue
             stored, sealed = advance(record, events, self._audit_key)
             self._records[record.operation_id] = (stored.version, encode_record(stored))
             self._events[record.operation_id].extend(sealed)
             self._push_writes(stored)
-            return stored
+            written.append(stored)
+        return written
 
     def _push_writes(self, stored: Record) -> None:
         """The push path's part of a record write (see ``Store``), under the lock."""
@@ -104,6 +125,51 @@ class MemoryStore:
                 self._records[record.operation_id] = (stored.version, encode_record(stored))
                 taken.append(stored)
             return taken
+
+    def reserve_due(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        limit: int,
+        plan: Planner,
+        label_prefix: str = "",
+        gone_owners: Collection[str] = (),
+    ) -> list[Record]:
+        """See :meth:`Store.reserve_due`."""
+        with self._lock:
+            records = [decode_record(text) for _, text in self._records.values()]
+            due = sorted(
+                (r for r in records if is_claimable(r, now, label_prefix, gone_owners)),
+                key=lambda r: r.next_poll_at,
+            )[:limit]
+            writes = [w for w in (planned(r, owner, plan) for r in due) if w is not None]
+            return [stored for stored in self._write_all(writes) if stored is not None]
+
+    def next_claimable(
+        self, *, now: datetime, label_prefix: str = ""
+    ) -> tuple[datetime | None, list[str]]:
+        """See :meth:`Store.next_claimable`."""
+        with self._lock:
+            records = [decode_record(text) for _, text in self._records.values()]
+        drivable = [
+            r
+            for r in records
+            if r.phase.value in DRIVABLE_PHASES and (r.label or "").startswith(label_prefix)
+        ]
+        earliest = min(
+            (max(r.next_poll_at, r.lease_expires_at or r.next_poll_at) for r in drivable),
+            default=None,
+        )
+        holders = {
+            r.lease_owner
+            for r in drivable
+            if r.next_poll_at <= now
+            and r.lease_expires_at is not None
+            and r.lease_expires_at > now
+            and r.lease_owner is not None
+        }
+        return earliest, sorted(holders)[:100]
 
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""

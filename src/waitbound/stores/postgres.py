@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -40,6 +40,8 @@ from waitbound._record import Record
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
+    Planner,
+    Write,
     advance,
     audit_rows,
     claimed,
@@ -48,6 +50,8 @@ from waitbound.stores._protocol import (
     encode_json,
     encode_record,
     outbox_entry_of,
+    outcomes,
+    planned,
     webhook_key,
 )
 
@@ -209,7 +213,7 @@ _QUERIES: Final = {
     "get": "SELECT data::text FROM {schema}.operations WHERE operation_id = %s",
     "update": "UPDATE {schema}.operations SET version = %s, phase = %s, outcome = %s,"
     " next_poll_at = %s, lease_owner = %s, lease_expires_at = %s, data = %s::json"
-    " WHERE operation_id = %s AND version = %s",
+    " WHERE operation_id = %s AND version = %s RETURNING operation_id",
     "append": "INSERT INTO {schema}.audit_events"
     " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
     " VALUES (%s, %s, %s, %s, %s, %s::json, %s, %s)",
@@ -224,6 +228,27 @@ _QUERIES: Final = {
     " AND (lease_expires_at IS NULL OR lease_expires_at <= %s)"
     " AND left(coalesce(data->>'label', ''), %s) = %s"
     " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
+    "reserve_due": "SELECT data::text FROM {schema}.operations"
+    " WHERE phase = ANY(%s) AND next_poll_at <= %s"
+    " AND (lease_expires_at IS NULL OR lease_expires_at <= %s OR lease_owner = ANY(%s))"
+    " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
+    "reserve_due_labelled": "SELECT data::text FROM {schema}.operations"
+    " WHERE phase = ANY(%s) AND next_poll_at <= %s"
+    " AND (lease_expires_at IS NULL OR lease_expires_at <= %s OR lease_owner = ANY(%s))"
+    " AND left(coalesce(data->>'label', ''), %s) = %s"
+    " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
+    "next_claimable": "SELECT min(greatest(next_poll_at, lease_expires_at))"
+    " FROM {schema}.operations WHERE phase = ANY(%s)",
+    "next_claimable_labelled": "SELECT min(greatest(next_poll_at, lease_expires_at))"
+    " FROM {schema}.operations WHERE phase = ANY(%s)"
+    " AND left(coalesce(data->>'label', ''), %s) = %s",
+    "holders": "SELECT DISTINCT lease_owner FROM {schema}.operations"
+    " WHERE phase = ANY(%s) AND next_poll_at <= %s AND lease_expires_at > %s"
+    " AND lease_owner IS NOT NULL ORDER BY lease_owner LIMIT 100",
+    "holders_labelled": "SELECT DISTINCT lease_owner FROM {schema}.operations"
+    " WHERE phase = ANY(%s) AND next_poll_at <= %s AND lease_expires_at > %s"
+    " AND lease_owner IS NOT NULL AND left(coalesce(data->>'label', ''), %s) = %s"
+    " ORDER BY lease_owner LIMIT 100",
     "claim": "UPDATE {schema}.operations SET version = %s, lease_owner = %s,"
     " lease_expires_at = %s, data = %s::json WHERE operation_id = %s AND version = %s",
     "recent": "SELECT data::text FROM {schema}.operations"
@@ -385,17 +410,60 @@ class PostgresStore:
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save` (``UPDATE … WHERE version = %s``, one transaction)."""
-        stored, sealed = advance(record, events, self._audit_key)
         with self._transaction() as conn:
-            cursor = conn.execute(
-                self._sql["update"],
-                (*_columns(stored)[1:], encode_record(stored), record.operation_id, record.version),
-            )
-            if cursor.rowcount != 1:
-                raise ConflictError(record.operation_id, record.version)
-            self._append(conn, sealed)
-            self._push_writes(conn, stored)
+            [stored] = self._write_all(conn, [(record, events)])
+        if stored is None:
+            raise ConflictError(record.operation_id, record.version)
         return stored
+
+    def save_many(self, items: Sequence[Write]) -> list[Record | ConflictError]:
+        """See :meth:`Store.save_many` (one transaction; the compare-and-swap updates go
+        in one pipelined ``executemany``, the events of every written item in another)."""
+        if not items:
+            return []
+        with self._transaction() as conn:
+            return outcomes(self._write_all(conn, items), items)
+
+    def _write_all(
+        self, conn: psycopg.Connection[TupleRow], items: Sequence[Write]
+    ) -> list[Record | None]:
+        """Write each item by compare-and-swap in the open transaction: the stored record,
+        or ``None`` for a conflict (nothing of it written). The one write path of records
+        (``save``, ``save_many``, ``reserve_due``).
+
+        Round trips: the updates, pipelined (psycopg's ``executemany``), each returning
+        its id when it won; then the events of the winners, pipelined; the push path's
+        statements only for the (rare) records that expect webhooks or owe completions.
+        """
+        if not items:
+            return []
+        advanced = [advance(record, events, self._audit_key) for record, events in items]
+        written: list[Record | None] = []
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                self._sql["update"],
+                [
+                    (
+                        *_columns(stored)[1:],
+                        encode_record(stored),
+                        record.operation_id,
+                        record.version,
+                    )
+                    for (record, _), (stored, _) in zip(items, advanced, strict=True)
+                ],
+                returning=True,
+            )
+            for new, _ in advanced:
+                written.append(new if cursor.fetchone() is not None else None)
+                cursor.nextset()
+        sealed = [
+            e for (_, events), won in zip(advanced, written, strict=True) if won for e in events
+        ]
+        self._append(conn, sealed)
+        for won in written:
+            if won is not None:
+                self._push_writes(conn, won)
+        return written
 
     def _append(
         self, conn: psycopg.Connection[TupleRow], sealed: Sequence[StoredAuditEvent]
@@ -443,6 +511,51 @@ class PostgresStore:
                     raise ConflictError(record.operation_id, record.version)
                 taken.append(stored)
         return taken
+
+    def reserve_due(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        limit: int,
+        plan: Planner,
+        label_prefix: str = "",
+        gone_owners: Collection[str] = (),
+    ) -> list[Record]:
+        """See :meth:`Store.reserve_due` (``SELECT … FOR UPDATE SKIP LOCKED``, then the
+        writes, one transaction): rows another worker is reserving are skipped, not
+        waited for."""
+        if limit < 0:
+            raise UsageError(f"claim limit must be 0 or more; got {limit}")
+        phases, gone = list(DRIVABLE_PHASES), sorted(gone_owners)
+        with self._transaction() as conn:
+            if label_prefix:
+                query = "reserve_due_labelled"
+                args: tuple[object, ...] = (phases, now, now, gone, len(label_prefix), label_prefix)
+            else:
+                query, args = "reserve_due", (phases, now, now, gone)
+            rows = conn.execute(self._sql[query], (*args, limit)).fetchall()
+            due = (decode_record(text) for (text,) in rows)
+            writes = [w for w in (planned(r, owner, plan) for r in due) if w is not None]
+            return [stored for stored in self._write_all(conn, writes) if stored is not None]
+
+    def next_claimable(
+        self, *, now: datetime, label_prefix: str = ""
+    ) -> tuple[datetime | None, list[str]]:
+        """See :meth:`Store.next_claimable`."""
+        phases = list(DRIVABLE_PHASES)
+        label: tuple[object, ...] = (len(label_prefix), label_prefix) if label_prefix else ()
+        suffix = "_labelled" if label_prefix else ""
+        with self._transaction() as conn:
+            row = conn.execute(self._sql["next_claimable" + suffix], (phases, *label)).fetchone()
+            holders = conn.execute(
+                self._sql["holders" + suffix], (phases, now, now, *label)
+            ).fetchall()
+        earliest = row[0] if row is not None else None
+        return (
+            utc(earliest) if isinstance(earliest, datetime) else None,
+            [str(owner) for (owner,) in holders],
+        )
 
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""

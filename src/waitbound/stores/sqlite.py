@@ -18,7 +18,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -33,6 +33,8 @@ from waitbound._record import Phase, Record
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
+    Planner,
+    Write,
     advance,
     audit_rows,
     claimed,
@@ -41,6 +43,8 @@ from waitbound.stores._protocol import (
     encode_json,
     encode_record,
     outbox_entry_of,
+    outcomes,
+    planned,
     webhook_key,
 )
 
@@ -360,8 +364,28 @@ class SQLiteStore:
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save`."""
-        stored, sealed = advance(record, events, self._audit_key)
         with self._transaction() as db:
+            [stored] = self._write_all(db, [(record, events)])
+        if stored is None:
+            raise ConflictError(record.operation_id, record.version)
+        return stored
+
+    def save_many(self, items: Sequence[Write]) -> list[Record | ConflictError]:
+        """See :meth:`Store.save_many` (one ``BEGIN IMMEDIATE`` transaction)."""
+        if not items:
+            return []
+        with self._transaction() as db:
+            return outcomes(self._write_all(db, items), items)
+
+    def _write_all(self, db: sqlite3.Connection, items: Sequence[Write]) -> list[Record | None]:
+        """Write each item by compare-and-swap in the open transaction: the stored record,
+        or ``None`` for a conflict (nothing of it written). The one write path of records
+        (``save``, ``save_many``, ``reserve_due``); the events of every written item are
+        appended by one ``executemany``."""
+        written: list[Record | None] = []
+        sealed_all: list[StoredAuditEvent] = []
+        for record, events in items:
+            stored, sealed = advance(record, events, self._audit_key)
             cursor = db.execute(
                 "UPDATE operations SET version = ?, phase = ?, outcome = ?, next_poll_at = ?,"
                 " lease_owner = ?, lease_expires_at = ?, data = ?"
@@ -374,10 +398,13 @@ class SQLiteStore:
                 ),
             )
             if cursor.rowcount != 1:
-                raise ConflictError(record.operation_id, record.version)
-            self._append(db, sealed)
+                written.append(None)
+                continue
+            sealed_all += sealed
             _push_writes(db, stored)
-        return stored
+            written.append(stored)
+        self._append(db, sealed_all)
+        return written
 
     @staticmethod
     def _append(db: sqlite3.Connection, sealed: Sequence[StoredAuditEvent]) -> None:
@@ -392,11 +419,7 @@ class SQLiteStore:
     ) -> list[Record]:
         """See :meth:`Store.claim_due` (one ``BEGIN IMMEDIATE`` transaction)."""
         stamp = _instant(now)
-        labelled = ""
-        label_args: tuple[object, ...] = ()
-        if label_prefix:  # the common, unfiltered claim reads no record's JSON
-            labelled = " AND substr(coalesce(json_extract(data, '$.label'), ''), 1, ?) = ?"
-            label_args = (len(label_prefix), label_prefix)
+        labelled, label_args = _label_filter(label_prefix)
         taken = []
         with self._transaction() as db:
             rows = db.execute(
@@ -424,6 +447,54 @@ class SQLiteStore:
                 )
                 taken.append(stored)
         return taken
+
+    def reserve_due(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        limit: int,
+        plan: Planner,
+        label_prefix: str = "",
+        gone_owners: Collection[str] = (),
+    ) -> list[Record]:
+        """See :meth:`Store.reserve_due` (one ``BEGIN IMMEDIATE`` transaction: the file's
+        write lock is held from the selection to the commit)."""
+        stamp = _instant(now)
+        labelled, label_args = _label_filter(label_prefix)
+        gone = sorted(gone_owners)
+        held = f" OR lease_owner IN ({', '.join('?' for _ in gone)})" if gone else ""
+        with self._transaction() as db:
+            rows = db.execute(
+                "SELECT data FROM operations WHERE phase IN (?, ?, ?) AND next_poll_at <= ?"
+                f" AND (lease_expires_at IS NULL OR lease_expires_at <= ?{held}){labelled}"
+                " ORDER BY next_poll_at LIMIT ?",
+                (*DRIVABLE_PHASES, stamp, stamp, *gone, *label_args, limit),
+            ).fetchall()
+            due = (decode_record(text) for (text,) in rows)
+            writes = [w for w in (planned(r, owner, plan) for r in due) if w is not None]
+            return [stored for stored in self._write_all(db, writes) if stored is not None]
+
+    def next_claimable(
+        self, *, now: datetime, label_prefix: str = ""
+    ) -> tuple[datetime | None, list[str]]:
+        """See :meth:`Store.next_claimable`."""
+        stamp = _instant(now)
+        labelled, label_args = _label_filter(label_prefix)
+        with self._damage():
+            (earliest,) = self._db.execute(
+                "SELECT min(CASE WHEN lease_expires_at > next_poll_at THEN lease_expires_at"
+                " ELSE next_poll_at END) FROM operations WHERE phase IN (?, ?, ?)"
+                f"{labelled}",
+                (*DRIVABLE_PHASES, *label_args),
+            ).fetchone()
+            holders = self._db.execute(
+                "SELECT DISTINCT lease_owner FROM operations WHERE phase IN (?, ?, ?)"
+                " AND next_poll_at <= ? AND lease_expires_at > ? AND lease_owner IS NOT NULL"
+                f"{labelled} ORDER BY lease_owner LIMIT 100",
+                (*DRIVABLE_PHASES, stamp, stamp, *label_args),
+            ).fetchall()
+        return (_moment(earliest) if earliest else None), [owner for (owner,) in holders]
 
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""
@@ -685,6 +756,17 @@ def _why(exc: BaseException) -> str:
 def _instant(value: datetime | None) -> str | None:
     """An instant as UTC ISO 8601 text: such texts sort as their instants do."""
     return utc(value).isoformat() if value is not None else None
+
+
+def _label_filter(label_prefix: str) -> tuple[str, tuple[object, ...]]:
+    """The ``AND …`` clause (and its arguments) keeping operations whose label starts with
+    *label_prefix*; nothing for the common, unfiltered look (it reads no record's JSON)."""
+    if not label_prefix:
+        return "", ()
+    return (
+        " AND substr(coalesce(json_extract(data, '$.label'), ''), 1, ?) = ?",
+        (len(label_prefix), label_prefix),
+    )
 
 
 def _columns(record: Record) -> tuple[object, ...]:
