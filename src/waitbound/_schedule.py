@@ -97,6 +97,9 @@ class DelaySource(StrEnum):
     """Local backoff slowed by ``policy.backup_factor``: webhooks are expected, and
     polling is the backup that finds the endings no webhook announces."""
     MANUAL_EXTENSION = "manual_extension"
+    FIRST_POLL_AFTER = "first_poll_after"
+    """The caller held a fresh answer when it started waiting: the first request waits
+    ``first_poll_after_s`` (``wait --first-poll-after``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -146,12 +146,12 @@ def profile_from_flags(profile_spec: str | None, inline: dict[str, object]) -> P
     return waitbound.parse_profile(table, name=name)
 
 
-def _flag_names(message: str) -> str:
+def flag_names(message: str) -> str:
     """Name the command-line flags in a Policy error (``max_delay_s`` → ``--max-delay``)."""
     return re.sub(
         r"\b(business_deadline|deadline|max_requests|max_transport_failures|max_rate_limited"
         r"|base_delay|max_delay|min_delay|not_found_grace|request_timeout|backoff_growth"
-        r"|backoff_jitter_floor|hint_jitter_max)(?:_s)?\b",
+        r"|backoff_jitter_floor|hint_jitter_max|first_poll_after)(?:_s)?\b",
         lambda m: "--" + m.group(1).replace("_", "-"),
         message,
     )
@@ -179,7 +179,7 @@ def policy_from_flags(flags: dict[str, object]) -> Policy:
     try:
         return Policy(**{field: flags.pop(flag) for flag, field in _POLICY_FLAGS.items()})  # type: ignore[arg-type]
     except UsageError as exc:
-        raise UsageError(_flag_names(str(exc))) from None
+        raise UsageError(flag_names(str(exc))) from None
 
 
 def http_settings(max_response_bytes: int | None) -> HttpSettings:
