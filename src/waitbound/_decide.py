@@ -692,7 +692,19 @@ def _schedule(
     elif told is not None:
         extra["hint"] = {"origin": told.origin, "delay_s": told.delay_s, "minimum": False}
     earliest = now + timedelta(seconds=minimum)
-    if earliest >= record.stop_at:
+    cancel_at_deadline = (  # --cancel-on-deadline: its one cancel still goes out at it
+        record.cancel_on_deadline
+        and not record.cancel_requests_used
+        and record.phase is Phase.WAITING
+        and record.cancel_target() is not None
+        and not demanded
+    )
+    if earliest >= record.stop_at and cancel_at_deadline:
+        note = (
+            f"{note + '; ' if note else ''}no status request fits before the deadline: "
+            "the cancel is sent at it"
+        )
+    elif earliest >= record.stop_at:
         wait = (
             f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
         )
