@@ -7,7 +7,7 @@ import random
 import httpx
 import pytest
 
-from tests.core.harness import PROFILE, SEED, URL, Run, run
+from tests.core.harness import DOUBLING, PROFILE, SEED, URL, Run, run
 from tests.fakes import START, FakeClock, ScriptedProvider
 from waitbound import MemoryStore, Operation, OutcomeKind, Policy, Reason, parse_profile, wait
 
@@ -24,7 +24,9 @@ def backoffs(n: int, *, base: float, cap: float, seed: int = SEED) -> list[float
 
 def test_pending_polls_follow_exact_jittered_backoff() -> None:
     """Pending answers are re-polled after uniform [raw/2, raw] delays, raw = base * 2**attempt."""
-    result = run({"/status": [RUNNING, RUNNING, RUNNING, DONE]}, base_delay_s=2, max_delay_s=5)
+    result = run(
+        {"/status": [RUNNING, RUNNING, RUNNING, DONE]}, base_delay_s=2, max_delay_s=5, **DOUBLING
+    )
     assert result.outcome.outcome is OutcomeKind.SUCCEEDED
     assert result.outcome.result == {"rows": 3}
     assert result.outcome.job_id == "job-1"
@@ -64,7 +66,9 @@ def test_retry_after_seconds_on_429_is_a_minimum_with_small_upward_jitter() -> N
 
 def test_throttle_without_hint_backs_off_four_times_harder() -> None:
     """A 429 without a hint waits 4x the jittered backoff the attempt would otherwise get."""
-    result = run({"/status": [RUNNING, (429, None), DONE]}, base_delay_s=2, max_delay_s=8)
+    result = run(
+        {"/status": [RUNNING, (429, None), DONE]}, base_delay_s=2, max_delay_s=8, **DOUBLING
+    )
     first, second = backoffs(2, base=2, cap=8)
     assert result.clock.sleeps == pytest.approx([first, 4 * second], abs=1e-5)
 
@@ -140,7 +144,13 @@ def test_the_attempt_counter_goes_on_under_hints_and_resumes_backoff_when_they_r
     profile = {**PROFILE, "poll_hint": "poll_after"}
     hints = [30, 20, 10, 0, 0, 0]
     answers = [(200, {"status": "running", "poll_after": h}) for h in hints]
-    result = run({"/status": [*answers, DONE]}, profile=profile, deadline_s=3600)
+    result = run(
+        {"/status": [*answers, DONE]},
+        profile=profile,
+        deadline_s=3600,
+        max_delay_s=120,
+        **DOUBLING,
+    )
     rng = random.Random(SEED)
     expected = [h + rng.uniform(0, min(0.1 * h, 1.0)) for h in hints[:3]]
     expected += [rng.uniform(raw / 2, raw) for raw in (40, 80, 120)]
@@ -169,7 +179,7 @@ def test_an_overdue_job_told_half_a_second_costs_what_backoff_costs() -> None:
             Operation(
                 status_url=URL,
                 profile=parse_profile({**PROFILE, "poll_hint": "poll_after"}),
-                policy=Policy(deadline_s=900, max_requests=30),
+                policy=Policy(deadline_s=900, max_requests=30, max_delay_s=120, **DOUBLING),
             ),
             store=store,
             client=httpx.Client(transport=httpx.MockTransport(provider)),
@@ -190,7 +200,9 @@ def test_an_overdue_job_told_half_a_second_costs_what_backoff_costs() -> None:
 
 def test_hint_below_the_floor_is_local_backoff_not_the_floor() -> None:
     """retry-after-ms: 1 is below the 1 s floor: the jittered backoff applies, not 1 s."""
-    result = run({"/status": [(200, {"status": "running"}, {"retry-after-ms": "1"}), DONE]})
+    result = run(
+        {"/status": [(200, {"status": "running"}, {"retry-after-ms": "1"}), DONE]}, **DOUBLING
+    )
     assert result.clock.sleeps == pytest.approx(backoffs(1, base=5, cap=120), abs=1e-5)
 
 

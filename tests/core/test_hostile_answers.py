@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.core.harness import PROFILE, SEED, URL, run
+from tests.core.harness import DOUBLING, PROFILE, SEED, URL, run
 from tests.fakes import FakeClock, Handler, ScriptedProvider
 from waitbound import (
     MemoryStore,
@@ -357,7 +357,14 @@ def test_timed_out_detail_says_whether_the_deadline_was_reached(
     script: list[Any], profile: Mapping[str, Any], words: str
 ) -> None:
     """timed_out says 'stopped before the deadline' when it stops early, else 'was reached'."""
-    result = run({"/status": script}, profile=profile, deadline_s=10, base_delay_s=1, max_delay_s=2)
+    result = run(
+        {"/status": script},
+        profile=profile,
+        deadline_s=10,
+        base_delay_s=1,
+        max_delay_s=2,
+        **DOUBLING,
+    )
     assert result.outcome.outcome is OutcomeKind.TIMED_OUT
     error = result.outcome.error
     assert isinstance(error, dict)
@@ -385,7 +392,9 @@ def test_hint_below_the_floor_is_local_backoff(
     """A positive hint shorter than min_delay is no minimum: the first jittered backoff
     applies (a throttle's for a 429), never less than the floor (a hint of zero likewise:
     tests/core/test_vendor_rules.py)."""
-    result = run({"/status": [answer, DONE]}, profile=profile, min_delay_s=3, base_delay_s=5)
+    result = run(
+        {"/status": [answer, DONE]}, profile=profile, min_delay_s=3, base_delay_s=5, **DOUBLING
+    )
     assert result.outcome.outcome is OutcomeKind.SUCCEEDED
     backoff = random.Random(SEED).uniform(2.5, 5.0) * factor
     assert result.clock.sleeps[0] == pytest.approx(max(3.0, backoff), abs=1e-5)

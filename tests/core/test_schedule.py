@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.core.harness import DOUBLING, SEED, URL
 from tests.core.harness import PROFILE as HARNESS_PROFILE
-from tests.core.harness import SEED, URL
 from tests.core.test_properties import ANSWERS, POLICIES
 from tests.core.test_properties import PROFILE as PROPERTY_PROFILE
 from tests.core.test_properties import Provider as PropertyProvider
@@ -373,6 +373,7 @@ def test_webhooks_expected_poll_on_the_backup_schedule_exactly() -> None:
         base_delay_s=2,
         max_delay_s=5,
         deadline_s=600,
+        **DOUBLING,
     )
     assert result.outcome.outcome is OutcomeKind.SUCCEEDED
     rng = random.Random(SEED)
@@ -384,7 +385,11 @@ def test_webhooks_expected_poll_on_the_backup_schedule_exactly() -> None:
 def test_without_webhooks_the_same_script_polls_on_the_ordinary_schedule() -> None:
     """Regression guard: no push.webhook, no backup factor, local_backoff."""
     result = run_expecting_webhooks(
-        {"/status": [RUNNING, RUNNING, DONE]}, webhook=None, base_delay_s=2, max_delay_s=5
+        {"/status": [RUNNING, RUNNING, DONE]},
+        webhook=None,
+        base_delay_s=2,
+        max_delay_s=5,
+        **DOUBLING,
     )
     rng = random.Random(SEED)
     assert result.gaps == pytest.approx([rng.uniform(1, 2), rng.uniform(2, 4)], abs=1e-5)
@@ -436,6 +441,7 @@ def test_a_provider_hint_is_a_minimum_of_the_backup_schedule(poll_after: int, wi
         base_delay_s=5,
         max_delay_s=120,
         deadline_s=600,
+        **DOUBLING,
     )
     rng = random.Random(SEED)
     hinted = poll_after + rng.uniform(0, min(0.1 * poll_after, 1.0))
@@ -447,7 +453,7 @@ def test_a_provider_hint_is_a_minimum_of_the_backup_schedule(poll_after: int, wi
 def test_a_throttle_keeps_its_own_rule_when_webhooks_are_expected() -> None:
     """A 429 without a hint backs off THROTTLE_FACTOR x the ordinary backoff (not backup)."""
     result = run_expecting_webhooks(
-        {"/status": [(429, {"error": "slow"}), DONE]}, base_delay_s=2, max_delay_s=5
+        {"/status": [(429, {"error": "slow"}), DONE]}, base_delay_s=2, max_delay_s=5, **DOUBLING
     )
     rng = random.Random(SEED)
     assert result.gaps == pytest.approx([4 * rng.uniform(1, 2)], abs=1e-5)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.core.harness import PROFILE, SEED, run
+from tests.core.harness import DOUBLING, PROFILE, SEED, run
 from tests.fakes import START, Answer, FakeClock, ScriptedProvider
 from waitbound import (
     MemoryStore,
@@ -357,7 +357,9 @@ def test_retry_after_zero_lets_local_backoff_grow() -> None:
     zero: Answer = (200, {"status": "running"}, {"Retry-After": "0"})
     done: Answer = (200, {"status": "done"})
     script: dict[str, list[Answer]] = {"/status": [zero, zero, zero, zero, done]}
-    result = run(script, profile=PROFILE, base_delay_s=1, max_delay_s=60, min_delay_s=0.25)
+    result = run(
+        script, profile=PROFILE, base_delay_s=1, max_delay_s=60, min_delay_s=0.25, **DOUBLING
+    )
     sleeps = result.clock.sleeps
     assert [low <= s <= 2 * low for s, low in zip(sleeps, [0.5, 1, 2, 4], strict=True)] == [
         True
@@ -382,7 +384,7 @@ def test_a_positive_hint_below_the_floor_lets_local_backoff_grow() -> None:
     waiting the floor, and each is audited as below the floor."""
     tiny: Answer = (200, {"status": "running"}, {"Retry-After": "0.1"})
     done: Answer = (200, {"status": "done"})
-    result = run({"/status": [tiny, tiny, tiny, done]}, min_delay_s=3, base_delay_s=5)
+    result = run({"/status": [tiny, tiny, tiny, done]}, min_delay_s=3, base_delay_s=5, **DOUBLING)
     rng = random.Random(SEED)
     expected = [max(3.0, rng.uniform(raw / 2, raw)) for raw in (5, 10, 20)]
     assert result.clock.sleeps == pytest.approx(expected, abs=1e-5)
