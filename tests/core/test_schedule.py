@@ -166,6 +166,40 @@ def test_pacing_knobs_out_of_range_are_refused(field: str, value: object, words:
         Policy(**{field: value})  # type: ignore[arg-type]
 
 
+def test_the_default_pacing() -> None:
+    """Policy's pacing defaults (the _schedule.DEFAULT_* constants): base 5 s, cap 120 s,
+    growth 2, 50-100 % jitter; hint jitter 10 % and at most 1 s."""
+    policy = Policy()
+    assert (
+        policy.base_delay_s,
+        policy.max_delay_s,
+        policy.backoff_growth,
+        policy.backoff_jitter_floor,
+        policy.hint_jitter,
+        policy.hint_jitter_max_s,
+    ) == (5.0, 120.0, 2.0, 0.5, 0.1, 1.0)
+
+
+def test_the_default_schedule_of_a_job_without_hints() -> None:
+    """A job pending for seven answers under Policy(): the seeded draws of the default
+    shape, raw = min(120, 5 * 2**n) drawn from [0.5 * raw, raw]."""
+    answers: list[Answer] = [RUNNING] * 7
+    script: dict[str, list[Answer]] = {"/status": [*answers, DONE]}
+    clock = FakeClock()
+    provider = ScriptedProvider(clock, script)
+    wait(
+        Operation(status_url=URL, profile=parse_profile(WEBHOOK_PROFILE)),
+        store=MemoryStore(),
+        client=provider.client(),
+        clock=clock,
+        sleep=clock.sleep,
+        rng=random.Random(SEED),
+    )
+    rng = random.Random(SEED)
+    raws = (5.0, 10.0, 20.0, 40.0, 80.0, 120.0, 120.0)
+    assert clock.sleeps == pytest.approx([rng.uniform(0.5 * r, r) for r in raws], abs=1e-5)
+
+
 def test_a_stored_policy_without_the_pacing_knobs_decodes_with_the_defaults() -> None:
     """A record written before the pacing knobs existed reads with today's defaults."""
     record = start(
