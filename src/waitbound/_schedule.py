@@ -1,8 +1,8 @@
 """When to look again: backoff with jitter, and provider hints.
 
 Backoff (local): ``raw = min(max_delay, base_delay * growth**attempt)``, the delay drawn
-uniformly from ``[jitter_floor * raw, raw]`` (defaults: growth 2, jitter floor 0.5, base
-5 s, cap 120 s; see the ``DEFAULT_*`` constants). The exponent is clamped, so attempt
+uniformly from ``[jitter_floor * raw, raw]`` (defaults: growth 1.5, jitter floor 0.8,
+base 5 s, cap 60 s; see the ``DEFAULT_*`` constants). The exponent is clamped, so attempt
 10,000 gives the cap and never overflows. While webhooks are expected (``Record.push.webhook``), the
 status polls' base and cap are both multiplied by ``policy.backup_factor`` (the backup
 schedule, :attr:`DelaySource.BACKUP_POLLING`); see :func:`backoff_bounds_s`.
@@ -66,11 +66,11 @@ __all__ = [
 # The default pacing, in one place: Policy, the CLI flags and the docs follow these.
 DEFAULT_BASE_DELAY_S: Final = 5.0
 """The first backoff step, in seconds (``Policy.base_delay_s``)."""
-DEFAULT_MAX_DELAY_S: Final = 120.0
+DEFAULT_MAX_DELAY_S: Final = 60.0
 """The backoff cap, in seconds (``Policy.max_delay_s``)."""
-DEFAULT_BACKOFF_GROWTH: Final = 2.0
+DEFAULT_BACKOFF_GROWTH: Final = 1.5
 """How much each backoff step grows (``Policy.backoff_growth``; 1 is a fixed interval)."""
-DEFAULT_BACKOFF_JITTER_FLOOR: Final = 0.5
+DEFAULT_BACKOFF_JITTER_FLOOR: Final = 0.8
 """The backoff is drawn from ``[floor * raw, raw]`` (``Policy.backoff_jitter_floor``)."""
 DEFAULT_HINT_JITTER: Final = 0.1
 """The upward jitter on a hint, as a fraction of it (``Policy.hint_jitter``)."""

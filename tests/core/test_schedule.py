@@ -167,8 +167,8 @@ def test_pacing_knobs_out_of_range_are_refused(field: str, value: object, words:
 
 
 def test_the_default_pacing() -> None:
-    """Policy's pacing defaults (the _schedule.DEFAULT_* constants): base 5 s, cap 120 s,
-    growth 2, 50-100 % jitter; hint jitter 10 % and at most 1 s."""
+    """Policy's pacing defaults (the _schedule.DEFAULT_* constants): base 5 s, cap 60 s,
+    growth 1.5, 80-100 % jitter; hint jitter 10 % and at most 1 s."""
     policy = Policy()
     assert (
         policy.base_delay_s,
@@ -177,12 +177,12 @@ def test_the_default_pacing() -> None:
         policy.backoff_jitter_floor,
         policy.hint_jitter,
         policy.hint_jitter_max_s,
-    ) == (5.0, 120.0, 2.0, 0.5, 0.1, 1.0)
+    ) == (5.0, 60.0, 1.5, 0.8, 0.1, 1.0)
 
 
 def test_the_default_schedule_of_a_job_without_hints() -> None:
     """A job pending for seven answers under Policy(): the seeded draws of the default
-    shape, raw = min(120, 5 * 2**n) drawn from [0.5 * raw, raw]."""
+    shape, raw = min(60, 5 * 1.5**n) drawn from [0.8 * raw, raw]."""
     answers: list[Answer] = [RUNNING] * 7
     script: dict[str, list[Answer]] = {"/status": [*answers, DONE]}
     clock = FakeClock()
@@ -196,8 +196,8 @@ def test_the_default_schedule_of_a_job_without_hints() -> None:
         rng=random.Random(SEED),
     )
     rng = random.Random(SEED)
-    raws = (5.0, 10.0, 20.0, 40.0, 80.0, 120.0, 120.0)
-    assert clock.sleeps == pytest.approx([rng.uniform(0.5 * r, r) for r in raws], abs=1e-5)
+    raws = (5.0, 7.5, 11.25, 16.875, 25.3125, 37.96875, 56.953125)
+    assert clock.sleeps == pytest.approx([rng.uniform(0.8 * r, r) for r in raws], abs=1e-5)
 
 
 def test_a_stored_policy_without_the_pacing_knobs_decodes_with_the_defaults() -> None:
