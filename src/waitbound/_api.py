@@ -153,6 +153,7 @@ def wait(
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
     on_complete: OnComplete | None = None,
     notify_secret: str | None = None,
+    first_poll_after_s: float = 0.0,
 ) -> Outcome:
     """Wait, blocking, until the operation has exactly one outcome.
 
@@ -182,14 +183,21 @@ def wait(
             operation with ``notify_url``; ``None`` means ``$WAITBOUND_NOTIFY_SECRET``.
             The webhook is sent by this call once the outcome is final (retried by
             workers that know the secret when it fails).
+        first_poll_after_s: for a caller that already holds a fresh answer: the new
+            operation's first status request is sent this many seconds after it is
+            created (persisted as its first ``next_poll_at``, delay source
+            ``first_poll_after``); 0 (the default) sends it at once. Must be less than
+            the time to the deadline. A resumed operation keeps its stored next poll
+            time.
 
     Returns:
         The :class:`Outcome`; call ``raise_for_outcome()`` to turn a non-success
         into an exception.
 
     Raises:
-        UsageError: bad URLs or ids, or a ``notify_url`` without a usable notify
-            secret (nothing is stored).
+        UsageError: bad URLs or ids, a ``notify_url`` without a usable notify secret,
+            or a *first_poll_after_s* that is negative, not before the deadline or given
+            without an *operation* (nothing is stored).
         StoreError: the store cannot be used.
     """
     secret = _notify_secret(operation, notify_secret)
@@ -200,6 +208,7 @@ def wait(
         operation_id=operation_id,
         clock=kit.clock,
         callback=on_complete is not None,
+        first_poll_after_s=first_poll_after_s,
     )
     done = run_sync_effects(
         loop(kit, record), kit, record.profile, client=client, sleep=sleep, http=http
@@ -222,6 +231,7 @@ async def wait_async(
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
     on_complete: OnComplete | None = None,
     notify_secret: str | None = None,
+    first_poll_after_s: float = 0.0,
 ) -> Outcome:
     """Wait without blocking the event loop (anyio); see :func:`wait`.
 
@@ -235,6 +245,7 @@ async def wait_async(
         operation_id=operation_id,
         clock=kit.clock,
         callback=on_complete is not None,
+        first_poll_after_s=first_poll_after_s,
     )
     done = await run_async_effects(
         loop(kit, record),
@@ -255,6 +266,7 @@ def start(
     store: Store | None = None,
     clock: Clock | None = None,
     callback: bool = False,
+    first_poll_after_s: float = 0.0,
 ) -> Outcome:
     """Record an operation for a worker to drive, and return at once (``wait --detach``).
 
@@ -262,16 +274,22 @@ def start(
     :func:`check` or :func:`wait` reads how it stands. *callback*: the completion is
     owed on the ``callback`` channel too, delivered by a worker started with
     ``on_complete`` (``waitbound.work(store, on_complete=…)``, ``serve``'s).
+    *first_poll_after_s*: as in :func:`wait`, seconds before the first request.
 
     Returns:
         The :class:`Outcome` of the new (or resumed) operation: ``done`` is false.
 
     Raises:
-        UsageError: bad URLs or ids (nothing is stored).
+        UsageError: bad URLs or ids, or a bad *first_poll_after_s* (nothing is stored).
     """
     kit = tools(store, clock, None, None, None)
     record = open_operation(
-        kit.store, operation, operation_id=operation_id, clock=kit.clock, callback=callback
+        kit.store,
+        operation,
+        operation_id=operation_id,
+        clock=kit.clock,
+        callback=callback,
+        first_poll_after_s=first_poll_after_s,
     )
     return record.to_outcome()
 

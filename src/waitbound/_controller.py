@@ -170,7 +170,13 @@ def created_event(record: Record) -> AuditEvent:
             if record.business_deadline_at
             else ""
         )
-        + f", at most {policy.max_requests} requests",
+        + f", at most {policy.max_requests} requests"
+        + (
+            f"; first request after {seconds_between(record.created_at, record.next_poll_at):g}s"
+            " (the caller holds a fresh answer)"
+            if record.delay_source is DelaySource.FIRST_POLL_AFTER
+            else ""
+        ),
         status_url=redact_url(record.status_url) if record.status_url else None,
         submit_fingerprint=record.submit_fingerprint,
         deadline_at=record.deadline_at.isoformat(),

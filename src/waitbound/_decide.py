@@ -619,10 +619,13 @@ def _schedule(
 ) -> Step:
     """Set ``next_poll_at`` from hints, backoff and jitter; stop if it lands past the deadline.
 
-    A valid positive hint is a minimum (raised to the floor, then jittered upward
-    only). Without one, or with a hint of zero (no minimum, audited as such): local
-    backoff; a throttle multiplies it by :data:`THROTTLE_FACTOR`; a confirmation
-    re-check fits its requests inside the confirmation window. On the backup schedule
+    A valid hint at or above the floor is a minimum, jittered upward only (at most
+    ``hint_jitter`` of it and ``hint_jitter_max_s``). Without one, or with a hint below
+    the floor (zero included: no minimum beyond itself, audited as such): local backoff,
+    its attempt counter going on, so an overdue job told "0" again and again costs what
+    backoff costs, never the floor over and over; a throttle multiplies it by
+    :data:`THROTTLE_FACTOR`; a confirmation re-check fits its requests inside the
+    confirmation window; every delay is at least the floor. On the backup schedule
     (webhooks expected, see :func:`_on_backup_schedule`) the backoff's base and cap are
     multiplied by ``policy.backup_factor``, and a hint is a minimum of that backoff: the
     later of the two applies (its source recorded).
@@ -633,9 +636,10 @@ def _schedule(
     told, invalid = read_hints(
         observation.headers, reading, record.profile, now=now, throttled=throttle
     )
-    hint = told if told is not None and told.delay_s > 0 else None
+    hint = told if told is not None and told.delay_s >= floor else None
     if told is not None and hint is None:
-        note = f"{note + '; ' if note else ''}hint 0 ({told.origin}): no minimum"
+        said = "0" if told.delay_s == 0 else f"{told.delay_s:.3g}s, below the {floor:g}s floor"
+        note = f"{note + '; ' if note else ''}hint {said} ({told.origin}): no minimum"
     code = observation.http_status
     told_to_wait = (  # a non-2xx answer's Retry-After is a demand (see wait_demanded)
         hint is not None
@@ -650,20 +654,25 @@ def _schedule(
         policy.max_delay_s,
         backup_factor=policy.backup_factor if backup else None,
     )
+    shape = {"growth": policy.backoff_growth, "jitter_floor": policy.backoff_jitter_floor}
     if hint is not None:
-        minimum = max(hint.delay_s, floor)
-        delay = hinted_delay_s(minimum, jitter=policy.hint_jitter, rng=rng)
+        minimum = hint.delay_s
+        delay = hinted_delay_s(
+            minimum, jitter=policy.hint_jitter, max_jitter_s=policy.hint_jitter_max_s, rng=rng
+        )
         source = hint.source
         demanded = demanded or throttle
         if backup:  # the hint is a minimum under the backup schedule, not a shortcut
             slower = backoff_delay_s(
-                record.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng
+                record.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng, **shape
             )
             if slower > delay:
                 delay, source = slower, DelaySource.BACKUP_POLLING
     else:
         minimum = floor
-        delay = backoff_delay_s(record.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng)
+        delay = backoff_delay_s(
+            record.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng, **shape
+        )
         if throttle:
             delay *= THROTTLE_FACTOR
             minimum = delay
@@ -681,9 +690,21 @@ def _schedule(
     if hint is not None:
         extra["hint"] = {"origin": hint.origin, "delay_s": hint.delay_s}
     elif told is not None:
-        extra["hint"] = {"origin": told.origin, "delay_s": 0.0, "minimum": False}
+        extra["hint"] = {"origin": told.origin, "delay_s": told.delay_s, "minimum": False}
     earliest = now + timedelta(seconds=minimum)
-    if earliest >= record.stop_at:
+    cancel_at_deadline = (  # --cancel-on-deadline: its one cancel still goes out at it
+        record.cancel_on_deadline
+        and not record.cancel_requests_used
+        and record.phase is Phase.WAITING
+        and record.cancel_target() is not None
+        and not demanded
+    )
+    if earliest >= record.stop_at and cancel_at_deadline:
+        note = (
+            f"{note + '; ' if note else ''}no status request fits before the deadline: "
+            "the cancel is sent at it"
+        )
+    elif earliest >= record.stop_at:
         wait = (
             f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import email.utils
 import hashlib
+import math
 import os
 import re
 import socket
@@ -24,12 +25,14 @@ from waitbound._errors import ConflictError, OperationNotFoundError, UsageError
 from waitbound._options import cancel_refusal
 from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Push, Record
+from waitbound._schedule import DelaySource
 from waitbound._urls import checked_url, shown_url
 from waitbound.stores import Store
 
 __all__ = [
     "Operation",
     "Submission",
+    "check_first_poll_after",
     "check_push",
     "check_url",
     "new_operation_id",
@@ -213,6 +216,35 @@ def _create(store: Store, record: Record, clock: Clock) -> Record:
         return _resume(store, existing, clock, callback=record.push.callback)
 
 
+def check_first_poll_after(first_poll_after_s: float, policy: Policy) -> float:
+    """Return *first_poll_after_s* (seconds) when the first request of a new operation
+    under *policy* may wait that long: a finite number from 0, less than the time to its
+    deadline (or business deadline, when earlier).
+
+    Raises:
+        UsageError: it is not (one line naming the value and the bound).
+    """
+    value = first_poll_after_s
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise UsageError(
+            f"first_poll_after_s must be a non-negative number of seconds, got {value!r}"
+        )
+    bound_s, which = policy.deadline_s, "deadline_s"
+    if policy.business_deadline_s is not None and policy.business_deadline_s < bound_s:
+        bound_s, which = policy.business_deadline_s, "business_deadline_s"
+    if value >= bound_s:
+        raise UsageError(
+            f"first_poll_after_s ({value:g}s) is not before {which} ({bound_s:g}s): no "
+            f"request would ever be sent; lower first_poll_after_s or raise {which}"
+        )
+    return float(value)
+
+
 def open_operation(
     store: Store,
     operation: Operation | Submission | None,
@@ -220,6 +252,7 @@ def open_operation(
     operation_id: str | None,
     clock: Clock,
     callback: bool = False,
+    first_poll_after_s: float = 0.0,
 ) -> Record:
     """Create the operation's record, or load it to resume.
 
@@ -227,13 +260,25 @@ def open_operation(
     poll time: a restart never resets a budget. *operation* may be ``None`` only to
     resume. *callback*: an ``on_complete`` callable will take the completion
     (``Record.push.callback``; set on a resumed operation that is not finished too).
+    *first_poll_after_s*: a new :class:`Operation`'s first request is sent that many
+    seconds after its creation, not at once (its caller holds a fresh answer): the
+    record's first ``next_poll_at``, delay source ``first_poll_after``; 0 sends it at
+    once. A resumed operation keeps its stored next poll time.
 
     Raises:
         UsageError: a bad id, URL or webhook receiver name, a resume whose status URL
-            or request differs from the stored one, or an unknown id without an
-            *operation* to create.
+            or request differs from the stored one, an unknown id without an
+            *operation* to create, or a *first_poll_after_s* that is negative, not
+            before the deadline, or given without an :class:`Operation`.
     """
     _check_id(operation_id)
+    if first_poll_after_s != 0 or not isinstance(first_poll_after_s, int | float):
+        if not isinstance(operation, Operation):
+            raise UsageError(
+                "first_poll_after_s is set when an operation is created: give the "
+                "Operation (its status URL) to wait on"
+            )
+        check_first_poll_after(first_poll_after_s, operation.policy)
     if operation is not None:
         check_push(operation)
     if isinstance(operation, Operation):
@@ -261,6 +306,12 @@ def open_operation(
     if operation is None:
         raise OperationNotFoundError(operation_id or "")
     record = _new_record(operation, operation_id, clock.now())
+    if first_poll_after_s > 0:
+        record = replace(
+            record,
+            next_poll_at=record.created_at + timedelta(seconds=first_poll_after_s),
+            delay_source=DelaySource.FIRST_POLL_AFTER,
+        )
     push = Push(webhook=operation.webhook, notify_url=operation.notify_url, callback=callback)
     return _create(store, replace(record, push=push), clock)
 

@@ -165,8 +165,13 @@ def next_attempt(
         return replace(
             entry, status=OutboxStatus.FAILED, attempts=attempts, last_error=result.error
         )
-    delay_s = backoff_delay_s(
-        attempts - 1, base_delay_s=RETRY_BASE_S, max_delay_s=RETRY_CAP_S, rng=rng
+    delay_s = backoff_delay_s(  # its own shape: doubling, 50-100 % (not the polls' defaults)
+        attempts - 1,
+        base_delay_s=RETRY_BASE_S,
+        max_delay_s=RETRY_CAP_S,
+        rng=rng,
+        growth=2.0,
+        jitter_floor=0.5,
     )
     return replace(
         entry,

@@ -22,7 +22,15 @@ from waitbound._errors import SchemaVersionError, StoreError, UsageError
 from waitbound._json import JSON, JSONScalar, canonical_json
 from waitbound._outcome import Outcome, OutcomeKind, Reason
 from waitbound._protocol import FinalStateVia, UrlKind
-from waitbound._schedule import DelaySource
+from waitbound._schedule import (
+    DEFAULT_BACKOFF_GROWTH,
+    DEFAULT_BACKOFF_JITTER_FLOOR,
+    DEFAULT_BASE_DELAY_S,
+    DEFAULT_HINT_JITTER,
+    DEFAULT_HINT_JITTER_MAX_S,
+    DEFAULT_MAX_DELAY_S,
+    DelaySource,
+)
 from waitbound._urls import origin, redact_url
 
 __all__ = [
@@ -56,14 +64,24 @@ class Policy:
         max_rate_limited: throttled answers (429, a throttling body) tolerated; one
             more escalates ``rate_limited``.
         base_delay_s: backoff base; ``max_delay_s``: backoff cap.
+        backoff_growth: each backoff step is this many times the last (from 1, a fixed
+            interval, to 10): ``raw = min(max_delay_s, base_delay_s * growth**attempt)``.
+        backoff_jitter_floor: the backoff is drawn uniformly from
+            ``[backoff_jitter_floor * raw, raw]`` (a fraction from 0 to 1; 1 is no jitter).
         min_delay_s: the floor for every delay (more than 0); ``None`` means
-            ``min(1, base_delay_s)``.
+            ``min(1, base_delay_s)``. A provider hint below it is not a minimum: local
+            backoff applies.
         not_found_grace_s: how long a 404 (or a body without a state) is read as
             "not visible yet" before the job was ever seen.
         request_timeout_s: the timeout of one request (never more than the time left).
         confirm_window_s: how long a success without its required fields is re-checked.
         confirm_max_requests: how many more status requests that re-check may send.
         hint_jitter: the upward jitter added to provider hints (a fraction, 0.1 = 10 %).
+        hint_jitter_max_s: that jitter is also at most this many seconds: a hint ``h``
+            (at or above the floor) is waited
+            ``h + uniform(0, min(h * hint_jitter, hint_jitter_max_s))``. Spreading a
+            fleet told the same hint is the worker's per-origin pacing, not every
+            operation's lag.
         lease_s: how long a worker's lease outlives the request it holds it for.
         business_deadline_s: from creation to the business deadline, after which the
             result would no longer be useful (``None``: none); waiting stops there with
@@ -87,14 +105,17 @@ class Policy:
     max_requests: int = 30
     max_transport_failures: int = 3
     max_rate_limited: int = 5
-    base_delay_s: float = 5.0
-    max_delay_s: float = 120.0
+    base_delay_s: float = DEFAULT_BASE_DELAY_S
+    max_delay_s: float = DEFAULT_MAX_DELAY_S
+    backoff_growth: float = DEFAULT_BACKOFF_GROWTH
+    backoff_jitter_floor: float = DEFAULT_BACKOFF_JITTER_FLOOR
     min_delay_s: float | None = None
     not_found_grace_s: float = 30.0
     request_timeout_s: float = 30.0
     confirm_window_s: float = 5.0
     confirm_max_requests: int = 2
-    hint_jitter: float = 0.1
+    hint_jitter: float = DEFAULT_HINT_JITTER
+    hint_jitter_max_s: float = DEFAULT_HINT_JITTER_MAX_S
     lease_s: float = 10.0
     business_deadline_s: float | None = None
     max_extensions: int = 3
@@ -115,7 +136,7 @@ class Policy:
         for name in ("business_deadline_s", "max_extension_s"):
             if getattr(self, name) is not None:
                 _check_number(name, getattr(self, name), positive=True)
-        for name in ("not_found_grace_s", "confirm_window_s", "hint_jitter"):
+        for name in ("not_found_grace_s", "confirm_window_s", "hint_jitter", "hint_jitter_max_s"):
             _check_number(name, getattr(self, name), positive=False)
         if self.min_delay_s is not None:  # a zero floor would allow a tight loop
             _check_number("min_delay_s", self.min_delay_s, positive=True)
@@ -133,6 +154,8 @@ class Policy:
             "max_extensions",
         ):
             _check_int(name, getattr(self, name), minimum=0)
+        _check_ratio("backoff_growth", self.backoff_growth, 1.0, 10.0)
+        _check_ratio("backoff_jitter_floor", self.backoff_jitter_floor, 0.0, 1.0)
         if not (isinstance(self.backup_factor, int | float) and 1 <= self.backup_factor <= 100):
             raise UsageError(
                 f"backup_factor must be a number from 1 to 100, got {self.backup_factor!r}"
@@ -182,6 +205,12 @@ def _check_number(name: str, value: object, *, positive: bool) -> None:
         raise UsageError(f"{name} must be {need} number of seconds, got {value!r}")
     if name.endswith("_s") and value > MAX_DURATION_S:  # type: ignore[operator]
         raise UsageError(f"{name} must be at most a year ({MAX_DURATION_S:g} s), got {value!r}")
+
+
+def _check_ratio(name: str, value: object, low: float, high: float) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not low <= value <= high:  # type: ignore[operator]
+        raise UsageError(f"{name} must be a number from {low:g} to {high:g}, got {value!r}")
 
 
 def _check_int(name: str, value: object, *, minimum: int) -> None:

@@ -1,8 +1,9 @@
 """When to look again: backoff with jitter, and provider hints.
 
-Backoff (local): ``raw = min(max_delay, base_delay * 2**attempt)``, the delay drawn
-uniformly from ``[0.5 * raw, raw]``. The exponent is clamped, so attempt 10,000 gives
-the cap and never overflows. While webhooks are expected (``Record.push.webhook``), the
+Backoff (local): ``raw = min(max_delay, base_delay * growth**attempt)``, the delay drawn
+uniformly from ``[jitter_floor * raw, raw]`` (defaults: growth 1.5, jitter floor 0.8,
+base 5 s, cap 60 s; see the ``DEFAULT_*`` constants). The exponent is clamped, so attempt
+10,000 gives the cap and never overflows. While webhooks are expected (``Record.push.webhook``), the
 status polls' base and cap are both multiplied by ``policy.backup_factor`` (the backup
 schedule, :attr:`DelaySource.BACKUP_POLLING`); see :func:`backoff_bounds_s`.
 
@@ -19,11 +20,12 @@ winning:
 6. the body's ``next_check_at`` (in the profile's ``time_format``);
 7. on a throttled answer with none of them, the profile's ``throttle.default_delay_s``.
 
-A valid positive hint is a minimum: the next request waits at least that long, with
-only an upward jitter of at most ``hint_jitter`` (10 %) so a fleet told "120" does not
-come back in one wave. A hint of zero imposes no minimum (local backoff applies). An
-unparsable or negative hint is ignored and reported as an :class:`InvalidHint`; the
-next one in precedence (or local backoff) applies.
+A valid hint at or above the floor is a minimum: the next request waits at least that
+long, with only an upward jitter of at most ``hint_jitter`` (10 %) of the hint and at
+most ``hint_jitter_max_s`` (1 s), see :func:`hinted_delay_s`. A hint below the floor
+(zero included) imposes no minimum beyond itself: local backoff applies, its attempt
+counter going on. An unparsable or negative hint is ignored and reported as an
+:class:`InvalidHint`; the next one in precedence (or local backoff) applies.
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ from typing import Final
 from waitbound._contract import Profile, Reading, parse_time
 
 __all__ = [
+    "DEFAULT_BACKOFF_GROWTH",
+    "DEFAULT_BACKOFF_JITTER_FLOOR",
+    "DEFAULT_BASE_DELAY_S",
+    "DEFAULT_HINT_JITTER",
+    "DEFAULT_HINT_JITTER_MAX_S",
+    "DEFAULT_MAX_DELAY_S",
     "DelaySource",
     "Hint",
     "InvalidHint",
@@ -54,6 +62,20 @@ __all__ = [
     "read_hints",
     "read_retry_after",
 ]
+
+# The default pacing, in one place: Policy, the CLI flags and the docs follow these.
+DEFAULT_BASE_DELAY_S: Final = 5.0
+"""The first backoff step, in seconds (``Policy.base_delay_s``)."""
+DEFAULT_MAX_DELAY_S: Final = 60.0
+"""The backoff cap, in seconds (``Policy.max_delay_s``)."""
+DEFAULT_BACKOFF_GROWTH: Final = 1.5
+"""How much each backoff step grows (``Policy.backoff_growth``; 1 is a fixed interval)."""
+DEFAULT_BACKOFF_JITTER_FLOOR: Final = 0.8
+"""The backoff is drawn from ``[floor * raw, raw]`` (``Policy.backoff_jitter_floor``)."""
+DEFAULT_HINT_JITTER: Final = 0.1
+"""The upward jitter on a hint, as a fraction of it (``Policy.hint_jitter``)."""
+DEFAULT_HINT_JITTER_MAX_S: Final = 1.0
+"""The upward jitter on a hint, at most this many seconds (``Policy.hint_jitter_max_s``)."""
 
 _DECIMAL: Final = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 MAX_HINT_S: Final = 366 * 24 * 3600.0
@@ -75,6 +97,9 @@ class DelaySource(StrEnum):
     """Local backoff slowed by ``policy.backup_factor``: webhooks are expected, and
     polling is the backup that finds the endings no webhook announces."""
     MANUAL_EXTENSION = "manual_extension"
+    FIRST_POLL_AFTER = "first_poll_after"
+    """The caller held a fresh answer when it started waiting: the first request waits
+    ``first_poll_after_s`` (``wait --first-poll-after``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,18 +120,32 @@ class InvalidHint:
     problem: str
 
 
-def backoff_raw_s(attempt: int, *, base_delay_s: float, max_delay_s: float) -> float:
-    """Return the un-jittered backoff in seconds: ``min(max_delay, base * 2**attempt)``.
+def backoff_raw_s(
+    attempt: int,
+    *,
+    base_delay_s: float,
+    max_delay_s: float,
+    growth: float = DEFAULT_BACKOFF_GROWTH,
+) -> float:
+    """Return the un-jittered backoff in seconds: ``min(max_delay, base * growth**attempt)``.
 
-    Never overflows: a large *attempt* gives *max_delay_s*.
+    Never overflows: a large *attempt* gives *max_delay_s*. A *growth* of 1 (or less)
+    gives *base_delay_s* at every attempt (never more than the cap).
+
+    Raises:
+        ValueError: *attempt* is negative.
     """
     if attempt < 0:
         raise ValueError(f"attempt must be >= 0, got {attempt}")
     if base_delay_s <= 0:
         return 0.0
-    if max_delay_s <= base_delay_s or attempt >= math.log2(max_delay_s / base_delay_s):
+    if max_delay_s <= base_delay_s:
         return max_delay_s
-    return min(max_delay_s, base_delay_s * 2.0**attempt)
+    if growth <= 1.0:
+        return base_delay_s
+    if attempt >= math.log(max_delay_s / base_delay_s, growth):
+        return max_delay_s
+    return min(max_delay_s, base_delay_s * growth**attempt)
 
 
 def backoff_bounds_s(
@@ -124,16 +163,38 @@ def backoff_bounds_s(
 
 
 def backoff_delay_s(
-    attempt: int, *, base_delay_s: float, max_delay_s: float, rng: random.Random
+    attempt: int,
+    *,
+    base_delay_s: float,
+    max_delay_s: float,
+    rng: random.Random,
+    growth: float = DEFAULT_BACKOFF_GROWTH,
+    jitter_floor: float = DEFAULT_BACKOFF_JITTER_FLOOR,
 ) -> float:
-    """Return a jittered backoff in seconds, uniform in ``[0.5 * raw, raw]``."""
-    raw = backoff_raw_s(attempt, base_delay_s=base_delay_s, max_delay_s=max_delay_s)
-    return rng.uniform(0.5 * raw, raw)
+    """Return a jittered backoff in seconds, uniform in ``[jitter_floor * raw, raw]``
+    (*raw* from :func:`backoff_raw_s`; one draw from *rng*)."""
+    raw = backoff_raw_s(attempt, base_delay_s=base_delay_s, max_delay_s=max_delay_s, growth=growth)
+    return rng.uniform(jitter_floor * raw, raw)
 
 
-def hinted_delay_s(hint_s: float, *, jitter: float, rng: random.Random) -> float:
-    """Return a hint's delay with upward-only jitter: uniform in ``[hint, hint * (1 + jitter)]``."""
-    return hint_s * (1.0 + rng.uniform(0.0, jitter))
+def hinted_delay_s(
+    hint_s: float,
+    *,
+    jitter: float,
+    rng: random.Random,
+    max_jitter_s: float = DEFAULT_HINT_JITTER_MAX_S,
+) -> float:
+    """Return a hint's delay in seconds with upward-only jitter bounded in percent and in
+    seconds: ``hint + uniform(0, min(hint * jitter, max_jitter_s))`` (one draw from *rng*).
+
+    A hint of 300 s with the defaults (10 %, 1 s) is waited 300 to 301 s, not up to 330 s:
+    an exact hint costs at most a second. Spreading a fleet told the same hint is the
+    worker's per-origin pacing (its token bucket), not every operation's lag.
+
+    >>> hinted_delay_s(300.0, jitter=0.1, rng=random.Random(0), max_jitter_s=1.0) <= 301.0
+    True
+    """
+    return hint_s + rng.uniform(0.0, min(hint_s * jitter, max_jitter_s))
 
 
 def _http_date_s(text: str, *, now: datetime) -> float:

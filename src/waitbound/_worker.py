@@ -23,9 +23,10 @@ Politeness, per worker and per origin (scheme, host, port): at most
 ``per_origin_rate`` requests per second (bursts up to ``per_origin_burst``). Both are
 decided before the reservation: an operation whose origin has no free slot or no token
 right now is left unclaimed for a later pass, so a reserved request never waits while
-its lease runs out. Jitter comes from the schedule itself (backoff drawn from 50-100 %,
-upward jitter on hints), so operations created together spread out instead of polling
-in waves.
+its lease runs out. Jitter comes from the schedule itself (backoff drawn from a fraction
+of each step, upward jitter on hints), so operations created together spread out
+instead of polling in waves; a hint's jitter is at most ``hint_jitter_max_s`` (1 s), so
+a fleet told the same hint is spread by the token bucket, not by every operation's lag.
 
 Each pass first applies the inbox's pending webhook deliveries (``waitbound._inbox``):
 a delivery brings its operation's next poll forward, so this same pass claims it.

@@ -12,6 +12,7 @@ import json
 import signal
 import sqlite3
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -301,3 +302,59 @@ def test_worker_until_idle_prints_a_json_summary(tmp_path: Path, running: Simula
     }
     text = run_cli(tmp_path, "worker", "--until-idle", "--store", str(store))
     assert text.stdout.startswith("worker stopped (idle) after 0 steps: 0 operations finished")
+
+
+# --- --first-poll-after -------------------------------------------------------------
+
+
+def test_first_poll_after_waits_before_the_first_request(tmp_path: Path) -> None:
+    """wait --first-poll-after 1s: the job's first status request is sent a second after
+    the start, not at once; the record says why (delay source first_poll_after)."""
+    done_body = {"code": 200, "body": {"status": "done"}}
+    store = tmp_path / "s.db"
+    with Simulator(parse_scenario({"id": "d", "endpoints": {"status": [done_body]}})) as sim:
+        done = run_cli(tmp_path, "wait", f"{sim.base_url}/status", *INLINE, "--json",
+                       "--first-poll-after", "1s", "--operation-id", "op-f",
+                       "--store", str(store))  # fmt: skip
+        requests = sim.count("status")
+    outcome = json.loads(done.stdout)
+    assert outcome["outcome"] == "succeeded", done.stderr
+    assert requests == 1
+    assert outcome["elapsed_seconds"] >= 1.0
+    opened = waitbound.SQLiteStore(store)
+    try:
+        created = opened.audit("op-f")[0].event
+    finally:
+        opened.close()
+    assert created.data["delay_source"] == "first_poll_after"
+    assert created.data["next_poll_at"] == (created.at + timedelta(seconds=1)).isoformat()
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (("--first-poll-after", "10m"), ("--first-poll-after (600s)", "--deadline (600s)")),
+        (
+            ("--first-poll-after", "2m", "--business-deadline", "1m"),
+            ("--first-poll-after (120s)", "--business-deadline (60s)"),
+        ),
+        (("--first-poll-after", "soon"), ("--first-poll-after", "not a duration")),
+    ],
+    ids=["at-the-deadline", "past-the-business-deadline", "not-a-duration"],
+)
+def test_a_first_poll_after_not_before_the_deadline_is_refused(
+    tmp_path: Path, flags: tuple[str, ...], words: tuple[str, ...]
+) -> None:
+    """--first-poll-after at or past the deadline: exit 2, one line naming both flags."""
+    url = f"http://127.0.0.1:{closed_port()}/status"
+    line = assert_refused(run_cli(tmp_path, "wait", url, *INLINE, *flags), tmp_path)
+    for word in words:
+        assert word in line, f"{word!r} not named in: {line}"
+
+
+def test_first_poll_after_without_a_status_url_is_refused(tmp_path: Path) -> None:
+    """Resuming by --operation-id alone with --first-poll-after: exit 2, one line."""
+    line = assert_refused(
+        run_cli(tmp_path, "wait", "--operation-id", "op-1", "--first-poll-after", "5s"), tmp_path
+    )
+    assert "--first-poll-after is set when an operation is created" in line

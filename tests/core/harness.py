@@ -25,6 +25,9 @@ PROFILE = {
     "job_id": "id",
 }
 SEED = 1234
+DOUBLING: dict[str, Any] = {"backoff_growth": 2.0, "backoff_jitter_floor": 0.5}
+"""A backoff pinned to doubling with 50-100 % jitter: for tests whose rule is not the
+default shape (their expected delays then do not move when the defaults do)."""
 
 
 @dataclass

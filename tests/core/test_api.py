@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from typing import Any
 
+import anyio
 import pytest
 
 from tests.core.harness import PROFILE, URL
-from tests.fakes import FakeClock, ScriptedProvider
+from tests.fakes import START, FakeClock, ScriptedProvider
 from waitbound import (
     MemoryStore,
     Operation,
@@ -17,11 +19,15 @@ from waitbound import (
     Policy,
     Reason,
     StillWaitingError,
+    Store,
     Submission,
+    UsageError,
     check,
     parse_profile,
     run,
+    start,
     wait,
+    wait_async,
 )
 
 
@@ -112,3 +118,138 @@ def test_message_never_passes_unfinished_work_for_success(
     assert must_not not in outcome.message
     assert outcome.as_json()["message"] == outcome.message
     assert outcome.as_json()["done"] is (outcome.outcome is not None)
+
+
+# --- first_poll_after_s: the caller already holds a fresh answer -----------------------
+
+
+def _hold(first_poll_after_s: float, **policy: Any) -> tuple[Outcome, ScriptedProvider, Store]:
+    clock = FakeClock()
+    provider = ScriptedProvider(clock, {"/status": [(200, {"status": "done", "output": 5})]})
+    store = MemoryStore()
+    outcome = wait(
+        Operation(status_url=URL, profile=parse_profile(PROFILE), policy=Policy(**policy)),
+        operation_id="op-fresh",
+        store=store,
+        client=provider.client(),
+        clock=clock,
+        sleep=clock.sleep,
+        first_poll_after_s=first_poll_after_s,
+    )
+    return outcome, provider, store
+
+
+def test_first_poll_after_sends_the_first_request_that_long_after_the_start() -> None:
+    """first_poll_after_s=30: no request at t = 0; the first is sent at exactly 30 s, and
+    the record was created with that next poll time (delay source first_poll_after)."""
+    outcome, provider, store = _hold(30.0)
+    assert outcome.outcome is OutcomeKind.SUCCEEDED
+    assert [(path, when - START) for path, when in provider.requests] == [
+        ("/status", timedelta(seconds=30))
+    ]
+    created = store.audit("op-fresh")[0].event
+    assert created.kind == "created"
+    assert created.data["next_poll_at"] == (START + timedelta(seconds=30)).isoformat()
+    assert created.data["delay_source"] == "first_poll_after"
+    assert "first request after 30s (the caller holds a fresh answer)" in created.summary
+
+
+def test_first_poll_after_zero_polls_at_once_as_before() -> None:
+    """first_poll_after_s=0 (the default) sends the first request at t = 0."""
+    outcome, provider, store = _hold(0.0)
+    assert outcome.outcome is OutcomeKind.SUCCEEDED
+    assert [when for _, when in provider.requests] == [START]
+    assert store.audit("op-fresh")[0].event.data["delay_source"] is None
+
+
+def test_first_poll_after_in_the_async_api() -> None:
+    """wait_async takes first_poll_after_s too: its first request is sent at 12 s."""
+    clock = FakeClock()
+    provider = ScriptedProvider(clock, {"/status": [(200, {"status": "done", "output": 5})]})
+
+    async def main() -> Outcome:
+        return await wait_async(
+            Operation(status_url=URL, profile=parse_profile(PROFILE)),
+            store=MemoryStore(),
+            client=provider.async_client(),
+            clock=clock,
+            sleep=clock.async_sleep,
+            first_poll_after_s=12,
+        )
+
+    assert anyio.run(main).outcome is OutcomeKind.SUCCEEDED
+    assert [when - START for _, when in provider.requests] == [timedelta(seconds=12)]
+
+
+def test_start_records_the_first_poll_time_for_a_worker() -> None:
+    """start(first_poll_after_s=45) (wait --detach) stores next_poll_at 45 s ahead."""
+    store = MemoryStore()
+    outcome = start(
+        Operation(status_url=URL, profile=parse_profile(PROFILE)),
+        operation_id="op-later",
+        store=store,
+        clock=FakeClock(),
+        first_poll_after_s=45,
+    )
+    record = store.get(outcome.operation_id)
+    assert record is not None
+    assert record.next_poll_at == START + timedelta(seconds=45)
+
+
+@pytest.mark.parametrize(
+    ("first", "policy", "words"),
+    [
+        (-1.0, {}, "first_poll_after_s must be a non-negative number of seconds, got -1.0"),
+        (float("nan"), {}, "first_poll_after_s must be a non-negative number of seconds"),
+        (
+            600.0,
+            {"deadline_s": 600},
+            "first_poll_after_s (600s) is not before deadline_s (600s): no request would ever "
+            "be sent; lower first_poll_after_s or raise deadline_s",
+        ),
+        (
+            90.0,
+            {"deadline_s": 600, "business_deadline_s": 60},
+            "first_poll_after_s (90s) is not before business_deadline_s (60s)",
+        ),
+    ],
+    ids=["negative", "nan", "at-the-deadline", "past-the-business-deadline"],
+)
+def test_a_bad_first_poll_after_is_refused_before_anything_is_stored(
+    first: float, policy: dict[str, Any], words: str
+) -> None:
+    """A negative or non-finite value, or one not before the deadline: UsageError, one
+    line naming the value and the bound; no operation stored, no request sent."""
+    store = MemoryStore()
+    provider = ScriptedProvider(FakeClock(), {"/status": [(200, {"status": "done"})]})
+    with pytest.raises(UsageError) as caught:
+        wait(
+            Operation(status_url=URL, profile=parse_profile(PROFILE), policy=Policy(**policy)),
+            store=store,
+            client=provider.client(),
+            first_poll_after_s=first,
+        )
+    assert str(caught.value).startswith(words)
+    assert "\n" not in str(caught.value)
+    assert store.recent() == []
+    assert provider.requests == []
+
+
+def test_first_poll_after_needs_an_operation_to_create() -> None:
+    """Resuming by id alone with first_poll_after_s: UsageError (it applies at creation)."""
+    with pytest.raises(UsageError, match="first_poll_after_s is set when an operation is created"):
+        wait(operation_id="op-x", store=MemoryStore(), first_poll_after_s=5)
+
+
+def test_a_resumed_operation_keeps_its_stored_next_poll_time() -> None:
+    """Resuming an operation created with first_poll_after_s=300 by the same Operation
+    and a new first_poll_after_s keeps the stored next poll time (never reset)."""
+    store = MemoryStore()
+    clock = FakeClock()
+    operation = Operation(status_url=URL, profile=parse_profile(PROFILE))
+    start(operation, operation_id="op-r", store=store, clock=clock, first_poll_after_s=300)
+    clock.advance(10)
+    start(operation, operation_id="op-r", store=store, clock=clock, first_poll_after_s=5)
+    record = store.get("op-r")
+    assert record is not None
+    assert record.next_poll_at == START + timedelta(seconds=300)

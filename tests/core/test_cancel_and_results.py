@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.core.harness import URL, run
-from tests.fakes import FakeClock, ScriptedProvider
+from tests.fakes import START, FakeClock, ScriptedProvider
 from waitbound import (
     MemoryStore,
     Operation,
@@ -149,6 +149,39 @@ def test_deadline_never_cancels_by_itself() -> None:
     )
     assert result.outcome.outcome is OutcomeKind.TIMED_OUT
     assert result.provider.count("/status/cancel") == 0
+
+
+def test_cancel_on_deadline_is_sent_when_no_status_request_fits_before_the_deadline() -> None:
+    """Regression: the last answer lands half a second before the deadline, less than the
+    1 s floor: no status request fits, yet the promised cancel still goes out at the
+    deadline (it used to stop "before the deadline" without it)."""
+    clock = FakeClock()
+    provider = ScriptedProvider(
+        clock,
+        {
+            "/status": [(200, {"status": "running", "can_cancel": True})],
+            "/status/cancel": [(202, None)],
+        },
+        latency_s=0.5,
+    )
+    outcome = wait(
+        Operation(
+            status_url=URL,
+            profile=parse_profile(TABLE),
+            policy=Policy(deadline_s=10, base_delay_s=1, max_delay_s=1),
+            cancel_on_deadline=True,
+        ),
+        store=MemoryStore(),
+        client=provider.client(),
+        clock=clock,
+        sleep=clock.sleep,
+        rng=random.Random(3),
+    )
+    status_at = [(t - START).total_seconds() for p, t in provider.requests if p == "/status"]
+    assert status_at == pytest.approx([0.0, 1.5, 3.0, 4.5, 6.0, 7.5, 9.0])
+    assert provider.count("/status/cancel") == 1
+    assert outcome.outcome is OutcomeKind.TIMED_OUT
+    assert "cancel requested at the deadline" in str(outcome.error)
 
 
 def test_cancel_on_deadline_sends_one_cancel_then_times_out() -> None:

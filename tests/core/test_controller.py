@@ -8,8 +8,18 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from tests.core.harness import PROFILE, SEED, run
-from waitbound import OutcomeKind, Policy, Reason, Record, parse_profile
+from tests.core.harness import DOUBLING, PROFILE, SEED, URL, Run, run
+from tests.fakes import START, FakeClock, ScriptedProvider
+from waitbound import (
+    MemoryStore,
+    Operation,
+    OutcomeKind,
+    Policy,
+    Reason,
+    Record,
+    parse_profile,
+    wait,
+)
 from waitbound._controller import Send, plan
 
 RUNNING = (200, {"status": "running", "id": "job-1"})
@@ -25,7 +35,9 @@ def backoffs(n: int, *, base: float, cap: float, seed: int = SEED) -> list[float
 
 def test_pending_polls_follow_exact_jittered_backoff() -> None:
     """Pending answers are re-polled after uniform [raw/2, raw] delays, raw = base * 2**attempt."""
-    result = run({"/status": [RUNNING, RUNNING, RUNNING, DONE]}, base_delay_s=2, max_delay_s=5)
+    result = run(
+        {"/status": [RUNNING, RUNNING, RUNNING, DONE]}, base_delay_s=2, max_delay_s=5, **DOUBLING
+    )
     assert result.outcome.outcome is OutcomeKind.SUCCEEDED
     assert result.outcome.result == {"rows": 3}
     assert result.outcome.job_id == "job-1"
@@ -65,7 +77,9 @@ def test_retry_after_seconds_on_429_is_a_minimum_with_small_upward_jitter() -> N
 
 def test_throttle_without_hint_backs_off_four_times_harder() -> None:
     """A 429 without a hint waits 4x the jittered backoff the attempt would otherwise get."""
-    result = run({"/status": [RUNNING, (429, None), DONE]}, base_delay_s=2, max_delay_s=8)
+    result = run(
+        {"/status": [RUNNING, (429, None), DONE]}, base_delay_s=2, max_delay_s=8, **DOUBLING
+    )
     first, second = backoffs(2, base=2, cap=8)
     assert result.clock.sleeps == pytest.approx([first, 4 * second], abs=1e-5)
 
@@ -111,10 +125,96 @@ def test_poll_hint_past_the_deadline_stops_at_once_as_timed_out() -> None:
     assert result.clock.sleeps == []
 
 
-def test_hint_below_the_floor_is_raised_to_the_floor() -> None:
-    """retry-after-ms: 1 becomes the 1 s floor (plus at most 10 %)."""
-    result = run({"/status": [(200, {"status": "running"}, {"retry-after-ms": "1"}), DONE]})
-    assert 1.0 <= result.clock.sleeps[0] <= 1.1
+def test_the_policy_shapes_the_backoff() -> None:
+    """backoff_growth and backoff_jitter_floor are the policy's: raw = base * growth**n,
+    drawn from [floor * raw, raw], one draw per delay."""
+    result = run(
+        {"/status": [RUNNING] * 5 + [DONE]},
+        base_delay_s=4,
+        max_delay_s=10,
+        backoff_growth=1.5,
+        backoff_jitter_floor=0.8,
+    )
+    rng = random.Random(SEED)
+    expected = [rng.uniform(0.8 * raw, raw) for raw in (4, 6, 9, 10, 10)]
+    assert result.clock.sleeps == pytest.approx(expected, abs=1e-5)
+
+
+def test_an_exact_hint_costs_at_most_the_jitter_bound() -> None:
+    """Retry-After: 300 is waited 300 s plus at most hint_jitter_max_s (1 s), not 330 s."""
+    hinted = (200, {"status": "running"}, {"Retry-After": "300"})
+    result = run({"/status": [hinted, DONE]}, deadline_s=900)
+    rng = random.Random(SEED)
+    assert result.clock.sleeps == pytest.approx([300 + rng.uniform(0, 1.0)], abs=1e-5)
+    assert 300 <= result.clock.sleeps[0] <= 301
+
+
+def test_the_attempt_counter_goes_on_under_hints_and_resumes_backoff_when_they_run_out() -> None:
+    """Hints 30, 20, 10 are waited (bounded jitter); the hint 0 that follows is no
+    minimum: backoff resumes at attempt 3 (raw 40 s), not at the floor or attempt 0."""
+    profile = {**PROFILE, "poll_hint": "poll_after"}
+    hints = [30, 20, 10, 0, 0, 0]
+    answers = [(200, {"status": "running", "poll_after": h}) for h in hints]
+    result = run(
+        {"/status": [*answers, DONE]},
+        profile=profile,
+        deadline_s=3600,
+        max_delay_s=120,
+        **DOUBLING,
+    )
+    rng = random.Random(SEED)
+    expected = [h + rng.uniform(0, min(0.1 * h, 1.0)) for h in hints[:3]]
+    expected += [rng.uniform(raw / 2, raw) for raw in (40, 80, 120)]
+    assert result.clock.sleeps == pytest.approx(expected, abs=1e-5)
+
+
+def test_an_overdue_job_told_half_a_second_costs_what_backoff_costs() -> None:
+    """A provider whose estimate runs down to 'poll again in 0.5 s' (below the 1 s floor)
+    once the job is overdue: the polls back off as without any hint, never the floor over
+    and over; the job that ends at 300 s is seen within the request budget."""
+
+    def job(poll_hint: bool) -> Run:
+        clock = FakeClock()
+
+        def provider(request: httpx.Request) -> httpx.Response:
+            elapsed = (clock.now() - START).total_seconds()
+            if elapsed >= 300:
+                return httpx.Response(200, json={"status": "done", "output": {"rows": 3}})
+            body: dict[str, object] = {"status": "running"}
+            if poll_hint:
+                body["poll_after"] = max(0.5, 100 - elapsed)
+            return httpx.Response(200, json=body)
+
+        store = MemoryStore()
+        outcome = wait(
+            Operation(
+                status_url=URL,
+                profile=parse_profile({**PROFILE, "poll_hint": "poll_after"}),
+                policy=Policy(deadline_s=900, max_requests=30, max_delay_s=120, **DOUBLING),
+            ),
+            store=store,
+            client=httpx.Client(transport=httpx.MockTransport(provider)),
+            clock=clock,
+            sleep=clock.sleep,
+            rng=random.Random(SEED),
+        )
+        return Run(outcome=outcome, clock=clock, provider=ScriptedProvider(clock, {}), store=store)
+
+    hinted, unhinted = job(poll_hint=True), job(poll_hint=False)
+    assert hinted.outcome.outcome is OutcomeKind.SUCCEEDED
+    assert unhinted.outcome.outcome is OutcomeKind.SUCCEEDED
+    assert hinted.outcome.status_requests_used <= unhinted.outcome.status_requests_used
+    rng = random.Random(SEED)  # the hint 100 s, then backoff from attempt 1, never the floor
+    expected = [100 + rng.uniform(0, 1.0)] + [rng.uniform(r / 2, r) for r in (10, 20, 40, 80, 120)]
+    assert hinted.clock.sleeps == pytest.approx(expected, abs=1e-5)
+
+
+def test_hint_below_the_floor_is_local_backoff_not_the_floor() -> None:
+    """retry-after-ms: 1 is below the 1 s floor: the jittered backoff applies, not 1 s."""
+    result = run(
+        {"/status": [(200, {"status": "running"}, {"retry-after-ms": "1"}), DONE]}, **DOUBLING
+    )
+    assert result.clock.sleeps == pytest.approx(backoffs(1, base=5, cap=120), abs=1e-5)
 
 
 @pytest.mark.parametrize("code", [401, 403])

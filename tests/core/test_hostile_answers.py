@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.core.harness import PROFILE, SEED, URL, run
+from tests.core.harness import DOUBLING, PROFILE, SEED, URL, run
 from tests.fakes import FakeClock, Handler, ScriptedProvider
 from waitbound import (
     MemoryStore,
@@ -37,6 +37,7 @@ from waitbound import (
     wait,
 )
 from waitbound._contract import Classification
+from waitbound._decide import THROTTLE_FACTOR
 
 RUNNING = (200, {"status": "running", "id": "job-1"})
 DONE = (200, {"status": "done", "output": {"rows": 3}})
@@ -356,7 +357,14 @@ def test_timed_out_detail_says_whether_the_deadline_was_reached(
     script: list[Any], profile: Mapping[str, Any], words: str
 ) -> None:
     """timed_out says 'stopped before the deadline' when it stops early, else 'was reached'."""
-    result = run({"/status": script}, profile=profile, deadline_s=10, base_delay_s=1, max_delay_s=2)
+    result = run(
+        {"/status": script},
+        profile=profile,
+        deadline_s=10,
+        base_delay_s=1,
+        max_delay_s=2,
+        **DOUBLING,
+    )
     assert result.outcome.outcome is OutcomeKind.TIMED_OUT
     error = result.outcome.error
     assert isinstance(error, dict)
@@ -369,23 +377,31 @@ def test_timed_out_detail_says_whether_the_deadline_was_reached(
 
 
 @pytest.mark.parametrize(
-    ("answer", "profile"),
+    ("answer", "profile", "factor"),
     [
-        ((200, {"status": "running"}, {"retry-after-ms": "1"}), PROFILE),
-        ((200, {"status": "running"}, {"Retry-After": "0.5"}), PROFILE),
-        ((429, None, {"Retry-After": "1"}), PROFILE),
-        ((200, {"status": "running", "poll_after_seconds": 0.01}), HINTED),
+        ((200, {"status": "running"}, {"retry-after-ms": "1"}), PROFILE, 1),
+        ((200, {"status": "running"}, {"Retry-After": "0.5"}), PROFILE, 1),
+        ((429, None, {"Retry-After": "1"}), PROFILE, THROTTLE_FACTOR),
+        ((200, {"status": "running", "poll_after_seconds": 0.01}), HINTED, 1),
     ],
     ids=["retry-after-ms-1", "retry-after-0.5", "429-retry-after-1", "body-hint-10ms"],
 )
-def test_hint_below_the_floor_is_raised_to_the_floor(
-    answer: Any, profile: Mapping[str, Any]
+def test_hint_below_the_floor_is_local_backoff(
+    answer: Any, profile: Mapping[str, Any], factor: float
 ) -> None:
-    """A positive hint shorter than min_delay waits the floor (plus at most 10 %), never
-    less (a hint of zero imposes no minimum: tests/core/test_vendor_rules.py)."""
-    result = run({"/status": [answer, DONE]}, profile=profile, min_delay_s=3, base_delay_s=5)
+    """A positive hint shorter than min_delay is no minimum: the first jittered backoff
+    applies (a throttle's for a 429), never less than the floor (a hint of zero likewise:
+    tests/core/test_vendor_rules.py)."""
+    result = run(
+        {"/status": [answer, DONE]}, profile=profile, min_delay_s=3, base_delay_s=5, **DOUBLING
+    )
     assert result.outcome.outcome is OutcomeKind.SUCCEEDED
-    assert 3.0 <= result.clock.sleeps[0] <= 3.3
+    backoff = random.Random(SEED).uniform(2.5, 5.0) * factor
+    assert result.clock.sleeps[0] == pytest.approx(max(3.0, backoff), abs=1e-5)
+    scheduled = [e.event for e in result.store.audit(result.outcome.operation_id)]
+    first = next(e for e in scheduled if e.kind == "scheduled")
+    assert first.data["delay_source"] == "local_backoff"
+    assert "below the 3s floor" in first.summary
 
 
 def test_floor_above_the_cap_is_refused() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 from email.utils import format_datetime
+from itertools import pairwise
 
 import httpx
 from hypothesis import HealthCheck, given, settings
@@ -138,3 +139,72 @@ def test_no_answer_sequence_breaks_a_budget(
     if outcome.outcome is OutcomeKind.SUCCEEDED:
         assert outcome.result == {"ok": 1}
     assert outcome.outcome in set(OutcomeKind)
+
+
+HINTS = st.one_of(
+    st.none(),
+    st.sampled_from([0.0, 0.001, 0.3, 0.999, 1.0, 2.0, 2.5, 30.0, 300.0]),
+    st.floats(0.0, 400.0, allow_nan=False),
+)
+PACING = st.builds(
+    Policy,
+    deadline_s=st.sampled_from([60.0, 900.0]),
+    max_requests=st.integers(2, 15),
+    base_delay_s=st.sampled_from([0.5, 1.0, 5.0]),
+    max_delay_s=st.sampled_from([5.0, 60.0]),
+    min_delay_s=st.sampled_from([None, 0.25, 2.0]),
+    backoff_growth=st.sampled_from([1.0, 1.5, 2.0]),
+    backoff_jitter_floor=st.sampled_from([0.0, 0.5, 0.8, 1.0]),
+    hint_jitter=st.sampled_from([0.0, 0.1, 0.5]),
+    hint_jitter_max_s=st.sampled_from([0.0, 1.0, 30.0]),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    hints=st.lists(HINTS, min_size=1, max_size=15),
+    done=st.booleans(),
+    latency_s=st.sampled_from([0.0, 0.2]),
+    policy=PACING,
+    seed=st.integers(),
+)
+def test_any_hint_sequence_keeps_the_floor_and_the_bounded_hint_jitter(
+    hints: list[float | None], done: bool, latency_s: float, policy: Policy, seed: int
+) -> None:
+    """Whatever hints the provider sends: consecutive status requests are at least the
+    floor apart, and after a hint h at or above the floor the next request waits h plus
+    at most min(h * hint_jitter, hint_jitter_max_s)."""
+    clock = FakeClock()
+    log: list[tuple[datetime, datetime, float | None]] = []
+    """(sent, answered, the hint in the answer)"""
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        sent = clock.now()
+        index = len(log)
+        clock.advance(latency_s)
+        if done and index == len(hints):
+            log.append((sent, clock.now(), None))
+            return httpx.Response(200, json={"status": "done", "output": {"ok": 1}})
+        hint = hints[min(index, len(hints) - 1)]
+        log.append((sent, clock.now(), hint))
+        body: dict[str, object] = {"status": "running"}
+        if hint is not None:
+            body["poll_after"] = hint
+        return httpx.Response(200, json=body)
+
+    outcome = wait(
+        Operation(status_url=URL, profile=PROFILE, policy=policy),
+        store=MemoryStore(),
+        client=httpx.Client(transport=httpx.MockTransport(provider)),
+        clock=clock,
+        sleep=clock.sleep,
+        rng=random.Random(seed),
+    )
+    assert outcome.status_requests_used == len(log) <= policy.max_requests
+    floor = policy.floor_s
+    for (_, answered, hint), (next_sent, _, _) in pairwise(log):
+        waited = (next_sent - answered).total_seconds()
+        assert waited >= floor - 1e-5
+        if hint is not None and hint >= floor:
+            most = hint + min(hint * policy.hint_jitter, policy.hint_jitter_max_s)
+            assert hint - 1e-5 <= waited <= most + 1e-5

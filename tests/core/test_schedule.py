@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -15,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.core.harness import DOUBLING, SEED, URL
 from tests.core.harness import PROFILE as HARNESS_PROFILE
-from tests.core.harness import SEED, URL
 from tests.core.test_properties import ANSWERS, POLICIES
 from tests.core.test_properties import PROFILE as PROPERTY_PROFILE
 from tests.core.test_properties import Provider as PropertyProvider
@@ -29,6 +30,7 @@ from waitbound import (
     Outcome,
     OutcomeKind,
     Policy,
+    UsageError,
     parse_profile,
     parse_retry_after,
     start,
@@ -39,7 +41,7 @@ from waitbound._controller import WEBHOOK_RECHECK_S, Sleep, plan
 from waitbound._inbox import sweep_inbox
 from waitbound._json import JSON
 from waitbound._push import InboundDelivery
-from waitbound._record import Push
+from waitbound._record import Push, Record
 from waitbound._schedule import (
     backoff_bounds_s,
     backoff_delay_s,
@@ -64,25 +66,154 @@ PROFILE = parse_profile(
 )
 def test_backoff_doubles_then_clamps_without_overflow(attempt: int, raw: float) -> None:
     """raw = min(120, 5 * 2**attempt); attempt 10,000 gives the cap, never an overflow."""
-    assert backoff_raw_s(attempt, base_delay_s=5, max_delay_s=120) == raw
+    assert backoff_raw_s(attempt, base_delay_s=5, max_delay_s=120, growth=2.0) == raw
+
+
+@pytest.mark.parametrize(
+    ("growth", "attempt", "raw"),
+    [
+        (1.5, 0, 5.0),
+        (1.5, 1, 7.5),
+        (1.5, 4, 25.3125),
+        (1.5, 6, 56.953125),
+        (1.5, 7, 60.0),
+        (1.5, 10_000, 60.0),
+        (1.0, 0, 5.0),
+        (1.0, 10_000, 5.0),
+        (10.0, 1, 50.0),
+        (10.0, 2, 60.0),
+        (1.000001, 10_000_000, 60.0),
+    ],
+)
+def test_backoff_growth_is_the_ratio_of_steps_and_clamps(
+    growth: float, attempt: int, raw: float
+) -> None:
+    """raw = min(cap, base * growth**attempt) for any growth; 1 is a fixed interval; attempt
+    10,000 gives the cap (or the base at growth 1), never an overflow."""
+    assert backoff_raw_s(attempt, base_delay_s=5, max_delay_s=60, growth=growth) == raw
 
 
 def test_backoff_jitter_is_uniform_between_half_and_full() -> None:
     """The drawn delay lies in [0.5 * raw, raw] and uses the whole range."""
     rng = random.Random(7)
-    draws = [backoff_delay_s(2, base_delay_s=5, max_delay_s=120, rng=rng) for _ in range(2000)]
+    draws = [
+        backoff_delay_s(2, base_delay_s=5, max_delay_s=120, rng=rng, growth=2.0, jitter_floor=0.5)
+        for _ in range(2000)
+    ]
     assert min(draws) >= 10
     assert max(draws) <= 20
     assert min(draws) < 10.5
     assert max(draws) > 19.5
 
 
+@pytest.mark.parametrize("floor", [0.0, 0.8, 1.0])
+def test_backoff_jitter_floor_bounds_the_draw(floor: float) -> None:
+    """With jitter floor f the delay is exactly f*raw + (raw - f*raw) * u, one draw u."""
+    rng, same = random.Random(11), random.Random(11)
+    draws = [
+        backoff_delay_s(1, base_delay_s=4, max_delay_s=60, rng=rng, growth=1.5, jitter_floor=floor)
+        for _ in range(500)
+    ]
+    assert draws == [same.uniform(floor * 6.0, 6.0) for _ in range(500)]
+    assert min(draws) >= floor * 6.0
+    assert max(draws) <= 6.0
+
+
 def test_hint_jitter_is_upward_only_and_small() -> None:
-    """A hint of 120 s is waited at least 120 s and at most 132 s."""
+    """A hint of 5 s (10 % is below the seconds bound) is waited 5 to 5.5 s."""
     rng = random.Random(3)
-    draws = [hinted_delay_s(120, jitter=0.1, rng=rng) for _ in range(1000)]
-    assert min(draws) >= 120
-    assert max(draws) <= 132
+    draws = [hinted_delay_s(5, jitter=0.1, max_jitter_s=1.0, rng=rng) for _ in range(1000)]
+    assert min(draws) >= 5
+    assert max(draws) <= 5.5
+    assert max(draws) > 5.45
+
+
+@pytest.mark.parametrize(("hint", "most"), [(300.0, 301.0), (120.0, 121.0), (10.0, 11.0)])
+def test_hint_jitter_is_bounded_in_seconds(hint: float, most: float) -> None:
+    """An exact hint costs at most hint_jitter_max_s: 300 s is waited 300 to 301 s, never
+    330 s; the whole second is used (the jitter still spreads a fleet a little)."""
+    rng = random.Random(5)
+    draws = [hinted_delay_s(hint, jitter=0.1, max_jitter_s=1.0, rng=rng) for _ in range(1000)]
+    assert min(draws) >= hint
+    assert max(draws) <= most
+    assert max(draws) > most - 0.05
+
+
+def test_hint_jitter_bound_of_zero_waits_the_hint_exactly() -> None:
+    """hint_jitter_max_s = 0: the hint is waited exactly (the draw is still taken)."""
+    rng = random.Random(5)
+    assert {hinted_delay_s(42.0, jitter=0.1, max_jitter_s=0.0, rng=rng) for _ in range(50)} == {
+        42.0
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("backoff_growth", 0.9, "backoff_growth must be a number from 1 to 10, got 0.9"),
+        ("backoff_growth", 11, "backoff_growth must be a number from 1 to 10, got 11"),
+        ("backoff_growth", float("nan"), "backoff_growth must be a number from 1 to 10"),
+        ("backoff_growth", True, "backoff_growth must be a number from 1 to 10, got True"),
+        ("backoff_jitter_floor", -0.1, "backoff_jitter_floor must be a number from 0 to 1"),
+        ("backoff_jitter_floor", 1.5, "backoff_jitter_floor must be a number from 0 to 1"),
+        ("hint_jitter_max_s", -1, "hint_jitter_max_s must be a non-negative number of seconds"),
+        ("hint_jitter_max_s", float("inf"), "hint_jitter_max_s must be a non-negative"),
+    ],
+)
+def test_pacing_knobs_out_of_range_are_refused(field: str, value: object, words: str) -> None:
+    """Each pacing knob names itself and the range it must be in."""
+    with pytest.raises(UsageError, match="^" + re.escape(words)):
+        Policy(**{field: value})  # type: ignore[arg-type]
+
+
+def test_the_default_pacing() -> None:
+    """Policy's pacing defaults (the _schedule.DEFAULT_* constants): base 5 s, cap 60 s,
+    growth 1.5, 80-100 % jitter; hint jitter 10 % and at most 1 s."""
+    policy = Policy()
+    assert (
+        policy.base_delay_s,
+        policy.max_delay_s,
+        policy.backoff_growth,
+        policy.backoff_jitter_floor,
+        policy.hint_jitter,
+        policy.hint_jitter_max_s,
+    ) == (5.0, 60.0, 1.5, 0.8, 0.1, 1.0)
+
+
+def test_the_default_schedule_of_a_job_without_hints() -> None:
+    """A job pending for seven answers under Policy(): the seeded draws of the default
+    shape, raw = min(60, 5 * 1.5**n) drawn from [0.8 * raw, raw]."""
+    answers: list[Answer] = [RUNNING] * 7
+    script: dict[str, list[Answer]] = {"/status": [*answers, DONE]}
+    clock = FakeClock()
+    provider = ScriptedProvider(clock, script)
+    wait(
+        Operation(status_url=URL, profile=parse_profile(WEBHOOK_PROFILE)),
+        store=MemoryStore(),
+        client=provider.client(),
+        clock=clock,
+        sleep=clock.sleep,
+        rng=random.Random(SEED),
+    )
+    rng = random.Random(SEED)
+    raws = (5.0, 7.5, 11.25, 16.875, 25.3125, 37.96875, 56.953125)
+    assert clock.sleeps == pytest.approx([rng.uniform(0.8 * r, r) for r in raws], abs=1e-5)
+
+
+def test_a_stored_policy_without_the_pacing_knobs_decodes_with_the_defaults() -> None:
+    """A record written before the pacing knobs existed reads with today's defaults."""
+    record = start(
+        Operation(status_url=URL, profile=PROPERTY_PROFILE), store=(store := MemoryStore())
+    )
+    stored = store.get(record.operation_id)
+    assert stored is not None
+    data = stored.to_json()
+    policy = data["policy"]
+    assert isinstance(policy, dict)
+    for knob in ("backoff_growth", "backoff_jitter_floor", "hint_jitter_max_s"):
+        assert knob in policy
+        del policy[knob]
+    assert Record.from_json(data).policy == Policy()
 
 
 @pytest.mark.parametrize(
@@ -276,6 +407,7 @@ def test_webhooks_expected_poll_on_the_backup_schedule_exactly() -> None:
         base_delay_s=2,
         max_delay_s=5,
         deadline_s=600,
+        **DOUBLING,
     )
     assert result.outcome.outcome is OutcomeKind.SUCCEEDED
     rng = random.Random(SEED)
@@ -287,7 +419,11 @@ def test_webhooks_expected_poll_on_the_backup_schedule_exactly() -> None:
 def test_without_webhooks_the_same_script_polls_on_the_ordinary_schedule() -> None:
     """Regression guard: no push.webhook, no backup factor, local_backoff."""
     result = run_expecting_webhooks(
-        {"/status": [RUNNING, RUNNING, DONE]}, webhook=None, base_delay_s=2, max_delay_s=5
+        {"/status": [RUNNING, RUNNING, DONE]},
+        webhook=None,
+        base_delay_s=2,
+        max_delay_s=5,
+        **DOUBLING,
     )
     rng = random.Random(SEED)
     assert result.gaps == pytest.approx([rng.uniform(1, 2), rng.uniform(2, 4)], abs=1e-5)
@@ -339,9 +475,10 @@ def test_a_provider_hint_is_a_minimum_of_the_backup_schedule(poll_after: int, wi
         base_delay_s=5,
         max_delay_s=120,
         deadline_s=600,
+        **DOUBLING,
     )
     rng = random.Random(SEED)
-    hinted = poll_after * (1 + rng.uniform(0, 0.1))
+    hinted = poll_after + rng.uniform(0, min(0.1 * poll_after, 1.0))
     backup = rng.uniform(10, 20)
     assert result.gaps == pytest.approx([max(hinted, backup)], abs=1e-5)
     assert result.scheduled()[0].data["delay_source"] == wins
@@ -350,7 +487,7 @@ def test_a_provider_hint_is_a_minimum_of_the_backup_schedule(poll_after: int, wi
 def test_a_throttle_keeps_its_own_rule_when_webhooks_are_expected() -> None:
     """A 429 without a hint backs off THROTTLE_FACTOR x the ordinary backoff (not backup)."""
     result = run_expecting_webhooks(
-        {"/status": [(429, {"error": "slow"}), DONE]}, base_delay_s=2, max_delay_s=5
+        {"/status": [(429, {"error": "slow"}), DONE]}, base_delay_s=2, max_delay_s=5, **DOUBLING
     )
     rng = random.Random(SEED)
     assert result.gaps == pytest.approx([4 * rng.uniform(1, 2)], abs=1e-5)

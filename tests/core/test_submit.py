@@ -44,7 +44,7 @@ def _submit(
         method="POST",
         url=f"{BASE}/v1/jobs",
         profile=parse_profile(table),
-        policy=Policy(base_delay_s=1, max_delay_s=2, deadline_s=60),
+        policy=fields.pop("policy", Policy(base_delay_s=1, max_delay_s=2, deadline_s=60)),
         body=b'{"input": 1}',
         **fields,
     )
@@ -265,3 +265,28 @@ def test_credentials_go_only_to_the_submit_urls_origin() -> None:
         headers={"Authorization": "Bearer k"},
     )
     assert seen == [("provider.test", "Bearer k"), ("other.test", None)]
+
+
+def test_a_job_just_accepted_is_not_polled_at_once() -> None:
+    """202 + Location: the first status request waits the first jittered backoff delay
+    (attempt 0: uniform in [0.5, 1] x base), never at t = 0 after the receipt."""
+    record, provider, _ = _submit(
+        {"/v1/jobs": [(202, None, {"Location": "/ops/1"})], "/ops/1": [(200, {"status": "done"})]},
+        policy=Policy(base_delay_s=4, max_delay_s=8, deadline_s=60, backoff_jitter_floor=0.5),
+    )
+    assert record.outcome is OutcomeKind.SUCCEEDED
+    (_, accepted), (path, polled) = provider.requests
+    assert path == "/ops/1"
+    expected = random.Random(5).uniform(2.0, 4.0)
+    assert (polled - accepted).total_seconds() == pytest.approx(expected, abs=1e-5)
+
+
+def test_a_receipts_retry_after_sets_the_first_poll() -> None:
+    """202 + Location + Retry-After: 7: the first status request waits 7 s plus the
+    bounded upward jitter (at most min(10 %, 1 s))."""
+    receipt = (202, None, {"Location": "/ops/1", "Retry-After": "7"})
+    record, provider, _ = _submit({"/v1/jobs": [receipt], "/ops/1": [(200, {"status": "done"})]})
+    assert record.outcome is OutcomeKind.SUCCEEDED
+    (_, accepted), (_, polled) = provider.requests
+    expected = 7 + random.Random(5).uniform(0, 0.7)
+    assert (polled - accepted).total_seconds() == pytest.approx(expected, abs=1e-5)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.core.harness import PROFILE, run
+from tests.core.harness import DOUBLING, PROFILE, SEED, run
 from tests.fakes import START, Answer, FakeClock, ScriptedProvider
 from waitbound import (
     MemoryStore,
@@ -357,7 +357,9 @@ def test_retry_after_zero_lets_local_backoff_grow() -> None:
     zero: Answer = (200, {"status": "running"}, {"Retry-After": "0"})
     done: Answer = (200, {"status": "done"})
     script: dict[str, list[Answer]] = {"/status": [zero, zero, zero, zero, done]}
-    result = run(script, profile=PROFILE, base_delay_s=1, max_delay_s=60, min_delay_s=0.25)
+    result = run(
+        script, profile=PROFILE, base_delay_s=1, max_delay_s=60, min_delay_s=0.25, **DOUBLING
+    )
     sleeps = result.clock.sleeps
     assert [low <= s <= 2 * low for s, low in zip(sleeps, [0.5, 1, 2, 4], strict=True)] == [
         True
@@ -376,11 +378,30 @@ def test_retry_after_zero_lets_local_backoff_grow() -> None:
     assert scheduled[0].data["delay_source"] == "local_backoff"
 
 
-def test_a_positive_hint_below_the_floor_is_still_raised_to_it() -> None:
-    """Retry-After: 0.1 with a 3 s floor waits 3 s (plus at most 10 %)."""
-    tiny = (200, {"status": "running"}, {"Retry-After": "0.1"})
-    result = run({"/status": [tiny, (200, {"status": "done"})]}, min_delay_s=3, base_delay_s=5)
-    assert 3.0 <= result.clock.sleeps[0] <= 3.3
+def test_a_positive_hint_below_the_floor_lets_local_backoff_grow() -> None:
+    """Retry-After: 0.1 on every answer with a 3 s floor: like a hint of zero, no
+    minimum; the jittered backoff grows (never below the floor) instead of every poll
+    waiting the floor, and each is audited as below the floor."""
+    tiny: Answer = (200, {"status": "running"}, {"Retry-After": "0.1"})
+    done: Answer = (200, {"status": "done"})
+    result = run({"/status": [tiny, tiny, tiny, done]}, min_delay_s=3, base_delay_s=5, **DOUBLING)
+    rng = random.Random(SEED)
+    expected = [max(3.0, rng.uniform(raw / 2, raw)) for raw in (5, 10, 20)]
+    assert result.clock.sleeps == pytest.approx(expected, abs=1e-5)
+    scheduled = [
+        e.event
+        for e in result.store.audit(result.outcome.operation_id)
+        if e.event.kind == "scheduled"
+    ]
+    assert scheduled[0].data["hint"] == {
+        "origin": "Retry-After header",
+        "delay_s": 0.1,
+        "minimum": False,
+    }
+    assert "hint 0.1s, below the 3s floor (Retry-After header): no minimum" in (
+        scheduled[0].summary
+    )
+    assert {e.data["delay_source"] for e in scheduled} == {"local_backoff"}
 
 
 def test_a_throttle_with_retry_after_zero_backs_off_as_a_throttle() -> None:

@@ -133,7 +133,9 @@ def test_a_webhook_delivery_makes_the_worker_poll_at_once() -> None:
     virtual time passes), then found done."""
     clock = FakeClock()
     store = MemoryStore()
-    policy = Policy(base_delay_s=5, max_delay_s=120, deadline_s=600)
+    policy = Policy(
+        base_delay_s=5, max_delay_s=120, deadline_s=600, backoff_growth=2, backoff_jitter_floor=0.5
+    )
     first = start(
         Operation(status_url="http://p.test/jobs/1", profile=PROFILE, policy=policy, job_id="j-1"),
         store=store,

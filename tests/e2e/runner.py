@@ -23,6 +23,7 @@ _WAIT_FLAGS = {
     "max_rate_limited": "--max-rate-limited",
     "not_found_grace_s": "--not-found-grace",
     "request_timeout_s": "--request-timeout",
+    "first_poll_after_s": "--first-poll-after",
 }
 
 
@@ -176,6 +177,7 @@ def unmet(run: CaseRun, expect: dict[str, object]) -> list[str]:
             run.count("cancel") == expect.get("cancel_requests"),
         ),
         "max_elapsed_s": (run.elapsed_s, run.elapsed_s <= expect.get("max_elapsed_s", 0)),  # type: ignore[operator]
+        "min_elapsed_s": (run.elapsed_s, run.elapsed_s >= expect.get("min_elapsed_s", 0)),  # type: ignore[operator]
         "job_id": (run.outcome["job_id"], run.outcome["job_id"] == expect.get("job_id")),
         "last_http_status": (
             run.outcome["last_http_status"],

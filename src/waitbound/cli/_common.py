@@ -33,6 +33,13 @@ from waitbound import (
 )
 from waitbound._json import JSON
 from waitbound._record import MAX_COUNT
+from waitbound._schedule import (
+    DEFAULT_BACKOFF_GROWTH,
+    DEFAULT_BACKOFF_JITTER_FLOOR,
+    DEFAULT_BASE_DELAY_S,
+    DEFAULT_HINT_JITTER_MAX_S,
+    DEFAULT_MAX_DELAY_S,
+)
 from waitbound._urls import redact_url
 from waitbound.cli._params import (
     MAX_RESPONSE_BYTES,
@@ -139,11 +146,12 @@ def profile_from_flags(profile_spec: str | None, inline: dict[str, object]) -> P
     return waitbound.parse_profile(table, name=name)
 
 
-def _flag_names(message: str) -> str:
+def flag_names(message: str) -> str:
     """Name the command-line flags in a Policy error (``max_delay_s`` → ``--max-delay``)."""
     return re.sub(
         r"\b(business_deadline|deadline|max_requests|max_transport_failures|max_rate_limited"
-        r"|base_delay|max_delay|min_delay|not_found_grace|request_timeout)(?:_s)?\b",
+        r"|base_delay|max_delay|min_delay|not_found_grace|request_timeout|backoff_growth"
+        r"|backoff_jitter_floor|hint_jitter_max|first_poll_after)(?:_s)?\b",
         lambda m: "--" + m.group(1).replace("_", "-"),
         message,
     )
@@ -158,6 +166,9 @@ _POLICY_FLAGS: Final = {
     "base_delay": "base_delay_s",
     "max_delay": "max_delay_s",
     "min_delay": "min_delay_s",
+    "backoff_growth": "backoff_growth",
+    "backoff_jitter_floor": "backoff_jitter_floor",
+    "hint_jitter_max": "hint_jitter_max_s",
     "not_found_grace": "not_found_grace_s",
     "request_timeout": "request_timeout_s",
 }
@@ -168,7 +179,7 @@ def policy_from_flags(flags: dict[str, object]) -> Policy:
     try:
         return Policy(**{field: flags.pop(flag) for flag, field in _POLICY_FLAGS.items()})  # type: ignore[arg-type]
     except UsageError as exc:
-        raise UsageError(_flag_names(str(exc))) from None
+        raise UsageError(flag_names(str(exc))) from None
 
 
 def http_settings(max_response_bytes: int | None) -> HttpSettings:
@@ -235,12 +246,46 @@ POLICY_OPTIONS = options(
         show_default=True,
         help="At most 100000.",
     ),
-    click.option("--base-delay", callback=duration, default="5s", show_default=True),
-    click.option("--max-delay", callback=duration, default="120s", show_default=True),
+    click.option(
+        "--base-delay",
+        callback=duration,
+        default=f"{DEFAULT_BASE_DELAY_S:g}s",
+        show_default=True,
+        help="The first backoff delay.",
+    ),
+    click.option(
+        "--max-delay",
+        callback=duration,
+        default=f"{DEFAULT_MAX_DELAY_S:g}s",
+        show_default=True,
+        help="The backoff cap.",
+    ),
     click.option(
         "--min-delay",
         callback=positive_duration,
-        help="Delay floor, more than 0 [default: min(1s, base)].",
+        help="Delay floor, more than 0; a provider hint below it is not a minimum "
+        "[default: min(1s, base)].",
+    ),
+    click.option(
+        "--backoff-growth",
+        type=click.FloatRange(1, 10),
+        default=DEFAULT_BACKOFF_GROWTH,
+        show_default=True,
+        help="Each backoff step is this many times the last (1 to 10; 1 = fixed interval).",
+    ),
+    click.option(
+        "--backoff-jitter-floor",
+        type=click.FloatRange(0, 1),
+        default=DEFAULT_BACKOFF_JITTER_FLOOR,
+        show_default=True,
+        help="A backoff delay is drawn from [this x raw, raw] (0 to 1; 1 = no jitter).",
+    ),
+    click.option(
+        "--hint-jitter-max",
+        callback=duration,
+        default=f"{DEFAULT_HINT_JITTER_MAX_S:g}s",
+        show_default=True,
+        help="The upward jitter on a provider hint is at most 10 % of it and at most this.",
     ),
     click.option("--not-found-grace", callback=duration, default="30s", show_default=True),
     click.option("--request-timeout", callback=duration, default="30s", show_default=True),

@@ -21,7 +21,7 @@ from waitbound import (
     UsageError,
 )
 from waitbound._json import JSON
-from waitbound._operation import check_push
+from waitbound._operation import check_first_poll_after, check_push
 from waitbound._outbox import resolve_notify_secret
 from waitbound._urls import redact_url
 from waitbound.cli._common import (
@@ -34,6 +34,7 @@ from waitbound.cli._common import (
     STORE_HELP,
     Progress,
     drive,
+    flag_names,
     header_names,
     http_settings,
     policy_from_flags,
@@ -41,7 +42,7 @@ from waitbound.cli._common import (
     profile_from_flags,
     resume_hint,
 )
-from waitbound.cli._params import STORED_TEXT, parse_header
+from waitbound.cli._params import STORED_TEXT, duration, parse_header
 from waitbound.cli._render import option_costs, printable
 
 __all__ = ["cancel_command", "run", "submit", "wait"]
@@ -127,11 +128,19 @@ def _submit_options(function: Any) -> Any:
     help="How STATUS_URL's answers are read: a status monitor's body, a Location URL's "
     "status code, or the resource's own provisioning state.",
 )
+@click.option(
+    "--first-poll-after",
+    callback=duration,
+    metavar="SECONDS",
+    help="You already hold a fresh answer: send the first status request this long after "
+    "the start, not at once (less than --deadline) [default: 0s].",
+)
 @_push_options
 def wait(  # noqa: PLR0917 - click passes every option
     status_url: str | None,
     detach: bool,
     url_kind: str,
+    first_poll_after: float | None,
     webhook: str | None,
     notify_url: str | None,
     headers: Sequence[str],
@@ -174,6 +183,15 @@ def wait(  # noqa: PLR0917 - click passes every option
         raise UsageError(
             "--webhook and --notify are set when an operation is created: give its STATUS_URL"
         )
+    elif first_poll_after is not None:
+        raise UsageError(
+            "--first-poll-after is set when an operation is created: give its STATUS_URL"
+        )
+    first_poll_after_s = first_poll_after or 0.0
+    try:
+        check_first_poll_after(first_poll_after_s, policy)
+    except UsageError as exc:
+        raise UsageError(flag_names(str(exc))) from None
     if operation is not None:
         _check_push(operation, needs_secret=not detach)  # before the store is opened
     op_id = operation_id or waitbound.new_operation_id()
@@ -184,7 +202,9 @@ def wait(  # noqa: PLR0917 - click passes every option
         started = drive(
             op_id,
             store,
-            lambda opened: waitbound.start(operation, operation_id=op_id, store=opened),
+            lambda opened: waitbound.start(
+                operation, operation_id=op_id, store=opened, first_poll_after_s=first_poll_after_s
+            ),
             create=True,
             header_names=names,
         )
@@ -203,6 +223,7 @@ def wait(  # noqa: PLR0917 - click passes every option
             headers=dict(sent),
             on_event=sink,
             http=http,
+            first_poll_after_s=first_poll_after_s if operation is not None else 0.0,
         )
         return outcome, opened.get(op_id)
 
