@@ -214,7 +214,7 @@ def populate(signed: Store, unsigned: Store) -> None:
 
 def facts(store: Store) -> dict[str, Any]:
     """What the tests compare after the upgrade (see the module's docstring)."""
-    operations = {}
+    operations: dict[str, Any] = {}
     for record in sorted(store.recent(limit=1000), key=lambda r: r.operation_id):
         operations[record.operation_id] = {
             "version": record.version,
@@ -276,9 +276,9 @@ def _sqlite() -> dict[str, Any]:
 
 
 def _postgres(dsn: str) -> dict[str, Any]:
-    from waitbound.stores.postgres import PostgresStore, upgrade
-
     import psycopg
+
+    from waitbound.stores.postgres import PostgresStore, upgrade
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{PG_SCHEMA}" CASCADE'.encode())
