@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 from urllib.parse import unquote
 
+import anyio
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -46,10 +47,10 @@ from waitbound.stores._protocol import (
     decode_record,
     delivery_of,
     encode_json,
-    encode_record,
     outbox_entry_of,
     webhook_key,
 )
+from waitbound.stores._rows import HOT_COLUMNS, ROW_COLUMNS, RecordRows, Row
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -135,6 +136,26 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX audit_events_at
         ON {schema}.audit_events (at, operation_id COLLATE "C", seq);
     """,
+    # 3: the record split (waitbound.stores._rows): hot fields as typed columns, what an
+    # answer changes as the small ``poll`` JSON, the cold rest in ``data`` (every row is
+    # rewritten from its whole-record JSON by _rewrite_v3, in the same transaction).
+    """
+    ALTER TABLE {schema}.operations
+        ADD COLUMN in_flight text,
+        ADD COLUMN submit_attempts integer NOT NULL DEFAULT 0,
+        ADD COLUMN status_requests_used integer NOT NULL DEFAULT 0,
+        ADD COLUMN result_requests_used integer NOT NULL DEFAULT 0,
+        ADD COLUMN cancel_requests_used integer NOT NULL DEFAULT 0,
+        ADD COLUMN confirm_requests_used integer NOT NULL DEFAULT 0,
+        ADD COLUMN transport_failures_used integer NOT NULL DEFAULT 0,
+        ADD COLUMN rate_limited_used integer NOT NULL DEFAULT 0,
+        ADD COLUMN attempt integer NOT NULL DEFAULT 0,
+        ADD COLUMN audit_seq integer NOT NULL DEFAULT 0,
+        ADD COLUMN audit_head text NOT NULL DEFAULT '',
+        ADD COLUMN audit_mac text,
+        ADD COLUMN poll json NOT NULL DEFAULT '{{}}',
+        ADD COLUMN data_version integer NOT NULL DEFAULT 0;
+    """,
 )
 """The schema, one SQL script per version (``{schema}`` is the quoted schema name).
 Version N is ``MIGRATIONS[N - 1]``; a released script is never edited, only appended to."""
@@ -202,31 +223,54 @@ def _claim_outbox_queries() -> dict[str, str]:
     }
 
 
+NOTIFY_CHANNEL: Final = "waitbound_wakeup"
+"""The ``LISTEN``/``NOTIFY`` channel; a notification's payload is the schema's name."""
+
+_READ: Final = ROW_COLUMNS.replace(", poll,", ", poll::text,").removesuffix(", data")
+"""The row's columns as :meth:`RecordRows.record` reads them, but ``data``."""
+_SET_HOT: Final = ", ".join(f"{column} = %s" for column in HOT_COLUMNS)
+
+
+def _update_query(*, data: bool) -> str:
+    """The compare-and-swap update of one row, returning the next poll time and phase it
+    had (to tell whether the write made the operation due sooner)."""
+    cold = ", data = %s::json" if data else ""
+    return (
+        "UPDATE {schema}.operations AS o SET "
+        + _SET_HOT
+        + ", poll = %s::json, data_version = %s"
+        + cold
+        + " FROM (SELECT next_poll_at, phase FROM {schema}.operations"
+        " WHERE operation_id = %s) AS before"
+        " WHERE o.operation_id = %s AND o.version = %s"
+        " RETURNING before.next_poll_at, before.phase"
+    )
+
+
 _QUERIES: Final = {
-    "insert": "INSERT INTO {schema}.operations (operation_id, version, phase, outcome,"
-    " next_poll_at, lease_owner, lease_expires_at, created_at, data)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::json) ON CONFLICT (operation_id) DO NOTHING",
-    "get": "SELECT data::text FROM {schema}.operations WHERE operation_id = %s",
-    "update": "UPDATE {schema}.operations SET version = %s, phase = %s, outcome = %s,"
-    " next_poll_at = %s, lease_owner = %s, lease_expires_at = %s, data = %s::json"
-    " WHERE operation_id = %s AND version = %s",
+    "insert": "INSERT INTO {schema}.operations (" + ROW_COLUMNS + ", created_at)"
+    " VALUES (" + ", ".join(["%s"] * (len(HOT_COLUMNS) + 1)) + ", %s::json, %s, %s::json, %s)"
+    " ON CONFLICT (operation_id) DO NOTHING",
+    "get": "SELECT " + _READ + ", CASE WHEN data_version = %s THEN NULL ELSE data::text END"
+    " FROM {schema}.operations WHERE operation_id = %s",
+    "update_hot": _update_query(data=False),
+    "update_all": _update_query(data=True),
+    "notify": "SELECT pg_notify(%s, %s)",
     "append": "INSERT INTO {schema}.audit_events"
     " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
     " VALUES (%s, %s, %s, %s, %s, %s::json, %s, %s)",
     "audit": "SELECT seq, at, kind, summary, data::text, prev_hash, hash"
     " FROM {schema}.audit_events WHERE operation_id = %s ORDER BY seq",
-    "due": "SELECT data::text FROM {schema}.operations"
+    "due": "SELECT " + _READ + ", data::text FROM {schema}.operations"
     " WHERE phase = ANY(%s) AND next_poll_at <= %s"
     " AND (lease_expires_at IS NULL OR lease_expires_at <= %s)"
     " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
-    "due_labelled": "SELECT data::text FROM {schema}.operations"
+    "due_labelled": "SELECT " + _READ + ", data::text FROM {schema}.operations"
     " WHERE phase = ANY(%s) AND next_poll_at <= %s"
     " AND (lease_expires_at IS NULL OR lease_expires_at <= %s)"
     " AND left(coalesce(data->>'label', ''), %s) = %s"
     " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
-    "claim": "UPDATE {schema}.operations SET version = %s, lease_owner = %s,"
-    " lease_expires_at = %s, data = %s::json WHERE operation_id = %s AND version = %s",
-    "recent": "SELECT data::text FROM {schema}.operations"
+    "recent": "SELECT " + _READ + ", data::text FROM {schema}.operations"
     " WHERE left(coalesce(data->>'label', ''), %s) = %s AND (outcome IS NULL OR NOT %s)"
     " ORDER BY created_at DESC, operation_id DESC LIMIT %s",
     "summary": "SELECT count(*) FILTER (WHERE outcome IS NULL),"
@@ -338,9 +382,14 @@ class PostgresStore:
             min_size=min_size,
             max_size=max_size,
             open=False,
-            check=ConnectionPool.check_connection,
+            # No check per borrow (a round trip each): a connection found broken fails
+            # its one call with a StoreError and the pool replaces it for the next.
+            kwargs={"prepare_threshold": 0},  # the hot statements run prepared
             name=f"waitbound:{self.schema}",
         )
+        self._rows = RecordRows(lambda at: at)
+        self._conninfo = conninfo
+        self._listener: psycopg.AsyncConnection[TupleRow] | None = None
         try:
             with _failures(self.label, self._secrets):
                 self._pool.open(wait=True, timeout=max(connect_timeout_s, 1.0))
@@ -366,36 +415,82 @@ class PostgresStore:
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.create`."""
         stored, sealed = advance(record, events, self._audit_key)
+        row = self._rows.row(stored, replaces=0)
         with self._transaction() as conn:
             cursor = conn.execute(
                 self._sql["insert"],
-                (*_columns(stored), stored.created_at, encode_record(stored)),
+                (
+                    stored.operation_id,
+                    *row.hot,
+                    row.poll,
+                    row.data_version,
+                    row.data,
+                    stored.created_at,
+                ),
             )
             if cursor.rowcount != 1:
                 raise UsageError(f"operation {record.operation_id!r} exists already")
             self._append(conn, sealed)
             self._push_writes(conn, stored)
+            if stored.phase.value in DRIVABLE_PHASES:
+                conn.execute(self._sql["notify"], (NOTIFY_CHANNEL, self.schema))
+        self._rows.written(stored, row)
         return stored
 
     def get(self, operation_id: str) -> Record | None:
         """See :meth:`Store.get`."""
         with self._transaction() as conn:
-            row = conn.execute(self._sql["get"], (operation_id,)).fetchone()
-        return decode_record(row[0]) if row else None
+            known = self._rows.cached_data_version(operation_id)
+            row = conn.execute(self._sql["get"], (known, operation_id)).fetchone()
+            if (
+                row is not None
+                and row[-1] is None
+                and (self._rows.cached_data_version(operation_id) != row[-2])
+            ):  # evicted meanwhile (another thread): read it whole
+                row = conn.execute(self._sql["get"], (-1, operation_id)).fetchone()
+            return self._rows.record(row) if row else None
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save` (``UPDATE … WHERE version = %s``, one transaction)."""
         stored, sealed = advance(record, events, self._audit_key)
-        with self._transaction() as conn:
-            cursor = conn.execute(
-                self._sql["update"],
-                (*_columns(stored)[1:], encode_record(stored), record.operation_id, record.version),
-            )
-            if cursor.rowcount != 1:
-                raise ConflictError(record.operation_id, record.version)
-            self._append(conn, sealed)
-            self._push_writes(conn, stored)
+        row = self._rows.row(stored, replaces=record.version)
+        try:
+            with self._transaction() as conn:
+                self._update(conn, stored, row, replaces=record.version)
+                self._append(conn, sealed)
+                self._push_writes(conn, stored)
+        except BaseException:
+            self._rows.forget(record.operation_id)
+            raise
+        self._rows.written(stored, row)
         return stored
+
+    def _update(
+        self, conn: psycopg.Connection[TupleRow], stored: Record, row: Row, *, replaces: int
+    ) -> None:
+        """Write one record's row by compare-and-swap on *replaces* (its stored version):
+        the hot columns and ``poll`` always, ``data`` only when ``row.data`` is given; and
+        ``NOTIFY`` (delivered at commit) when the write makes the operation due sooner
+        than before (a decision resuming it, a webhook hint).
+
+        Raises:
+            ConflictError: the stored version is not *replaces*.
+        """
+        op = stored.operation_id
+        if row.data is None:
+            args: tuple[object, ...] = (*row.hot, row.poll, row.data_version, op, op, replaces)
+            cursor = conn.execute(self._sql["update_hot"], args)
+        else:
+            args = (*row.hot, row.poll, row.data_version, row.data, op, op, replaces)
+            cursor = conn.execute(self._sql["update_all"], args)
+        found = cursor.fetchone()
+        if found is None:
+            raise ConflictError(op, replaces)
+        before_at, before_phase = found
+        if stored.phase.value in DRIVABLE_PHASES and (
+            before_phase not in DRIVABLE_PHASES or stored.next_poll_at < before_at
+        ):
+            conn.execute(self._sql["notify"], (NOTIFY_CHANNEL, self.schema))
 
     def _append(
         self, conn: psycopg.Connection[TupleRow], sealed: Sequence[StoredAuditEvent]
@@ -423,25 +518,19 @@ class PostgresStore:
             else:
                 query, args = "due", (phases, now, now)
             rows = conn.execute(self._sql[query], (*args, limit))
-            for (text,) in rows.fetchall():
-                record = decode_record(text)
+            written = []
+            for found in rows.fetchall():
+                record = self._rows.record(found)
                 stored, _ = advance(
                     claimed(record, owner=owner, now=now, lease_s=lease_s), [], self._audit_key
                 )
-                cursor = conn.execute(
-                    self._sql["claim"],
-                    (
-                        stored.version,
-                        stored.lease_owner,
-                        stored.lease_expires_at,
-                        encode_record(stored),
-                        record.operation_id,
-                        record.version,
-                    ),
-                )
-                if cursor.rowcount != 1:  # the row is locked: only a damaged column gets here
-                    raise ConflictError(record.operation_id, record.version)
+                row = self._rows.row(stored, replaces=record.version)
+                # the row is locked: only a damaged column makes this conflict
+                self._update(conn, stored, row, replaces=record.version)
+                written.append((stored, row))
                 taken.append(stored)
+        for stored, row in written:
+            self._rows.written(stored, row)
         return taken
 
     def pending_summary(self) -> tuple[int, datetime | None]:
@@ -461,7 +550,7 @@ class PostgresStore:
             rows = conn.execute(
                 self._sql["recent"], (len(label_prefix), label_prefix, open_only, limit)
             ).fetchall()
-        return [decode_record(str(text)) for (text,) in rows]
+        return [self._rows.record(row) for row in rows]
 
     def audit(self, operation_id: str) -> list[StoredAuditEvent]:
         """See :meth:`Store.audit`."""
@@ -624,8 +713,51 @@ class PostgresStore:
             rows = conn.execute(statement, (*args, limit)).fetchall()
         return [_audit_event(row[0], row[1:]) for row in rows]
 
+    async def wait_for_wakeup(self, timeout_s: float) -> bool:
+        """Wait up to *timeout_s* seconds for a wake-up: a ``NOTIFY`` that this schema got
+        an operation due sooner (one created, a decision resuming one, a webhook hint).
+
+        The first call opens one more connection and ``LISTEN``s on
+        :data:`NOTIFY_CHANNEL`; later notifications are kept by that connection until the
+        next call reads them. Pass it as ``waitbound.work(wake=...)``: polling stays the
+        fallback, so a lost notification costs at most the worker's ``idle_s``.
+
+        Returns:
+            ``True`` on a notification for this schema, ``False`` when the time ran out
+            (also when listening failed: then it waits the whole *timeout_s* and tries
+            to listen again on the next call).
+        """
+        clock = anyio.current_time
+        end = clock() + max(0.0, timeout_s)
+        try:
+            listener = await self._listening()
+            async for note in listener.notifies(timeout=max(0.0, timeout_s)):
+                if note.payload == self.schema:
+                    return True
+                if clock() >= end:
+                    break
+            return False
+        except (psycopg.Error, OSError):
+            self._drop_listener()
+            await anyio.sleep(max(0.0, end - clock()))
+            return False
+
+    async def _listening(self) -> psycopg.AsyncConnection[TupleRow]:
+        if self._listener is None or self._listener.closed:
+            self._listener = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+            await self._listener.execute(
+                sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL))
+            )
+        return self._listener
+
+    def _drop_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.pgconn.finish()
+            self._listener = None
+
     def close(self) -> None:
-        """Close the pool and its connections."""
+        """Close the pool and its connections (the listening one included)."""
+        self._drop_listener()
         self._pool.close()
 
 
@@ -673,6 +805,8 @@ def _apply(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> list[
         if version in found:
             continue
         conn.execute(sql.SQL(script).format(schema=ident))
+        if version == 3:
+            _rewrite_v3(conn, schema, label)
         conn.execute(
             sql.SQL(
                 "INSERT INTO {}.schema_migrations (version, applied_at) VALUES (%s, now())"
@@ -681,6 +815,29 @@ def _apply(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> list[
         )
         applied.append(version)
     return applied
+
+
+def _rewrite_v3(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> None:
+    """Split every row's whole-record JSON (schema 2) into the schema-3 columns."""
+    ident = sql.Identifier(schema)
+    rows = RecordRows(lambda at: at)
+    update = sql.SQL(_update_query(data=True)).format(schema=ident)
+    found = conn.execute(
+        sql.SQL("SELECT operation_id, data::text FROM {}.operations").format(ident)
+    ).fetchall()
+    for operation_id, text in found:
+        try:
+            record = decode_record(text)
+        except StoreError as exc:
+            raise StoreError(
+                f"store {_where(label, schema)}: operation {operation_id!r} cannot be "
+                f"upgraded ({exc}); nothing was changed"
+            ) from None
+        row = rows.row(record, replaces=0)
+        op = record.operation_id
+        conn.execute(
+            update, (*row.hot, row.poll, row.data_version, row.data, op, op, record.version)
+        )
 
 
 def _schema_version(conn: psycopg.Connection[TupleRow], schema: str) -> int:
@@ -789,18 +946,6 @@ def _newer(label: str, schema: str, found: int) -> SchemaVersionError:
     return SchemaVersionError(
         f"store {_where(label, schema)} has schema version {found}, newer than this "
         f"waitbound understands ({SCHEMA_VERSION}); upgrade waitbound to use it"
-    )
-
-
-def _columns(record: Record) -> tuple[object, ...]:
-    return (
-        record.operation_id,
-        record.version,
-        record.phase.value,
-        record.outcome.value if record.outcome else None,
-        record.next_poll_at,
-        record.lease_owner,
-        record.lease_expires_at,
     )
 
 
