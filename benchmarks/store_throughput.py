@@ -50,7 +50,11 @@ from waitbound._driver import new_owner
 from waitbound.stores import Store
 
 POLICY = Policy(
-    base_delay_s=0.001, max_delay_s=0.001, min_delay_s=0.001, deadline_s=86_400, max_requests=100_000
+    base_delay_s=0.001,
+    max_delay_s=0.001,
+    min_delay_s=0.001,
+    deadline_s=86_400,
+    max_requests=100_000,
 )
 """Due again a millisecond after each answer, with budgets no run reaches."""
 

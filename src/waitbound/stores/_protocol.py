@@ -352,16 +352,20 @@ def advance(
     sealed = seal_all(
         record.operation_id, events, last_seq=record.audit_seq, last_hash=record.audit_head
     )
-    stored = replace(record, version=record.version + 1)
-    if sealed:
-        stored = replace(stored, audit_seq=sealed[-1].seq, audit_head=sealed[-1].hash)
+    # One copy of the record (a replace copies every field): every change at once.
+    seq, head = (
+        (sealed[-1].seq, sealed[-1].hash) if sealed else (record.audit_seq, record.audit_head)
+    )
+    mac = record.audit_mac
     if audit_key is not None:
         extends_authentic = record.version == 0 or head_is_authentic(
             audit_key, record.operation_id, record.audit_seq, record.audit_head, record.audit_mac
         )
         if extends_authentic:
-            mac = head_mac(audit_key, stored.operation_id, stored.audit_seq, stored.audit_head)
-            stored = replace(stored, audit_mac=mac)
+            mac = head_mac(audit_key, record.operation_id, seq, head)
     elif sealed:
-        stored = replace(stored, audit_mac=None)
+        mac = None
+    stored = replace(
+        record, version=record.version + 1, audit_seq=seq, audit_head=head, audit_mac=mac
+    )
     return stored, sealed

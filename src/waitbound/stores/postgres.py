@@ -231,30 +231,40 @@ _READ: Final = ROW_COLUMNS.replace(", poll,", ", poll::text,").removesuffix(", d
 _SET_HOT: Final = ", ".join(f"{column} = %s" for column in HOT_COLUMNS)
 
 
-def _update_query(*, data: bool) -> str:
-    """The compare-and-swap update of one row, returning the next poll time and phase it
-    had (to tell whether the write made the operation due sooner)."""
+def _write_query(*, data: bool) -> str:
+    """One record's write as ONE statement (atomic by itself, so a save needs no
+    ``BEGIN``/``COMMIT`` round trips): the compare-and-swap update of its row, its audit
+    events appended only when the update took, and a ``NOTIFY`` when the write made the
+    operation due sooner than before. Returns one row when the update took, none on a
+    conflict."""
     cold = ", data = %s::json" if data else ""
     return (
-        "UPDATE {schema}.operations AS o SET "
+        "WITH before AS (SELECT next_poll_at, phase FROM {schema}.operations"
+        " WHERE operation_id = %s),"
+        " updated AS (UPDATE {schema}.operations SET "
         + _SET_HOT
         + ", poll = %s::json, data_version = %s"
         + cold
-        + " FROM (SELECT next_poll_at, phase FROM {schema}.operations"
-        " WHERE operation_id = %s) AS before"
-        " WHERE o.operation_id = %s AND o.version = %s"
-        " RETURNING before.next_poll_at, before.phase"
+        + " WHERE operation_id = %s AND version = %s RETURNING 1),"
+        " appended AS (INSERT INTO {schema}.audit_events"
+        " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
+        " SELECT * FROM unnest(%s::text[], %s::integer[], %s::timestamptz[], %s::text[],"
+        " %s::text[], %s::json[], %s::text[], %s::text[])"
+        " WHERE EXISTS (SELECT 1 FROM updated))"
+        " SELECT CASE WHEN %s::boolean AND (before.phase <> ALL(%s::text[])"
+        " OR %s::timestamptz < before.next_poll_at) THEN pg_notify(%s, %s) END"
+        " FROM updated, before"
     )
 
 
 _QUERIES: Final = {
     "insert": "INSERT INTO {schema}.operations (" + ROW_COLUMNS + ", created_at)"
     " VALUES (" + ", ".join(["%s"] * (len(HOT_COLUMNS) + 1)) + ", %s::json, %s, %s::json, %s)"
-    " ON CONFLICT (operation_id) DO NOTHING",
+    " ON CONFLICT (operation_id) DO NOTHING RETURNING 1",
     "get": "SELECT " + _READ + ", CASE WHEN data_version = %s THEN NULL ELSE data::text END"
     " FROM {schema}.operations WHERE operation_id = %s",
-    "update_hot": _update_query(data=False),
-    "update_all": _update_query(data=True),
+    "write_hot": _write_query(data=False),
+    "write_all": _write_query(data=True),
     "notify": "SELECT pg_notify(%s, %s)",
     "append": "INSERT INTO {schema}.audit_events"
     " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
@@ -384,7 +394,8 @@ class PostgresStore:
             open=False,
             # No check per borrow (a round trip each): a connection found broken fails
             # its one call with a StoreError and the pool replaces it for the next.
-            kwargs={"prepare_threshold": 0},  # the hot statements run prepared
+            # the hot statements run prepared; writes open their own transaction
+            kwargs={"prepare_threshold": 0, "autocommit": True},
             name=f"waitbound:{self.schema}",
         )
         self._rows = RecordRows(lambda at: at)
@@ -400,6 +411,17 @@ class PostgresStore:
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection[TupleRow]]:
         """One pooled connection, one transaction: committed on success, else rolled back."""
+        with (
+            _failures(self.label, self._secrets),
+            self._pool.connection() as conn,
+            conn.transaction(),
+        ):
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[psycopg.Connection[TupleRow]]:
+        """One pooled connection for ONE statement, in autocommit (no ``BEGIN`` and
+        ``COMMIT`` round trips): a single statement is atomic and sees one snapshot."""
         with _failures(self.label, self._secrets), self._pool.connection() as conn:
             yield conn
 
@@ -428,7 +450,7 @@ class PostgresStore:
                     stored.created_at,
                 ),
             )
-            if cursor.rowcount != 1:
+            if cursor.fetchone() is None:
                 raise UsageError(f"operation {record.operation_id!r} exists already")
             self._append(conn, sealed)
             self._push_writes(conn, stored)
@@ -439,7 +461,7 @@ class PostgresStore:
 
     def get(self, operation_id: str) -> Record | None:
         """See :meth:`Store.get`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             known = self._rows.cached_data_version(operation_id)
             row = conn.execute(self._sql["get"], (known, operation_id)).fetchone()
             if (
@@ -455,42 +477,18 @@ class PostgresStore:
         stored, sealed = advance(record, events, self._audit_key)
         row = self._rows.row(stored, replaces=record.version)
         try:
-            with self._transaction() as conn:
-                self._update(conn, stored, row, replaces=record.version)
-                self._append(conn, sealed)
-                self._push_writes(conn, stored)
+            if self._has_push_writes(stored):
+                with self._transaction() as conn:
+                    self._write(conn, stored, row, sealed, replaces=record.version)
+                    self._push_writes(conn, stored)
+            else:  # one statement: its own transaction
+                with self._read() as conn:
+                    self._write(conn, stored, row, sealed, replaces=record.version)
         except BaseException:
             self._rows.forget(record.operation_id)
             raise
         self._rows.written(stored, row)
         return stored
-
-    def _update(
-        self, conn: psycopg.Connection[TupleRow], stored: Record, row: Row, *, replaces: int
-    ) -> None:
-        """Write one record's row by compare-and-swap on *replaces* (its stored version):
-        the hot columns and ``poll`` always, ``data`` only when ``row.data`` is given; and
-        ``NOTIFY`` (delivered at commit) when the write makes the operation due sooner
-        than before (a decision resuming it, a webhook hint).
-
-        Raises:
-            ConflictError: the stored version is not *replaces*.
-        """
-        op = stored.operation_id
-        if row.data is None:
-            args: tuple[object, ...] = (*row.hot, row.poll, row.data_version, op, op, replaces)
-            cursor = conn.execute(self._sql["update_hot"], args)
-        else:
-            args = (*row.hot, row.poll, row.data_version, row.data, op, op, replaces)
-            cursor = conn.execute(self._sql["update_all"], args)
-        found = cursor.fetchone()
-        if found is None:
-            raise ConflictError(op, replaces)
-        before_at, before_phase = found
-        if stored.phase.value in DRIVABLE_PHASES and (
-            before_phase not in DRIVABLE_PHASES or stored.next_poll_at < before_at
-        ):
-            conn.execute(self._sql["notify"], (NOTIFY_CHANNEL, self.schema))
 
     def _append(
         self, conn: psycopg.Connection[TupleRow], sealed: Sequence[StoredAuditEvent]
@@ -499,6 +497,48 @@ class PostgresStore:
             return
         with conn.cursor() as cursor:
             cursor.executemany(self._sql["append"], audit_rows(sealed, lambda at: at))
+
+    def _write(
+        self,
+        conn: psycopg.Connection[TupleRow],
+        stored: Record,
+        row: Row,
+        sealed: Sequence[StoredAuditEvent],
+        *,
+        replaces: int,
+    ) -> None:
+        """Write one record by compare-and-swap on *replaces* (its stored version), in
+        one statement (:func:`_write_query`): the hot columns and ``poll`` always,
+        ``data`` only when ``row.data`` is given, its *sealed* audit events, and
+        ``NOTIFY`` (delivered at commit) when the write makes the operation due sooner
+        than before (a decision resuming it, a webhook hint).
+
+        Raises:
+            ConflictError: the stored version is not *replaces* (nothing was written).
+        """
+        op = stored.operation_id
+        cold = () if row.data is None else (row.data,)
+        rows = audit_rows(sealed, lambda at: at)
+        columns = [[event[i] for event in rows] for i in range(8)]  # one array per column
+        drivable = stored.phase.value in DRIVABLE_PHASES
+        args = (
+            op,
+            *row.hot,
+            row.poll,
+            row.data_version,
+            *cold,
+            op,
+            replaces,
+            *columns,
+            drivable,
+            list(DRIVABLE_PHASES),
+            stored.next_poll_at,
+            NOTIFY_CHANNEL,
+            self.schema,
+        )
+        query = self._sql["write_hot" if row.data is None else "write_all"]
+        if conn.execute(query, args).fetchone() is None:
+            raise ConflictError(op, replaces)
 
     def claim_due(
         self, *, owner: str, now: datetime, lease_s: float, limit: int, label_prefix: str = ""
@@ -526,7 +566,7 @@ class PostgresStore:
                 )
                 row = self._rows.row(stored, replaces=record.version)
                 # the row is locked: only a damaged column makes this conflict
-                self._update(conn, stored, row, replaces=record.version)
+                self._write(conn, stored, row, [], replaces=record.version)
                 written.append((stored, row))
                 taken.append(stored)
         for stored, row in written:
@@ -535,7 +575,7 @@ class PostgresStore:
 
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             row = conn.execute(self._sql["summary"], (list(DRIVABLE_PHASES),)).fetchone()
         assert row is not None  # an aggregate always returns one row
         count, earliest = row
@@ -546,7 +586,7 @@ class PostgresStore:
         self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
     ) -> list[Record]:
         """See :meth:`Store.recent`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             rows = conn.execute(
                 self._sql["recent"], (len(label_prefix), label_prefix, open_only, limit)
             ).fetchall()
@@ -554,9 +594,17 @@ class PostgresStore:
 
     def audit(self, operation_id: str) -> list[StoredAuditEvent]:
         """See :meth:`Store.audit`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             rows = conn.execute(self._sql["audit"], (operation_id,)).fetchall()
         return [_audit_event(operation_id, row) for row in rows]
+
+    @staticmethod
+    def _has_push_writes(stored: Record) -> bool:
+        """Whether writing *stored* has push-path statements to run (see
+        :meth:`_push_writes`): then the write is a transaction of several statements."""
+        return webhook_key(stored) is not None or bool(
+            outbox_entries(stored, stored.finished_at or stored.created_at)
+        )
 
     def _push_writes(self, conn: psycopg.Connection[TupleRow], stored: Record) -> None:
         """The push path's part of a record write (see ``Store``), in its transaction.
@@ -605,7 +653,7 @@ class PostgresStore:
 
     def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
         """See :meth:`Store.pending_deliveries`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             rows = conn.execute(self._sql["pending_deliveries"], (limit,)).fetchall()
         return [delivery_of(row, utc) for row in rows]
 
@@ -619,7 +667,7 @@ class PostgresStore:
         self, *, provider: str | None = None, operation_id: str | None = None, limit: int = 100
     ) -> list[InboundDelivery]:
         """See :meth:`Store.inbox`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             rows = conn.execute(
                 self._sql["inbox"], (provider, provider, operation_id, operation_id, limit)
             ).fetchall()
@@ -687,7 +735,7 @@ class PostgresStore:
     ) -> list[OutboxEntry]:
         """See :meth:`Store.outbox`."""
         wanted = status.value if status is not None else None
-        with self._transaction() as conn:
+        with self._read() as conn:
             rows = conn.execute(
                 self._sql["outbox"], (operation_id, operation_id, wanted, wanted, limit)
             ).fetchall()
@@ -695,7 +743,7 @@ class PostgresStore:
 
     def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
         """See :meth:`Store.get_outbox`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             row = conn.execute(self._sql["get_outbox"], (delivery_id,)).fetchone()
         return outbox_entry_of(row, utc) if row else None
 
@@ -709,7 +757,7 @@ class PostgresStore:
         if cursor is not None:
             name, args = name + "_cursor", [*args, *cursor]
         statement = self._sql[name]
-        with self._transaction() as conn:
+        with self._read() as conn:
             rows = conn.execute(statement, (*args, limit)).fetchall()
         return [_audit_event(row[0], row[1:]) for row in rows]
 
@@ -821,7 +869,10 @@ def _rewrite_v3(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> 
     """Split every row's whole-record JSON (schema 2) into the schema-3 columns."""
     ident = sql.Identifier(schema)
     rows = RecordRows(lambda at: at)
-    update = sql.SQL(_update_query(data=True)).format(schema=ident)
+    update = sql.SQL(
+        "UPDATE {schema}.operations SET " + _SET_HOT + ", poll = %s::json, data_version = %s,"
+        " data = %s::json WHERE operation_id = %s AND version = %s"
+    ).format(schema=ident)
     found = conn.execute(
         sql.SQL("SELECT operation_id, data::text FROM {}.operations").format(ident)
     ).fetchall()
@@ -835,9 +886,7 @@ def _rewrite_v3(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> 
             ) from None
         row = rows.row(record, replaces=0)
         op = record.operation_id
-        conn.execute(
-            update, (*row.hot, row.poll, row.data_version, row.data, op, op, record.version)
-        )
+        conn.execute(update, (*row.hot, row.poll, row.data_version, row.data, op, record.version))
 
 
 def _schema_version(conn: psycopg.Connection[TupleRow], schema: str) -> int:
