@@ -177,3 +177,28 @@ def test_db_upgrade_migrates_a_v2_postgres_schema_keeping_every_fact(
         assert facts(store) == _expected()
     finally:
         store.close()
+
+
+def test_a_damaged_v2_record_fails_the_upgrade_naming_it_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """One operation's JSON is not a record: the upgrade stops with its id in one line,
+    and the file still holds schema 2 exactly (every table's rows as they were)."""
+    import sqlite3
+
+    path = _copy(tmp_path)
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE operations SET data = '[1]' WHERE operation_id = 'op-waiting'")
+    before = list(db.iterdump())
+    db.close()
+    done = run_cli(tmp_path, "db", "upgrade", "--store", str(path))
+    assert done.returncode != 0
+    assert "'op-waiting' cannot be upgraded" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert _user_version(path) == 2
+    db = sqlite3.connect(path)
+    try:
+        assert list(db.iterdump()) == before
+    finally:
+        db.close()
