@@ -768,7 +768,8 @@ class PostgresStore:
         The first call opens one more connection and ``LISTEN``s on
         :data:`NOTIFY_CHANNEL`; later notifications are kept by that connection until the
         next call reads them. Pass it as ``waitbound.work(wake=...)``: polling stays the
-        fallback, so a lost notification costs at most the worker's ``idle_s``.
+        fallback, so a lost notification costs at most the worker's ``idle_s``. One
+        caller at a time per store (the listening connection runs one wait at once).
 
         Returns:
             ``True`` on a notification for this schema, ``False`` when the time ran out
