@@ -324,7 +324,8 @@ class SQLiteStore:
                     f"store {self.path}: operation {operation_id!r} cannot be upgraded ({exc}); "
                     "nothing was changed"
                 ) from None
-            self._update(db, record, self._rows.row(record, replaces=0), replaces=record.version)
+            row = self._rows.row(record, replaces=0)
+            self._write(db, record, row, [], replaces=record.version)
 
     def upgrade(self) -> list[int]:
         """Apply pending schema migrations; return their versions.
@@ -421,8 +422,7 @@ class SQLiteStore:
         row = self._rows.row(stored, replaces=record.version)
         try:
             with self._transaction() as db:
-                self._update(db, stored, row, replaces=record.version)
-                self._append(db, sealed)
+                self._write(db, stored, row, sealed, replaces=record.version)
                 _push_writes(db, stored)
         except BaseException:
             self._rows.forget(record.operation_id)
@@ -431,12 +431,20 @@ class SQLiteStore:
         return stored
 
     @staticmethod
-    def _update(db: sqlite3.Connection, stored: Record, row: Row, *, replaces: int) -> None:
-        """Write one record's row by compare-and-swap on *replaces* (its stored version):
-        the hot columns and ``poll`` always, ``data`` only when ``row.data`` is given.
+    def _write(
+        db: sqlite3.Connection,
+        stored: Record,
+        row: Row,
+        sealed: Sequence[StoredAuditEvent],
+        *,
+        replaces: int,
+    ) -> None:
+        """Write one record in the caller's transaction: its row by compare-and-swap on
+        *replaces* (its stored version) — the hot columns and ``poll`` always, ``data``
+        only when ``row.data`` is given — then its *sealed* audit events.
 
         Raises:
-            ConflictError: the stored version is not *replaces*.
+            ConflictError: the stored version is not *replaces* (nothing was written).
         """
         if row.data is None:
             cursor = db.execute(
@@ -449,6 +457,7 @@ class SQLiteStore:
             )
         if cursor.rowcount != 1:
             raise ConflictError(stored.operation_id, replaces)
+        SQLiteStore._append(db, sealed)
 
     @staticmethod
     def _append(db: sqlite3.Connection, sealed: Sequence[StoredAuditEvent]) -> None:
@@ -484,7 +493,7 @@ class SQLiteStore:
                     claimed(record, owner=owner, now=now, lease_s=lease_s), [], self._audit_key
                 )
                 row = self._rows.row(stored, replaces=record.version)
-                self._update(db, stored, row, replaces=record.version)
+                self._write(db, stored, row, [], replaces=record.version)
                 written.append((stored, row))
                 taken.append(stored)
         for stored, row in written:
