@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Final, Literal, TypeVar
@@ -34,6 +35,7 @@ from waitbound._schedule import (
 from waitbound._urls import origin, redact_url
 
 __all__ = [
+    "FIELD_NAMES",
     "MAX_COUNT",
     "RECORD_SCHEMA",
     "Decision",
@@ -44,6 +46,8 @@ __all__ = [
     "Push",
     "Record",
     "RequestKind",
+    "decode_fields",
+    "field_json",
 ]
 
 RECORD_SCHEMA: Final = 1
@@ -521,16 +525,8 @@ class Record:
     def to_json(self) -> dict[str, JSON]:
         """Encode the record as versioned JSON (``schema`` = :data:`RECORD_SCHEMA`)."""
         data: dict[str, JSON] = {"schema": RECORD_SCHEMA}
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if item.name == "profile":
-                data["profile"] = {"name": value.name, "table": dict(value.source)}
-            elif item.name == "policy":
-                data["policy"] = _policy_json(value)
-            elif item.name == "decisions":
-                data["decisions"] = [_part_json(decision) for decision in value]
-            else:
-                data[item.name] = _part_json(value)
+        for name in FIELD_NAMES:
+            data[name] = field_json(self, name)
         return data
 
     @classmethod
@@ -548,44 +544,87 @@ class Record:
                 f"operation record schema {schema!r} is newer than this waitbound "
                 f"understands ({RECORD_SCHEMA}); upgrade waitbound to read it"
             )
-        values: dict[str, object] = {}
-        for item in fields(cls):
-            if item.name not in data:
-                continue
-            raw = data[item.name]
-            if item.name == "profile":
-                assert isinstance(raw, dict)
-                values["profile"] = _profile(str(raw["name"]), canonical_json(raw["table"]))
-            elif item.name == "policy":
-                assert isinstance(raw, dict)
-                values["policy"] = Policy(**raw)  # type: ignore[arg-type]
-            elif item.name == "grants":
-                values["grants"] = _part(Grants, raw) if isinstance(raw, dict) else Grants()
-            elif item.name == "push":
-                values["push"] = _part(Push, raw) if isinstance(raw, dict) else Push()
-            elif item.name == "decision_request" and isinstance(raw, dict):
-                values["decision_request"] = _part(DecisionRequest, raw)
-            elif item.name == "decisions" and isinstance(raw, list):
-                values["decisions"] = tuple(_part(Decision, d) for d in raw if isinstance(d, dict))
-            elif raw is not None and item.name.endswith("_at"):
-                values[item.name] = utc(datetime.fromisoformat(str(raw)))
-            else:
-                values[item.name] = raw
-        record = cls(**values)  # type: ignore[arg-type]
-        return replace(
-            record,
-            phase=Phase(record.phase),
-            stopped_phase=Phase(record.stopped_phase) if record.stopped_phase else None,
-            outcome=OutcomeKind(record.outcome) if record.outcome else None,
-            reason=Reason(record.reason) if record.reason else None,
-            settled_outcome=OutcomeKind(record.settled_outcome) if record.settled_outcome else None,
-            delay_source=DelaySource(record.delay_source) if record.delay_source else None,
-            poll_kind=UrlKind(record.poll_kind),
-            final_state_via=FinalStateVia(record.final_state_via)
-            if record.final_state_via
-            else None,
-            trusted_origins=tuple(record.trusted_origins),
-        )
+        return cls(**decode_fields(data, FIELD_NAMES))  # type: ignore[arg-type]
+
+
+FIELD_NAMES: Final[tuple[str, ...]] = tuple(item.name for item in fields(Record))
+"""Every field of :class:`Record`, in declaration order."""
+
+
+def field_json(record: Record, name: str) -> JSON:
+    """The stored JSON of one field of *record* (as :meth:`Record.to_json` writes it)."""
+    value = getattr(record, name)
+    if name == "profile":
+        return {"name": value.name, "table": dict(value.source)}
+    if name == "policy":
+        return _policy_json(value)
+    if name == "decisions":
+        return [_part_json(decision) for decision in value]
+    return _part_json(value)
+
+
+def decode_fields(data: dict[str, JSON], names: tuple[str, ...]) -> dict[str, object]:
+    """The typed values of the fields *names* found in *data* (stored JSON), ready for
+    ``Record(**values)``; a field absent from *data* is left out (its default applies).
+
+    Raises:
+        ValueError, KeyError, TypeError, AssertionError: a stored value is damaged.
+    """
+    values: dict[str, object] = {}
+    for name in names:
+        if name in data:
+            values[name] = _DECODERS.get(name, _same)(data[name])
+    return values
+
+
+def _same(raw: JSON) -> object:
+    return raw
+
+
+def _instant(raw: JSON) -> datetime | None:
+    return None if raw is None else utc(datetime.fromisoformat(str(raw)))
+
+
+def _stored_profile(raw: JSON) -> Profile:
+    assert isinstance(raw, dict)
+    return _profile(str(raw["name"]), canonical_json(raw["table"]))
+
+
+def _stored_policy(raw: JSON) -> Policy:
+    assert isinstance(raw, dict)
+    return Policy(**raw)  # type: ignore[arg-type]
+
+
+def _optional(kind: Callable[[str], object]) -> Callable[[JSON], object]:
+    def decode(raw: JSON) -> object:
+        return kind(str(raw)) if raw else None
+
+    return decode
+
+
+_DECODERS: Final[dict[str, Callable[[JSON], object]]] = {
+    "profile": _stored_profile,
+    "policy": _stored_policy,
+    "grants": lambda raw: _part(Grants, raw) if isinstance(raw, dict) else Grants(),
+    "push": lambda raw: _part(Push, raw) if isinstance(raw, dict) else Push(),
+    "decision_request": lambda raw: _part(DecisionRequest, raw) if isinstance(raw, dict) else raw,
+    "decisions": lambda raw: (
+        tuple(_part(Decision, d) for d in raw if isinstance(d, dict))
+        if isinstance(raw, list)
+        else raw
+    ),
+    "phase": lambda raw: Phase(str(raw)),
+    "stopped_phase": _optional(Phase),
+    "outcome": _optional(OutcomeKind),
+    "reason": _optional(Reason),
+    "settled_outcome": _optional(OutcomeKind),
+    "delay_source": _optional(DelaySource),
+    "poll_kind": lambda raw: UrlKind(str(raw)),
+    "final_state_via": _optional(FinalStateVia),
+    "trusted_origins": lambda raw: tuple(raw) if isinstance(raw, list | tuple) else raw,
+    **{name: _instant for name in FIELD_NAMES if name.endswith("_at")},
+}
+"""How each stored field becomes its typed value (others are stored as they are)."""
 
 
 def _part_json(value: object) -> JSON:

@@ -31,6 +31,7 @@ from tests.stores import pg
 from waitbound import AuditProblem, Operation, Policy, SQLiteStore, Store, parse_profile
 from waitbound._audit import GENESIS_HASH, StoredAuditEvent, seal
 from waitbound._clock import utc
+from waitbound.stores._rows import HOT_COLUMNS
 
 KEY = b"an audit key of 32 bytes, or so!"
 URL = "http://provider.test/status"
@@ -78,11 +79,21 @@ class Target:
         return data
 
     def set_record(self, changes: dict[str, Any], operation_id: str = "op-a") -> None:
-        data = self.record_json(operation_id) | changes
-        self.execute(
-            "UPDATE operations SET data = ? WHERE operation_id = ?",
-            (json.dumps(data), operation_id),
-        )
+        """Rewrite fields of the stored record as a tamperer would: a hot field in its
+        column (schema 3), any other in the record's JSON."""
+        for name, value in changes.items():
+            if name in HOT_COLUMNS:
+                self.execute(
+                    f"UPDATE operations SET {name} = ? WHERE operation_id = ?",
+                    (value, operation_id),
+                )
+        cold = {name: value for name, value in changes.items() if name not in HOT_COLUMNS}
+        if cold:
+            data = self.record_json(operation_id) | cold
+            self.execute(
+                "UPDATE operations SET data = ? WHERE operation_id = ?",
+                (json.dumps(data), operation_id),
+            )
 
 
 def _record_operations(store: Store) -> None:

@@ -35,6 +35,7 @@ from waitbound import (
 from waitbound._push import InboundDelivery
 from waitbound._record import Push
 from waitbound.stores import SchemaUpgrade, is_postgres_dsn, open_store, sqlite, upgrade_store
+from waitbound.stores._protocol import advance, audit_rows, encode_record
 
 try:
     import psycopg
@@ -411,7 +412,7 @@ def test_db_upgrade_applies_then_is_idempotent(dsn: str, bare_schema: str, tmp_p
     nothing."""
     first = _db_upgrade(tmp_path, "--store", dsn, "--schema", bare_schema)
     assert (first.returncode, first.stderr) == (0, "")
-    assert first.stdout == f"store {dsn} (schema {bare_schema}): applied versions 1, 2\n"
+    assert first.stdout == f"store {dsn} (schema {bare_schema}): applied versions 1, 2, 3\n"
     again = _db_upgrade(tmp_path, "--store", dsn, "--schema", bare_schema)
     assert (again.returncode, again.stderr) == (0, "")
     assert again.stdout == f"store {dsn} (schema {bare_schema}): already at version {LATEST}\n"
@@ -419,7 +420,7 @@ def test_db_upgrade_applies_then_is_idempotent(dsn: str, bare_schema: str, tmp_p
 
 
 def test_db_upgrade_of_a_sqlite_file(tmp_path: Path) -> None:
-    """A SQLite file is current as soon as it is opened: "already at version 2"."""
+    """A SQLite file is current as soon as it is opened: "already at version 3"."""
     path = tmp_path / "s.db"
     SQLiteStore(path).close()
     done = _db_upgrade(tmp_path, "--store", str(path))
@@ -499,23 +500,37 @@ def test_an_unreachable_test_server_fails_under_ci_and_skips_elsewhere(
 def test_a_version_1_schema_upgrades_to_the_push_path(
     dsn: str, bare_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A schema the previous release made (migration 1 only, one record) is refused until
-    upgraded; the upgrade applies [2] alone, and the record and its log read as before."""
+    """A schema the version-1 release made (migration 1 only, one record as it wrote it)
+    is refused until upgraded; the upgrade applies [2, 3], and the record and its log
+    read as before."""
     with monkeypatch.context() as previous_release:
         previous_release.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:1])
         previous_release.setattr(postgres, "SCHEMA_VERSION", 1)
         assert postgres.upgrade(dsn, schema=bare_schema) == [1]
-        old = postgres.PostgresStore(dsn, schema=bare_schema)
-        try:
-            # no push settings: the record writes what the previous release wrote
-            created = old.create(make_record(job_id="job-42"), events("created", "reserved"))
-        finally:
-            old.close()
+    created, sealed = advance(make_record(job_id="job-42"), events("created", "reserved"))
+    pg.execute(
+        f'INSERT INTO "{bare_schema}".operations (operation_id, version, phase, outcome,'
+        " next_poll_at, lease_owner, lease_expires_at, created_at, data)"
+        " VALUES (%s, %s, %s, NULL, %s, NULL, NULL, %s, %s::json)",
+        (
+            created.operation_id,
+            created.version,
+            created.phase.value,
+            created.next_poll_at,
+            created.created_at,
+            encode_record(created),
+        ),
+    )
+    for row in audit_rows(sealed, lambda at: at):
+        pg.execute(
+            f'INSERT INTO "{bare_schema}".audit_events VALUES (%s, %s, %s, %s, %s, %s, %s, %s)',
+            row,
+        )
     assert _tables(bare_schema) == ["audit_events", "operations", "schema_migrations"]
-    with pytest.raises(StoreError, match="schema version 1 is older than this waitbound's 2"):
+    with pytest.raises(StoreError, match="schema version 1 is older than this waitbound's 3"):
         postgres.PostgresStore(dsn, schema=bare_schema)
-    assert postgres.upgrade(dsn, schema=bare_schema) == [2]
-    assert _versions(bare_schema) == [1, 2]
+    assert postgres.upgrade(dsn, schema=bare_schema) == [2, 3]
+    assert _versions(bare_schema) == [1, 2, 3]
     assert "inbox" in _tables(bare_schema)
     assert "outbox" in _tables(bare_schema)
     assert "webhook_jobs" in _tables(bare_schema)

@@ -287,7 +287,17 @@ def _version_1_file(path: Path) -> Record:
                 "INSERT INTO operations (operation_id, version, phase, outcome, next_poll_at,"
                 " lease_owner, lease_expires_at, created_at, data)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*sqlite._columns(stored), stored.created_at.isoformat(), encode_record(stored)),
+                (
+                    stored.operation_id,
+                    stored.version,
+                    stored.phase.value,
+                    None,
+                    stored.next_poll_at.isoformat(),
+                    None,
+                    None,
+                    stored.created_at.isoformat(),
+                    encode_record(stored),
+                ),
             )
             db.executemany(
                 "INSERT INTO audit_events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -309,21 +319,22 @@ def _user_version(path: Path) -> int:
 
 
 def test_a_version_1_file_is_upgraded_when_opened(tmp_path: Path) -> None:
-    """Opening a version-1 file adds the push path's tables (version 2) in one
-    transaction; its record and audit log read as before; upgrade() reports [2], once."""
+    """Opening a version-1 file adds the push path's tables (version 2) and splits the
+    record (version 3) in one transaction; its record and audit log read as before;
+    upgrade() reports [2, 3], once."""
     path = tmp_path / "v1.db"
     stored = _version_1_file(path)
     assert _tables(path) == ["audit_events", "operations"]
     store = SQLiteStore(path)
     try:
-        assert _user_version(path) == sqlite.SCHEMA_VERSION == 2
+        assert _user_version(path) == sqlite.SCHEMA_VERSION == 3
         assert _tables(path) == ["audit_events", "inbox", "operations", "outbox", "webhook_jobs"]
         got = store.get("op-1")
         assert got is not None
         assert got.to_json() == stored.to_json()
         waitbound.verify_chain(store.audit("op-1"), head=(got.audit_seq, got.audit_head))
         assert [e.event.kind for e in store.audit_after(None)] == ["created", "reserved"]
-        assert store.upgrade() == [2]
+        assert store.upgrade() == [2, 3]
         assert store.upgrade() == []
         assert store._migrate() == []  # a second opener finds nothing left to apply
         matched = store.put_delivery(
@@ -349,11 +360,11 @@ def test_a_version_1_file_is_upgraded_when_opened(tmp_path: Path) -> None:
 def test_upgrade_store_and_db_upgrade_report_the_migration_of_a_version_1_file(
     tmp_path: Path,
 ) -> None:
-    """upgrade_store on a version-1 file: applied (2,), version 2; then nothing."""
+    """upgrade_store on a version-1 file: applied (2, 3), version 3; then nothing."""
     path = tmp_path / "v1.db"
     _version_1_file(path)
     assert upgrade_store(path, create=False) == SchemaUpgrade(
-        store=str(path), applied=(2,), version=2
+        store=str(path), applied=(2, 3), version=3
     )
     assert upgrade_store(path, create=False).applied == ()
 

@@ -164,6 +164,8 @@ def worker(  # noqa: PLR0917 - click passes every option
                 steps = await waitbound.work(
                     opened,
                     settings=settings,
+                    # PostgreSQL: LISTEN/NOTIFY wakes it for new and resumed operations
+                    wake=getattr(opened, "wait_for_wakeup", None),
                     headers=per_origin,
                     on_event=on_event,
                     stop=stop,

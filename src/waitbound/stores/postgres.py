@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 from urllib.parse import unquote
 
+import anyio
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -48,12 +49,12 @@ from waitbound.stores._protocol import (
     decode_record,
     delivery_of,
     encode_json,
-    encode_record,
     outbox_entry_of,
     outcomes,
     planned,
     webhook_key,
 )
+from waitbound.stores._rows import HOT_COLUMNS, ROW_COLUMNS, RecordRows, Row
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -139,6 +140,26 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX audit_events_at
         ON {schema}.audit_events (at, operation_id COLLATE "C", seq);
     """,
+    # 3: the record split (waitbound.stores._rows): hot fields as typed columns, what an
+    # answer changes as the small ``poll`` JSON, the cold rest in ``data`` (every row is
+    # rewritten from its whole-record JSON by _rewrite_v3, in the same transaction).
+    """
+    ALTER TABLE {schema}.operations
+        ADD COLUMN in_flight text,
+        ADD COLUMN submit_attempts integer NOT NULL DEFAULT 0,
+        ADD COLUMN status_requests_used integer NOT NULL DEFAULT 0,
+        ADD COLUMN result_requests_used integer NOT NULL DEFAULT 0,
+        ADD COLUMN cancel_requests_used integer NOT NULL DEFAULT 0,
+        ADD COLUMN confirm_requests_used integer NOT NULL DEFAULT 0,
+        ADD COLUMN transport_failures_used integer NOT NULL DEFAULT 0,
+        ADD COLUMN rate_limited_used integer NOT NULL DEFAULT 0,
+        ADD COLUMN attempt integer NOT NULL DEFAULT 0,
+        ADD COLUMN audit_seq integer NOT NULL DEFAULT 0,
+        ADD COLUMN audit_head text NOT NULL DEFAULT '',
+        ADD COLUMN audit_mac text,
+        ADD COLUMN poll json NOT NULL DEFAULT '{{}}',
+        ADD COLUMN data_version integer NOT NULL DEFAULT 0;
+    """,
 )
 """The schema, one SQL script per version (``{schema}`` is the quoted schema name).
 Version N is ``MIGRATIONS[N - 1]``; a released script is never edited, only appended to."""
@@ -206,33 +227,68 @@ def _claim_outbox_queries() -> dict[str, str]:
     }
 
 
+NOTIFY_CHANNEL: Final = "waitbound_wakeup"
+"""The ``LISTEN``/``NOTIFY`` channel; a notification's payload is the schema's name."""
+
+_READ: Final = ROW_COLUMNS.replace(", poll,", ", poll::text,").removesuffix(", data")
+"""The row's columns as :meth:`RecordRows.record` reads them, but ``data``."""
+_SET_HOT: Final = ", ".join(f"{column} = %s" for column in HOT_COLUMNS)
+
+
+def _write_query(*, data: bool) -> str:
+    """One record's write as ONE statement (atomic by itself, so a save needs no
+    ``BEGIN``/``COMMIT`` round trips): the compare-and-swap update of its row, its audit
+    events appended only when the update took, and a ``NOTIFY`` when the write made the
+    operation due sooner than before. Returns one row when the update took, none on a
+    conflict."""
+    cold = ", data = %s::json" if data else ""
+    return (
+        "WITH before AS (SELECT next_poll_at, phase FROM {schema}.operations"
+        " WHERE operation_id = %s),"
+        " updated AS (UPDATE {schema}.operations SET "
+        + _SET_HOT
+        + ", poll = %s::json, data_version = %s"
+        + cold
+        + " WHERE operation_id = %s AND version = %s RETURNING 1),"
+        " appended AS (INSERT INTO {schema}.audit_events"
+        " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
+        " SELECT * FROM unnest(%s::text[], %s::integer[], %s::timestamptz[], %s::text[],"
+        " %s::text[], %s::json[], %s::text[], %s::text[])"
+        " WHERE EXISTS (SELECT 1 FROM updated))"
+        " SELECT CASE WHEN %s::boolean AND (before.phase <> ALL(%s::text[])"
+        " OR %s::timestamptz < before.next_poll_at) THEN pg_notify(%s, %s) END"
+        " FROM updated, before"
+    )
+
+
 _QUERIES: Final = {
-    "insert": "INSERT INTO {schema}.operations (operation_id, version, phase, outcome,"
-    " next_poll_at, lease_owner, lease_expires_at, created_at, data)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::json) ON CONFLICT (operation_id) DO NOTHING",
-    "get": "SELECT data::text FROM {schema}.operations WHERE operation_id = %s",
-    "update": "UPDATE {schema}.operations SET version = %s, phase = %s, outcome = %s,"
-    " next_poll_at = %s, lease_owner = %s, lease_expires_at = %s, data = %s::json"
-    " WHERE operation_id = %s AND version = %s RETURNING operation_id",
+    "insert": "INSERT INTO {schema}.operations (" + ROW_COLUMNS + ", created_at)"
+    " VALUES (" + ", ".join(["%s"] * (len(HOT_COLUMNS) + 1)) + ", %s::json, %s, %s::json, %s)"
+    " ON CONFLICT (operation_id) DO NOTHING RETURNING 1",
+    "get": "SELECT " + _READ + ", CASE WHEN data_version = %s THEN NULL ELSE data::text END"
+    " FROM {schema}.operations WHERE operation_id = %s",
+    "write_hot": _write_query(data=False),
+    "write_all": _write_query(data=True),
+    "notify": "SELECT pg_notify(%s, %s)",
     "append": "INSERT INTO {schema}.audit_events"
     " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
     " VALUES (%s, %s, %s, %s, %s, %s::json, %s, %s)",
     "audit": "SELECT seq, at, kind, summary, data::text, prev_hash, hash"
     " FROM {schema}.audit_events WHERE operation_id = %s ORDER BY seq",
-    "due": "SELECT data::text FROM {schema}.operations"
+    "due": "SELECT " + _READ + ", data::text FROM {schema}.operations"
     " WHERE phase = ANY(%s) AND next_poll_at <= %s"
     " AND (lease_expires_at IS NULL OR lease_expires_at <= %s)"
     " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
-    "due_labelled": "SELECT data::text FROM {schema}.operations"
+    "due_labelled": "SELECT " + _READ + ", data::text FROM {schema}.operations"
     " WHERE phase = ANY(%s) AND next_poll_at <= %s"
     " AND (lease_expires_at IS NULL OR lease_expires_at <= %s)"
     " AND left(coalesce(data->>'label', ''), %s) = %s"
     " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
-    "reserve_due": "SELECT data::text FROM {schema}.operations"
+    "reserve_due": "SELECT " + _READ + ", data::text FROM {schema}.operations"
     " WHERE phase = ANY(%s) AND next_poll_at <= %s"
     " AND (lease_expires_at IS NULL OR lease_expires_at <= %s OR lease_owner = ANY(%s))"
     " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
-    "reserve_due_labelled": "SELECT data::text FROM {schema}.operations"
+    "reserve_due_labelled": "SELECT " + _READ + ", data::text FROM {schema}.operations"
     " WHERE phase = ANY(%s) AND next_poll_at <= %s"
     " AND (lease_expires_at IS NULL OR lease_expires_at <= %s OR lease_owner = ANY(%s))"
     " AND left(coalesce(data->>'label', ''), %s) = %s"
@@ -249,9 +305,7 @@ _QUERIES: Final = {
     " WHERE phase = ANY(%s) AND next_poll_at <= %s AND lease_expires_at > %s"
     " AND lease_owner IS NOT NULL AND left(coalesce(data->>'label', ''), %s) = %s"
     " ORDER BY lease_owner LIMIT 100",
-    "claim": "UPDATE {schema}.operations SET version = %s, lease_owner = %s,"
-    " lease_expires_at = %s, data = %s::json WHERE operation_id = %s AND version = %s",
-    "recent": "SELECT data::text FROM {schema}.operations"
+    "recent": "SELECT " + _READ + ", data::text FROM {schema}.operations"
     " WHERE left(coalesce(data->>'label', ''), %s) = %s AND (outcome IS NULL OR NOT %s)"
     " ORDER BY created_at DESC, operation_id DESC LIMIT %s",
     "summary": "SELECT count(*) FILTER (WHERE outcome IS NULL),"
@@ -363,9 +417,15 @@ class PostgresStore:
             min_size=min_size,
             max_size=max_size,
             open=False,
-            check=ConnectionPool.check_connection,
+            # No check per borrow (a round trip each): a connection found broken fails
+            # its one call with a StoreError and the pool replaces it for the next.
+            # the hot statements run prepared; writes open their own transaction
+            kwargs={"prepare_threshold": 0, "autocommit": True},
             name=f"waitbound:{self.schema}",
         )
+        self._rows = RecordRows(lambda at: at)
+        self._conninfo = conninfo
+        self._listener: psycopg.AsyncConnection[TupleRow] | None = None
         try:
             with _failures(self.label, self._secrets):
                 self._pool.open(wait=True, timeout=max(connect_timeout_s, 1.0))
@@ -376,6 +436,17 @@ class PostgresStore:
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection[TupleRow]]:
         """One pooled connection, one transaction: committed on success, else rolled back."""
+        with (
+            _failures(self.label, self._secrets),
+            self._pool.connection() as conn,
+            conn.transaction(),
+        ):
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[psycopg.Connection[TupleRow]]:
+        """One pooled connection for ONE statement, in autocommit (no ``BEGIN`` and
+        ``COMMIT`` round trips): a single statement is atomic and sees one snapshot."""
         with _failures(self.label, self._secrets), self._pool.connection() as conn:
             yield conn
 
@@ -391,78 +462,106 @@ class PostgresStore:
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.create`."""
         stored, sealed = advance(record, events, self._audit_key)
+        row = self._rows.row(stored, replaces=0)
         with self._transaction() as conn:
             cursor = conn.execute(
                 self._sql["insert"],
-                (*_columns(stored), stored.created_at, encode_record(stored)),
+                (
+                    stored.operation_id,
+                    *row.hot,
+                    row.poll,
+                    row.data_version,
+                    row.data,
+                    stored.created_at,
+                ),
             )
-            if cursor.rowcount != 1:
+            if cursor.fetchone() is None:
                 raise UsageError(f"operation {record.operation_id!r} exists already")
             self._append(conn, sealed)
             self._push_writes(conn, stored)
+            if stored.phase.value in DRIVABLE_PHASES:
+                conn.execute(self._sql["notify"], (NOTIFY_CHANNEL, self.schema))
+        self._rows.written(stored, row)
         return stored
 
     def get(self, operation_id: str) -> Record | None:
         """See :meth:`Store.get`."""
-        with self._transaction() as conn:
-            row = conn.execute(self._sql["get"], (operation_id,)).fetchone()
-        return decode_record(row[0]) if row else None
+        with self._read() as conn:
+            known = self._rows.cached_data_version(operation_id)
+            row = conn.execute(self._sql["get"], (known, operation_id)).fetchone()
+            if (
+                row is not None
+                and row[-1] is None
+                and (self._rows.cached_data_version(operation_id) != row[-2])
+            ):  # evicted meanwhile (another thread): read it whole
+                row = conn.execute(self._sql["get"], (-1, operation_id)).fetchone()
+            return self._rows.record(row) if row else None
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save` (``UPDATE … WHERE version = %s``, one transaction)."""
-        with self._transaction() as conn:
-            [stored] = self._write_all(conn, [(record, events)])
-        if stored is None:
-            raise ConflictError(record.operation_id, record.version)
+        stored, sealed = advance(record, events, self._audit_key)
+        row = self._rows.row(stored, replaces=record.version)
+        try:
+            if self._has_push_writes(stored):
+                with self._transaction() as conn:
+                    self._write(conn, stored, row, sealed, replaces=record.version)
+                    self._push_writes(conn, stored)
+            else:  # one statement: its own transaction
+                with self._read() as conn:
+                    self._write(conn, stored, row, sealed, replaces=record.version)
+        except BaseException:
+            self._rows.forget(record.operation_id)
+            raise
+        self._rows.written(stored, row)
         return stored
 
     def save_many(self, items: Sequence[Write]) -> list[Record | ConflictError]:
-        """See :meth:`Store.save_many` (one transaction; the compare-and-swap updates go
-        in one pipelined ``executemany``, the events of every written item in another)."""
+        """See :meth:`Store.save_many` (one transaction; each item one statement,
+        :meth:`_write`)."""
         if not items:
             return []
-        with self._transaction() as conn:
-            return outcomes(self._write_all(conn, items), items)
+        with self._writing() as (conn, pending):
+            return outcomes(self._write_all(conn, items, pending), items)
+
+    @contextmanager
+    def _writing(
+        self,
+    ) -> Iterator[tuple[psycopg.Connection[TupleRow], list[tuple[Record, Row]]]]:
+        """A transaction whose written rows (the list it yields) enter the cold-part cache
+        once it commits; if it does not, their operations leave the cache."""
+        pending: list[tuple[Record, Row]] = []
+        try:
+            with self._transaction() as conn:
+                yield conn, pending
+        except BaseException:
+            for stored, _ in pending:
+                self._rows.forget(stored.operation_id)
+            raise
+        for stored, row in pending:
+            self._rows.written(stored, row)
 
     def _write_all(
-        self, conn: psycopg.Connection[TupleRow], items: Sequence[Write]
+        self,
+        conn: psycopg.Connection[TupleRow],
+        items: Sequence[Write],
+        pending: list[tuple[Record, Row]],
     ) -> list[Record | None]:
         """Write each item by compare-and-swap in the open transaction: the stored record,
-        or ``None`` for a conflict (nothing of it written). The one write path of records
-        (``save``, ``save_many``, ``reserve_due``).
-
-        Round trips: the updates, pipelined (psycopg's ``executemany``), each returning
-        its id when it won; then the events of the winners, pipelined; the push path's
-        statements only for the (rare) records that expect webhooks or owe completions.
-        """
-        if not items:
-            return []
-        advanced = [advance(record, events, self._audit_key) for record, events in items]
+        or ``None`` for a conflict (nothing of it written). Each item is :meth:`_write`'s
+        one statement, plus the push path's for the (rare) records that expect webhooks
+        or owe completions; the rows written are added to *pending*."""
         written: list[Record | None] = []
-        with conn.cursor() as cursor:
-            cursor.executemany(
-                self._sql["update"],
-                [
-                    (
-                        *_columns(stored)[1:],
-                        encode_record(stored),
-                        record.operation_id,
-                        record.version,
-                    )
-                    for (record, _), (stored, _) in zip(items, advanced, strict=True)
-                ],
-                returning=True,
-            )
-            for new, _ in advanced:
-                written.append(new if cursor.fetchone() is not None else None)
-                cursor.nextset()
-        sealed = [
-            e for (_, events), won in zip(advanced, written, strict=True) if won for e in events
-        ]
-        self._append(conn, sealed)
-        for won in written:
-            if won is not None:
-                self._push_writes(conn, won)
+        for record, events in items:
+            stored, sealed = advance(record, events, self._audit_key)
+            row = self._rows.row(stored, replaces=record.version)
+            try:
+                self._write(conn, stored, row, sealed, replaces=record.version)
+            except ConflictError:
+                written.append(None)
+                continue
+            self._push_writes(conn, stored)
+            pending.append((stored, row))
+            written.append(stored)
         return written
 
     def _append(
@@ -472,6 +571,48 @@ class PostgresStore:
             return
         with conn.cursor() as cursor:
             cursor.executemany(self._sql["append"], audit_rows(sealed, lambda at: at))
+
+    def _write(
+        self,
+        conn: psycopg.Connection[TupleRow],
+        stored: Record,
+        row: Row,
+        sealed: Sequence[StoredAuditEvent],
+        *,
+        replaces: int,
+    ) -> None:
+        """Write one record by compare-and-swap on *replaces* (its stored version), in
+        one statement (:func:`_write_query`): the hot columns and ``poll`` always,
+        ``data`` only when ``row.data`` is given, its *sealed* audit events, and
+        ``NOTIFY`` (delivered at commit) when the write makes the operation due sooner
+        than before (a decision resuming it, a webhook hint).
+
+        Raises:
+            ConflictError: the stored version is not *replaces* (nothing was written).
+        """
+        op = stored.operation_id
+        cold = () if row.data is None else (row.data,)
+        rows = audit_rows(sealed, lambda at: at)
+        columns = [[event[i] for event in rows] for i in range(8)]  # one array per column
+        drivable = stored.phase.value in DRIVABLE_PHASES
+        args = (
+            op,
+            *row.hot,
+            row.poll,
+            row.data_version,
+            *cold,
+            op,
+            replaces,
+            *columns,
+            drivable,
+            list(DRIVABLE_PHASES),
+            stored.next_poll_at,
+            NOTIFY_CHANNEL,
+            self.schema,
+        )
+        query = self._sql["write_hot" if row.data is None else "write_all"]
+        if conn.execute(query, args).fetchone() is None:
+            raise ConflictError(op, replaces)
 
     def claim_due(
         self, *, owner: str, now: datetime, lease_s: float, limit: int, label_prefix: str = ""
@@ -491,25 +632,19 @@ class PostgresStore:
             else:
                 query, args = "due", (phases, now, now)
             rows = conn.execute(self._sql[query], (*args, limit))
-            for (text,) in rows.fetchall():
-                record = decode_record(text)
+            written = []
+            for found in rows.fetchall():
+                record = self._rows.record(found)
                 stored, _ = advance(
                     claimed(record, owner=owner, now=now, lease_s=lease_s), [], self._audit_key
                 )
-                cursor = conn.execute(
-                    self._sql["claim"],
-                    (
-                        stored.version,
-                        stored.lease_owner,
-                        stored.lease_expires_at,
-                        encode_record(stored),
-                        record.operation_id,
-                        record.version,
-                    ),
-                )
-                if cursor.rowcount != 1:  # the row is locked: only a damaged column gets here
-                    raise ConflictError(record.operation_id, record.version)
+                row = self._rows.row(stored, replaces=record.version)
+                # the row is locked: only a damaged column makes this conflict
+                self._write(conn, stored, row, [], replaces=record.version)
+                written.append((stored, row))
                 taken.append(stored)
+        for stored, row in written:
+            self._rows.written(stored, row)
         return taken
 
     def reserve_due(
@@ -528,16 +663,17 @@ class PostgresStore:
         if limit < 0:
             raise UsageError(f"claim limit must be 0 or more; got {limit}")
         phases, gone = list(DRIVABLE_PHASES), sorted(gone_owners)
-        with self._transaction() as conn:
+        with self._writing() as (conn, pending):
             if label_prefix:
                 query = "reserve_due_labelled"
                 args: tuple[object, ...] = (phases, now, now, gone, len(label_prefix), label_prefix)
             else:
                 query, args = "reserve_due", (phases, now, now, gone)
             rows = conn.execute(self._sql[query], (*args, limit)).fetchall()
-            due = (decode_record(text) for (text,) in rows)
+            due = (self._rows.record(found) for found in rows)
             writes = [w for w in (planned(r, owner, plan) for r in due) if w is not None]
-            return [stored for stored in self._write_all(conn, writes) if stored is not None]
+            written = self._write_all(conn, writes, pending)
+        return [stored for stored in written if stored is not None]
 
     def next_claimable(
         self, *, now: datetime, label_prefix: str = ""
@@ -559,7 +695,7 @@ class PostgresStore:
 
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             row = conn.execute(self._sql["summary"], (list(DRIVABLE_PHASES),)).fetchone()
         assert row is not None  # an aggregate always returns one row
         count, earliest = row
@@ -570,17 +706,25 @@ class PostgresStore:
         self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
     ) -> list[Record]:
         """See :meth:`Store.recent`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             rows = conn.execute(
                 self._sql["recent"], (len(label_prefix), label_prefix, open_only, limit)
             ).fetchall()
-        return [decode_record(str(text)) for (text,) in rows]
+        return [self._rows.record(row) for row in rows]
 
     def audit(self, operation_id: str) -> list[StoredAuditEvent]:
         """See :meth:`Store.audit`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             rows = conn.execute(self._sql["audit"], (operation_id,)).fetchall()
         return [_audit_event(operation_id, row) for row in rows]
+
+    @staticmethod
+    def _has_push_writes(stored: Record) -> bool:
+        """Whether writing *stored* has push-path statements to run (see
+        :meth:`_push_writes`): then the write is a transaction of several statements."""
+        return webhook_key(stored) is not None or bool(
+            outbox_entries(stored, stored.finished_at or stored.created_at)
+        )
 
     def _push_writes(self, conn: psycopg.Connection[TupleRow], stored: Record) -> None:
         """The push path's part of a record write (see ``Store``), in its transaction.
@@ -629,7 +773,7 @@ class PostgresStore:
 
     def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
         """See :meth:`Store.pending_deliveries`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             rows = conn.execute(self._sql["pending_deliveries"], (limit,)).fetchall()
         return [delivery_of(row, utc) for row in rows]
 
@@ -643,7 +787,7 @@ class PostgresStore:
         self, *, provider: str | None = None, operation_id: str | None = None, limit: int = 100
     ) -> list[InboundDelivery]:
         """See :meth:`Store.inbox`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             rows = conn.execute(
                 self._sql["inbox"], (provider, provider, operation_id, operation_id, limit)
             ).fetchall()
@@ -711,7 +855,7 @@ class PostgresStore:
     ) -> list[OutboxEntry]:
         """See :meth:`Store.outbox`."""
         wanted = status.value if status is not None else None
-        with self._transaction() as conn:
+        with self._read() as conn:
             rows = conn.execute(
                 self._sql["outbox"], (operation_id, operation_id, wanted, wanted, limit)
             ).fetchall()
@@ -719,7 +863,7 @@ class PostgresStore:
 
     def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
         """See :meth:`Store.get_outbox`."""
-        with self._transaction() as conn:
+        with self._read() as conn:
             row = conn.execute(self._sql["get_outbox"], (delivery_id,)).fetchone()
         return outbox_entry_of(row, utc) if row else None
 
@@ -733,12 +877,56 @@ class PostgresStore:
         if cursor is not None:
             name, args = name + "_cursor", [*args, *cursor]
         statement = self._sql[name]
-        with self._transaction() as conn:
+        with self._read() as conn:
             rows = conn.execute(statement, (*args, limit)).fetchall()
         return [_audit_event(row[0], row[1:]) for row in rows]
 
+    async def wait_for_wakeup(self, timeout_s: float) -> bool:
+        """Wait up to *timeout_s* seconds for a wake-up: a ``NOTIFY`` that this schema got
+        an operation due sooner (one created, a decision resuming one, a webhook hint).
+
+        The first call opens one more connection and ``LISTEN``s on
+        :data:`NOTIFY_CHANNEL`; later notifications are kept by that connection until the
+        next call reads them. Pass it as ``waitbound.work(wake=...)``: polling stays the
+        fallback, so a lost notification costs at most the worker's ``idle_s``. One
+        caller at a time per store (the listening connection runs one wait at once).
+
+        Returns:
+            ``True`` on a notification for this schema, ``False`` when the time ran out
+            (also when listening failed: then it waits the whole *timeout_s* and tries
+            to listen again on the next call).
+        """
+        clock = anyio.current_time
+        end = clock() + max(0.0, timeout_s)
+        try:
+            listener = await self._listening()
+            async for note in listener.notifies(timeout=max(0.0, timeout_s)):
+                if note.payload == self.schema:
+                    return True
+                if clock() >= end:
+                    break
+            return False
+        except (psycopg.Error, OSError):
+            self._drop_listener()
+            await anyio.sleep(max(0.0, end - clock()))
+            return False
+
+    async def _listening(self) -> psycopg.AsyncConnection[TupleRow]:
+        if self._listener is None or self._listener.closed:
+            self._listener = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+            await self._listener.execute(
+                sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL))
+            )
+        return self._listener
+
+    def _drop_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.pgconn.finish()
+            self._listener = None
+
     def close(self) -> None:
-        """Close the pool and its connections."""
+        """Close the pool and its connections (the listening one included)."""
+        self._drop_listener()
         self._pool.close()
 
 
@@ -786,6 +974,8 @@ def _apply(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> list[
         if version in found:
             continue
         conn.execute(sql.SQL(script).format(schema=ident))
+        if version == 3:
+            _rewrite_v3(conn, schema, label)
         conn.execute(
             sql.SQL(
                 "INSERT INTO {}.schema_migrations (version, applied_at) VALUES (%s, now())"
@@ -794,6 +984,30 @@ def _apply(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> list[
         )
         applied.append(version)
     return applied
+
+
+def _rewrite_v3(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> None:
+    """Split every row's whole-record JSON (schema 2) into the schema-3 columns."""
+    ident = sql.Identifier(schema)
+    rows = RecordRows(lambda at: at)
+    update = sql.SQL(
+        "UPDATE {schema}.operations SET " + _SET_HOT + ", poll = %s::json, data_version = %s,"
+        " data = %s::json WHERE operation_id = %s AND version = %s"
+    ).format(schema=ident)
+    found = conn.execute(
+        sql.SQL("SELECT operation_id, data::text FROM {}.operations").format(ident)
+    ).fetchall()
+    for operation_id, text in found:
+        try:
+            record = decode_record(text)
+        except StoreError as exc:
+            raise StoreError(
+                f"store {_where(label, schema)}: operation {operation_id!r} cannot be "
+                f"upgraded ({exc}); nothing was changed"
+            ) from None
+        row = rows.row(record, replaces=0)
+        op = record.operation_id
+        conn.execute(update, (*row.hot, row.poll, row.data_version, row.data, op, record.version))
 
 
 def _schema_version(conn: psycopg.Connection[TupleRow], schema: str) -> int:
@@ -902,18 +1116,6 @@ def _newer(label: str, schema: str, found: int) -> SchemaVersionError:
     return SchemaVersionError(
         f"store {_where(label, schema)} has schema version {found}, newer than this "
         f"waitbound understands ({SCHEMA_VERSION}); upgrade waitbound to use it"
-    )
-
-
-def _columns(record: Record) -> tuple[object, ...]:
-    return (
-        record.operation_id,
-        record.version,
-        record.phase.value,
-        record.outcome.value if record.outcome else None,
-        record.next_poll_at,
-        record.lease_owner,
-        record.lease_expires_at,
     )
 
 

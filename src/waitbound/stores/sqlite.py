@@ -41,12 +41,12 @@ from waitbound.stores._protocol import (
     decode_record,
     delivery_of,
     encode_json,
-    encode_record,
     outbox_entry_of,
     outcomes,
     planned,
     webhook_key,
 )
+from waitbound.stores._rows import HOT_COLUMNS, ROW_COLUMNS, RecordRows, Row
 
 __all__ = ["SCHEMA_VERSION", "NotAStoreError", "SQLiteStore", "StoreNotFoundError"]
 
@@ -135,6 +135,25 @@ CREATE INDEX outbox_due ON outbox (status, next_attempt_at);
 CREATE INDEX outbox_operation ON outbox (operation_id, status, next_attempt_at);
 CREATE INDEX audit_events_at ON audit_events (at, operation_id, seq);
 """,
+    # 3: the record split (waitbound.stores._rows): hot fields as typed columns, what an
+    # answer changes as the small ``poll`` JSON, the cold rest in ``data`` (rewritten
+    # from the whole-record JSON of every row by _rewrite_v3, in the same transaction).
+    """
+ALTER TABLE operations ADD COLUMN in_flight TEXT;
+ALTER TABLE operations ADD COLUMN submit_attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE operations ADD COLUMN status_requests_used INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE operations ADD COLUMN result_requests_used INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE operations ADD COLUMN cancel_requests_used INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE operations ADD COLUMN confirm_requests_used INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE operations ADD COLUMN transport_failures_used INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE operations ADD COLUMN rate_limited_used INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE operations ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE operations ADD COLUMN audit_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE operations ADD COLUMN audit_head TEXT NOT NULL DEFAULT '';
+ALTER TABLE operations ADD COLUMN audit_mac TEXT;
+ALTER TABLE operations ADD COLUMN poll TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE operations ADD COLUMN data_version INTEGER NOT NULL DEFAULT 0;
+""",
 )
 """The schema, one script per version: version N is ``_MIGRATIONS[N - 1]``. A released
 script is never edited, only appended to."""
@@ -145,6 +164,7 @@ SCHEMA_VERSION: Final = len(_MIGRATIONS)
 _TABLES: Final[dict[int, frozenset[str]]] = {
     1: frozenset({"operations", "audit_events"}),
     2: frozenset({"operations", "audit_events", "webhook_jobs", "inbox", "outbox"}),
+    3: frozenset({"operations", "audit_events", "webhook_jobs", "inbox", "outbox"}),
 }
 """The tables a file of each schema version holds, exactly."""
 
@@ -213,6 +233,9 @@ class SQLiteStore:
                 ) from None
             raise StoreError(f"store {self.path}: cannot open it ({_why(exc)})") from None
         self._applied: list[int] = []
+        self._rows = RecordRows(_instant)
+        self._pending_rows: list[tuple[Record, Row]] = []
+        """Rows written in the open transaction (see :meth:`_transaction`)."""
         try:
             found = self._check_ours()
             if not read_only:
@@ -223,6 +246,9 @@ class SQLiteStore:
                 applied = self._migrate()
                 if found > 0:  # a fresh file is created at the current schema
                     self._applied = applied
+                found = SCHEMA_VERSION
+            self._legacy = found < SCHEMA_VERSION
+            """Read-only on an older file: records are read from its whole-record JSON."""
         except BaseException as exc:
             self._db.close()
             if isinstance(exc, sqlite3.DatabaseError):
@@ -287,9 +313,25 @@ class SQLiteStore:
                 for statement in _MIGRATIONS[version - 1].split(";"):
                     if statement.strip():
                         db.execute(statement)
+                if version == 3:
+                    self._rewrite_v3(db)
             if pending:
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return pending
+
+    def _rewrite_v3(self, db: sqlite3.Connection) -> None:
+        """Split every row's whole-record JSON (schema 2) into the schema-3 columns."""
+        rows = db.execute("SELECT operation_id, data FROM operations").fetchall()
+        for operation_id, text in rows:
+            try:
+                record = decode_record(text)
+            except StoreError as exc:
+                raise StoreError(
+                    f"store {self.path}: operation {operation_id!r} cannot be upgraded ({exc}); "
+                    "nothing was changed"
+                ) from None
+            row = self._rows.row(record, replaces=0)
+            self._write(db, record, row, [], replaces=record.version)
 
     def upgrade(self) -> list[int]:
         """Apply pending schema migrations; return their versions.
@@ -305,11 +347,19 @@ class SQLiteStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction under the store's lock. The rows written
+        in it (``_pending_rows``) enter the cold-part cache once it commits; if it does
+        not, their operations leave the cache (nothing is assumed of them)."""
         with self._lock, self._damage():
+            self._pending_rows.clear()
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
+                for stored, _ in self._pending_rows:
+                    self._rows.forget(stored.operation_id)
+                self._pending_rows.clear()
                 # SQLite may have rolled back itself (a full disk): then there is
                 # nothing to roll back, and saying so would hide the real error. A
                 # transaction cut off by Ctrl-C may be finalised only after the store is
@@ -317,7 +367,9 @@ class SQLiteStore:
                 if not self._closed and self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            for stored, row in self._pending_rows:
+                self._rows.written(stored, row)
+            self._pending_rows.clear()
 
     @contextmanager
     def _damage(self) -> Iterator[None]:
@@ -340,35 +392,53 @@ class SQLiteStore:
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.create`."""
         stored, sealed = advance(record, events, self._audit_key)
+        row = self._rows.row(stored, replaces=0)
         try:
             with self._transaction() as db:
                 db.execute(
-                    "INSERT INTO operations (operation_id, version, phase, outcome, next_poll_at,"
-                    " lease_owner, lease_expires_at, created_at, data)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (*_columns(stored), stored.created_at.isoformat(), encode_record(stored)),
+                    _INSERT,
+                    (
+                        stored.operation_id,
+                        *row.hot,
+                        row.poll,
+                        row.data_version,
+                        row.data,
+                        _instant(stored.created_at),
+                    ),
                 )
                 self._append(db, sealed)
                 _push_writes(db, stored)
         except sqlite3.IntegrityError:
             raise UsageError(f"operation {record.operation_id!r} exists already") from None
+        self._rows.written(stored, row)
         return stored
 
     def get(self, operation_id: str) -> Record | None:
         """See :meth:`Store.get`."""
         with self._damage():
+            if self._legacy:
+                row = self._db.execute(
+                    "SELECT data FROM operations WHERE operation_id = ?", (operation_id,)
+                ).fetchone()
+                return decode_record(row[0]) if row else None
             row = self._db.execute(
-                "SELECT data FROM operations WHERE operation_id = ?", (operation_id,)
+                _GET, (self._rows.cached_data_version(operation_id), operation_id)
             ).fetchone()
-            return decode_record(row[0]) if row else None
+            if (
+                row is not None
+                and row[-1] is None
+                and (self._rows.cached_data_version(operation_id) != row[-2])
+            ):  # evicted meanwhile (another thread): read it whole
+                row = self._db.execute(_GET, (-1, operation_id)).fetchone()
+            return self._rows.record(row) if row else None
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save`."""
         with self._transaction() as db:
-            [stored] = self._write_all(db, [(record, events)])
-        if stored is None:
+            [written] = self._write_all(db, [(record, events)])
+        if written is None:
             raise ConflictError(record.operation_id, record.version)
-        return stored
+        return written
 
     def save_many(self, items: Sequence[Write]) -> list[Record | ConflictError]:
         """See :meth:`Store.save_many` (one ``BEGIN IMMEDIATE`` transaction)."""
@@ -380,31 +450,50 @@ class SQLiteStore:
     def _write_all(self, db: sqlite3.Connection, items: Sequence[Write]) -> list[Record | None]:
         """Write each item by compare-and-swap in the open transaction: the stored record,
         or ``None`` for a conflict (nothing of it written). The one write path of records
-        (``save``, ``save_many``, ``reserve_due``); the events of every written item are
-        appended by one ``executemany``."""
+        (``save``, ``save_many``, ``reserve_due``). The cold-part cache learns of the
+        writes once the transaction commits (see :meth:`_transaction`)."""
         written: list[Record | None] = []
-        sealed_all: list[StoredAuditEvent] = []
         for record, events in items:
             stored, sealed = advance(record, events, self._audit_key)
-            cursor = db.execute(
-                "UPDATE operations SET version = ?, phase = ?, outcome = ?, next_poll_at = ?,"
-                " lease_owner = ?, lease_expires_at = ?, data = ?"
-                " WHERE operation_id = ? AND version = ?",
-                (
-                    *_columns(stored)[1:],
-                    encode_record(stored),
-                    record.operation_id,
-                    record.version,
-                ),
-            )
-            if cursor.rowcount != 1:
+            row = self._rows.row(stored, replaces=record.version)
+            try:
+                self._write(db, stored, row, sealed, replaces=record.version)
+            except ConflictError:
                 written.append(None)
                 continue
-            sealed_all += sealed
             _push_writes(db, stored)
+            self._pending_rows.append((stored, row))
             written.append(stored)
-        self._append(db, sealed_all)
         return written
+
+    @staticmethod
+    def _write(
+        db: sqlite3.Connection,
+        stored: Record,
+        row: Row,
+        sealed: Sequence[StoredAuditEvent],
+        *,
+        replaces: int,
+    ) -> None:
+        """Write one record in the caller's transaction: its row by compare-and-swap on
+        *replaces* (its stored version) — the hot columns and ``poll`` always, ``data``
+        only when ``row.data`` is given — then its *sealed* audit events.
+
+        Raises:
+            ConflictError: the stored version is not *replaces* (nothing was written).
+        """
+        if row.data is None:
+            cursor = db.execute(
+                _UPDATE_HOT, (*row.hot, row.poll, row.data_version, stored.operation_id, replaces)
+            )
+        else:
+            cursor = db.execute(
+                _UPDATE_ALL,
+                (*row.hot, row.poll, row.data_version, row.data, stored.operation_id, replaces),
+            )
+        if cursor.rowcount != 1:
+            raise ConflictError(stored.operation_id, replaces)
+        SQLiteStore._append(db, sealed)
 
     @staticmethod
     def _append(db: sqlite3.Connection, sealed: Sequence[StoredAuditEvent]) -> None:
@@ -423,28 +512,20 @@ class SQLiteStore:
         taken = []
         with self._transaction() as db:
             rows = db.execute(
-                "SELECT data FROM operations WHERE phase IN (?, ?, ?) AND next_poll_at <= ?"
+                f"SELECT {ROW_COLUMNS} FROM operations WHERE phase IN (?, ?, ?)"
+                " AND next_poll_at <= ?"
                 f" AND (lease_expires_at IS NULL OR lease_expires_at <= ?){labelled}"
                 " ORDER BY next_poll_at LIMIT ?",
                 (*DRIVABLE_PHASES, stamp, stamp, *label_args, limit),
             ).fetchall()
-            for (text,) in rows:
-                record = decode_record(text)
+            for found in rows:
+                record = self._rows.record(found)
                 stored, _ = advance(
                     claimed(record, owner=owner, now=now, lease_s=lease_s), [], self._audit_key
                 )
-                db.execute(
-                    "UPDATE operations SET version = ?, lease_owner = ?, lease_expires_at = ?,"
-                    " data = ? WHERE operation_id = ? AND version = ?",
-                    (
-                        stored.version,
-                        stored.lease_owner,
-                        _instant(stored.lease_expires_at),
-                        encode_record(stored),
-                        record.operation_id,
-                        record.version,
-                    ),
-                )
+                row = self._rows.row(stored, replaces=record.version)
+                self._write(db, stored, row, [], replaces=record.version)
+                self._pending_rows.append((stored, row))
                 taken.append(stored)
         return taken
 
@@ -466,12 +547,13 @@ class SQLiteStore:
         held = f" OR lease_owner IN ({', '.join('?' for _ in gone)})" if gone else ""
         with self._transaction() as db:
             rows = db.execute(
-                "SELECT data FROM operations WHERE phase IN (?, ?, ?) AND next_poll_at <= ?"
+                f"SELECT {ROW_COLUMNS} FROM operations WHERE phase IN (?, ?, ?)"
+                " AND next_poll_at <= ?"
                 f" AND (lease_expires_at IS NULL OR lease_expires_at <= ?{held}){labelled}"
                 " ORDER BY next_poll_at LIMIT ?",
                 (*DRIVABLE_PHASES, stamp, stamp, *gone, *label_args, limit),
             ).fetchall()
-            due = (decode_record(text) for (text,) in rows)
+            due = (self._rows.record(found) for found in rows)
             writes = [w for w in (planned(r, owner, plan) for r in due) if w is not None]
             return [stored for stored in self._write_all(db, writes) if stored is not None]
 
@@ -524,15 +606,18 @@ class SQLiteStore:
         self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
     ) -> list[Record]:
         """See :meth:`Store.recent`."""
+        columns = "data" if self._legacy else ROW_COLUMNS
         with self._damage():
             rows = self._db.execute(
-                "SELECT data FROM operations"
+                f"SELECT {columns} FROM operations"
                 " WHERE substr(coalesce(json_extract(data, '$.label'), ''), 1, ?) = ?"
                 " AND (outcome IS NULL OR NOT ?)"
                 " ORDER BY created_at DESC, operation_id DESC LIMIT ?",
                 (len(label_prefix), label_prefix, open_only, limit),
             ).fetchall()
-        return [decode_record(text) for (text,) in rows]
+            if self._legacy:
+                return [decode_record(text) for (text,) in rows]
+            return [self._rows.record(row) for row in rows]
 
     # -- the push path ------------------------------------------------------------------
 
@@ -769,18 +854,6 @@ def _label_filter(label_prefix: str) -> tuple[str, tuple[object, ...]]:
     )
 
 
-def _columns(record: Record) -> tuple[object, ...]:
-    return (
-        record.operation_id,
-        record.version,
-        record.phase.value,
-        record.outcome.value if record.outcome else None,
-        _instant(record.next_poll_at),
-        record.lease_owner,
-        _instant(record.lease_expires_at),
-    )
-
-
 def _moment(text: str) -> datetime:
     """A stored instant (see :func:`_instant`) as aware UTC."""
     return utc(datetime.fromisoformat(text))
@@ -846,6 +919,26 @@ def _filters(**equal: object) -> tuple[str, tuple[object, ...]]:
         return "", ()
     return " WHERE " + " AND ".join(f"{column} = ?" for column in given), tuple(given.values())
 
+
+_HOT_SET: Final = ", ".join(f"{column} = ?" for column in HOT_COLUMNS)
+_INSERT: Final = (
+    f"INSERT INTO operations ({ROW_COLUMNS}, created_at)"
+    " VALUES (" + ", ".join("?" for _ in range(len(HOT_COLUMNS) + 5)) + ")"
+)
+_GET: Final = (
+    "SELECT "
+    + ROW_COLUMNS.removesuffix(", data")
+    + ", CASE WHEN data_version = ? THEN NULL ELSE data END FROM operations"
+    " WHERE operation_id = ?"
+)
+_UPDATE_HOT: Final = (
+    f"UPDATE operations SET {_HOT_SET}, poll = ?, data_version = ?"
+    " WHERE operation_id = ? AND version = ?"
+)
+_UPDATE_ALL: Final = (
+    f"UPDATE operations SET {_HOT_SET}, poll = ?, data_version = ?, data = ?"
+    " WHERE operation_id = ? AND version = ?"
+)
 
 _INBOX_COLUMNS: Final = (
     "provider, webhook_id, received_at, job_id, event_type, authoritative, payload,"
