@@ -487,6 +487,9 @@ async def work(
                         finished = anyio.Event()  # before the pass: a step ending in it counts
                         pause = await one_pass(group)
                         if idle:
+                            # A step may have ended final while this pass looked for
+                            # work (after its poke): its completion is owed before the end.
+                            outbox.poke(group)
                             break
                         if pause is None:
                             continue
