@@ -52,7 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.inbox_pages
 	$(BIN)/python -m benchmarks.webhooks_in
 	$(BIN)/python -m benchmarks.poll_overhead
-	$(BIN)/python -m benchmarks.fleet_sim --calibrate
+	$(BIN)/python -m benchmarks.fleet_sim
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo

@@ -14,8 +14,10 @@ second, ``--workers`` workers) on an 8-core and a 32-core database; the eager cl
 loop (pause 0) beside the paced one (``--sweep-operations``); and a sweep over
 workers (4/8/16/32) and batch sizes (1/16/64) that shows which limit each fleet meets
 first: the database (cores busy), the workers' CPU, or their slots (requests in
-flight, bound by the provider's latency). Figures are over the second half of the
-arrivals (the steady part); outcomes and requests per job over the whole run.
+flight, bound by the provider's latency); and three times the load with 72 workers,
+batch 1 against batch 64, where the database itself saturates. Figures are over the
+second half of the arrivals (the steady part); outcomes and requests per job over the
+whole run.
 
 Usage: ``python -m benchmarks.fleet_sim [--quick] [--operations N] [--workers N]
 [--seed N] [--rate PER_S] [--calibrate] [--no-sweep]``.
@@ -52,6 +54,8 @@ and the controller (today about 2-3 ms in the client alone, docs/benchmarks.md).
 CORES = (8, 32)
 SWEEP_WORKERS = (4, 8, 16, 32)
 SWEEP_BATCHES = (1, 16, 64)
+SATURATION_WORKERS = 72
+"""Workers for the saturation runs: enough CPU for three times the headline's load."""
 SATURATED_LAG_S = 1.0
 """A fleet whose p99 lag passes this (seconds) does not keep up."""
 
@@ -69,6 +73,8 @@ def limit_of(result: Result) -> str:
 
 
 def _ms(seconds: float) -> str:
+    if seconds < 0.01:
+        return f"{seconds * 1000:.2f} ms"
     return f"{seconds * 1000:,.0f} ms" if seconds < 10 else f"{seconds:,.0f} s"
 
 
@@ -174,7 +180,7 @@ def main() -> None:
         parser.error("--rate must be > 0, --claim-pause-ms and --poll-cpu-ms >= 0")
     operations = 20_000 if options.quick else options.operations
     sweep_operations = 20_000 if options.quick else options.sweep_operations
-    print_machine(machine(pg_dsn=PG_DSN if options.calibrate else None))
+    print_machine(machine(pg_dsn=PG_DSN))
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     costs = CALIBRATED
     if options.calibrate:
@@ -249,6 +255,25 @@ def main() -> None:
         ["db cores", "workers", "batch", *HEADERS],
         sweep,
     )
+    print_table(*saturation(base, sweep_operations))
+
+
+def saturation(base: Fleet, operations: int) -> tuple[str, list[str], list[list[object]]]:
+    """Three times the load on an 8-core database, with workers enough for it: batch 1
+    against the largest batch (the same window as the sweep's)."""
+    fleet = replace(
+        base,
+        operations=3 * operations,
+        rate_per_s=3 * base.rate_per_s,
+        workers=SATURATION_WORKERS,
+        db_cores=CORES[0],
+    )
+    rows = [row([size], _run(replace(fleet, batch=size))) for size in (1, max(SWEEP_BATCHES))]
+    title = (
+        f"Where the database saturates: {fleet.operations:,} operations at"
+        f" {fleet.rate_per_s:,.0f}/s, {fleet.workers} workers, {fleet.db_cores} cores"
+    )
+    return title, ["batch", *HEADERS], rows
 
 
 if __name__ == "__main__":
