@@ -15,10 +15,12 @@ A discrete-event simulation (one ``heapq`` of events, no sockets, no threads):
   (the worker's one core spends ``poll_cpu_s`` on it, then the provider answers after
   a log-normal latency); queue each observation; one group commit writes up to
   ``batch`` queued observations in ONE transaction (those that arrive during it go in
-  the next); a slot frees when its observation is committed. A claim that found
-  something is followed at once by another; an empty one puts the worker to sleep
+  the next); a slot frees when its observation is committed. A claim that filled its
+  batch is followed at once by another; after one that did not, the next waits until
+  ``claim_pause_s`` after it (0: at once). An empty claim puts the worker to sleep
   until the earliest ``next_poll_at`` (the claim is taken to return it), at most
-  ``idle_s``, or until one of its own commits lands or a ``NOTIFY`` arrives.
+  ``idle_s`` and at least the pause, or until one of its own commits lands or a
+  ``NOTIFY`` arrives.
 - **The database**: one server that runs at most ``cores`` transactions at once, first
   come first served, each occupying a core for ``fixed + per_row * rows`` seconds
   (:class:`Line`, per kind) and then waiting ``flush_s`` for its WAL flush without

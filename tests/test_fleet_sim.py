@@ -162,3 +162,27 @@ def test_the_same_seed_gives_the_same_run_and_bad_sizes_are_refused():
         simulate(replace(fleet, workers=0))
     with pytest.raises(ValueError, match="rate_per_s"):
         simulate(replace(fleet, rate_per_s=0.0))
+
+
+def test_the_claim_pause_trades_lag_for_fewer_claims():
+    """Jobs due at 0 and 50 ms: paced by 100 ms, the worker claims at 0 (nothing
+    committed yet) and then both at 100 ms (2 claims; lags 101 and 51 ms); eager, it
+    claims at every chance (at 0, 1, 2, 13, 50 and 51 ms: 6 claims, 4 of them empty;
+    lags 2 and 1 ms)."""
+    fleet = replace(
+        SERIAL,
+        operations=2,
+        rate_per_s=20.0,
+        concurrency=8,
+        batch=8,
+        poll_cpu_s=0.0,
+        window_s=(0.0, 0.2),
+    )
+    paced = simulate(replace(fleet, claim_pause_s=0.1))
+    assert paced.claim_txns_per_s == pytest.approx(2 / 0.2)
+    assert paced.empty_claims_per_s == pytest.approx(1 / 0.2)
+    assert (paced.lag_p50_s, paced.lag_p99_s) == pytest.approx((0.051, 0.101))
+    eager = simulate(replace(fleet, claim_pause_s=0.0))
+    assert eager.claim_txns_per_s == pytest.approx(6 / 0.2)
+    assert eager.empty_claims_per_s == pytest.approx(4 / 0.2)
+    assert (eager.lag_p50_s, eager.lag_p99_s) == pytest.approx((0.001, 0.002))
