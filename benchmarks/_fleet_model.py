@@ -8,8 +8,9 @@ A discrete-event simulation (one ``heapq`` of events, no sockets, no threads):
   ``NOTIFY`` wakes one sleeping worker. A job is done ``duration`` seconds after its
   arrival (log-normal). After every observation that is not the end, the next poll is
   scheduled by waitbound's real schedule: :func:`waitbound._schedule.backoff_delay_s`
-  with the attempt number and the real :class:`waitbound.Policy`'s base, cap and
-  floor; the deadline and the request budget end it as the controller would.
+  with the attempt number and the real :class:`waitbound.Policy`'s base, cap, growth,
+  jitter floor and floor; the deadline and the request budget end it as the controller
+  would.
 - **Workers**, each a loop (the batching worker): claim and reserve up to
   ``min(free slots, batch)`` due operations in ONE transaction; send each request
   (the worker's one core spends ``poll_cpu_s`` on it, then the provider answers after
@@ -229,6 +230,7 @@ def simulate(fleet: Fleet) -> Result:
         raise ValueError(f"rate_per_s must be > 0, got {fleet.rate_per_s}")
     policy, costs = fleet.policy, fleet.costs
     base_s, cap_s, floor_s = policy.base_delay_s, policy.max_delay_s, policy.floor_s
+    growth, jitter_floor = policy.backoff_growth, policy.backoff_jitter_floor
     deadline_s, max_requests = policy.deadline_s, policy.max_requests
     n, batch, concurrency = fleet.operations, fleet.batch, fleet.concurrency
     poll_cpu_s, idle_s, flush_s = fleet.poll_cpu_s, fleet.idle_s, costs.flush_s
@@ -407,7 +409,12 @@ def simulate(fleet: Fleet) -> Result:
                     detection_s += answered_at - done_at[op]
                     continue
                 delay = backoff_delay_s(
-                    attempt[op], base_delay_s=base_s, max_delay_s=cap_s, rng=jitter
+                    attempt[op],
+                    base_delay_s=base_s,
+                    max_delay_s=cap_s,
+                    rng=jitter,
+                    growth=growth,
+                    jitter_floor=jitter_floor,
                 )
                 attempt[op] += 1
                 if answered_at + floor_s >= deadline_at[op]:

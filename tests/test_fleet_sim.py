@@ -116,7 +116,12 @@ def test_polls_follow_the_real_schedule_until_the_job_ends():
     while sent < 20.0:
         answered = sent + 0.010
         delay = backoff_delay_s(
-            attempt, base_delay_s=policy.base_delay_s, max_delay_s=policy.max_delay_s, rng=jitter
+            attempt,
+            base_delay_s=policy.base_delay_s,
+            max_delay_s=policy.max_delay_s,
+            rng=jitter,
+            growth=policy.backoff_growth,
+            jitter_floor=policy.backoff_jitter_floor,
         )
         attempt += 1
         expected += 1
