@@ -43,8 +43,9 @@ test: lint typecheck pytest
 $(CHROMIUM):
 	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
 
-# Benchmarks of issue 4, not part of `make test`; figures in docs/benchmarks.md. About a
-# quarter of an hour; PostgreSQL at $WAITBOUND_BENCH_PG_DSN (default: the tests' server).
+# Benchmarks of issues 4, 12, 13 and 15, not part of `make test`; figures in
+# docs/benchmarks.md. About half an hour (the fleet simulation: ~15 min of CPU);
+# PostgreSQL at $WAITBOUND_BENCH_PG_DSN (default: the tests' server).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.store_throughput
 	$(BIN)/python -m benchmarks.scale
@@ -52,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.inbox_pages
 	$(BIN)/python -m benchmarks.webhooks_in
 	$(BIN)/python -m benchmarks.poll_overhead
+	$(BIN)/python -m benchmarks.fleet_sim
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo
