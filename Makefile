@@ -43,14 +43,22 @@ test: lint typecheck pytest
 $(CHROMIUM):
 	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
 
-# Benchmarks of issue 4, not part of `make test`; figures in docs/benchmarks.md. About a
-# quarter of an hour; PostgreSQL at $WAITBOUND_BENCH_PG_DSN (default: the tests' server).
-bench: $(STAMP)
+# Benchmarks of issues 4 and 15, not part of `make test`; figures in docs/benchmarks.md.
+# About half an hour; PostgreSQL at $WAITBOUND_BENCH_PG_DSN (default: the tests' server).
+# The schedule benchmark runs the peers' own code: the bench extra.
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $@ $(STAMP) $(VENV)/.installed
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.store_throughput
 	$(BIN)/python -m benchmarks.scale
 	$(BIN)/python -m benchmarks.fleet_pressure
 	$(BIN)/python -m benchmarks.inbox_pages
 	$(BIN)/python -m benchmarks.webhooks_in
+	$(BIN)/python -m benchmarks.schedule_efficiency
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo
