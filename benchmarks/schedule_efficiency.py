@@ -702,6 +702,9 @@ def dominating(
 
 HINT_OPTIMAL = "hint-optimal (poll when the hint says)"
 
+ENTRY_SUFFIX: Mapping[str, str] = {"submit": "", "wait": " [wait at t=0]"}
+"""How a waitbound row's label names its entry (``--entry``)."""
+
 
 def plot(
     results: Mapping[tuple[str, HintMode], Stats],
@@ -750,7 +753,7 @@ def plot(
             ax.annotate(
                 ", ".join(shared), (x, y), fontsize=7, xytext=(5, 3), textcoords="offset points"
             )
-        front = [results[label, mode] for label in fronts[mode]]
+        front = [results[label, mode] for label in fronts.get(mode, [])]
         if front:
             ax.step(
                 [s.requests_per_job for s in front],
@@ -791,9 +794,15 @@ def missing_extra(names: Sequence[str]) -> str | None:
     return None
 
 
-def report(results: Mapping[tuple[str, HintMode], Stats], waitbound_labels: Sequence[str]) -> str:
+def report(
+    results: Mapping[tuple[str, HintMode], Stats],
+    waitbound_labels: Sequence[str],
+    *,
+    against_peers: bool = True,
+) -> str:
     """Per waitbound row: on the front against the peers in each mode (and who beats it
-    where not), and its distance to the hint-optimal line with exact hints."""
+    where not; skipped when no peer ran), and its distance to the hint-optimal line with
+    exact hints."""
     everyone = list(dict.fromkeys(label for label, _ in results))
     peers = [label for label in everyone if label not in [*waitbound_labels, HINT_OPTIMAL]]
     lines = []
@@ -811,6 +820,8 @@ def report(results: Mapping[tuple[str, HintMode], Stats], waitbound_labels: Sequ
         line = f"- {label}: on the Pareto front against the peers in {', '.join(on) or 'no mode'}"
         if off:
             line += f"; off it in {'; '.join(off)}"
+        if not against_peers:
+            line = f"- {label}: no peers run"
         mine = results.get((label, HintMode.EXACT))
         if optimal and mine:
             gap = mine.requests_per_job - optimal.requests_per_job
@@ -847,9 +858,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--entry",
-        choices=("submit", "wait"),
+        choices=("submit", "wait", "both"),
         default="submit",
-        help="waitbound's entry: submit then wait (default), or wait on the status URL at t=0",
+        help="waitbound's entry: submit then wait (default), wait on the status URL at t=0, "
+        "or both (each --policy row twice)",
     )
     parser.add_argument("--no-peers", action="store_true", help="waitbound rows only")
     parser.add_argument("--no-plot", action="store_true", help="no PNG (table only)")
@@ -858,16 +870,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if jobs < 1:
         parser.error(f"--jobs must be at least 1, got {jobs}")
     try:
-        suffix = "" if args.entry == "submit" else " [wait at t=0]"
+        entries = ["submit", "wait"] if args.entry == "both" else [args.entry]
         given = [parse_policy(p) for p in args.policy]
         policies: list[tuple[str, dict[str, Any]]] = [("waitbound (default)", {}), *given]
-        policies = [(label + suffix, keywords) for label, keywords in policies]
-        wb_rows = [(label, waitbound_policy(kw)) for label, kw in policies]
+        wb_rows = [
+            (label + ENTRY_SUFFIX[entry], waitbound_policy(keywords), entry)
+            for entry in entries
+            for label, keywords in policies
+        ]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if len({label for label, _ in wb_rows}) != len(wb_rows):
-        print("error: two --policy rows have share a label; label them LABEL=JSON", file=sys.stderr)
+    if len({label for label, _, _ in wb_rows}) != len(wb_rows):
+        print("error: two --policy rows share a label; label them LABEL=JSON", file=sys.stderr)
         return 2
     needed = [n for n in BENCH_EXTRA if n != "matplotlib"] if not args.no_peers else []
     missing = missing_extra(needed + ([] if args.no_plot else ["matplotlib"]))
@@ -885,24 +900,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench = Bench()
     rows = [
         Row(label, runner, tuple(HintMode), runner.gives_up)
-        for label, policy in wb_rows
-        for runner in [WaitboundRunner(bench, label, policy, entry=args.entry)]
+        for label, policy, entry in wb_rows
+        for runner in [WaitboundRunner(bench, label, policy, entry=entry)]
     ]
     rows.append(Row(HINT_OPTIMAL, hint_optimal, (HintMode.EXACT,), short="hint-optimal"))
     if not args.no_peers:
         rows.extend(peer_rows(bench))
     print(f"schedule efficiency: {jobs} jobs, seed {args.seed}", file=sys.stderr)
     results = run_all(durations, args.seed, rows)
-    wb_labels = [label for label, _ in wb_rows]
+    wb_labels = [label for label, _, _ in wb_rows]
     fronts, marked = fronts_of(results, wb_labels)
+    if args.no_peers:  # a front without the peers says nothing
+        fronts, marked = {}, {}
     table = markdown_table(results, marked)
-    summary = report(results, wb_labels)
+    summary = report(results, wb_labels, against_peers=not args.no_peers)
+    front_note = (
+        "no peers run: no Pareto front"
+        if args.no_peers
+        else "`◆`: on the mode's Pareto front (requests/job, mean lag) of the peers and "
+        "waitbound's first row (a further waitbound row: of the peers and itself), among "
+        "strategies that detect every job"
+    )
     header = (
         f"Schedule efficiency: {jobs} jobs (log-normal, median 60 s, p95 600 s), seed "
         f"{args.seed}, waitbound entry `{args.entry}`. `*`: lag over the detected jobs "
-        "only. `◆`: on the mode's Pareto front (requests/job, mean lag) of the peers and "
-        "waitbound's first row (a further waitbound row: of the peers and itself), among "
-        "strategies that detect every job.\n\n"
+        f"only. {front_note}.\n\n"
     )
     print(header + table + "\n" + summary)
     args.out_dir.mkdir(parents=True, exist_ok=True)

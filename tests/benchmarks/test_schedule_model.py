@@ -9,8 +9,6 @@ import math
 import random
 
 import pytest
-
-from benchmarks import schedule_efficiency
 from benchmarks._schedule_model import (
     MEDIAN_S,
     P95_S,
@@ -25,6 +23,8 @@ from benchmarks._schedule_model import (
     run_jobs,
     summarize,
 )
+
+from benchmarks import schedule_efficiency
 
 
 def provider(duration_s: float, mode: HintMode = HintMode.NONE, seed: int = 1) -> Provider:
@@ -120,7 +120,7 @@ def test_hints(mode, t, expected):
 
 
 def test_noisy_hint_is_within_30_percent_and_seeded():
-    """±30 %: ceil(remaining × U(0.7, 1.3)); the same seed gives the same hints."""
+    """±30 %: ceil(remaining * U(0.7, 1.3)); the same seed gives the same hints."""
     a, b = provider(1000.0, HintMode.NOISY, 5), provider(1000.0, HintMode.NOISY, 5)
     hints = [a.status(0.0).hint_s for _ in range(200)]
     assert hints == [b.status(0.0).hint_s for _ in range(200)]
@@ -146,9 +146,7 @@ def test_pareto_front():
 
 def test_hint_optimal_line_costs_one_request_with_exact_hints():
     """Polling exactly when the exact hint says finds every job with its first request."""
-    runs = run_jobs(
-        job_durations(100, seed=2), HintMode.EXACT, 2, schedule_efficiency.hint_optimal
-    )
+    runs = run_jobs(job_durations(100, seed=2), HintMode.EXACT, 2, schedule_efficiency.hint_optimal)
     stats = summarize(runs)
     assert stats.requests_per_job == 1.0
     assert 0 <= stats.lag_p95_s < 1.0
@@ -186,16 +184,19 @@ def test_policy_option_passes_keywords_and_refuses_unknown_ones_in_one_line():
 
 
 def test_two_runs_with_one_seed_write_the_same_table(tmp_path, capsys):
-    """waitbound's real driver on 8 jobs in every hint mode, twice: the same table."""
+    """waitbound's real driver (both entries) on 8 jobs in every hint mode, twice: the
+    same table; without the peers no front is claimed."""
     tables = []
     for run in ("a", "b"):
         out = tmp_path / run
-        argv = ["--no-peers", "--no-plot", "--jobs", "8", "--seed", "3", "--out-dir", str(out)]
-        assert schedule_efficiency.main(argv) == 0
+        argv = ["--no-peers", "--no-plot", "--entry", "both", "--jobs", "8", "--seed", "3"]
+        assert schedule_efficiency.main([*argv, "--out-dir", str(out)]) == 0
         tables.append((out / "schedule_efficiency.md").read_text())
     assert tables[0] == tables[1]
     assert tables[0].count("| waitbound (default) |") == 4
+    assert tables[0].count("| waitbound (default) [wait at t=0] |") == 4
     assert "| hint-optimal (poll when the hint says) | exact | 1.00 |" in tables[0]
+    assert "◆" not in tables[0]
     capsys.readouterr()
 
 
