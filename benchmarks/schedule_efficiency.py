@@ -749,9 +749,21 @@ def plot(
             )
             name = names[label] + (f" ({stats.abandoned * 100:.0f} % abandoned)" if hollow else "")
             spots.setdefault((round(x, 2), round(y, 2)), []).append(name)
-        for (x, y), shared in spots.items():
+        placed: list[tuple[float, float]] = []
+        for (x, y), shared in sorted(spots.items()):
+            # Points close together (log axes) get their labels stacked, not overlaid.
+            near = sum(
+                1
+                for px, py in placed
+                if abs(math.log10(x / px)) < 0.15 and abs(math.log10(y / py)) < 0.08
+            )
+            placed.append((x, y))
             ax.annotate(
-                ", ".join(shared), (x, y), fontsize=7, xytext=(5, 3), textcoords="offset points"
+                ", ".join(shared),
+                (x, y),
+                fontsize=7,
+                xytext=(5, 3 - 10 * near),
+                textcoords="offset points",
             )
         front = [results[label, mode] for label in fronts.get(mode, [])]
         if front:
@@ -933,7 +945,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out_dir / "schedule_pareto.png" if args.quick else Path("docs/schedule_pareto.png")
     )
     if not args.no_plot:
-        names = {row.label: row.short or row.label for row in rows}
+        names = {
+            row.label: (row.short or row.label).replace(ENTRY_SUFFIX["wait"], " (wait at 0)")
+            for row in rows
+        }
         title = f"Schedule efficiency: {jobs} jobs, seed {args.seed}, waitbound entry {args.entry}"
         plot(results, fronts, names, wb_labels, png, title=title)
         print(f"plot: {png}", file=sys.stderr)
