@@ -433,7 +433,7 @@ class Record:
 
         Equal to ``dataclasses.replace(self, **changes)``, but built by setting each
         slot directly instead of running the generated frozen ``__init__`` (a step copies
-        its record several times; this is about a third of the cost). ``Record`` has no
+        its record several times; this takes about 40 % of the time). ``Record`` has no
         ``__post_init__``, so nothing is skipped.
 
         Raises:
