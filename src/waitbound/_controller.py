@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent
@@ -224,7 +224,7 @@ def plan(
     notes: list[AuditEvent] = []
     if record.in_flight is not None:
         lost = record.in_flight
-        record = replace(record, in_flight=None, lease_owner=None, lease_expires_at=None)
+        record = record.evolve(in_flight=None, lease_owner=None, lease_expires_at=None)
         notes.append(
             audit_event(
                 record,
@@ -361,8 +361,7 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
     if kind == "cancel":
         method = record.profile.cancel.method
     counter = _COUNTERS[kind]
-    reserved = replace(
-        record,
+    reserved = record.evolve(
         in_flight=kind,
         lease_owner=owner,
         lease_expires_at=now + timedelta(seconds=held_s),
@@ -409,7 +408,7 @@ def internal_failure(record: Record, now: datetime, doing: str, exc: Exception) 
         f"({type(exc).__name__}{': ' + ascii(message)[1:-1][:200] if message else ''}); "
         "nothing was guessed, and the other operations are not affected"
     )
-    cleared = replace(record, in_flight=None, lease_owner=None, lease_expires_at=None)
+    cleared = record.evolve(in_flight=None, lease_owner=None, lease_expires_at=None)
     done, kind, summary, extra = escalate(cleared, now, Reason.INTEGRATION_FAILURE, detail)
     return Transition(record=done, events=(audit_event(done, now, kind, summary, **extra),))
 
@@ -431,8 +430,18 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
     """
     now = observation.at
     counter = _COUNTERS[observation.kind]
-    base = replace(
-        record,
+    # The reading and the URLs depend on none of the fields set below: one copy.
+    reading = _read(record, observation)
+    bad_url: str | None = None
+    cancelable, cancel_url, errors_url = record.cancelable, record.cancel_url, record.errors_url
+    if reading is not None:
+        cancel_at, bad_cancel = _absolute(record, reading.cancel_url, "cancel URL")
+        errors_at, bad_errors = _absolute(record, reading.errors_url, "errors URL")
+        bad_url = bad_cancel or bad_errors
+        cancelable = reading.cancelable
+        cancel_url = cancel_url or cancel_at
+        errors_url = errors_at or errors_url
+    base = record.evolve(
         **{counter: getattr(record, counter) + observation.redirects},
         in_flight=None,
         lease_owner=None,
@@ -440,19 +449,10 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
         last_observed_at=now,
         last_http_status=observation.http_status,
         last_request_id=observation.request_id,
+        cancelable=cancelable,
+        cancel_url=cancel_url,
+        errors_url=errors_url,
     )
-    reading = _read(base, observation)
-    bad_url: str | None = None
-    if reading is not None:
-        cancel_at, bad_cancel = _absolute(base, reading.cancel_url, "cancel URL")
-        errors_at, bad_errors = _absolute(base, reading.errors_url, "errors URL")
-        bad_url = bad_cancel or bad_errors
-        base = replace(
-            base,
-            cancelable=reading.cancelable,
-            cancel_url=base.cancel_url or cancel_at,
-            errors_url=errors_at or base.errors_url,
-        )
     match observation.kind:
         case _ if bad_url is not None:
             step = escalate(
@@ -471,7 +471,7 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
     after, kind, summary, extra = step
     if kind == "scheduled" and _hinted_in_flight(record, observation, after):
         # The answer may predate what the webhook announced: look again at once.
-        after = replace(after, next_poll_at=min(after.next_poll_at, now), delay_source=None)
+        after = after.evolve(next_poll_at=min(after.next_poll_at, now), delay_source=None)
         summary += (
             "; a webhook arrived while this request was in flight, so its answer may "
             "predate it: the next check is due now"

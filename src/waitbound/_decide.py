@@ -10,7 +10,6 @@ outcome rules are stated in ``docs/waiting.md``.
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -174,13 +173,14 @@ def _classified(
     final state (by default: it came from a ``location`` or ``resource`` URL)."""
     now = observation.at
     if reading is not None:
-        record = replace(
-            record,
+        record = record.evolve(
             provider_state=reading.state,
             progress=reading.progress if reading.progress is not None else record.progress,
             job_id=record.job_id or reading.job_id,
+            job_seen_at=record.job_seen_at or now,
         )
-    record = replace(record, job_seen_at=record.job_seen_at or now)
+    elif record.job_seen_at is None:
+        record = record.evolve(job_seen_at=now)
     treated = (
         classification is Classification.UNKNOWN
         and reading is not None
@@ -267,7 +267,7 @@ def _pending(
             moved = {"polling_url_moved": {"from": redact_url(old), "to": redact_url(url)}}
             notes.append(f"polling URL moved from {redact_url(old)} to {redact_url(url)}")
             pinned = record.caller_url or record.submit_url or old
-            record = replace(record, status_url=url, caller_url=pinned)
+            record = record.evolve(status_url=url, caller_url=pinned)
     after, kind, summary, extra = _schedule(
         record, observation, reading, rng, note="; ".join(notes)
     )
@@ -312,7 +312,7 @@ def _settle(
                 f"{', '.join(reading.missing_required)} after {confirms} confirmation request(s)",
                 response=observation.body,
             )
-        record = replace(record, success_seen_at=seen_at, confirm_requests_used=confirms)
+        record = record.evolve(success_seen_at=seen_at, confirm_requests_used=confirms)
         return _schedule(
             record,
             observation,
@@ -373,8 +373,7 @@ def _settle(
             counts=counts,
             usage=reading.usage if reading is not None else None,
         )
-    record = replace(
-        record,
+    record = record.evolve(
         phase=Phase.FETCHING_RESULT,
         settled_outcome=outcome,
         result_url=result_url,
@@ -409,7 +408,7 @@ def _ended(
         return terminal(record, now, outcome, reason=reason)
     reference = record.result_url or _named_result_url(record, reading)
     if isinstance(reference, str):
-        record = replace(record, result_url=reference)
+        record = record.evolve(result_url=reference)
     return terminal(
         record,
         now,
@@ -528,7 +527,7 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
             return _schedule(record, observation, None, rng, note=f"result not ready (HTTP {code})")
         case Meaning.BODY if observation.body_problem is None:
             document = record.profile.read_result(observation.body)
-            record = replace(record, result_fetched_at=now)
+            record = record.evolve(result_fetched_at=now)
             if document.ambiguous is not None:
                 detail = repeated_key("result", document.ambiguous)
                 return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
@@ -571,7 +570,7 @@ def _throttled(
     record: Record, observation: Observation, reading: Reading | None, rng: random.Random
 ) -> Step:
     used = record.rate_limited_used + 1
-    record = replace(record, rate_limited_used=used)
+    record = record.evolve(rate_limited_used=used)
     if used > record.max_rate_limited:
         return escalate(
             record,
@@ -587,7 +586,7 @@ def _provider_trouble(
 ) -> Step:
     what = observation.transport_error or f"HTTP {observation.http_status}"
     used = record.transport_failures_used + 1
-    record = replace(record, transport_failures_used=used)
+    record = record.evolve(transport_failures_used=used)
     if used > record.max_transport_failures:
         return escalate(
             record,
@@ -681,7 +680,7 @@ def _schedule(
             delay = min(delay, policy.confirm_window_s / (policy.confirm_max_requests + 1))
         delay = max(delay, floor)
         source = DelaySource.BACKUP_POLLING if backup else DelaySource.LOCAL_BACKOFF
-    record = replace(record, attempt=record.attempt + 1)
+    attempt = record.attempt + 1  # set with the next poll time below: one copy
     extra: dict[str, JSON] = {
         "invalid_hints": [
             {"origin": bad.origin, "value": bad.value, "problem": bad.problem} for bad in invalid
@@ -708,6 +707,7 @@ def _schedule(
         wait = (
             f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
         )
+        record = record.evolve(attempt=attempt)
         if demanded:
             record, kind, summary, more = escalate(
                 record,
@@ -721,7 +721,7 @@ def _schedule(
             )
         return record, kind, summary, extra | more
     next_poll_at = min(now + timedelta(seconds=delay), record.stop_at)
-    record = replace(record, next_poll_at=next_poll_at, delay_source=source)
+    record = record.evolve(attempt=attempt, next_poll_at=next_poll_at, delay_source=source)
     ignored = (
         "; ignored " + ", ".join(f"{b.origin} {b.value!r}" for b in invalid) if invalid else ""
     )
@@ -766,8 +766,7 @@ def _complete(
 ) -> Step:
     """A (partial) success with its result: finish, or first fetch the errors page once."""
     if outcome is OutcomeKind.COMPLETED_WITH_ERRORS and record.errors_url:
-        record = replace(
-            record,
+        record = record.evolve(
             phase=Phase.FETCHING_ERRORS,
             settled_outcome=outcome,
             result=result,
@@ -794,7 +793,7 @@ def decide_errors(record: Record, observation: Observation) -> Step:
     else:
         problem = observation.transport_error or observation.body_problem or f"HTTP {code}"
         errors = {"problem": f"the errors URL answered {problem}"}
-    record = replace(record, errors=errors)
+    record = record.evolve(errors=errors)
     return finish(
         record, observation.at, record.settled_outcome or OutcomeKind.COMPLETED_WITH_ERRORS, None
     )
@@ -805,12 +804,12 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
     now = observation.at
     code = observation.http_status
     answer = observation.transport_error or f"HTTP {code}"
-    record = replace(record, cancel_due=False)
+    record = record.evolve(cancel_due=False)
     if now >= record.stop_at:
         return timed_out(record, now, f"; cancel requested at the deadline ({answer})")
     accepted = code is not None and 200 <= code < 300
     if accepted:
-        record = replace(record, next_poll_at=now, delay_source=None, attempt=0)
+        record = record.evolve(next_poll_at=now, delay_source=None, attempt=0)
     verdict = "accepted" if accepted else "not accepted"
     summary = f"cancel {verdict} ({answer}); the status endpoint will tell how the job ends"
     return record, "cancel_answered", summary, {"http_status": code, "accepted": accepted}
@@ -838,7 +837,7 @@ def decide_submit(
     match answer.meaning:
         case Meaning.TROUBLE:
             what = observation.transport_error or f"HTTP {code}"
-            record = replace(record, transport_failures_used=record.transport_failures_used + 1)
+            record = record.evolve(transport_failures_used=record.transport_failures_used + 1)
             if resend and record.submit_attempts < record.max_submit_attempts:
                 why = (
                     "with the same idempotency key"
@@ -915,8 +914,7 @@ def _receipt(
     if reading is not None and reading.ambiguous is not None:
         detail = repeated_key("first answer", reading.ambiguous)
         return escalate(record, now, Reason.INTEGRATION_FAILURE, detail, response=observation.body)
-    record = replace(
-        record,
+    record = record.evolve(
         phase=Phase.WAITING,
         job_id=record.job_id or receipt.job_id,
         result_url=record.result_url or receipt.result_url,
@@ -941,8 +939,7 @@ def _receipt(
             f"(looked at: {places}); not guessing a URL",
             response=observation.body,
         )
-    record = replace(
-        record,
+    record = record.evolve(
         status_url=receipt.status_url,
         poll_kind=receipt.status_url_kind,
         poll_header=receipt.status_url_header,

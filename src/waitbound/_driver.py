@@ -170,7 +170,7 @@ def _drive(
         now = clock.now()
         leased = record.lease_expires_at is not None and record.lease_expires_at > now
         if leased and holder_is_gone(record.lease_owner):
-            record = replace(record, lease_expires_at=now)
+            record = record.evolve(lease_expires_at=now)
         decision = safe_plan(record, now, owner=owner, can_submit=submission is not None)
         match decision:
             case Finished(record=done):

@@ -1,6 +1,7 @@
 """The durable record of one operation, and the policy it was created with.
 
-A record is a frozen value; every change is ``dataclasses.replace`` and every write
+A record is a frozen value; every change is :meth:`Record.evolve` (what
+``dataclasses.replace`` returns, built faster) and every write
 is checked against ``version`` (compare-and-swap). It is stored as versioned JSON
 (``RECORD_SCHEMA``) holding only allowlisted fields: no raw headers, no secrets.
 """
@@ -10,11 +11,12 @@ from __future__ import annotations
 import functools
 import json
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal, TypedDict, TypeVar, Unpack
 
 from waitbound._audit import GENESIS_HASH
 from waitbound._clock import utc
@@ -426,6 +428,28 @@ class Record:
     audit_mac: str | None = None
     version: int = 0
 
+    def evolve(self, **changes: Unpack[RecordChanges]) -> Record:
+        """A copy of this record with *changes* (field name → new value) applied.
+
+        Equal to ``dataclasses.replace(self, **changes)``, but built by setting each
+        slot directly instead of running the generated frozen ``__init__`` (a step copies
+        its record several times; this takes about 40 % of the time). ``Record`` has no
+        ``__post_init__``, so nothing is skipped.
+
+        Raises:
+            TypeError: a name in *changes* is not a field of :class:`Record` (the same
+                message ``dataclasses.replace`` gives).
+        """
+        if not _FIELD_SET.issuperset(changes):
+            unknown = next(name for name in changes if name not in _FIELD_SET)
+            raise TypeError(f"Record.__init__() got an unexpected keyword argument {unknown!r}")
+        copy = object.__new__(Record)
+        for put, value in zip(_PUTS, _VALUES(self), strict=True):
+            put(copy, value)
+        for name, value in changes.items():
+            _SLOTS[name].__set__(copy, value)
+        return copy
+
     @property
     def requests_used(self) -> int:
         """Requests sent so far against ``policy.max_requests``: every kind counts
@@ -549,6 +573,90 @@ class Record:
 
 FIELD_NAMES: Final[tuple[str, ...]] = tuple(item.name for item in fields(Record))
 """Every field of :class:`Record`, in declaration order."""
+
+_FIELD_SET: Final = frozenset(FIELD_NAMES)
+_SLOTS: Final = {name: getattr(Record, name) for name in FIELD_NAMES}
+"""Each field's slot (member descriptor); its ``__set__`` bypasses the frozen guard."""
+_PUTS: Final = tuple(_SLOTS[name].__set__ for name in FIELD_NAMES)
+_VALUES: Final = operator.attrgetter(*FIELD_NAMES)
+"""Every field's value of a record, in declaration order, as one tuple."""
+
+
+class RecordChanges(TypedDict, total=False):
+    """The fields :meth:`Record.evolve` may change, each with its type (one key per
+    field of :class:`Record`, in the same order; a test keeps the two the same)."""
+
+    operation_id: str
+    profile: Profile
+    policy: Policy
+    status_url: str | None
+    created_at: datetime
+    deadline_at: datetime
+    next_poll_at: datetime
+    business_deadline_at: datetime | None
+    caller_url: str | None
+    poll_kind: UrlKind
+    poll_header: str | None
+    location_url: str | None
+    final_state_via: FinalStateVia | None
+    result_url: str | None
+    cancel_url: str | None
+    errors_url: str | None
+    job_id: str | None
+    label: str | None
+    submit_method: str | None
+    submit_url: str | None
+    submit_fingerprint: str | None
+    idempotency_key: str | None
+    submit_attempts: int
+    max_submit_attempts: int
+    phase: Phase
+    outcome: OutcomeKind | None
+    reason: Reason | None
+    settled_outcome: OutcomeKind | None
+    provider_state: JSONScalar
+    progress: JSON
+    last_http_status: int | None
+    last_request_id: str | None
+    last_observed_at: datetime | None
+    job_seen_at: datetime | None
+    delay_source: DelaySource | None
+    attempt: int
+    status_requests_used: int
+    transport_failures_used: int
+    rate_limited_used: int
+    result_requests_used: int
+    success_seen_at: datetime | None
+    confirm_requests_used: int
+    in_flight: RequestKind | None
+    trusted_origins: tuple[str, ...]
+    cancelable: bool | None
+    cancel_on_deadline: bool
+    cancel_due: bool
+    cancel_requests_used: int
+    cancel_requested_at: datetime | None
+    cancel_requested_by: str | None
+    cancel_reason: str | None
+    result: JSON
+    error: JSON
+    counts: dict[str, JSON] | None
+    usage: JSON
+    errors: JSON
+    finished_at: datetime | None
+    result_fetched_at: datetime | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    stopped_phase: Phase | None
+    grants: Grants
+    push: Push
+    decision_request: DecisionRequest | None
+    decisions: tuple[Decision, ...]
+    decided_by: str | None
+    credential_label: str | None
+    audit_seq: int
+    audit_head: str
+    audit_mac: str | None
+    version: int
 
 
 def field_json(record: Record, name: str) -> JSON:

@@ -348,7 +348,7 @@ async def work(
         if len(look.decided) >= look.room:
             return None
         if record.lease_owner in gone:  # its holder's process is gone: take it over
-            record = replace(record, lease_expires_at=now)
+            record = record.evolve(lease_expires_at=now)
         decision = safe_plan(record, now, owner=owner, lease_s=settings.lease_s)
         match decision:
             case Finish(transition=finish):

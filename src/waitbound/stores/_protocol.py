@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -429,7 +428,7 @@ def outcomes(
 
 def claimed(record: Record, *, owner: str, now: datetime, lease_s: float) -> Record:
     """*record* with the claim's lease set (the version is bumped by the write)."""
-    return replace(record, lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s))
+    return record.evolve(lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s))
 
 
 def audit_rows(
@@ -481,7 +480,7 @@ def advance(
             mac = head_mac(audit_key, record.operation_id, seq, head)
     elif sealed:
         mac = None
-    stored = replace(
-        record, version=record.version + 1, audit_seq=seq, audit_head=head, audit_mac=mac
+    stored = record.evolve(
+        version=record.version + 1, audit_seq=seq, audit_head=head, audit_mac=mac
     )
     return stored, sealed
