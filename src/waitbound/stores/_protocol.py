@@ -21,6 +21,7 @@ __all__ = [
     "Write",
     "advance",
     "audit_rows",
+    "claim_plan",
     "claimed",
     "cursor_of",
     "delivery_of",
@@ -429,6 +430,12 @@ def outcomes(
 def claimed(record: Record, *, owner: str, now: datetime, lease_s: float) -> Record:
     """*record* with the claim's lease set (the version is bumped by the write)."""
     return record.evolve(lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s))
+
+
+def claim_plan(*, owner: str, now: datetime, lease_s: float) -> Planner:
+    """:meth:`Store.claim_due` as a :meth:`Store.reserve_due` plan: each due record
+    leased to *owner* for *lease_s* seconds, with no audit event."""
+    return lambda record: (claimed(record, owner=owner, now=now, lease_s=lease_s), ())
 
 
 def audit_rows(

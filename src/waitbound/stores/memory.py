@@ -17,7 +17,7 @@ from waitbound.stores._protocol import (
     Planner,
     Write,
     advance,
-    claimed,
+    claim_plan,
     cursor_of,
     decode_record,
     encode_record,
@@ -111,20 +111,13 @@ class MemoryStore:
         self, *, owner: str, now: datetime, lease_s: float, limit: int, label_prefix: str = ""
     ) -> list[Record]:
         """See :meth:`Store.claim_due`."""
-        with self._lock:
-            records = [decode_record(text) for _, text in self._records.values()]
-            due = sorted(
-                (r for r in records if is_claimable(r, now, label_prefix)),
-                key=lambda r: r.next_poll_at,
-            )[:limit]
-            taken = []
-            for record in due:
-                stored, _ = advance(
-                    claimed(record, owner=owner, now=now, lease_s=lease_s), [], self._audit_key
-                )
-                self._records[record.operation_id] = (stored.version, encode_record(stored))
-                taken.append(stored)
-            return taken
+        return self.reserve_due(
+            owner=owner,
+            now=now,
+            limit=limit,
+            plan=claim_plan(owner=owner, now=now, lease_s=lease_s),
+            label_prefix=label_prefix,
+        )
 
     def reserve_due(
         self,

@@ -45,7 +45,7 @@ from waitbound.stores._protocol import (
     Write,
     advance,
     audit_rows,
-    claimed,
+    claim_plan,
     decode_record,
     delivery_of,
     encode_json,
@@ -275,15 +275,6 @@ _QUERIES: Final = {
     " VALUES (%s, %s, %s, %s, %s, %s::json, %s, %s)",
     "audit": "SELECT seq, at, kind, summary, data::text, prev_hash, hash"
     " FROM {schema}.audit_events WHERE operation_id = %s ORDER BY seq",
-    "due": "SELECT " + _READ + ", data::text FROM {schema}.operations"
-    " WHERE phase = ANY(%s) AND next_poll_at <= %s"
-    " AND (lease_expires_at IS NULL OR lease_expires_at <= %s)"
-    " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
-    "due_labelled": "SELECT " + _READ + ", data::text FROM {schema}.operations"
-    " WHERE phase = ANY(%s) AND next_poll_at <= %s"
-    " AND (lease_expires_at IS NULL OR lease_expires_at <= %s)"
-    " AND left(coalesce(data->>'label', ''), %s) = %s"
-    " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
     "reserve_due": "SELECT " + _READ + ", data::text FROM {schema}.operations"
     " WHERE phase = ANY(%s) AND next_poll_at <= %s"
     " AND (lease_expires_at IS NULL OR lease_expires_at <= %s OR lease_owner = ANY(%s))"
@@ -621,31 +612,13 @@ class PostgresStore:
 
         Rows another worker is claiming at this moment are skipped, not waited for.
         """
-        if limit < 0:
-            raise UsageError(f"claim limit must be 0 or more; got {limit}")
-        taken = []
-        with self._transaction() as conn:
-            phases = list(DRIVABLE_PHASES)
-            args: tuple[object, ...]
-            if label_prefix:  # the common, unfiltered claim reads no record's JSON
-                query, args = "due_labelled", (phases, now, now, len(label_prefix), label_prefix)
-            else:
-                query, args = "due", (phases, now, now)
-            rows = conn.execute(self._sql[query], (*args, limit))
-            written = []
-            for found in rows.fetchall():
-                record = self._rows.record(found)
-                stored, _ = advance(
-                    claimed(record, owner=owner, now=now, lease_s=lease_s), [], self._audit_key
-                )
-                row = self._rows.row(stored, replaces=record.version)
-                # the row is locked: only a damaged column makes this conflict
-                self._write(conn, stored, row, [], replaces=record.version)
-                written.append((stored, row))
-                taken.append(stored)
-        for stored, row in written:
-            self._rows.written(stored, row)
-        return taken
+        return self.reserve_due(
+            owner=owner,
+            now=now,
+            limit=limit,
+            plan=claim_plan(owner=owner, now=now, lease_s=lease_s),
+            label_prefix=label_prefix,
+        )
 
     def reserve_due(
         self,

@@ -37,7 +37,7 @@ from waitbound.stores._protocol import (
     Write,
     advance,
     audit_rows,
-    claimed,
+    claim_plan,
     decode_record,
     delivery_of,
     encode_json,
@@ -507,27 +507,13 @@ class SQLiteStore:
         self, *, owner: str, now: datetime, lease_s: float, limit: int, label_prefix: str = ""
     ) -> list[Record]:
         """See :meth:`Store.claim_due` (one ``BEGIN IMMEDIATE`` transaction)."""
-        stamp = _instant(now)
-        labelled, label_args = _label_filter(label_prefix)
-        taken = []
-        with self._transaction() as db:
-            rows = db.execute(
-                f"SELECT {ROW_COLUMNS} FROM operations WHERE phase IN (?, ?, ?)"
-                " AND next_poll_at <= ?"
-                f" AND (lease_expires_at IS NULL OR lease_expires_at <= ?){labelled}"
-                " ORDER BY next_poll_at LIMIT ?",
-                (*DRIVABLE_PHASES, stamp, stamp, *label_args, limit),
-            ).fetchall()
-            for found in rows:
-                record = self._rows.record(found)
-                stored, _ = advance(
-                    claimed(record, owner=owner, now=now, lease_s=lease_s), [], self._audit_key
-                )
-                row = self._rows.row(stored, replaces=record.version)
-                self._write(db, stored, row, [], replaces=record.version)
-                self._pending_rows.append((stored, row))
-                taken.append(stored)
-        return taken
+        return self.reserve_due(
+            owner=owner,
+            now=now,
+            limit=limit,
+            plan=claim_plan(owner=owner, now=now, lease_s=lease_s),
+            label_prefix=label_prefix,
+        )
 
     def reserve_due(
         self,
