@@ -21,7 +21,7 @@ __all__ = [
     "Write",
     "advance",
     "audit_rows",
-    "claim_plan",
+    "ClaimsByReservation",
     "claimed",
     "cursor_of",
     "delivery_of",
@@ -432,10 +432,40 @@ def claimed(record: Record, *, owner: str, now: datetime, lease_s: float) -> Rec
     return record.evolve(lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s))
 
 
-def claim_plan(*, owner: str, now: datetime, lease_s: float) -> Planner:
-    """:meth:`Store.claim_due` as a :meth:`Store.reserve_due` plan: each due record
-    leased to *owner* for *lease_s* seconds, with no audit event."""
-    return lambda record: (claimed(record, owner=owner, now=now, lease_s=lease_s), ())
+class _Reserves(Protocol):
+    def reserve_due(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        limit: int,
+        plan: Planner,
+        label_prefix: str = "",
+        gone_owners: Collection[str] = (),
+    ) -> list[Record]: ...
+
+
+class ClaimsByReservation:
+    """:meth:`Store.claim_due` for a store that has :meth:`Store.reserve_due`: the same
+    selection and transaction, with a plan that only leases (no audit event)."""
+
+    def claim_due(
+        self: _Reserves,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        limit: int,
+        label_prefix: str = "",
+    ) -> list[Record]:
+        """See :meth:`Store.claim_due`."""
+        return self.reserve_due(
+            owner=owner,
+            now=now,
+            limit=limit,
+            plan=lambda record: (claimed(record, owner=owner, now=now, lease_s=lease_s), ()),
+            label_prefix=label_prefix,
+        )
 
 
 def audit_rows(

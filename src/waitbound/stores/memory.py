@@ -14,10 +14,10 @@ from waitbound._record import Record
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
+    ClaimsByReservation,
     Planner,
     Write,
     advance,
-    claim_plan,
     cursor_of,
     decode_record,
     encode_record,
@@ -30,7 +30,7 @@ from waitbound.stores._protocol import (
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore:
+class MemoryStore(ClaimsByReservation):
     """A :class:`~waitbound.stores.Store` in a dict, thread-safe.
 
     Records are kept encoded, as a durable store keeps them, so what comes back has
@@ -106,18 +106,6 @@ class MemoryStore:
                     self._inbox[where] = replace(delivery, operation_id=stored.operation_id)
         for entry in outbox_entries(stored, stored.finished_at or stored.created_at):
             self._outbox.setdefault(entry.delivery_id, entry)
-
-    def claim_due(
-        self, *, owner: str, now: datetime, lease_s: float, limit: int, label_prefix: str = ""
-    ) -> list[Record]:
-        """See :meth:`Store.claim_due`."""
-        return self.reserve_due(
-            owner=owner,
-            now=now,
-            limit=limit,
-            plan=claim_plan(owner=owner, now=now, lease_s=lease_s),
-            label_prefix=label_prefix,
-        )
 
     def reserve_due(
         self,

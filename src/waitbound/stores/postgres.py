@@ -41,11 +41,11 @@ from waitbound._record import Record
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
+    ClaimsByReservation,
     Planner,
     Write,
     advance,
     audit_rows,
-    claim_plan,
     decode_record,
     delivery_of,
     encode_json,
@@ -340,7 +340,7 @@ _QUERIES: Final = {
 }
 
 
-class PostgresStore:
+class PostgresStore(ClaimsByReservation):
     """A :class:`~waitbound.stores.Store` in a PostgreSQL schema, shared by many workers.
 
     Thread-safe: every call borrows a connection from a pool and is one transaction.
@@ -604,21 +604,6 @@ class PostgresStore:
         query = self._sql["write_hot" if row.data is None else "write_all"]
         if conn.execute(query, args).fetchone() is None:
             raise ConflictError(op, replaces)
-
-    def claim_due(
-        self, *, owner: str, now: datetime, lease_s: float, limit: int, label_prefix: str = ""
-    ) -> list[Record]:
-        """See :meth:`Store.claim_due` (``SELECT … FOR UPDATE SKIP LOCKED``, one transaction).
-
-        Rows another worker is claiming at this moment are skipped, not waited for.
-        """
-        return self.reserve_due(
-            owner=owner,
-            now=now,
-            limit=limit,
-            plan=claim_plan(owner=owner, now=now, lease_s=lease_s),
-            label_prefix=label_prefix,
-        )
 
     def reserve_due(
         self,

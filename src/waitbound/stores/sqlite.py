@@ -33,11 +33,11 @@ from waitbound._record import Phase, Record
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
+    ClaimsByReservation,
     Planner,
     Write,
     advance,
     audit_rows,
-    claim_plan,
     decode_record,
     delivery_of,
     encode_json,
@@ -169,7 +169,7 @@ _TABLES: Final[dict[int, frozenset[str]]] = {
 """The tables a file of each schema version holds, exactly."""
 
 
-class SQLiteStore:
+class SQLiteStore(ClaimsByReservation):
     """A :class:`~waitbound.stores.Store` in one SQLite file.
 
     Args:
@@ -501,18 +501,6 @@ class SQLiteStore:
             "INSERT INTO audit_events (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             audit_rows(sealed, datetime.isoformat),
-        )
-
-    def claim_due(
-        self, *, owner: str, now: datetime, lease_s: float, limit: int, label_prefix: str = ""
-    ) -> list[Record]:
-        """See :meth:`Store.claim_due` (one ``BEGIN IMMEDIATE`` transaction)."""
-        return self.reserve_due(
-            owner=owner,
-            now=now,
-            limit=limit,
-            plan=claim_plan(owner=owner, now=now, lease_s=lease_s),
-            label_prefix=label_prefix,
         )
 
     def reserve_due(
