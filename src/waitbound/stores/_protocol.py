@@ -432,25 +432,12 @@ def claimed(record: Record, *, owner: str, now: datetime, lease_s: float) -> Rec
     return record.evolve(lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s))
 
 
-class _Reserves(Protocol):
-    def reserve_due(
-        self,
-        *,
-        owner: str,
-        now: datetime,
-        limit: int,
-        plan: Planner,
-        label_prefix: str = "",
-        gone_owners: Collection[str] = (),
-    ) -> list[Record]: ...
-
-
 class ClaimsByReservation:
     """:meth:`Store.claim_due` for a store that has :meth:`Store.reserve_due`: the same
     selection and transaction, with a plan that only leases (no audit event)."""
 
     def claim_due(
-        self: _Reserves,
+        self: Store,
         *,
         owner: str,
         now: datetime,
