@@ -380,7 +380,9 @@ def test_a_worker_takes_over_a_lease_whose_holder_is_gone() -> None:
     the operation is polled at once, its lost answer noted."""
     clock = FakeClock()
     store = MemoryStore()
-    [op] = _started(store, clock, 1)
+    # A long deadline: the worker's virtual naps while the step is in flight (its store
+    # calls run in threads) must not end the wait before the answer is recorded.
+    [op] = _started(store, clock, 1, replace(FAST, deadline_s=86_400))
     record = store.get(op)
     assert record is not None
     dead = f"{socket.gethostname()}:{2**22 + 12345}:dead"  # above Linux's pid_max default
