@@ -158,6 +158,10 @@ class HostileServer:
             pass  # the listener was closed by stop()
         finally:
             self._stop.set()  # the lifetime is over: connection loops end too
+            if self._listener is not None:
+                # A client that connected after the lifetime (still in the backlog) is
+                # reset now instead of waiting forever for an accept that never comes.
+                _close(self._listener)
 
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(_POLL_S)

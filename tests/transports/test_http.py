@@ -157,15 +157,22 @@ def test_a_dropped_connection_is_a_transport_error_not_an_exception() -> None:
 
 
 def test_the_hostile_server_stops_by_itself() -> None:
-    """Its lifetime bounds every loop: a forgotten server ends on its own."""
+    """Its lifetime bounds every loop: a forgotten server ends on its own, and so does its client.
+
+    However late the client connects (a loaded machine), the server ends the connection by
+    itself (its own lifetime, not the client's timeout), and every thread ends unjoined.
+    """
     server = HostileServer("trickle-headers", lifetime_s=0.3).start()
-    with httpx.Client() as client:
-        started = time.monotonic()
-        with pytest.raises(httpx.RemoteProtocolError):
-            client.get(f"{server.base_url}/status", timeout=5.0)
-    assert time.monotonic() - started < 3.0
+    with (
+        httpx.Client() as client,
+        pytest.raises((httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectError)),
+    ):
+        client.get(f"{server.base_url}/status", timeout=120.0)
+    for thread in list(server._threads):
+        thread.join(timeout=120.0)
+        assert not thread.is_alive()
     server.stop()
-    assert server.connections == 1
+    assert server.connections <= 1
 
 
 # --- redirects ----------------------------------------------------------------------
