@@ -39,6 +39,7 @@ from waitbound._decide import (
 from waitbound._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._json import JSON, show
 from waitbound._observation import Observation
+from waitbound._options import undone_action
 from waitbound._outcome import Reason
 from waitbound._protocol import IDEMPOTENT_METHODS
 from waitbound._record import Phase, Record, RequestKind
@@ -253,12 +254,18 @@ def plan(
         first_cancel = record.cancel_on_deadline and not record.cancel_requests_used
         if first_cancel and cancel_at and budget_left:
             return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
-        return _finish_early(record, now, notes, deadline_reached(record, now))
+        undone = undone_action(record)
+        why = (
+            f"; {undone}: the deadline passed before any wait or worker sent a request for it"
+            if undone
+            else ""
+        )
+        return _finish_early(record, now, notes, deadline_reached(record, now, why))
     if record.cancel_due and cancel_at and budget_left:
         return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
     if not budget_left:
-        why = "the cancel cannot be sent" if record.cancel_due and cancel_at else ""
-        return _budget_spent(record, now, notes, why)
+        undone = undone_action(record)
+        return _budget_spent(record, now, notes, f"{undone}: no request was left" if undone else "")
     if now < record.next_poll_at:
         until = min(record.next_poll_at, record.stop_at)
         if record.push.webhook is not None:  # a delivery may bring the poll forward
