@@ -456,7 +456,7 @@ def escalation_message(record: Record, now: datetime) -> str:
     Status requests: 12 of 12
     Last HTTP result: 200 at 10:58 UTC
     Stopped because: request_budget_exhausted
-    Safe options: extend waiting once by 15 minutes with 4 more checks, cancel at provider
+    Safe options: extend waiting once by 15 minutes with 4 more checks, cancel at provider: …
     """
     request = record.decision_request
     end = record.finished_at or now

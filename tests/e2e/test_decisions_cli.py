@@ -173,9 +173,10 @@ def test_a_second_decision_conflicts_naming_the_first(escalated: Setup) -> None:
         (("decide", OP, "extend"), "--why is required"),
         (("decide", OP, "extend", "--why", "  "), "--why is required"),
         (("decide", OP, "frobnicate", "--why", "x"), "is not open"),
+        (("decide", OP, "extend", "--minutes", "1e-12", "--why", "x"), "below the minimum"),
     ],
     ids=["not-offered", "beyond-ceiling", "no-checks", "unknown-id", "no-why", "blank-why",
-         "no-such-option"],
+         "no-such-option", "below-minimum"],
 )  # fmt: skip
 def test_bad_decisions_are_one_line_and_change_nothing(
     escalated: Setup, args: tuple[str, ...], says: str
