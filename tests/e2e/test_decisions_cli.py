@@ -259,8 +259,10 @@ def test_a_decided_cancel_with_the_default_grant_ends_canceled(tmp_path: Path) -
         (request,) = listed["escalations"]
         costs = {o["option"]: o["cost"] for o in request["options"]}
         assert costs["cancel"].startswith("cancel at provider: 1 cancel request plus 1 more check")
-        code, decided = setup.json("decide", OP, "cancel", "--why", "wrong input", "--by", "ann")
-        assert code == 0, decided
+        code, out, err = setup.run("decide", OP, "cancel", "--why", "wrong input", "--by", "ann")
+        assert code == 0, err
+        assert f"continue it: waitbound wait --operation-id {OP}" in out
+        assert "the grant's deadline: after it nothing is sent" in out
         code, outcome = setup.json("wait", "--operation-id", OP)
         assert (code, outcome["outcome"]) == (1, "canceled"), outcome
         assert sim.count("cancel") == 1

@@ -194,4 +194,13 @@ def decide_command(  # noqa: PLR0917 - click passes every option
     if follow is not None:
         click.echo(f"continue it: {follow}")
         click.echo("(any `waitbound worker` on this store picks it up too)")
+        limits = (
+            decision["detail"].get("limits_after") if isinstance(decision["detail"], dict) else None
+        )
+        deadline = limits.get("deadline_at") if isinstance(limits, dict) else None
+        if deadline is not None:
+            click.echo(
+                f"by {deadline}, the grant's deadline: after it nothing is sent, and the "
+                "outcome says the decision was not carried out"
+            )
     return 0
