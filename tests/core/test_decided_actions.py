@@ -10,10 +10,11 @@ import itertools
 import random
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -407,3 +408,58 @@ def test_cancel_states_its_cost_like_every_other_option() -> None:
     (listed,) = waitbound.escalations(store=op.store, clock=op.clock)
     assert dict(listed.options)["cancel"] == costs["cancel"]
     assert costs["cancel"] in listed.message
+
+
+def test_waitbound_cancel_of_a_stopped_operation_past_its_decision_deadline_is_refused() -> None:
+    """The decision request is overdue: waitbound cancel closes it as decision_timeout
+    (as any decision would) and refuses in one line; nothing is sent."""
+    op = Op(MemoryStore(), CANCELABLE, max_requests=3, decision_timeout_s=3600)
+    op.clock.advance(3600)
+    with pytest.raises(UsageError, match="closed as decision_timeout") as info:
+        op.cancel()
+    assert "\n" not in str(info.value)
+    assert op.record.reason is Reason.DECISION_TIMEOUT
+    assert op.provider.count("/status/cancel") == 0
+
+
+class _TickingClock(FakeClock):
+    """Virtual time that moves 0.1 s each time it is read (a worker's idle pauses are
+    real, so its clock has to move on by itself)."""
+
+    def now(self) -> datetime:
+        self.advance(0.1)
+        return super().now()
+
+
+def test_a_worker_carries_out_a_decided_cancel() -> None:
+    """Whoever drives the operation carries the decision out: a worker sends the cancel
+    a person decided, then the status check, and ends canceled."""
+    clock = _TickingClock()
+    provider = ScriptedProvider(clock, {"/status": [CANCELABLE], "/status/cancel": [(202, {})]})
+    store = MemoryStore()
+    waitbound.start(
+        Operation(status_url=URL, profile=parse_profile(TABLE), policy=Policy(max_requests=1)),
+        operation_id="op-1",
+        store=store,
+        clock=clock,
+    )
+    settings = waitbound.WorkerSettings(until_idle=True, lease_s=30, idle_s=0.01)
+
+    async def drive() -> int:
+        with anyio.fail_after(10):
+            return await waitbound.work(
+                store, settings=settings, client=provider.async_client(), clock=clock
+            )
+
+    anyio.run(drive)
+    stopped = store.get("op-1")
+    assert stopped is not None
+    assert stopped.reason is Reason.REQUEST_BUDGET_EXHAUSTED
+    waitbound.decide("op-1", "cancel", why="wrong input", by="ann", store=store, clock=clock)
+    provider.script["/status"] = [CANCELED]
+    anyio.run(drive)
+    done = store.get("op-1")
+    assert done is not None
+    assert done.outcome is OutcomeKind.CANCELED
+    assert provider.count("/status/cancel") == 1
+    assert provider.count("/status") == 2
