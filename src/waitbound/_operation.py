@@ -423,6 +423,7 @@ def request_cancel(
     *,
     reason: str | None,
     requested_by: str | None,
+    by_a_person: bool = True,
 ) -> Record:
     """Mark the operation's cancel as due (audited), after checking it is allowed.
 
@@ -436,10 +437,13 @@ def request_cancel(
     A worker may write the record at the same moment (it keeps polling): the check and
     the write are then simply done again on the fresh record.
 
+    *by_a_person* false (an agent's cancel, the MCP tool): a stopped operation is
+    refused, since canceling it is a decision and an agent never decides.
+
     Raises:
         OperationNotFoundError: no such operation.
         UsageError: nothing to cancel (finished, or stopped with no grant left), no
-            cancel action, or not cancelable now.
+            cancel action, not cancelable now, or stopped and not *by_a_person*.
     """
     who = requested_by or f"{os.environ.get('USER', 'someone')}@{socket.gethostname()}"
     while True:
@@ -460,6 +464,11 @@ def request_cancel(
         refusal = cancel_refusal(record, now)
         if refusal is not None:
             raise UsageError(refusal)
+        if record.is_finished and not by_a_person:
+            raise UsageError(
+                f"operation {operation_id} stopped ({record.outcome}); canceling it now is a "
+                f"decision a person makes: waitbound decide {operation_id} cancel --why …"
+            )
         if record.is_finished:
             why = reason or "cancel requested with waitbound cancel (no reason given)"
             due, event = decide_record(record, Option.CANCEL, by=who, why=why, now=now)

@@ -171,7 +171,8 @@ def options(record: Record, now: datetime) -> tuple[Option, ...]:
     From the reason (``_BY_REASON``), then the record's limits: a resuming option only
     where :func:`resume_refusal` allows, ``cancel`` only where :func:`cancel_refusal`
     allows (the rule ``waitbound cancel`` follows). An agent's request on a running
-    operation offers ``extend``, ``cancel`` (when cancelable) and ``decline``.
+    operation offers ``extend``, ``cancel`` (when cancelable, while a grant is left)
+    and ``decline``.
     """
     if record.decision_request is None:
         return ()

@@ -463,3 +463,15 @@ def test_a_worker_carries_out_a_decided_cancel() -> None:
     assert done.outcome is OutcomeKind.CANCELED
     assert provider.count("/status/cancel") == 1
     assert provider.count("/status") == 2
+
+
+def test_an_agents_cancel_of_a_stopped_operation_is_refused_a_person_decides() -> None:
+    """The MCP tool's cancel (not by a person) of a stopped, cancelable operation: it
+    would be a decision, and an agent never decides; refused, nothing changed."""
+    op = Op(MemoryStore(), CANCELABLE, max_requests=3)
+    before = op.record
+    with pytest.raises(UsageError, match="a decision a person makes"):
+        request_cancel(
+            op.store, op.clock, "op-1", reason="r", requested_by="agent", by_a_person=False
+        )
+    assert op.record == before
