@@ -255,11 +255,16 @@ def plan(
         if first_cancel and cancel_at and budget_left:
             return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
         undone = undone_action(record)
-        why = (
-            f"; {undone}: the deadline passed before any wait or worker sent a request for it"
-            if undone
-            else ""
-        )
+        late = "the deadline passed before any wait or worker sent a request for it"
+        again = record.decisions[-1].option if record.decisions else None
+        if undone and again == "fetch_result_again" and record.phase is Phase.FETCHING_RESULT:
+            detail = (
+                f"{undone}: {late}. The job succeeded at the provider; its result was not "
+                "fetched. Do not submit the job again"
+            )
+            step = escalate(record, now, Reason.RESULT_UNCONFIRMED, detail)
+            return _finish_early(record, now, notes, step)
+        why = f"; {undone}: {late}" if undone else ""
         return _finish_early(record, now, notes, deadline_reached(record, now, why))
     if record.cancel_due and cancel_at and budget_left:
         return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)

@@ -475,3 +475,29 @@ def test_an_agents_cancel_of_a_stopped_operation_is_refused_a_person_decides() -
             op.store, op.clock, "op-1", reason="r", requested_by="agent", by_a_person=False
         )
     assert op.record == before
+
+
+def test_fetch_result_again_whose_window_passed_stays_result_unconfirmed() -> None:
+    """A fetch_result_again nobody acted on in time: the result was never asked for,
+    so the stop is result_unconfirmed again (never "the result endpoint was not
+    ready"), saying the decision sent no request and the job succeeded."""
+    op = Op(MemoryStore(), CANCELABLE, max_requests=3, deadline_s=60)
+    record = replace(
+        op.record,
+        reason=Reason.RESULT_UNCONFIRMED,
+        stopped_phase=Phase.FETCHING_RESULT,
+        settled_outcome=OutcomeKind.SUCCEEDED,
+        result_url="http://provider.test/result",
+        provider_state="done",
+        decision_request=None,
+    )
+    op.store.save(open_request(record, op.clock.now()), [])
+    op.decide("fetch_result_again", minutes=1, checks=1)
+    op.clock.advance(61)
+    outcome = op.resume()
+    assert outcome.reason is Reason.RESULT_UNCONFIRMED
+    detail = str(outcome.error)
+    assert "the fetch_result_again decided by ann at" in detail
+    assert "sent no request" in detail
+    assert "not ready" not in detail
+    assert "fetch_result_again" in outcome.options
