@@ -94,15 +94,16 @@ def _one_line(value: str | None, flag: str) -> str | None:
 @click.option(
     "--minutes",
     type=float,
-    help="A resuming option's grant: wait at least N more minutes from now (at most the "
-    "policy's max_extension_s, which defaults to the original deadline) [default: a third "
-    "of the original deadline, within that ceiling].",
+    help="A resuming option's grant: wait at least N more minutes from now (at least 1 "
+    "second, 0.0167; at most the policy's max_extension_s, which defaults to the original "
+    "deadline) [default: a third of the original deadline, within that ceiling].",
 )
 @click.option(
     "--checks",
     type=int,
-    help="A resuming option's further requests (at most the policy's request budget) "
-    "[default: a third of the request budget].",
+    help="A resuming option's further requests (at least 1, at most the policy's request "
+    "budget; cancel and fetch_result_again get their own request on top) [default: a "
+    "third of the request budget].",
 )
 @click.option(
     "--profile",
