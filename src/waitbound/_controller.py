@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent
+from waitbound._canceling import decide_cancel
 from waitbound._contract import Reading
 from waitbound._decide import (
-    decide_cancel,
     decide_errors,
     decide_result,
     decide_status,
