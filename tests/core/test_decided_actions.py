@@ -17,6 +17,8 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import waitbound
 from tests.fakes import Answer, FakeClock, ScriptedProvider
@@ -501,3 +503,68 @@ def test_fetch_result_again_whose_window_passed_stays_result_unconfirmed() -> No
     assert "sent no request" in detail
     assert "not ready" not in detail
     assert "fetch_result_again" in outcome.options
+
+
+# --- the property: a decided cancel is carried out or said, within its grant ----------
+
+_STATUS = st.sampled_from(
+    [
+        CANCELABLE,
+        CANCELED,
+        (200, {"status": "running", "id": "j-9", "can_cancel": False}),
+        (503, None),
+    ]
+)
+_CANCEL_ANSWERS = st.sampled_from([(202, {}), (409, {"error": "conflict"}), (503, None)])
+_STEPS = st.tuples(
+    st.sampled_from(["cancel", "cancel", "extend", "abandon"]),
+    st.sampled_from([0.5, 1.0, 2.0]),  # minutes
+    st.integers(1, 3),  # checks
+    st.sampled_from([0.0, 3.0, 150.0]),  # seconds a person takes to decide
+    st.sampled_from([0.0, 0.0, 200.0]),  # seconds before anyone resumes it
+    _CANCEL_ANSWERS,
+    st.lists(_STATUS, min_size=1, max_size=4),
+)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(steps=st.lists(_STEPS, min_size=1, max_size=4), max_requests=st.integers(1, 3))
+def test_a_decided_cancel_is_carried_out_or_the_outcome_says_why_not(
+    steps: list[tuple[str, float, int, float, float, Answer, list[Answer]]], max_requests: int
+) -> None:
+    """However the provider answers and people decide: a decided cancel is sent, or the
+    outcome says it was not; a cancel not accepted stops at once saying so; an accepted
+    one answered canceled ends canceled; requests stay within the budget plus each
+    grant's checks and its action's own request; every resume ends with one outcome."""
+    op = Op(MemoryStore(), CANCELABLE, max_requests=max_requests, deadline_s=30,
+            max_extension_s=120, max_transport_failures=1)  # fmt: skip
+    granted = 0
+    for option, minutes, asked_checks, pause_s, late_s, cancel_answer, answers in steps:
+        op.clock.advance(pause_s)
+        if option not in op.record.to_outcome().options:
+            continue
+        op.provider.script["/status/cancel"] = [cancel_answer]
+        checks = min(asked_checks, max_requests)  # a grant is at most the policy's budget
+        grant = {"minutes": minutes, "checks": checks} if option != "abandon" else {}
+        op.decide(option, **grant)
+        if option == "abandon":
+            break
+        granted += checks + (option == "cancel")
+        cancels, polls = op.provider.count("/status/cancel"), op.provider.count("/status")
+        op.clock.advance(late_s)
+        outcome = op.resume(*answers)
+        assert outcome.outcome is not None
+        if option != "cancel":
+            continue
+        detail = str(outcome.error)
+        if op.provider.count("/status/cancel") == cancels:
+            assert late_s > 0
+            assert "was not sent" in detail
+        elif cancel_answer != (202, {}):
+            assert outcome.reason is Reason.CANCEL_NOT_ACCEPTED
+            assert "the cancel decided by ann at" in detail
+            assert op.provider.count("/status") == polls
+        elif answers[0] == CANCELED:
+            assert outcome.outcome is OutcomeKind.CANCELED
+    assert len(op.provider.requests) <= max_requests + granted
+    assert op.record.requests_used == len(op.provider.requests)
