@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent
+from waitbound._canceling import decide_cancel
 from waitbound._contract import Reading
 from waitbound._decide import (
-    decide_cancel,
     decide_errors,
     decide_result,
     decide_status,
@@ -39,6 +39,7 @@ from waitbound._decide import (
 from waitbound._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._json import JSON, show
 from waitbound._observation import Observation
+from waitbound._options import undone_action
 from waitbound._outcome import Reason
 from waitbound._protocol import IDEMPOTENT_METHODS
 from waitbound._record import Phase, Record, RequestKind
@@ -253,12 +254,23 @@ def plan(
         first_cancel = record.cancel_on_deadline and not record.cancel_requests_used
         if first_cancel and cancel_at and budget_left:
             return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
-        return _finish_early(record, now, notes, deadline_reached(record, now))
+        undone = undone_action(record)
+        late = "the deadline passed before any wait or worker sent a request for it"
+        again = record.decisions[-1].option if record.decisions else None
+        if undone and again == "fetch_result_again" and record.phase is Phase.FETCHING_RESULT:
+            detail = (
+                f"{undone}: {late}. The job succeeded at the provider; its result was not "
+                "fetched. Do not submit the job again"
+            )
+            step = escalate(record, now, Reason.RESULT_UNCONFIRMED, detail)
+            return _finish_early(record, now, notes, step)
+        why = f"; {undone}: {late}" if undone else ""
+        return _finish_early(record, now, notes, deadline_reached(record, now, why))
     if record.cancel_due and cancel_at and budget_left:
         return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
     if not budget_left:
-        why = "the cancel cannot be sent" if record.cancel_due and cancel_at else ""
-        return _budget_spent(record, now, notes, why)
+        undone = undone_action(record)
+        return _budget_spent(record, now, notes, f"{undone}: no request was left" if undone else "")
     if now < record.next_poll_at:
         until = min(record.next_poll_at, record.stop_at)
         if record.push.webhook is not None:  # a delivery may bring the poll forward

@@ -24,7 +24,6 @@ from waitbound._finish import (
     finish,
     seconds_between,
     terminal,
-    timed_out,
 )
 from waitbound._json import JSON, show
 from waitbound._observation import Observation
@@ -42,7 +41,6 @@ from waitbound._urls import redact_url, resolve, shown_url
 
 __all__ = [
     "THROTTLE_FACTOR",
-    "decide_cancel",
     "decide_errors",
     "decide_result",
     "decide_status",
@@ -797,22 +795,6 @@ def decide_errors(record: Record, observation: Observation) -> Step:
     return finish(
         record, observation.at, record.settled_outcome or OutcomeKind.COMPLETED_WITH_ERRORS, None
     )
-
-
-def decide_cancel(record: Record, observation: Observation) -> Step:
-    """Record the provider's answer to a cancel; the status endpoint decides the outcome."""
-    now = observation.at
-    code = observation.http_status
-    answer = observation.transport_error or f"HTTP {code}"
-    record = record.evolve(cancel_due=False)
-    if now >= record.stop_at:
-        return timed_out(record, now, f"; cancel requested at the deadline ({answer})")
-    accepted = code is not None and 200 <= code < 300
-    if accepted:
-        record = record.evolve(next_poll_at=now, delay_source=None, attempt=0)
-    verdict = "accepted" if accepted else "not accepted"
-    summary = f"cancel {verdict} ({answer}); the status endpoint will tell how the job ends"
-    return record, "cancel_answered", summary, {"http_status": code, "accepted": accepted}
 
 
 def decide_submit(

@@ -27,6 +27,8 @@ from waitbound._controller import audit_event
 from waitbound._errors import UsageError
 from waitbound._json import JSON, canonical_json, show
 from waitbound._options import (
+    ACTION_REQUESTS,
+    MIN_GRANT_S,
     RESUMING,
     SYSTEM,
     Option,
@@ -35,6 +37,8 @@ from waitbound._options import (
     counted,
     open_request,
     options,
+    reason_options,
+    resume_refusal,
     span,
     suggested_grant,
 )
@@ -55,21 +59,39 @@ __all__ = [
 class _Grant:
     minutes: float
     checks: int
+    action_requests: int = 0
+    """Requests the option's action sends before the checks (:data:`ACTION_REQUESTS`)."""
 
 
 def _grant(record: Record, minutes: float | None, checks: int | None) -> _Grant:
     """The grant asked for, checked against the policy's ceilings.
 
+    The shortest grant is :data:`MIN_GRANT_S` (1 second; the ceiling when that is
+    shorter) and one check: below it a grant would use one of ``max_extensions`` and
+    give nothing.
+
     Raises:
-        UsageError: minutes not positive or beyond ``max_extension_s``; checks not a
-            whole number from 1 to the policy's own request budget.
+        UsageError: minutes not positive, below the minimum or beyond
+            ``max_extension_s``; checks not a whole number from 1 to the policy's own
+            request budget.
     """
     suggested_minutes, suggested_checks = suggested_grant(record)
     minutes = suggested_minutes if minutes is None else minutes
     checks = suggested_checks if checks is None else checks
     ceiling = record.policy.extension_ceiling_s / 60
-    if not (isinstance(minutes, int | float) and math.isfinite(minutes) and minutes > 0):
+    if (
+        isinstance(minutes, bool)
+        or not isinstance(minutes, int | float)
+        or not math.isfinite(minutes)
+        or minutes <= 0
+    ):
         raise UsageError(f"minutes must be a positive number, got {minutes!r}")
+    shortest = min(MIN_GRANT_S / 60, ceiling)
+    if minutes < shortest:
+        raise UsageError(
+            f"minutes {minutes:.3g} is below the minimum of {span(shortest)} for one grant "
+            "(a grant's window must hold at least one request and its answer)"
+        )
     if minutes > ceiling:
         raise UsageError(
             f"minutes {minutes:g} is beyond the ceiling of {span(ceiling)} for one grant "
@@ -96,8 +118,9 @@ def _limits(record: Record) -> dict[str, JSON]:
 
 def _granted(record: Record, grant: _Grant, now: datetime) -> Record:
     """*record* under *grant*: the deadline moves to now + minutes (never earlier than
-    it was), the request budget becomes the requests used + checks (so "4 more checks"
-    is at most 4 more), and a stop for transport failures or throttling gets a fresh
+    it was), the request budget becomes the requests used + the action's own requests
+    (the cancel, the result: :data:`ACTION_REQUESTS`) + checks (so "4 more checks" is at
+    most 4 more after the action), and a stop for transport failures or throttling gets a fresh
     allowance of the policy's size for that counter; no counter resets.
 
     A running operation (an agent asked for more time) is never cut down by a grant:
@@ -105,7 +128,7 @@ def _granted(record: Record, grant: _Grant, now: datetime) -> Record:
     """
     grants = record.grants
     policy = record.policy
-    requests = record.requests_used + grant.checks - policy.max_requests
+    requests = record.requests_used + grant.action_requests + grant.checks - policy.max_requests
     deadline_at = max(now + timedelta(minutes=grant.minutes), record.deadline_at)
     if not record.is_finished:
         requests = max(requests, grants.requests)
@@ -222,8 +245,13 @@ def decide_record(
     if record.error is not None:
         detail["stopped_with"] = record.error
     if chosen in RESUMING:
-        grant = _grant(record, minutes, checks)
-        detail["grant"] = {"minutes": grant.minutes, "checks": grant.checks}
+        grant = replace(
+            _grant(record, minutes, checks), action_requests=ACTION_REQUESTS.get(chosen, 0)
+        )
+        granted: dict[str, JSON] = {"minutes": grant.minutes, "checks": grant.checks}
+        if grant.action_requests:
+            granted["action_requests"] = grant.action_requests
+        detail["grant"] = granted
     after = record
     match chosen:
         case Option.EXTEND:
@@ -304,18 +332,13 @@ def decide_record(
 def _closed_because(record: Record, option: Option, now: datetime) -> str | None:
     """Why a resuming option or ``cancel`` is closed on *record*, in words (``None`` when
     its reason never offers it)."""
-    if option is Option.CANCEL and (refusal := cancel_refusal(record)) is not None:
+    if record.is_finished and option not in reason_options(record.reason):
+        return None
+    if option is Option.CANCEL and (refusal := cancel_refusal(record, now)) is not None:
         return refusal.split(": ", 1)[-1]
     if option not in RESUMING:
         return None
-    if record.grants.extensions >= record.policy.max_extensions:
-        return f"all {record.policy.max_extensions} grants (policy max_extensions) are used"
-    if record.stopped_phase is Phase.SUBMITTING:
-        return "it stopped before its submission was answered (the body is not stored)"
-    business = record.business_deadline_at
-    if business is not None and now >= business:
-        return f"the business deadline {business.isoformat()} has passed"
-    return None
+    return resume_refusal(record, now)
 
 
 def _only_where_they_apply(
@@ -433,7 +456,7 @@ def escalation_message(record: Record, now: datetime) -> str:
     Status requests: 12 of 12
     Last HTTP result: 200 at 10:58 UTC
     Stopped because: request_budget_exhausted
-    Safe options: extend waiting once by 15 minutes with 4 more checks, cancel at provider
+    Safe options: extend waiting once by 15 minutes with 4 more checks, cancel at provider: …
     """
     request = record.decision_request
     end = record.finished_at or now

@@ -264,7 +264,8 @@ def request_extension(
     """File a request for more time that a person answers (never granted by itself).
 
     For agents (the MCP tool ``request_extension``): the request appears in
-    :func:`escalations` with options ``extend`` and ``decline`` on a running operation,
+    :func:`escalations` with options ``extend``, ``cancel`` (when cancelable) and
+    ``decline`` on a running operation,
     or adds the proposal to an open escalation.
 
     Raises:

@@ -21,8 +21,9 @@ from typing import Final
 from waitbound._clock import Clock
 from waitbound._contract import Profile
 from waitbound._controller import audit_event, created_event
+from waitbound._decisions import decide_record, expire
 from waitbound._errors import ConflictError, OperationNotFoundError, UsageError
-from waitbound._options import cancel_refusal
+from waitbound._options import Option, cancel_refusal
 from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Push, Record
 from waitbound._schedule import DelaySource
@@ -422,51 +423,72 @@ def request_cancel(
     *,
     reason: str | None,
     requested_by: str | None,
+    by_a_person: bool = True,
 ) -> Record:
     """Mark the operation's cancel as due (audited), after checking it is allowed.
+
+    The rule is :func:`~waitbound._options.cancel_refusal`, the one the ``cancel``
+    option of a decision request follows. A running operation's cancel is sent within
+    its own budget. A stopped one (``timed_out`` or ``escalated``; the job may still
+    run) is canceled by deciding its open request's ``cancel`` option, by
+    *requested_by* with *reason*: the default grant, plus the cancel request itself
+    (see ``docs/decisions.md``).
 
     A worker may write the record at the same moment (it keeps polling): the check and
     the write are then simply done again on the fresh record.
 
+    *by_a_person* false (an agent's cancel, the MCP tool): a stopped operation is
+    refused, since canceling it is a decision and an agent never decides.
+
     Raises:
         OperationNotFoundError: no such operation.
-        UsageError: finished already, no cancel action, or not cancelable now.
+        UsageError: nothing to cancel (finished, or stopped with no grant left), no
+            cancel action, not cancelable now, or stopped and not *by_a_person*.
     """
     who = requested_by or f"{os.environ.get('USER', 'someone')}@{socket.gethostname()}"
     while True:
         record = store.get(operation_id)
         if record is None:
             raise OperationNotFoundError(operation_id)
-        _check_cancelable(record)
         now = clock.now()
-        event = audit_event(
-            record,
-            now,
-            "cancel_requested",
-            f"cancel requested by {who}" + (f": {reason}" if reason else ""),
-            requested_by=who,
-            cancel_reason=reason,
-        )
-        due = replace(
-            record,
-            cancel_due=True,
-            cancel_requested_at=now,
-            cancel_requested_by=who,
-            cancel_reason=reason,
-        )
+        if record.is_finished and (expired := expire(record, now)) is not None:
+            closed, note = expired
+            try:
+                store.save(closed, [note])
+            except ConflictError:
+                continue
+            raise UsageError(
+                f"operation {operation_id} is finished ({closed.outcome}) and its decision "
+                "request was closed as decision_timeout: there is nothing to cancel"
+            )
+        refusal = cancel_refusal(record, now)
+        if refusal is not None:
+            raise UsageError(refusal)
+        if record.is_finished and not by_a_person:
+            raise UsageError(
+                f"operation {operation_id} stopped ({record.outcome}); canceling it now is a "
+                f"decision a person makes: waitbound decide {operation_id} cancel --why …"
+            )
+        if record.is_finished:
+            why = reason or "cancel requested with waitbound cancel (no reason given)"
+            due, event = decide_record(record, Option.CANCEL, by=who, why=why, now=now)
+        else:
+            event = audit_event(
+                record,
+                now,
+                "cancel_requested",
+                f"cancel requested by {who}" + (f": {reason}" if reason else ""),
+                requested_by=who,
+                cancel_reason=reason,
+            )
+            due = replace(
+                record,
+                cancel_due=True,
+                cancel_requested_at=now,
+                cancel_requested_by=who,
+                cancel_reason=reason,
+            )
         try:
             return store.save(due, [event])
         except ConflictError:
             continue
-
-
-def _check_cancelable(record: Record) -> None:
-    """Raise UsageError unless *record* may be canceled now (see :func:`request_cancel`)."""
-    if record.is_finished:
-        raise UsageError(
-            f"operation {record.operation_id} is finished ({record.outcome}); "
-            "there is nothing to cancel"
-        )
-    refusal = cancel_refusal(record)
-    if refusal is not None:
-        raise UsageError(refusal)

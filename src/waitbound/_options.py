@@ -16,6 +16,8 @@ from waitbound._outcome import Reason
 from waitbound._record import DecisionRequest, Phase, Record
 
 __all__ = [
+    "ACTION_REQUESTS",
+    "MIN_GRANT_S",
     "RESUMING",
     "SYSTEM",
     "Option",
@@ -25,6 +27,9 @@ __all__ = [
     "open_request",
     "option_costs",
     "options",
+    "reason_options",
+    "undone_action",
+    "resume_refusal",
     "span",
     "suggested_grant",
 ]
@@ -60,6 +65,7 @@ _BY_REASON: Final[dict[Reason | None, tuple[Option, ...]]] = {
     Reason.DEADLINE_EXCEEDED: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
     Reason.PROVIDER_FAILURE: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
     Reason.RATE_LIMITED: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
+    Reason.CANCEL_NOT_ACCEPTED: (Option.EXTEND, Option.CANCEL, Option.ABANDON),
     Reason.UNKNOWN_STATE: (
         Option.TREAT_AS_PENDING,
         Option.MARK_FAILED,
@@ -90,19 +96,69 @@ SYSTEM: Final = "waitbound"
 """Who closes a decision request nobody answered."""
 
 
-def cancel_refusal(record: Record) -> str | None:
-    """Why the operation cannot be canceled at the provider now, or ``None`` if it can:
-    it needs a cancel action, and its last answer must have said it is cancelable (or
-    its profile declares it always cancelable before a terminal state)."""
+ACTION_REQUESTS: Final = {Option.CANCEL: 1, Option.FETCH_RESULT_AGAIN: 1}
+"""The requests an option's action sends before its checks: the cancel request, the
+result request. A grant for it adds them to the checks granted (``--checks K`` is then
+K status or result checks after the action), so the action itself never spends the
+checks meant to learn how it ended."""
+
+MIN_GRANT_S: Final = 1.0
+"""The shortest time one grant gives (seconds), unless the policy's ceiling for one
+grant is shorter: a window in which one request and its answer fit. A grant below it
+would use one of ``max_extensions`` and end at once (see ``docs/decisions.md``)."""
+
+
+def reason_options(reason: Reason | None) -> tuple[Option, ...]:
+    """The options a stop for *reason* offers before the record's own limits apply."""
+    return _BY_REASON.get(reason, (Option.ABANDON,))
+
+
+def resume_refusal(record: Record, now: datetime) -> str | None:
+    """Why *record* cannot be resumed under a grant at *now*, in words, or ``None`` if
+    it can: grants are left (``policy.max_extensions``), it did not stop before its
+    submission was answered (the body is not stored), and the business deadline has
+    not passed."""
+    if record.grants.extensions >= record.policy.max_extensions:
+        return f"all {record.policy.max_extensions} grants (policy max_extensions) are used"
+    if record.stopped_phase is Phase.SUBMITTING:
+        return "it stopped before its submission was answered (the body is not stored)"
+    business = record.business_deadline_at
+    if business is not None and now >= business:
+        return f"the business deadline {business.isoformat()} has passed"
+    return None
+
+
+def cancel_refusal(record: Record, now: datetime) -> str | None:
+    """Why the operation cannot be canceled at the provider at *now*, or ``None`` if it
+    can. The one rule both ``waitbound cancel`` (:func:`waitbound.cancel`) and the
+    ``cancel`` option of a decision request follow:
+
+    - a running operation, or a stopped one (``timed_out`` or ``escalated``, the job
+      may still run) whose open decision request's reason offers ``cancel`` and that
+      can still be resumed (:func:`resume_refusal`: the cancel and the checks after it
+      need a grant); any other finished operation has nothing to cancel;
+    - it needs a cancel action (a receipt, a status answer, the profile or a cancel
+      URL names one), and its last answer must have said it is cancelable (or its
+      profile declares it always cancelable before a terminal state).
+    """
+    name = f"operation {record.operation_id}"
+    if record.is_finished:
+        outcome = record.outcome.value if record.outcome else "finished"
+        if record.decision_request is None or Option.CANCEL not in reason_options(record.reason):
+            return f"{name} is finished ({outcome}); there is nothing to cancel"
+        name = f"{name} is finished ({outcome}) but its job may still run;"
+        if (why := resume_refusal(record, now)) is not None:
+            return f"{name} it cannot be resumed to cancel it: {why}"
+        name += " it"
     if record.cancel_target() is None:
         return (
-            f"operation {record.operation_id} has no cancel action: neither a receipt, a "
+            f"{name} has no cancel action: neither a receipt, a "
             "status answer, the profile nor a cancel URL given with the operation names one"
         )
     if not (record.profile.cancel.always or record.cancelable is True):
         said = {None: "did not say it is", False: "said it is not"}[record.cancelable]
         return (
-            f"operation {record.operation_id} is not cancelable now: the last status answer "
+            f"{name} is not cancelable now: the last status answer "
             f"{said} cancelable, and profile {record.profile.name} does not declare it always "
             "cancelable"
         )
@@ -113,29 +169,49 @@ def options(record: Record, now: datetime) -> tuple[Option, ...]:
     """The options open on *record*'s decision request at *now* (none without one).
 
     From the reason (``_BY_REASON``), then the record's limits: a resuming option only
-    while grants are left (``policy.max_extensions``), never for an operation that
-    stopped before its submission was answered (its body is not stored), and never
-    after the business deadline; ``cancel`` only where :func:`cancel_refusal` allows.
-    An agent's request on a running operation offers ``extend`` and ``decline``.
+    where :func:`resume_refusal` allows, ``cancel`` only where :func:`cancel_refusal`
+    allows (the rule ``waitbound cancel`` follows). An agent's request on a running
+    operation offers ``extend``, ``cancel`` (when cancelable, while a grant is left)
+    and ``decline``.
     """
     if record.decision_request is None:
         return ()
     if not record.is_finished:
-        offered: tuple[Option, ...] = (Option.EXTEND, Option.DECLINE)
+        offered: tuple[Option, ...] = (Option.EXTEND, Option.CANCEL, Option.DECLINE)
     else:
-        offered = _BY_REASON.get(record.reason, (Option.ABANDON,))
-    business = record.business_deadline_at
-    can_resume = (
-        record.grants.extensions < record.policy.max_extensions
-        and record.stopped_phase is not Phase.SUBMITTING
-        and (business is None or now < business)
-    )
+        offered = reason_options(record.reason)
+    can_resume = resume_refusal(record, now) is None
     return tuple(
         option
         for option in offered
         if (option not in RESUMING or can_resume)
-        and (option is not Option.CANCEL or cancel_refusal(record) is None)
+        and (option is not Option.CANCEL or cancel_refusal(record, now) is None)
     )
+
+
+def undone_action(record: Record) -> str | None:
+    """The action a person decided (or a cancel someone requested) that has not been
+    carried out on *record*, in words, or ``None``: a cancel still due ("the cancel
+    decided by ann at 2026-…"), or a resuming decision after which no request was sent.
+    A stop says it, with why, so no decision is dropped silently."""
+    last = record.decisions[-1] if record.decisions else None
+    if record.cancel_due:
+        who = record.cancel_requested_by or "someone"
+        at = record.cancel_requested_at
+        how = (
+            "decided"
+            if last is not None and last.option == "cancel" and last.at == at
+            else "requested"
+        )
+        when = f" at {at.isoformat()}" if at is not None else ""
+        return f"the cancel {how} by {who}{when} was not sent"
+    if last is None or last.option not in RESUMING:
+        return None
+    after = last.detail.get("limits_after")
+    used = after.get("requests_used") if isinstance(after, dict) else None
+    if not isinstance(used, int) or record.requests_used > used:
+        return None
+    return f"the {last.option} decided by {last.by} at {last.at.isoformat()} sent no request"
 
 
 def open_request(
@@ -181,14 +257,16 @@ def span(minutes: float, *, more: bool = False) -> str:
 
 def cost(record: Record, option: Option) -> str:
     """What choosing *option* costs, in words, e.g. "extend waiting once by 15 minutes
-    with 4 more checks"; a resuming option states the suggested grant."""
+    with 4 more checks"; a resuming option states the suggested grant, and one whose
+    action sends a request first (:data:`ACTION_REQUESTS`) states that request too."""
     minutes, checks = suggested_grant(record)
     grant = f"by at least {span(minutes)} with {counted(checks, 'more check')}"
+    after = f"plus {counted(checks, 'more check')} within at least {span(minutes)}"
     match option:
         case Option.EXTEND:
             return f"extend waiting once {grant}"
         case Option.CANCEL:
-            return "cancel at provider"
+            return f"cancel at provider: 1 cancel request {after}"
         case Option.TREAT_AS_PENDING:
             return f"treat state {show(record.provider_state)} as pending, waiting {grant}"
         case Option.MARK_SUCCEEDED:
@@ -200,7 +278,7 @@ def cost(record: Record, option: Option) -> str:
         case Option.RESUME_WITH_PROFILE:
             return f"resume with a corrected profile, waiting {grant}"
         case Option.FETCH_RESULT_AGAIN:
-            return f"fetch the result once more, waiting {grant}"
+            return f"fetch the result once more: 1 result request {after}"
         case Option.DECLINE:
             return "decline the request for more time (nothing changes)"
         case _:

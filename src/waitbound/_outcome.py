@@ -119,6 +119,10 @@ class Reason(StrEnum):
     BUSINESS_DEADLINE_EXCEEDED = "business_deadline_exceeded"
     """With ``timed_out``: the business deadline passed; the result would no longer be
     useful, even though the provider's deadline was later."""
+    CANCEL_NOT_ACCEPTED = "cancel_not_accepted"
+    """With ``escalated``: the provider did not accept a cancel (it refused it, e.g.
+    HTTP 409, or gave no answer); waiting stopped at once, the job's last state kept:
+    the job may still run."""
     DECISION_TIMEOUT = "decision_timeout"
     """A decision was asked of a person and nobody answered before the decision
     deadline; the operation is closed (its last reason is in ``error``)."""

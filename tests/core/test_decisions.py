@@ -880,7 +880,8 @@ def test_the_escalation_message_has_the_issues_shape_and_no_secret() -> None:
         "Last HTTP result: 200 at 12:39 UTC",
         "Stopped because: request_budget_exhausted",
         "Safe options: extend waiting once by at least 15 minutes with 4 more checks, cancel at "
-        "provider, abandon it (the outcome stays as it is)",
+        "provider: 1 cancel request plus 4 more checks within at least 15 minutes, abandon it "
+        "(the outcome stays as it is)",
         "Decide by: 2026-01-08 12:39 UTC",
     ]
     (listed,) = waitbound.escalations(store=op.store, clock=op.clock)

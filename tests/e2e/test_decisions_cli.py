@@ -173,9 +173,10 @@ def test_a_second_decision_conflicts_naming_the_first(escalated: Setup) -> None:
         (("decide", OP, "extend"), "--why is required"),
         (("decide", OP, "extend", "--why", "  "), "--why is required"),
         (("decide", OP, "frobnicate", "--why", "x"), "is not open"),
+        (("decide", OP, "extend", "--minutes", "1e-12", "--why", "x"), "below the minimum"),
     ],
     ids=["not-offered", "beyond-ceiling", "no-checks", "unknown-id", "no-why", "blank-why",
-         "no-such-option"],
+         "no-such-option", "below-minimum"],
 )  # fmt: skip
 def test_bad_decisions_are_one_line_and_change_nothing(
     escalated: Setup, args: tuple[str, ...], says: str
@@ -209,3 +210,86 @@ def test_a_decision_on_a_running_operation_is_refused(tmp_path: Path) -> None:
         assert _fingerprint(store) == before
         listed = cli("escalations", "--store", store)
         assert (listed.returncode, listed.stdout) == (0, "nothing waits on a decision\n")
+
+
+# --- decisions x cancel: a person's cancel is carried out, a refusal is said ----------
+
+CANCEL_PROFILE = {
+    **PROFILE,
+    "canceled": ["canceled"],
+    "cancelable": "can_cancel",
+    "cancel": {"url_template": "cancel"},
+}
+RUNNING_CANCELABLE = {"code": 200, "body": {"id": "j-9", "status": "running", "can_cancel": True}}
+
+
+def _stopped_cancelable(tmp_path: Path, sim: Simulator) -> Setup:
+    """A wait on *sim* that stopped request_budget_exhausted after 3 cancelable answers."""
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(CANCEL_PROFILE))
+    setup = Setup(sim=sim, store=str(tmp_path / "store.db"), profile=str(profile))
+    code, outcome = setup.json(
+        "wait", f"{sim.base_url}/status", "--profile", str(profile), "--operation-id", OP,
+        "--max-requests", "3", "--base-delay", "0.05s", "--max-delay", "0.1s",
+        "--min-delay", "0.05s", "--deadline", "3m",
+    )  # fmt: skip
+    assert (code, outcome["reason"]) == (3, "request_budget_exhausted"), outcome
+    assert "cancel" in outcome["options"]
+    return setup
+
+
+def test_a_decided_cancel_with_the_default_grant_ends_canceled(tmp_path: Path) -> None:
+    """Regression (issue 20): `decide OP cancel` with the default grant (one check) after
+    a budget stop; `wait --operation-id` sends the cancel AND the status check after it,
+    and the provider's canceled is the outcome. The cancel's cost is stated."""
+    scenario = {
+        "id": "decide-cancel",
+        "description": "Cancelable and running for three answers, then canceled.",
+        "endpoints": {
+            "status": [
+                {**RUNNING_CANCELABLE, "repeat": 3},
+                {"code": 200, "body": {"id": "j-9", "status": "canceled"}},
+            ],
+            "cancel": [{"code": 202, "body": {}}],
+        },
+    }
+    with Simulator(parse_scenario(scenario)) as sim:
+        setup = _stopped_cancelable(tmp_path, sim)
+        code, listed = setup.json("escalations")
+        (request,) = listed["escalations"]
+        costs = {o["option"]: o["cost"] for o in request["options"]}
+        assert costs["cancel"].startswith("cancel at provider: 1 cancel request plus 1 more check")
+        code, out, err = setup.run("decide", OP, "cancel", "--why", "wrong input", "--by", "ann")
+        assert code == 0, err
+        assert f"continue it: waitbound wait --operation-id {OP}" in out
+        assert "the grant's deadline: after it nothing is sent" in out
+        code, outcome = setup.json("wait", "--operation-id", OP)
+        assert (code, outcome["outcome"]) == (1, "canceled"), outcome
+        assert sim.count("cancel") == 1
+        assert sim.count("status") == 3 + 1
+
+
+def test_a_refused_cancel_stops_at_once_and_the_outcome_says_so(tmp_path: Path) -> None:
+    """Regression (issue 20): `waitbound cancel` of a stopped, cancelable job (accepted:
+    its options list cancel) that the provider refuses with 409: no polling on until the
+    budget is spent; escalated / cancel_not_accepted, the refusal in the outcome, the
+    job's last state kept."""
+    scenario = {
+        "id": "cancel-refused",
+        "description": "Cancelable and running forever; the cancel is refused with 409.",
+        "endpoints": {
+            "status": [RUNNING_CANCELABLE],
+            "cancel": [{"code": 409, "body": {"error": "job_not_cancelable"}}],
+        },
+    }
+    with Simulator(parse_scenario(scenario)) as sim:
+        setup = _stopped_cancelable(tmp_path, sim)
+        code, outcome = setup.json("cancel", OP, "--reason", "wrong input", "--requested-by", "ann")
+        assert code == 3, outcome
+        assert (outcome["outcome"], outcome["reason"]) == ("escalated", "cancel_not_accepted")
+        assert outcome["provider_state"] == "running"
+        assert "the cancel decided by ann at" in outcome["error"]["detail"]
+        assert "was refused by the provider (HTTP 409)" in outcome["error"]["detail"]
+        assert "cancel" not in outcome["options"]
+        assert sim.count("cancel") == 1
+        assert sim.count("status") == 3  # stopped at once: nothing polled after the refusal

@@ -94,15 +94,16 @@ def _one_line(value: str | None, flag: str) -> str | None:
 @click.option(
     "--minutes",
     type=float,
-    help="A resuming option's grant: wait at least N more minutes from now (at most the "
-    "policy's max_extension_s, which defaults to the original deadline) [default: a third "
-    "of the original deadline, within that ceiling].",
+    help="A resuming option's grant: wait at least N more minutes from now (at least 1 "
+    "second, 0.0167; at most the policy's max_extension_s, which defaults to the original "
+    "deadline) [default: a third of the original deadline, within that ceiling].",
 )
 @click.option(
     "--checks",
     type=int,
-    help="A resuming option's further requests (at most the policy's request budget) "
-    "[default: a third of the request budget].",
+    help="A resuming option's further requests (at least 1, at most the policy's request "
+    "budget; cancel and fetch_result_again get their own request on top) [default: a "
+    "third of the request budget].",
 )
 @click.option(
     "--profile",
@@ -194,4 +195,13 @@ def decide_command(  # noqa: PLR0917 - click passes every option
     if follow is not None:
         click.echo(f"continue it: {follow}")
         click.echo("(any `waitbound worker` on this store picks it up too)")
+        limits = (
+            decision["detail"].get("limits_after") if isinstance(decision["detail"], dict) else None
+        )
+        deadline = limits.get("deadline_at") if isinstance(limits, dict) else None
+        if deadline is not None:
+            click.echo(
+                f"by {deadline}, the grant's deadline: after it nothing is sent, and the "
+                "outcome says the decision was not carried out"
+            )
     return 0

@@ -412,7 +412,12 @@ class Jobs:
             return answer
         why = None if reason is None else str(reason)[:200]
         request_cancel(
-            self.store, self.clock, record.operation_id, reason=why, requested_by="agent"
+            self.store,
+            self.clock,
+            record.operation_id,
+            reason=why,
+            requested_by="agent",
+            by_a_person=False,
         )
         answer = self._view(self._record(operation_id))
         answer["message"] = (
