@@ -26,7 +26,9 @@ from waitbound.cli._mcp import MCP_TOOLS
 from waitbound.profiles import builtin_names
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "docs/profiles").glob("*.md")])
+DOCS = sorted(
+    [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "docs/profiles").glob("*.md")]
+)
 _BLOCK = re.compile(r"```(sh|console)\n(.*?)```", re.S)
 _SPAN = re.compile(r"(?<!`)`([^`\n]+(?:\n[^`\n]+)?)`(?!`)")
 _SHELL_ENDS = frozenset({"|", "||", "&&", ">", ">>", ";", "2>", "<"})
@@ -41,8 +43,8 @@ def _block_commands(text: str) -> Iterator[str]:
     lines joined; in a console block only the ``$ `` lines, the rest is output)."""
     for kind, body in _BLOCK.findall(text):
         joined = re.sub(r"\\\n\s*", " ", body)
-        for line in joined.splitlines():
-            line = line.strip()
+        for raw in joined.splitlines():
+            line = raw.strip()
             if kind == "console":
                 if not line.startswith("$ "):
                     continue
@@ -84,9 +86,9 @@ def _flags(command: click.Command) -> set[str]:
     return names
 
 
-def _all_commands(command: click.Command = cli, path: tuple[str, ...] = ()) -> Iterator[
-    tuple[tuple[str, ...], click.Command]
-]:
+def _all_commands(
+    command: click.Command = cli, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     yield path, command
     if isinstance(command, click.Group):
         for name, sub in command.commands.items():
@@ -101,8 +103,8 @@ def _inline_spans() -> list[tuple[str, str]]:
     spans = []
     for doc in DOCS:
         text = _BLOCK.sub("", doc.read_text())
-        for span in _SPAN.findall(text):
-            span = " ".join(span.split())
+        for found in _SPAN.findall(text):
+            span = " ".join(found.split())
             if span.startswith("waitbound ") and " " in span:
                 spans.append((_relative(doc), span))
     return spans
