@@ -10,6 +10,7 @@ command is checked for what it claims, not for the words around it.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterator
@@ -190,16 +191,20 @@ def test_every_flag_written_inline_after_a_subcommand_is_that_commands(doc: str,
     assert not unknown, f"{doc}: `{span}`: waitbound {' '.join(path)} has no {unknown}"
 
 
-def test_every_flag_docs_cli_md_names_is_some_commands() -> None:
-    """No `--flag` in docs/cli.md or the README is a flag no command has."""
+def test_every_flag_the_docs_name_is_some_commands() -> None:
+    """No `--flag` in the README or docs/ is a flag no command has (docs/benchmarks.md
+    is left out: its flags are the benchmark scripts')."""
     known = {flag for _, command in _all_commands() for flag in _flags(command)}
     found: dict[str, str] = {}
-    for doc in (ROOT / "README.md", ROOT / "docs/cli.md"):
+    for doc in DOCS:
+        if doc.name == "benchmarks.md":
+            continue
         for span in _SPAN.findall(doc.read_text()):
             for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", span):
                 found.setdefault(flag, _relative(doc))
     unknown = {flag: doc for flag, doc in found.items() if flag not in known}
     assert not unknown
+    assert len(found) > 60
 
 
 def test_every_command_in_the_tree_is_in_docs_cli_md() -> None:
@@ -317,3 +322,24 @@ class _Fixed:
 
     def monotonic(self) -> float:
         return 0.0
+
+
+def _table_keys(text: str, marker: str) -> set[str]:
+    """The first-column keys of the markdown table that follows *marker*."""
+    after = text.split(marker, 1)[1].lstrip("\n")
+    rows = after.split("\n\n", 1)[0].splitlines()[2:]  # past the header and its rule
+    return {match[1] for row in rows if (match := re.match(r"\| `([a-z_]+)`", row))}
+
+
+def test_the_worker_summary_keys_docs_cli_md_lists_are_the_printed_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`worker --until-idle --json` prints exactly the keys docs/cli.md's table lists."""
+    from waitbound.cli import run
+
+    store = tmp_path / "empty.db"
+    waitbound.open_store(str(store)).close()
+    assert run(["worker", "--until-idle", "--json", "--quiet", "--store", str(store)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    text = (ROOT / "docs/cli.md").read_text()
+    assert _table_keys(text, "With\n`--json` it is one object:") == set(printed)

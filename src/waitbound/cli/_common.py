@@ -88,8 +88,8 @@ AUDIT_KEY_FILE_HELP: Final = (
 )
 
 STORE_HELP: Final = (
-    "SQLite file, PostgreSQL DSN or 'memory:'; default $WAITBOUND_STORE or the user state "
-    "directory."
+    "SQLite file or PostgreSQL DSN; default $WAITBOUND_STORE or the user state directory. "
+    "'memory:' keeps nothing: only `wait STATUS_URL` and `run` (not detached) take it."
 )
 
 _INLINE_LISTS = ("pending", "succeeded", "partial", "failed", "canceled", "expired")

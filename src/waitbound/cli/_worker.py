@@ -63,7 +63,7 @@ DRIVE_OPTIONS = options(
         show_default=True,
         metavar="DURATION",
         help="How long a reserved operation is this worker's; a request's timeout ends 1 s "
-        "before it (a tenth of the lease when shorter). " + DURATION_HELP,
+        "before it (a tenth of the lease when shorter).",
     ),
     click.option(
         "--per-origin-concurrency",
