@@ -343,3 +343,51 @@ def test_the_worker_summary_keys_docs_cli_md_lists_are_the_printed_ones(
     printed = json.loads(capsys.readouterr().out)
     text = (ROOT / "docs/cli.md").read_text()
     assert _table_keys(text, "With\n`--json` it is one object:") == set(printed)
+
+
+def _documented_keys(section: str) -> set[str]:
+    """The top-level keys of the first ``--json` prints `{…}`` object in *section*."""
+    text = " ".join(section.split())
+    shape = text.split("`--json` prints `{", 1)[1]
+    depth, top = 0, []
+    for char in shape:
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            if depth == 0:
+                break
+            depth -= 1
+        top.append(char if depth == 0 else " ")
+    return set(re.findall(r'"([a-z_]+)"', "".join(top)))
+
+
+@pytest.mark.parametrize(
+    ("heading", "argv"),
+    [
+        ("waitbound show", ["show", "op-doc", "--json"]),
+        ("waitbound escalations", ["escalations", "--json"]),
+        ("waitbound deliveries", ["deliveries", "--json"]),
+        ("waitbound db upgrade", ["db", "upgrade", "--json"]),
+    ],
+)
+def test_the_json_keys_docs_cli_md_gives_are_the_printed_ones(
+    heading: str, argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`show`, `escalations`, `deliveries` and `db upgrade` with --json print exactly the
+    top-level keys their section of docs/cli.md lists."""
+    from waitbound.cli import run
+
+    store = str(tmp_path / "s.db")
+    opened = waitbound.open_store(store)
+    waitbound.start(
+        waitbound.Operation(
+            status_url="http://127.0.0.1:9/s",
+            profile=waitbound.parse_profile({"state": "s", "pending": ["p"], "succeeded": ["d"]}),
+        ),
+        operation_id="op-doc",
+        store=opened,
+    )
+    opened.close()
+    assert run([*argv, "--store", store]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert _documented_keys(_section(ROOT / "docs/cli.md", heading)) == set(printed)
