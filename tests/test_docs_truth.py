@@ -391,3 +391,18 @@ def test_the_json_keys_docs_cli_md_gives_are_the_printed_ones(
     assert run([*argv, "--store", store]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert _documented_keys(_section(ROOT / "docs/cli.md", heading)) == set(printed)
+
+
+def test_the_all_extra_installs_every_extra_the_readme_says() -> None:
+    """`[all]` is every optional extra but the development ones, as the README lists."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    (spec,) = extras["all"]
+    included = set(re.fullmatch(r"waitbound\[([a-z,]+)\]", spec)[1].split(","))  # type: ignore[index]
+    assert included == set(extras) - {"all", "test", "bench"}
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    listed = readme.split("`pip install 'waitbound[all]'` installs every optional extra (", 1)[1]
+    assert set(re.findall(r"`([a-z]+)`", listed.split(";", 1)[0])) == included
