@@ -11,7 +11,7 @@ Grammar (ASCII only; surrounding spaces ignored):
 
 - a whole number: ``[+-]?[0-9]+``;
 - a number: ``[+-]?(D+[.D*]|.D+)([eE][+-]?D+)?``, finite, and either zero or a normal
-  float (``sys.float_info.min`` ≤ \\|x\\|): no ``nan``, ``inf``, ``1e400``, ``1e-320``;
+  float (``abs(x) >= sys.float_info.min``): no ``nan``, ``inf``, ``1e400``, ``1e-320``;
 - a duration: a bare number of seconds (``90``, ``0.5``), or one or more
   ``NUMBER UNIT`` parts with units ``d`` (86400 s), ``h``, ``m``, ``s``, ``ms``, each at
   most once and largest first: ``2d``, ``1d2h``, ``1h30m``, ``1.5h``, ``90s``,
