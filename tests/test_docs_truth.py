@@ -406,3 +406,36 @@ def test_the_all_extra_installs_every_extra_the_readme_says() -> None:
     readme = " ".join((ROOT / "README.md").read_text().split())
     listed = readme.split("`pip install 'waitbound[all]'` installs every optional extra (", 1)[1]
     assert set(re.findall(r"`([a-z]+)`", listed.split(";", 1)[0])) == included
+
+
+def test_every_flag_of_every_command_is_in_docs_cli_md() -> None:
+    """docs/cli.md mentions every flag of every command ("every command and flag")."""
+    text = (ROOT / "docs/cli.md").read_text()
+    missing = [
+        f"waitbound {' '.join(path)} {flag}"
+        for path, command in _all_commands()
+        if not isinstance(command, click.Group)
+        for param in command.params
+        if isinstance(param, click.Option) and not param.hidden
+        for flag in (*param.opts, *param.secondary_opts)
+        if flag.startswith("--") and not re.search(re.escape(flag) + r"(?![a-z0-9-])", text)
+    ]
+    assert missing == []
+
+
+def test_a_flag_table_under_a_commands_heading_lists_that_commands_flags() -> None:
+    """A `| --flag |` row in docs/cli.md's section of a command, or in docs/serve.md,
+    is a flag of that command."""
+    sections = [
+        (match[1], section)
+        for section in re.split(r"\n(?=## )", (ROOT / "docs/cli.md").read_text())
+        if (match := re.match(r"## `waitbound ([^`]*)`", section))
+    ]
+    sections.append(("serve", (ROOT / "docs/serve.md").read_text()))
+    checked = 0
+    for heading, section in sections:
+        command, path, _ = _resolve(heading.split())
+        rows = set(re.findall(r"^\| `(--[a-z][a-z0-9-]*)", section, re.M))
+        checked += len(rows)
+        assert rows <= _flags(command), (path, sorted(rows - _flags(command)))
+    assert checked > 30
