@@ -14,7 +14,7 @@ from waitbound._contract import Counts, is_present
 from waitbound._json import JSON
 from waitbound._options import open_request
 from waitbound._outcome import OutcomeKind, Reason
-from waitbound._record import Phase, Record
+from waitbound._record import Phase, Record, reported_counts
 
 __all__ = [
     "Step",
@@ -91,7 +91,7 @@ def terminal(
     reason: Reason | None = None,
 ) -> Step:
     if counts is not None:
-        record = replace(record, counts=counts.as_json())
+        record = replace(record, counts=reported_counts(counts.as_json()))
     record = replace(record, result=result, error=error if is_present(error) else None, usage=usage)
     return finish(record, now, outcome, reason)
 

@@ -12,7 +12,7 @@ import functools
 import json
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
@@ -50,6 +50,7 @@ __all__ = [
     "RequestKind",
     "decode_fields",
     "field_json",
+    "reported_counts",
 ]
 
 RECORD_SCHEMA: Final = 1
@@ -532,7 +533,7 @@ class Record:
             result=self.result,
             result_url=self._unfetched_result_url(),
             error=self.error,
-            counts=self.counts,
+            counts=reported_counts(self.counts),
             usage=self.usage,
             errors=self.errors,
             options=self.decision_request.options if self.decision_request else (),
@@ -759,3 +760,12 @@ def _part(kind: type[_P], raw: dict[str, JSON]) -> _P:
             value = tuple(value)
         values[item.name] = value
     return kind(**values)  # type: ignore[arg-type]
+
+
+def reported_counts(counts: Mapping[str, JSON] | None) -> dict[str, JSON] | None:
+    """*counts* when the provider reported at least one of them, else ``None``: counts
+    whose every member is null say nothing and are shown nowhere (an older record may
+    hold them)."""
+    if counts is None or all(value is None for value in counts.values()):
+        return None
+    return dict(counts)

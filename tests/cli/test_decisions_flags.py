@@ -117,7 +117,9 @@ def test_decide_without_why_is_refused_before_the_store_is_opened(tmp_path: Path
 
 def test_escalations_on_an_empty_store_says_nothing_waits(tmp_path: Path) -> None:
     """Exit 0 and one sentence; --json an empty list."""
-    text = run_cli(tmp_path, "escalations", "--store", "memory:")
+    store = str(tmp_path / "empty.db")
+    waitbound.open_store(store).close()
+    text = run_cli(tmp_path, "escalations", "--store", store)
     assert (text.returncode, text.stdout) == (0, "nothing waits on a decision\n")
-    listed = run_cli(tmp_path, "escalations", "--store", "memory:", "--json")
+    listed = run_cli(tmp_path, "escalations", "--store", store, "--json")
     assert json.loads(listed.stdout) == {"escalations": [], "count": 0}

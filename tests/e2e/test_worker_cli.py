@@ -142,3 +142,17 @@ def test_worker_audit_says_a_request_went_without_credentials(tmp_path: Path) ->
     opened.close()
     assert "without the caller's credentials" not in a_story
     assert "without the caller's credentials" in b_story
+
+
+@pytest.mark.e2e
+def test_a_worker_holding_no_credentials_never_says_a_request_went_without_them(
+    tmp_path: Path,
+) -> None:
+    """With no --header-for or --credentials at all, no story says "without the caller's
+    credentials (none held for this origin)": there were none to withhold."""
+    _, store = _two_origins(tmp_path, lambda a: [])
+    opened = SQLiteStore(store)
+    story = " ".join(s.event.summary for op in ("op-a", "op-b") for s in opened.audit(op))
+    opened.close()
+    assert "without the caller's credentials" not in story
+    assert "status request" in story

@@ -299,7 +299,8 @@ CREDENTIALS = {
 def test_sim_log_redacts_credentials_in_memory_the_log_file_and_the_log_endpoint(
     tmp_path: Path,
 ) -> None:
-    """Credential headers are logged by name with the value [redacted]; others as sent."""
+    """Credential headers and Idempotency-Key are logged by name with the value
+    [redacted]; others as sent."""
     path = tmp_path / "requests.jsonl"
     with serving({"status": [{"code": 200}]}, log_path=path) as (sim, client):
         client.get(
@@ -313,10 +314,11 @@ def test_sim_log_redacts_credentials_in_memory_the_log_file_and_the_log_endpoint
         for name in CREDENTIALS:
             assert lowered[name.lower()] == "[redacted]", name
         assert lowered["x-request-tag"] == "visible"
-        assert lowered["idempotency-key"] == "order-42"  # identifies, does not authorize
+        assert lowered["idempotency-key"] == "[redacted]"  # docs/cli.md: a name with "key"
         assert lowered["user-agent"].startswith("python-httpx")
     everything = json.dumps(listing) + path.read_text(encoding="utf-8")
     assert not [value for value in CREDENTIALS.values() if value in everything]
+    assert "order-42" not in everything
 
 
 def test_extra_endpoints_are_served_at_their_routes_and_counted() -> None:

@@ -605,8 +605,11 @@ def test_a_decision_with_the_bearer_token_needs_no_csrf_and_is_by_bearer(inbox):
         ({"why": "ok", "minutes": "-3"}, "positive"),
         ({"why": "ok", "checks": "2.5"}, "whole number"),
         ({"why": "ok", "minutes": "100000"}, "extension"),
-        ({"why": "ok", "minutes": "1e-320"}, "below the minimum of 1 second"),
         ({"why": "ok", "minutes": "1e-12"}, "below the minimum of 1 second"),
+        ({"why": "ok", "minutes": "1_0"}, "without underscores"),
+        ({"why": "ok", "minutes": "1e-320"}, "too close to zero"),
+        ({"why": "ok", "minutes": "inf"}, "minutes must be a number"),
+        ({"why": "ok", "checks": "1_0"}, "without underscores"),
     ],
 )
 def test_a_bad_decision_is_a_400_form_and_changes_nothing(inbox, data, says):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import signal
@@ -45,6 +46,8 @@ from waitbound.cli._params import (
     MAX_RESPONSE_BYTES,
     MIN_RESPONSE_BYTES,
     STORED_TEXT,
+    NumberRange,
+    WholeRange,
     duration,
     positive_duration,
     split_values,
@@ -57,7 +60,7 @@ from waitbound.cli._render import (
     status_line,
 )
 from waitbound.profiles import resolve_profile
-from waitbound.stores import is_postgres_dsn
+from waitbound.stores import STORE_ENV, is_postgres_dsn
 
 _T = TypeVar("_T")
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -85,8 +88,8 @@ AUDIT_KEY_FILE_HELP: Final = (
 )
 
 STORE_HELP: Final = (
-    "SQLite file, PostgreSQL DSN or 'memory:'; default $WAITBOUND_STORE or the user state "
-    "directory."
+    "SQLite file or PostgreSQL DSN; default $WAITBOUND_STORE or the user state directory. "
+    "'memory:' keeps nothing: only `wait STATUS_URL` and `run` (not detached) take it."
 )
 
 _INLINE_LISTS = ("pending", "succeeded", "partial", "failed", "canceled", "expired")
@@ -189,13 +192,13 @@ def http_settings(max_response_bytes: int | None) -> HttpSettings:
     return HttpSettings(max_body_bytes=max_response_bytes)
 
 
-def _budget(minimum: int) -> click.IntRange:
-    return click.IntRange(min=minimum, max=MAX_COUNT)
+def _budget(minimum: int) -> WholeRange:
+    return WholeRange(min=minimum, max=MAX_COUNT)
 
 
 MAX_RESPONSE_OPTION = click.option(
     "--max-response-bytes",
-    type=click.IntRange(MIN_RESPONSE_BYTES, MAX_RESPONSE_BYTES),
+    type=WholeRange(MIN_RESPONSE_BYTES, MAX_RESPONSE_BYTES),
     help="The largest answer read from the provider, in bytes (1024 to 1073741824) "
     "[default: 1048576].",
 )
@@ -222,33 +225,48 @@ PROFILE_OPTIONS = options(
     click.option("--poll-hint-path", help="JMESPath to a poll hint in seconds."),
 )
 POLICY_OPTIONS = options(
-    click.option("--deadline", callback=duration, default="10m", show_default=True),
+    click.option(
+        "--deadline",
+        callback=duration,
+        default="10m",
+        show_default=True,
+        metavar="DURATION",
+        help="How long from the operation's creation it may wait; no request is sent at "
+        "or after it (at most a year).",
+    ),
     click.option(
         "--business-deadline",
         callback=duration,
+        metavar="DURATION",
         help="After this long the result is no longer useful: waiting stops with reason "
         "business_deadline_exceeded, even before --deadline [default: none].",
     ),
     click.option(
-        "--max-requests", type=_budget(1), default=30, show_default=True, help="At most 100000."
+        "--max-requests",
+        type=_budget(1),
+        default=30,
+        show_default=True,
+        help="Requests the operation may send, status and result alike (1 to 100000).",
     ),
     click.option(
         "--max-transport-failures",
         type=_budget(0),
         default=3,
         show_default=True,
-        help="At most 100000.",
+        help="5xx answers, timeouts and connection errors allowed; one more escalates "
+        "provider_failure (0 to 100000).",
     ),
     click.option(
         "--max-rate-limited",
         type=_budget(0),
         default=5,
         show_default=True,
-        help="At most 100000.",
+        help="429s and throttling bodies allowed; one more escalates rate_limited (0 to 100000).",
     ),
     click.option(
         "--base-delay",
         callback=duration,
+        metavar="DURATION",
         default=f"{DEFAULT_BASE_DELAY_S:g}s",
         show_default=True,
         help="The first backoff delay.",
@@ -256,6 +274,7 @@ POLICY_OPTIONS = options(
     click.option(
         "--max-delay",
         callback=duration,
+        metavar="DURATION",
         default=f"{DEFAULT_MAX_DELAY_S:g}s",
         show_default=True,
         help="The backoff cap.",
@@ -263,19 +282,20 @@ POLICY_OPTIONS = options(
     click.option(
         "--min-delay",
         callback=positive_duration,
+        metavar="DURATION",
         help="Delay floor, more than 0; a provider hint below it is not a minimum "
         "[default: min(1s, base)].",
     ),
     click.option(
         "--backoff-growth",
-        type=click.FloatRange(1, 10),
+        type=NumberRange(1, 10),
         default=DEFAULT_BACKOFF_GROWTH,
         show_default=True,
         help="Each backoff step is this many times the last (1 to 10; 1 = fixed interval).",
     ),
     click.option(
         "--backoff-jitter-floor",
-        type=click.FloatRange(0, 1),
+        type=NumberRange(0, 1),
         default=DEFAULT_BACKOFF_JITTER_FLOOR,
         show_default=True,
         help="A backoff delay is drawn from [this x raw, raw] (0 to 1; 1 = no jitter).",
@@ -283,12 +303,28 @@ POLICY_OPTIONS = options(
     click.option(
         "--hint-jitter-max",
         callback=duration,
+        metavar="DURATION",
         default=f"{DEFAULT_HINT_JITTER_MAX_S:g}s",
         show_default=True,
         help="The upward jitter on a provider hint is at most 10 % of it and at most this.",
     ),
-    click.option("--not-found-grace", callback=duration, default="30s", show_default=True),
-    click.option("--request-timeout", callback=duration, default="30s", show_default=True),
+    click.option(
+        "--not-found-grace",
+        callback=duration,
+        default="30s",
+        show_default=True,
+        metavar="DURATION",
+        help="How long a 404 (or a body without its state) before the job was ever seen "
+        "means 'not visible yet'.",
+    ),
+    click.option(
+        "--request-timeout",
+        callback=duration,
+        default="30s",
+        show_default=True,
+        metavar="DURATION",
+        help="The most one request may take; never more than the time left before the deadline.",
+    ),
     click.option("--result-url", help="Result endpoint, fetched once after a terminal success."),
     click.option("--cancel-url", help="Cancel endpoint, when no receipt or profile names one."),
     click.option(
@@ -384,15 +420,42 @@ def _is_usage(exc: StoreError) -> bool:
     return isinstance(exc, UsageError | SchemaVersionError)
 
 
+MEMORY_EMPTY: Final = "it starts empty, so there is nothing for this command to read or change"
+"""Why a command that acts on stored operations refuses the memory store."""
+
+
+def refuse_memory_store(spec: str | None, why: str | None) -> None:
+    """Refuse ``memory:`` (from ``--store`` or ``$WAITBOUND_STORE``) for a command it
+    makes meaningless, saying *why*; ``None`` allows it.
+
+    Raises:
+        UsageError: the store is ``memory:`` and *why* is given.
+    """
+    chosen = spec if spec is not None else os.environ.get(STORE_ENV)
+    if why is not None and chosen is not None and chosen.strip() == "memory:":
+        raise UsageError(
+            f"the memory store (memory:) keeps nothing once this command ends: {why}; "
+            "give --store a SQLite file or a PostgreSQL DSN"
+        )
+
+
 @contextmanager
 def opened_store(
-    spec: str | None, *, create: bool = False, read_only: bool = False, then: str
+    spec: str | None,
+    *,
+    create: bool = False,
+    read_only: bool = False,
+    then: str,
+    memory: str | None = MEMORY_EMPTY,
 ) -> Iterator[Store]:
     """Open the store for what the command does; a store failure names what to do next.
 
     Only commands that record operations pass ``create``; ``then`` ends the message of a
-    store failure ("run the command again", "resume with …").
+    store failure ("run the command again", "resume with …"). ``memory`` says why the
+    command refuses the memory store (:func:`refuse_memory_store`); ``None`` for the
+    commands that finish their operation themselves (``wait URL``, ``run``).
     """
+    refuse_memory_store(spec, memory)
     try:
         store = waitbound.open_store(spec, create=create, read_only=read_only)
     except StoreError as exc:
@@ -426,12 +489,16 @@ def drive(
     create: bool,
     header_names: Sequence[str] = (),
     progress: Progress | None = None,
+    memory: str | None = MEMORY_EMPTY,
 ) -> _T:
     """Open the store, run *action* on it, close it; Ctrl-C and store failures say how
-    to resume (with the store and the header names, never a value)."""
+    to resume (with the store and the header names, never a value). ``memory`` as for
+    :func:`opened_store`."""
     hint = resume_hint(operation_id, store, header_names)
     try:
-        with opened_store(store, create=create, then=f"resume with {hint}") as opened:
+        with opened_store(
+            store, create=create, then=f"resume with {hint}", memory=memory
+        ) as opened:
             stop_on_sigterm()
             try:
                 return action(opened)

@@ -15,7 +15,7 @@ import waitbound
 from waitbound import Outcome, Profile, Store, UsageError
 from waitbound._json import JSON
 from waitbound.cli._common import STORE_HELP, opened_store, profile_from_flags, resume_hint
-from waitbound.cli._params import STORED_TEXT
+from waitbound.cli._params import STORED_TEXT, NumberRange, WholeRange
 from waitbound.cli._render import printable
 
 __all__ = ["decide_command", "escalations_command"]
@@ -93,14 +93,14 @@ def _one_line(value: str | None, flag: str) -> str | None:
 @click.option("--by", "by", type=STORED_TEXT, help="Who decides [default: user@host].")
 @click.option(
     "--minutes",
-    type=float,
+    type=NumberRange(),
     help="A resuming option's grant: wait at least N more minutes from now (at least 1 "
     "second, 0.0167; at most the policy's max_extension_s, which defaults to the original "
     "deadline) [default: a third of the original deadline, within that ceiling].",
 )
 @click.option(
     "--checks",
-    type=int,
+    type=WholeRange(),
     help="A resuming option's further requests (at least 1, at most the policy's request "
     "budget; cancel and fetch_result_again get their own request on top) [default: a "
     "third of the request budget].",

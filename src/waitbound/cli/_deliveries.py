@@ -18,7 +18,7 @@ from waitbound import OutboxEntry, OutboxStatus
 from waitbound._json import JSON
 from waitbound._urls import redact_url
 from waitbound.cli._common import STORE_HELP, opened_store
-from waitbound.cli._params import STORED_TEXT
+from waitbound.cli._params import STORED_TEXT, WholeRange
 from waitbound.cli._render import printable
 
 __all__ = ["deliveries"]
@@ -106,7 +106,7 @@ def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     help="Only deliveries with this status.",
 )
 @click.option(
-    "--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="At most N."
+    "--limit", type=WholeRange(1, 10_000), default=50, show_default=True, help="At most N."
 )
 @click.option("--store", help=STORE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")

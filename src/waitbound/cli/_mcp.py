@@ -10,6 +10,9 @@ import platformdirs
 
 import waitbound
 from waitbound._errors import UsageError
+from waitbound.cli._params import WholeRange
+
+__all__ = ["MCP_TOOLS", "mcp_command"]
 
 _STORE_HELP = (
     "SQLite file or PostgreSQL DSN [default: the config's server.store, else mcp.db in the "
@@ -18,7 +21,24 @@ _STORE_HELP = (
 )
 
 
-@click.command(name="mcp")
+MCP_TOOLS = (
+    "start_job",
+    "await_job",
+    "check_job",
+    "list_jobs",
+    "get_result",
+    "cancel_job",
+    "request_extension",
+)
+"""Every tool the MCP server offers (a test checks this against the server)."""
+
+
+@click.command(
+    name="mcp",
+    help=f"Serve the {len(MCP_TOOLS)} agent tools ({', '.join(MCP_TOOLS)}) over the Model "
+    "Context Protocol; a background worker drives the jobs. request_extension only asks a "
+    "person for more time (`waitbound escalations`); no tool decides. See docs/mcp.md.",
+)
 @click.option(
     "--config",
     "config_path",
@@ -35,8 +55,20 @@ _STORE_HELP = (
     help="stdio for a client that starts the server; http for streamable HTTP.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="With --transport http.")
-@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True)
-@click.option("--concurrency", type=click.IntRange(1, 10_000), default=16, show_default=True)
+@click.option(
+    "--port",
+    type=WholeRange(1, 65535),
+    default=8765,
+    show_default=True,
+    help="With --transport http: the port to listen on (the endpoint is /mcp).",
+)
+@click.option(
+    "--concurrency",
+    type=WholeRange(1, 10_000),
+    default=16,
+    show_default=True,
+    help="Jobs the background worker drives at once (1 to 10000).",
+)
 def mcp_command(  # noqa: PLR0917 - click passes every option
     config_path: str,
     store: str | None,
@@ -45,8 +77,6 @@ def mcp_command(  # noqa: PLR0917 - click passes every option
     port: int,
     concurrency: int,
 ) -> int:
-    """Serve the agent tools (start_job, await_job, check_job, list_jobs, get_result,
-    cancel_job) over the Model Context Protocol; a background worker drives the jobs."""
     try:
         from waitbound.mcp import Jobs, create_server, load_config
     except ImportError:

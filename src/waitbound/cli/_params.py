@@ -4,17 +4,21 @@ keeps or looks up."""
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Final, cast
 
 import click
 
 from waitbound._json import JSON
+from waitbound._numbers import DURATION_SYNTAX, parse_duration, parse_integer, parse_number
 
 __all__ = [
+    "DURATION_HELP",
     "MAX_RESPONSE_BYTES",
     "MIN_RESPONSE_BYTES",
     "STORED_TEXT",
     "StoredText",
+    "WholeRange",
+    "NumberRange",
     "duration",
     "header_problem",
     "parse_duration",
@@ -27,26 +31,46 @@ __all__ = [
 MIN_RESPONSE_BYTES: Final = 1024
 MAX_RESPONSE_BYTES: Final = 1024**3
 
-_DURATION: Final = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|h)?\s*", re.IGNORECASE)
-_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _FRAMING: Final = frozenset(
     ("content-length", "transfer-encoding", "host", "connection", "upgrade", "te", "trailer")
 )
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
+DURATION_HELP: Final = DURATION_SYNTAX
+"""The duration syntax, as the help of every command that takes a duration states it."""
 
-def parse_duration(text: str) -> float:
-    """Parse ``250ms``, ``0.5s``, ``90s``, ``10m``, ``1h`` or a bare number of seconds.
 
-    Raises:
-        ValueError: not a duration.
-    """
-    match = _DURATION.fullmatch(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a duration (use e.g. 0.5s, 90s, 10m, 1h)")
-    number, unit = match.groups()
-    return float(number) * _UNITS[(unit or "s").lower()]
+class WholeRange(click.IntRange):
+    """A whole number within bounds, read by :func:`waitbound._numbers.parse_integer`:
+    ``1_0``, ``1.0`` and ``1e3`` are refused (``int()`` would read ``1_0`` as 10)."""
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        """*value* as an int within the range; one line naming the problem otherwise."""
+        if isinstance(value, str):
+            try:
+                value = parse_integer(value)
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+        return super().convert(cast("int", value), param, ctx)
+
+
+class NumberRange(click.FloatRange):
+    """A decimal number within bounds, read by :func:`waitbound._numbers.parse_number`:
+    underscores, ``nan``, ``inf``, ``1e400`` and subnormals (``1e-320``) are refused."""
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        """*value* as a float within the range; one line naming the problem otherwise."""
+        if isinstance(value, str):
+            try:
+                value = parse_number(value)
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+        return super().convert(cast("float", value), param, ctx)
 
 
 def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:

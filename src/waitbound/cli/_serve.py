@@ -30,6 +30,7 @@ from waitbound.cli._common import (
     http_settings,
     opened_store,
 )
+from waitbound.cli._params import DURATION_HELP, WholeRange
 from waitbound.cli._worker import DRIVE_OPTIONS, credentials
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ DEFAULT_PORT: Final = 8765
 TOKEN_FILE_HELP: Final = (
     "File holding the service's bearer token [default: the user config directory's "
     "waitbound/serve-token]."
+)
+_SERVE_IN_MEMORY: Final = (
+    "webhooks and the inbox act on stored operations, and no other command can add one to it"
 )
 _MAX_TOKEN_FILE_BYTES: Final = 4096
 _MIN_TOKEN_CHARS: Final = 16
@@ -186,7 +190,7 @@ def _token(path: Path) -> str:
     "and printed once when that file does not exist. Binds 127.0.0.1 by default; another "
     "--host needs --allow-remote. A missing SQLite store is created. SIGTERM or "
     "Ctrl-C: the worker stops claiming, steps in flight finish, streams end, the store "
-    "is closed, exit 0. See docs/serve.md.\n\n" + EXIT_CODES_HELP,
+    "is closed, exit 0. See docs/serve.md.\n\n" + DURATION_HELP + "\n\n" + EXIT_CODES_HELP,
 )
 @click.option(
     "--host",
@@ -202,7 +206,7 @@ def _token(path: Path) -> str:
 )
 @click.option(
     "--port",
-    type=click.IntRange(0, 65535),
+    type=WholeRange(0, 65535),
     default=DEFAULT_PORT,
     show_default=True,
     help="Port to listen on (0: any free port, printed).",
@@ -259,7 +263,9 @@ def serve_command(  # noqa: PLR0917 - click passes every option
     audit_key = waitbound.load_audit_key()
     receivers = ", ".join(sorted(config.receivers)) or "none"
     # serve records deliveries (before any job is recorded, too): it may create the store
-    with opened_store(store, create=True, then="start waitbound serve again") as opened:
+    with opened_store(
+        store, create=True, then="start waitbound serve again", memory=_SERVE_IN_MEMORY
+    ) as opened:
         token = _token(token_file or default_token_file())
         if not is_loopback(host):
             click.echo(
@@ -296,7 +302,7 @@ def serve_command(  # noqa: PLR0917 - click passes every option
                 port,
                 worker=not no_worker,
                 worker_settings=settings,
-                headers=per_origin,
+                headers=per_origin if per_origin.table else None,
                 notify_secret=notify_secret,
                 on_listening=listening,
                 http=http,

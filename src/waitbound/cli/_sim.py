@@ -9,6 +9,7 @@ import click
 
 from waitbound import UsageError
 from waitbound.cli._common import stop_on_sigterm
+from waitbound.cli._params import WholeRange
 
 __all__ = ["sim"]
 
@@ -17,7 +18,7 @@ __all__ = ["sim"]
 @click.argument("scenario_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--port",
-    type=click.IntRange(0, 65535),
+    type=WholeRange(0, 65535),
     default=0,
     show_default=True,
     help="Port on 127.0.0.1 (0 picks a free one).",

@@ -27,6 +27,7 @@ from waitbound._urls import redact_url
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
     MAX_RESPONSE_OPTION,
+    MEMORY_EMPTY,
     POLICY_OPTIONS,
     PROFILE_OPTIONS,
     PROGRESS_OPTIONS,
@@ -42,10 +43,16 @@ from waitbound.cli._common import (
     profile_from_flags,
     resume_hint,
 )
-from waitbound.cli._params import STORED_TEXT, duration, parse_header
+from waitbound.cli._params import DURATION_HELP, STORED_TEXT, WholeRange, duration, parse_header
 from waitbound.cli._render import option_costs, printable
 
 __all__ = ["cancel_command", "run", "submit", "wait"]
+
+DETACHED_IN_MEMORY = "no worker could ever pick the detached operation up"
+SUBMITTED_IN_MEMORY = (
+    "the job would be sent and its record lost, so nothing could wait for it "
+    "(use `waitbound run`, which waits in this process)"
+)
 
 PUSH_OPTIONS = [
     click.option(
@@ -81,13 +88,18 @@ SUBMIT_OPTIONS = [
         type=click.File("rb"),
         help="Request body from FILE, or - for standard input.",
     ),
-    click.option("--content-type", default="application/json", show_default=True),
+    click.option(
+        "--content-type",
+        default="application/json",
+        show_default=True,
+        help="The Content-Type of the request body (sent with a body only).",
+    ),
     click.option(
         "--idempotency-key", type=STORED_TEXT, help="Sent in the profile's idempotency header."
     ),
     click.option(
         "--max-submit-attempts",
-        type=click.IntRange(min=1, max=10),
+        type=WholeRange(min=1, max=10),
         default=3,
         show_default=True,
         help="Sends of a submission that got no answer, when a resend is safe: with an "
@@ -111,7 +123,10 @@ def _submit_options(function: Any) -> Any:
 @click.command(
     help="Wait on STATUS_URL until the job has one honest outcome.\n\n"
     "Resume an operation with --operation-id alone (its stored deadline and budgets "
-    "apply). --detach records it for `waitbound worker` and exits 4.\n\n" + EXIT_CODES_HELP
+    "apply). --detach records it for `waitbound worker` and exits 4.\n\n"
+    + DURATION_HELP
+    + "\n\n"
+    + EXIT_CODES_HELP
 )
 @click.argument("status_url", required=False)
 @PROFILE_OPTIONS
@@ -131,7 +146,7 @@ def _submit_options(function: Any) -> Any:
 @click.option(
     "--first-poll-after",
     callback=duration,
-    metavar="SECONDS",
+    metavar="DURATION",
     help="You already hold a fresh answer: send the first status request this long after "
     "the start, not at once (less than --deadline) [default: 0s].",
 )
@@ -207,6 +222,7 @@ def wait(  # noqa: PLR0917 - click passes every option
             ),
             create=True,
             header_names=names,
+            memory=DETACHED_IN_MEMORY,
         )
         return print_outcome(started, as_json)
     sink = Progress(progress, every_event=every_event, as_json=as_json, follow=follow)
@@ -234,6 +250,7 @@ def wait(  # noqa: PLR0917 - click passes every option
         create=operation is not None,
         header_names=names,
         progress=sink,
+        memory=None if operation is not None else MEMORY_EMPTY,
     )
     return print_outcome(outcome, as_json, option_costs(record))
 
@@ -303,7 +320,10 @@ def _submitted(record: Record, as_json: bool, hint: str) -> int:
 
 
 def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> int:
-    """The body of ``submit`` and ``run``: they take the same flags."""
+    """The body of ``submit`` and ``run``: they take the same flags. ``run --detach``
+    submits as ``submit`` does and prints what ``wait --detach`` prints (exit 4)."""
+    detach = bool(flags.pop("detach", False))
+    waits = wait_for_outcome and not detach
     sent = [parse_header(h) for h in flags.pop("headers")]
     http = http_settings(flags.pop("max_response_bytes"))
     submission = _submission(flags)
@@ -316,9 +336,9 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
         as_json=as_json,
         follow=flags.pop("follow"),
     )
-    if wait_for_outcome:
+    if waits:
         sink.start(op_id)
-    send = waitbound.run if wait_for_outcome else waitbound.submit
+    send = waitbound.run if waits else waitbound.submit
     store = flags.pop("store")
     names = header_names(sent)
 
@@ -334,8 +354,11 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
         )
         return outcome, opened.get(op_id)
 
-    outcome, record = drive(op_id, store, act, create=True, header_names=names, progress=sink)
-    if outcome.done or record is None:
+    memory = None if waits else DETACHED_IN_MEMORY if detach else SUBMITTED_IN_MEMORY
+    outcome, record = drive(
+        op_id, store, act, create=True, header_names=names, progress=sink, memory=memory
+    )
+    if outcome.done or record is None or detach:
         return print_outcome(outcome, as_json, option_costs(record))
     return _submitted(record, as_json, resume_hint(op_id, store, names))
 
@@ -345,7 +368,7 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
     "The operation is stored before the request is sent. With --json, prints the "
     "operation id, job id and status URL. Wait for it with the `waitbound wait "
     "--operation-id …` it prints. Exit 0 once submitted; an answer that ends the job "
-    "at once exits as `wait` does.\n\n" + EXIT_CODES_HELP
+    "at once exits as `wait` does.\n\n" + DURATION_HELP + "\n\n" + EXIT_CODES_HELP
 )
 @_submit_options
 @PROFILE_OPTIONS
@@ -358,12 +381,22 @@ def submit(**flags: Any) -> int:
 
 @click.command(
     help="Submit a job (METHOD URL), then wait on it: `submit` and `wait` in one command.\n\n"
-    "Same flags as `submit`; same output as `wait`.\n\n" + EXIT_CODES_HELP
+    "Same flags as `submit`; same output as `wait`. --detach submits and records the "
+    "job for `waitbound worker`, prints it as `wait --detach` does and exits 4 at once "
+    "(or as `wait` does when the first answer already ended it).\n\n"
+    + DURATION_HELP
+    + "\n\n"
+    + EXIT_CODES_HELP
 )
 @_submit_options
 @PROFILE_OPTIONS
 @POLICY_OPTIONS
 @RUN_OPTIONS
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="Submit and record the job for `waitbound worker`; exit 4 at once.",
+)
 @_push_options
 def run(**flags: Any) -> int:
     return _submit_and_maybe_wait(flags, wait_for_outcome=True)

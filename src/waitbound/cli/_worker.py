@@ -26,10 +26,12 @@ from waitbound.cli._common import (
     store_failed,
 )
 from waitbound.cli._credentials import OriginCredentials, from_flags, load_credentials
-from waitbound.cli._params import STORED_TEXT, duration
+from waitbound.cli._params import DURATION_HELP, STORED_TEXT, NumberRange, WholeRange, duration
 from waitbound.cli._render import worker_summary_lines
 
-__all__ = ["DRIVE_OPTIONS", "worker"]
+__all__ = ["DRIVE_OPTIONS", "WORKER_IN_MEMORY", "worker"]
+
+WORKER_IN_MEMORY = "no other command can add an operation to it, so a worker has nothing to drive"
 
 
 def credentials(
@@ -47,14 +49,32 @@ def credentials(
 
 
 DRIVE_OPTIONS = options(
-    click.option("--concurrency", type=click.IntRange(1, 10_000), default=16, show_default=True),
-    click.option("--lease", callback=duration, default="30s", show_default=True),
     click.option(
-        "--per-origin-concurrency", type=click.IntRange(1, 10_000), default=8, show_default=True
+        "--concurrency",
+        type=WholeRange(1, 10_000),
+        default=16,
+        show_default=True,
+        help="Operations driven at once: requests in flight together (1 to 10000).",
+    ),
+    click.option(
+        "--lease",
+        callback=duration,
+        default="30s",
+        show_default=True,
+        metavar="DURATION",
+        help="How long a reserved operation is this worker's; a request's timeout ends 1 s "
+        "before it (a tenth of the lease when shorter).",
+    ),
+    click.option(
+        "--per-origin-concurrency",
+        type=WholeRange(1, 10_000),
+        default=8,
+        show_default=True,
+        help="Requests in flight together to one origin (1 to 10000).",
     ),
     click.option(
         "--per-origin-rate",
-        type=click.FloatRange(min=0.001),
+        type=NumberRange(min=0.001, max=1_000_000),
         default=20.0,
         show_default=True,
         help="Requests per second to one origin (per worker).",
@@ -90,6 +110,8 @@ DRIVE_OPTIONS = options(
     "--credentials FILE): an operation gets only those of the origin it named. "
     "SIGTERM or Ctrl-C: the requests in flight finish and are persisted, leases are "
     "released, and the worker prints its summary and exits 0. The store must exist.\n\n"
+    + DURATION_HELP
+    + "\n\n"
     "With $WAITBOUND_NOTIFY_SECRET (whsec_…) set, the worker also delivers the store's "
     "completion webhooks (operations created with --notify URL), signed with it and "
     "retried with backoff; without it they stay pending (see `waitbound deliveries`).\n\n"
@@ -145,7 +167,7 @@ def worker(  # noqa: PLR0917 - click passes every option
             finished[str(event.data["outcome"])] += 1
         sink(event)
 
-    with opened_store(store, then="start the worker again") as opened:
+    with opened_store(store, then="start the worker again", memory=WORKER_IN_MEMORY) as opened:
 
         async def main() -> int:
             nonlocal stopped
@@ -166,7 +188,8 @@ def worker(  # noqa: PLR0917 - click passes every option
                     settings=settings,
                     # PostgreSQL: LISTEN/NOTIFY wakes it for new and resumed operations
                     wake=getattr(opened, "wait_for_wakeup", None),
-                    headers=per_origin,
+                    # none held: no story line says a request went without them
+                    headers=per_origin if per_origin.table else None,
                     on_event=on_event,
                     stop=stop,
                     http=http,

@@ -20,7 +20,7 @@ from typing import Final
 from waitbound._escalations import Escalation
 from waitbound._json import JSON
 from waitbound._outcome import OutcomeKind
-from waitbound._record import Phase, Record
+from waitbound._record import Phase, Record, reported_counts
 from waitbound._secrets import REDACTED
 from waitbound.mcp._config import LABEL_PREFIX
 
@@ -170,7 +170,7 @@ def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
             )
             answer["next_tool"] = "start_job"
         return answer
-    answer["counts"] = bounded(dict(record.counts) if record.counts else None, SMALL_CHARS)[0]
+    answer["counts"] = bounded(reported_counts(record.counts), SMALL_CHARS)[0]
     if outcome.result_url is not None:
         answer["result_url"] = bounded(outcome.result_url, SMALL_CHARS)[0]
     message = outcome.message

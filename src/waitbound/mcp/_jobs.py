@@ -91,6 +91,7 @@ class Jobs:
         self.http = http or HttpSettings(max_body_bytes=config.max_response_bytes)
         self._changed = anyio.Event()
         self._secrets = config.secrets()
+        self._holds_credentials = any(p.headers for p in config.providers.values())
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -144,7 +145,8 @@ class Jobs:
         await work(
             self.store,
             settings=replace(settings or WorkerSettings(), label_prefix=LABEL_PREFIX),
-            headers=self.credentials,
+            # none configured: no story line says a request went without them
+            headers=self.credentials if self._holds_credentials else None,
             client=self.client,
             clock=self.clock,
             rng=self.rng,

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, Final, Self
 from urllib.parse import parse_qs, urlsplit
 
 from waitbound._clock import Clock, SystemClock
@@ -82,14 +82,22 @@ class RequestLogEntry:
         return dataclasses.asdict(self) | {"at": _rfc3339(self.at), "headers": dict(self.headers)}
 
 
+_IDENTIFYING: Final = frozenset({"idempotency-key"})
+"""Headers no credential, but kept out of the log all the same: the name has ``key``."""
+
+
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """*headers* with every credential's value replaced by ``[redacted]``; names kept.
 
-    Credentials are the headers :func:`waitbound._secrets.is_credential` names (such as
-    ``Authorization`` and ``X-Api-Key``, but not ``Idempotency-Key``, which identifies
-    a request and is kept so tests can compare it).
+    Redacted: the headers :func:`waitbound._secrets.is_credential` names (such as
+    ``Authorization`` and ``X-Api-Key``) and ``Idempotency-Key`` — every name with
+    ``key``, ``token``, ``secret``, ``auth``, ``signature`` or ``password`` in it, as
+    ``docs/cli.md`` says. The names stay, so a test can check which headers were sent.
     """
-    return {name: REDACTED if is_credential(name) else value for name, value in headers.items()}
+    return {
+        name: REDACTED if is_credential(name) or name.lower() in _IDENTIFYING else value
+        for name, value in headers.items()
+    }
 
 
 def _render(value: JSON, expand: Callable[[str], str]) -> JSON:

@@ -19,7 +19,6 @@ session's CSRF token.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -42,6 +41,7 @@ from waitbound._errors import (
     UsageError,
 )
 from waitbound._escalations import SCAN_LIMIT
+from waitbound._numbers import parse_integer, parse_number
 from waitbound._outcome import OutcomeKind
 from waitbound._record import Record
 from waitbound._story import chain_status, printable
@@ -455,16 +455,19 @@ def _decision_fields(
     text = form.get("minutes", "").strip()
     if text:
         try:
-            minutes = float(text)
-        except ValueError:
-            raise UsageError(f"minutes must be a number, got {text[:20]!r}") from None
-        if not math.isfinite(minutes) or minutes <= 0:
+            minutes = parse_number(text)
+        except ValueError as exc:
+            raise UsageError(f"minutes must be a number: {exc}") from None
+        if minutes <= 0:
             raise UsageError("minutes must be a positive number")
     checks: int | None = None
     text = form.get("checks", "").strip()
     if text:
-        checks = _int(text)
-        if checks is None or checks < 1:
+        try:
+            checks = parse_integer(text)
+        except ValueError as exc:
+            raise UsageError(f"checks must be a whole number of at least 1: {exc}") from None
+        if checks < 1:
             raise UsageError(f"checks must be a whole number of at least 1, got {text[:20]!r}")
     by = principal.name
     if principal.session is None and form.get("by", "").strip():

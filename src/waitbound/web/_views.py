@@ -22,7 +22,7 @@ from waitbound._json import JSON, show
 from waitbound._options import RESUMING, Option, option_costs, suggested_grant
 from waitbound._outcome import OutcomeKind
 from waitbound._push import InboundDelivery, OutboxEntry
-from waitbound._record import Decision, Record
+from waitbound._record import Decision, Record, reported_counts
 from waitbound._story import event_details, printable, timestamp
 from waitbound._urls import redact_url
 
@@ -410,7 +410,7 @@ def _answer(record: Record) -> tuple[tuple[str, str], ...]:
         ("progress", record.progress),
         ("result", record.result),
         ("error", record.error),
-        ("counts", record.counts),
+        ("counts", reported_counts(record.counts)),
         ("usage", record.usage),
         ("errors", record.errors),
     ]
