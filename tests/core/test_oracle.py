@@ -1,0 +1,359 @@
+"""The honesty oracle (issue 20): random provider scripts, random human decisions,
+cancels, kills and resumes, driven through the real API and stores; after every step
+and at every outcome, each claim waitbound makes is checked against the provider's
+log (``tests/core/oracle.py`` has the model and the checks).
+
+It runs in ``make test`` with a fixed seed and a bounded number of examples. For a
+longer hunt: ``WAITBOUND_ORACLE_EXAMPLES=2000 pytest tests/core/test_oracle.py
+--hypothesis-seed=N`` (see docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from tests.core.oracle import (
+    FIRST_STATUS,
+    JOB,
+    OUTPUT,
+    RESULT_BODY,
+    OP,
+    RESUMING,
+    Kill,
+    Reply,
+    World,
+    check,
+    status,
+)
+from waitbound import MemoryStore, SQLiteStore, Store
+
+EXAMPLES = int(os.environ.get("WAITBOUND_ORACLE_EXAMPLES", "0"))
+"""More examples on demand; unset, a fixed seed and a bounded count (``make test``)."""
+
+
+def oracle_settings(examples: int, steps: int = 20) -> settings:
+    return settings(
+        max_examples=EXAMPLES or examples,
+        stateful_step_count=steps,
+        derandomize=not EXAMPLES,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        print_blob=True,
+    )
+
+
+# --- what the provider may say ------------------------------------------------------
+
+HINTS: list[tuple[tuple[str, str], ...]] = [
+    (),
+    (),
+    (),
+    (),
+    (("Retry-After", "3"),),
+    (("Retry-After", "date+4"),),
+    (("retry-after-ms", "1500"),),
+    (("Retry-After", "soon"),),
+    (("Retry-After", "-1"),),
+    (("Retry-After", "400"),),
+    (("Retry-After", "0"),),
+]
+BODY_HINTS: list[dict[str, object]] = [{}, {}, {}, {"poll_after": 2}, {"poll_after": "later"},
+                                       {"poll_after": 900}]  # fmt: skip
+
+
+@st.composite
+def running(draw: st.DrawFn, moving: bool) -> Reply:
+    state = draw(st.sampled_from(["running", "queued"]))
+    body = status(state, **draw(st.sampled_from(BODY_HINTS)))
+    cancelable = draw(st.sampled_from([None, True, True, False]))
+    if cancelable is not None:
+        body["can_cancel"] = cancelable
+    location = draw(st.sampled_from([None, None, "/s/2", "/s/3", FIRST_STATUS])) if moving else None
+    return Reply(
+        state,
+        draw(st.sampled_from([200, 202])),
+        body,
+        headers=draw(st.sampled_from(HINTS)),
+        latency_s=draw(st.sampled_from([0.0, 0.0, 0.0, 0.5, 30.0])),
+        location=location,
+    )
+
+
+ENDINGS = [
+    Reply("done", 200, status("done", output=OUTPUT)),
+    Reply("done_bare", 200, status("done")),
+    Reply("done_error", 200, status("done", output=OUTPUT, error={"code": "E"})),
+    Reply("partial", 200, status("partial", output=OUTPUT)),
+    Reply("failed", 200, status("failed", error={"code": "E_CODEC"})),
+    Reply("canceled", 200, status("canceled")),
+    Reply("expired", 200, status("expired")),
+    Reply("mystery", 200, status("paused")),
+]
+TROUBLES = [
+    Reply("no_state", 200, {"id": JOB}),
+    Reply("404", 404, {"error": "not found"}),
+    Reply("410", 410, None),
+    Reply("401", 401, {"error": "bad token"}),
+    Reply("403", 403, None),
+    Reply("400", 400, {"error": "bad request"}),
+    Reply("429", 429, None),
+    Reply("429_hint", 429, None, headers=(("Retry-After", "5"),)),
+    Reply("503", 503, None),
+    Reply("503_hint", 503, None, headers=(("Retry-After", "date+6"),)),
+    Reply("500", 500, {"error": "boom"}),
+    Reply("empty", 200, None),
+    Reply("garbage", 200, b"{not json"),
+    Reply("list", 200, [1, 2]),
+    Reply("drop", None, error="drop"),
+    Reply("refused", None, error="refused"),
+    Reply("slow", 200, status("running"), latency_s=60.0),
+]
+
+
+def status_replies(moving: bool) -> st.SearchStrategy[Reply]:
+    return st.one_of(
+        running(moving),
+        running(moving),
+        running(moving),
+        st.sampled_from(ENDINGS),
+        st.sampled_from(ENDINGS),
+        st.sampled_from(TROUBLES),
+    )
+
+
+RESULTS = st.sampled_from(
+    [
+        Reply("result", 200, RESULT_BODY),
+        Reply("result", 200, RESULT_BODY),
+        Reply("409", 409, {"error": "not ready"}),
+        Reply("409_hint", 409, None, headers=(("Retry-After", "2"),)),
+        Reply("425", 425, None),
+        Reply("404", 404, None),
+        Reply("500", 500, None),
+        Reply("429", 429, None),
+        Reply("empty", 200, None),
+        Reply("garbage", 200, b"<html>"),
+        Reply("drop", None, error="drop"),
+    ]
+)
+CANCELS = st.sampled_from(
+    [
+        Reply("accepted", 202, {}),
+        Reply("accepted", 200, {"status": "canceling"}),
+        Reply("refused", 409, {"error": "not cancelable"}),
+        Reply("404", 404, None),
+        Reply("500", 500, None),
+        Reply("drop", None, error="drop"),
+    ]
+)
+SUBMITS = st.sampled_from(
+    [
+        Reply("receipt", 202, {"id": JOB}, location=FIRST_STATUS),
+        Reply("receipt", 202, {"id": JOB}, headers=(("Retry-After", "2"),), location=FIRST_STATUS),
+        Reply("receipt", 201, status("queued"), location=FIRST_STATUS),
+        Reply("500", 500, None),
+        Reply("400", 400, {"error": "bad body"}),
+        Reply("429", 429, None),
+        Reply("drop", None, error="drop"),
+    ]
+)
+KILLS = st.one_of(
+    st.none(),
+    st.none(),
+    st.builds(Kill, at=st.integers(1, 4), where=st.sampled_from(["reserved", "answered"])),
+)
+OPTIONS = st.sampled_from(
+    [
+        "extend", "extend", "cancel", "cancel", "treat_as_pending", "mark_succeeded",
+        "mark_failed", "resume_with_credentials", "resume_with_profile",
+        "fetch_result_again", "abandon", "decline",
+    ]
+)  # fmt: skip
+USUAL_MINUTES = st.sampled_from([None, None, 1, 2, 0.5, 30])
+MINUTES = st.one_of(
+    USUAL_MINUTES,
+    USUAL_MINUTES,
+    USUAL_MINUTES,
+    st.sampled_from([1e-12, 1e-6, 0.001, 0.02, 1e6, 0, -1, float("nan"), float("inf")]),
+)
+"""Grants of every size: mostly ones a person would give, then tiny, huge and bad ones."""
+USUAL_CHECKS = st.sampled_from([None, None, 1, 2, 3])
+CHECKS = st.one_of(USUAL_CHECKS, USUAL_CHECKS, USUAL_CHECKS, st.sampled_from([6, 0, -1, 10**6]))
+PAUSES = st.sampled_from([1.0, 30.0, 300.0, 7200.0, 7200.0, 8 * 24 * 3600.0])
+
+
+class Oracle(RuleBasedStateMachine):
+    """One operation, driven by random scripts and decisions; checked after each step."""
+
+    store_kind = "memory"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.world: World | None = None
+        self.directory: str | None = None
+        self.store: Store | None = None
+
+    def new_store(self) -> Store:
+        if self.store_kind == "sqlite":
+            self.directory = tempfile.mkdtemp(prefix="oracle-")
+            return SQLiteStore(Path(self.directory) / "oracle.db")
+        return MemoryStore()
+
+    @initialize(
+        variant=st.sampled_from(["inline", "fetched"]),
+        via_submit=st.booleans(),
+        seed=st.integers(0, 3),
+    )
+    def begin(self, variant: str, via_submit: bool, seed: int) -> None:
+        self.store = self.new_store()
+        self.world = World(self.store, variant=variant, via_submit=via_submit, seed=seed)
+
+    @property
+    def w(self) -> World:
+        assert self.world is not None
+        return self.world
+
+    @rule(data=st.data(), kill=KILLS)
+    def wait(self, data: st.DataObject, kill: Kill | None) -> None:
+        """``waitbound wait`` (``run``) with the provider's next answers drawn."""
+        self._wait(data, kill)
+
+    @rule(data=st.data())
+    def wait_to_the_end(self, data: st.DataObject) -> None:
+        """``waitbound wait`` that nobody stops."""
+        self._wait(data, None)
+
+    def _wait(self, data: st.DataObject, kill: Kill | None) -> None:
+        moving = self.w.via_submit
+        self.w.drive(
+            status=data.draw(st.lists(status_replies(moving), min_size=1, max_size=5)),
+            result=data.draw(st.lists(RESULTS, max_size=2)),
+            cancel=data.draw(st.lists(CANCELS, max_size=2)),
+            submit=data.draw(st.lists(SUBMITS, max_size=2)) if not self.w.started else (),
+            kill=kill,
+        )
+
+    def asks(self) -> bool:
+        """Whether a decision request is open (a person is asked)."""
+        record = self.store.get(OP) if self.world is not None and self.store else None
+        return record is not None and record.decision_request is not None
+
+    @precondition(asks)
+    @rule(
+        data=st.data(),
+        minutes=MINUTES,
+        checks=CHECKS,
+        late=st.sampled_from([None, None, None, 60.0, 3 * 3600.0]),
+    )
+    def decide(self, data: st.DataObject, minutes: Any, checks: Any, late: float | None) -> None:
+        """``waitbound decide`` on an open request: mostly an option on offer, sometimes
+        any; any grant, in or out of its window."""
+        offered = self.w.record.to_outcome().options
+        if offered and data.draw(st.integers(0, 4)):
+            option = data.draw(st.sampled_from(offered))
+        else:
+            option = data.draw(OPTIONS)
+        if option not in RESUMING and data.draw(st.integers(0, 4)):
+            minutes = checks = None  # a grant where none applies, now and then
+        if late is not None:
+            self.w.advance(late)
+        self._decide(option, minutes, checks)
+
+    @precondition(lambda self: self.world is not None and self.world.started)
+    @rule(option=OPTIONS, minutes=MINUTES, checks=CHECKS)
+    def decide_anything(self, option: str, minutes: Any, checks: Any) -> None:
+        """``waitbound decide`` at any moment with any option: refused without a change
+        unless it is open."""
+        self._decide(option, minutes, checks)
+
+    def _decide(self, option: str, minutes: Any, checks: Any) -> None:
+        self.w.decide(
+            option,
+            minutes=minutes,
+            checks=checks,
+            profile=option == "resume_with_profile",
+            credential=option == "resume_with_credentials",
+        )
+
+    def cancel_makes_sense(self) -> bool:
+        """The operation runs, or its options list cancel (elsewhere a refusal is sure)."""
+        record = self.store.get(OP) if self.world is not None and self.store else None
+        return record is not None and (
+            not record.is_finished or "cancel" in record.to_outcome().options
+        )
+
+    @precondition(cancel_makes_sense)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        """``waitbound cancel``: refused where it must be, else carried out and told."""
+        self.w.cancel(
+            cancel=data.draw(st.lists(CANCELS, min_size=1, max_size=2)),
+            status=data.draw(st.lists(status_replies(self.w.via_submit), max_size=3)),
+        )
+
+    @precondition(lambda self: self.world is not None and self.world.started)
+    @rule()
+    def look(self) -> None:
+        """``waitbound check``."""
+        self.w.look()
+
+    @precondition(lambda self: self.world is not None and self.world.started)
+    @rule()
+    def escalations(self) -> None:
+        """``waitbound escalations`` (closes requests past their due time)."""
+        self.w.escalations()
+
+    @rule(seconds=PAUSES)
+    def pause(self, seconds: float) -> None:
+        """Time passes; nobody acts."""
+        self.w.advance(seconds)
+
+    @invariant()
+    def honest(self) -> None:
+        if self.world is not None and self.world.started and self.store is not None:
+            record = self.store.get(OP)
+            if record is not None:
+                check(self.world, record)
+
+    def teardown(self) -> None:
+        if self.world is not None:
+            self.world.client.close()
+        if self.store is not None:
+            self.store.close()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class SQLiteOracle(Oracle):
+    store_kind = "sqlite"
+
+
+def test_the_oracle_finds_every_claim_true_on_the_memory_store() -> None:
+    """Random scripts, decisions, cancels, kills and resumes on the memory store: every
+    outcome's kind, reason and words are true of the provider's log."""
+    run_state_machine_as_test(Oracle, settings=oracle_settings(80))
+
+
+def test_the_oracle_finds_every_claim_true_on_the_sqlite_store() -> None:
+    """The same oracle on SQLite: a record that went through the store says no more."""
+    run_state_machine_as_test(SQLiteOracle, settings=oracle_settings(20))
+
+
+_ = pytest
