@@ -11,11 +11,10 @@ seeded jitter, and requests carried out inline (no thread, no real-time timeout)
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -154,8 +153,11 @@ def says(reply: Reply, *, inline: bool) -> str:
 
 
 def result_ok(reply: Reply) -> bool:
-    """Whether a result reply delivers the result document (2xx, a JSON object)."""
-    return reply.code is not None and 200 <= reply.code < 300 and isinstance(reply.body, dict)
+    """Whether a result reply delivers a result: a 2xx with a body (JSON or text). An
+    empty answer is no evidence of anything (issue 20: an empty final resource is never
+    success)."""
+    ok = reply.code is not None and 200 <= reply.code < 300
+    return ok and reply.body is not None and reply.body not in (b"", {})
 
 
 @dataclass
@@ -213,7 +215,9 @@ class Provider:
         kind = self.endpoint(request)
         queue = self.scripts[kind]
         reply = queue.pop(0) if len(queue) > 1 else queue[0]
-        hit = Hit(len(self.log) + 1, kind, request.method, request.url.path, self.clock.now(), reply)
+        hit = Hit(
+            len(self.log) + 1, kind, request.method, request.url.path, self.clock.now(), reply
+        )
         self.log.append(hit)
         timeout = request.extensions.get("timeout", {}).get("read")
         if timeout is not None and reply.latency_s > timeout:
@@ -441,7 +445,7 @@ class World:
             with self._inline_sends():
                 waitbound.cancel(OP, reason="oracle", requested_by="ana", **self._common())
         except UsageError as exc:
-            assert "\n" not in str(exc)
+            one_line(exc)
             refusal_is_offered_nowhere(offered, exc)
             assert self.record.version == record.version, "a refused cancel changed the record"
             self._end(before)
@@ -453,7 +457,9 @@ class World:
         """``waitbound check``: one bounded look (at most one request)."""
         before = self._begin()
         with self._inline_sends():
-            waitbound.check(OP, store=self.store, client=self.client, clock=self.clock, rng=self.rng)
+            waitbound.check(
+                OP, store=self.store, client=self.client, clock=self.clock, rng=self.rng
+            )
         after = self._end(before)
         assert len(self.provider.log) - before.log <= 1, "a check sent more than one request"
         return after
@@ -493,7 +499,7 @@ class World:
                 **kwargs,
             )  # fmt: skip
         except (UsageError, DecisionConflictError) as exc:
-            assert "\n" not in str(exc), "a refusal is one line"
+            one_line(exc)
             after = self.record
             expired = after.decisions and after.decisions[-1].option == "decision_timeout"
             assert after.version == record.version or expired, "a refused decision changed it"
@@ -505,7 +511,7 @@ class World:
         granted = 0
         if resuming:
             granted = checks if checks is not None else max(1, self.policy.max_requests // 3)
-            self._check_grant(record, after, option, now, minutes, granted)
+            self._check_grant(record, after, option, now=now, minutes=minutes, checks=granted)
         decided = Decided(option, now, len(self.provider.log), resuming, granted)
         self.decisions.append(decided)
         if option == "cancel":
@@ -515,7 +521,8 @@ class World:
             self.closed_at_log = None
         if option in ("mark_succeeded", "mark_failed"):
             kind = OutcomeKind.SUCCEEDED if option == "mark_succeeded" else OutcomeKind.FAILED
-            assert after.outcome is kind and after.decided_by == "ana"
+            assert after.outcome is kind
+            assert after.decided_by == "ana"
         if option == "abandon":
             assert (after.outcome, after.reason) == (record.outcome, record.reason)
             assert after.decision_request is None
@@ -523,7 +530,7 @@ class World:
         return True
 
     def _check_grant(
-        self, record: Record, after: Record, option: str, now: datetime,
+        self, record: Record, after: Record, option: str, *, now: datetime,
         minutes: float | None, checks: int,
     ) -> None:  # fmt: skip
         """A resuming grant took effect: due again, with exactly the checks granted and a
@@ -535,10 +542,7 @@ class World:
         if minutes is not None:
             latest = max(record.deadline_at, now + timedelta(minutes=minutes))
             assert after.deadline_at <= latest + timedelta(seconds=1)
-        assert (after.stop_at - now).total_seconds() >= self.policy.floor_s, (
-            f"{option} was granted a window of {(after.stop_at - now).total_seconds():g}s, "
-            f"less than one request's floor ({self.policy.floor_s:g}s): a grant that gives nothing"
-        )
+        grant_gives_time(option, (after.stop_at - now).total_seconds(), self.policy.floor_s)
         if option == "cancel":
             assert after.cancel_due
 
@@ -589,11 +593,26 @@ class World:
 # --- the checks ---------------------------------------------------------------------
 
 
+def one_line(exc: Exception) -> None:
+    """A refusal is one line (never a traceback)."""
+    assert "\n" not in str(exc), f"a refusal of more than one line: {exc!r}"
+
+
+def grant_gives_time(option: str, window_s: float, floor_s: float) -> None:
+    """An accepted grant leaves at least one request's floor before the deadline: a
+    grant never costs one of ``max_extensions`` and gives nothing (issue 20)."""
+    assert window_s >= floor_s, (
+        f"{option} was granted a window of {window_s:g}s, less than one request's floor "
+        f"({floor_s:g}s): a grant that gives nothing"
+    )
+
+
 def refusal_is_offered_nowhere(offered: Sequence[str], exc: Exception) -> None:
     """``waitbound cancel`` refuses only what no decision offers as ``cancel``."""
     assert "cancel" not in offered, (
         f"waitbound cancel refused ({exc}) an operation whose options list cancel"
     )
+
 
 NOT_COMPLETE_WORDS = (
     "not complete",
@@ -606,9 +625,13 @@ NOT_COMPLETE_WORDS = (
 
 def words(record: Record) -> str:
     """Everything the outcome says in words: its message and its error's detail."""
-    outcome = record.to_outcome()
-    detail = record.error.get("detail") if isinstance(record.error, dict) else None
-    return f"{outcome.message} {detail or ''}".lower()
+    return f"{record.to_outcome().message} {detail(record)}".lower()
+
+
+def detail(record: Record) -> str:
+    """Why the outcome is what it is, in words (the error's detail), lower-case."""
+    found = record.error.get("detail") if isinstance(record.error, dict) else None
+    return str(found or "").lower()
 
 
 @dataclass
@@ -715,13 +738,16 @@ def check_outcome(world: World, record: Record, facts: Seen) -> None:
                 assert record.result == OUTPUT, story
             else:
                 assert got_result, f"succeeded without the result answer: {story}"
-                assert record.result == got_result[0].reply.body, story
+                if isinstance(got_result[0].reply.body, dict):
+                    assert record.result == got_result[0].reply.body, story
         case OutcomeKind.COMPLETED_WITH_ERRORS:
             assert facts.said(PARTIAL), story
             if not world.inline:
                 assert got_result, f"completed without the result answer: {story}"
         case OutcomeKind.FAILED if not person:
-            refused_submit = [h for h in facts.submit if h.delivered and 400 <= (h.reply.code or 0) < 500]
+            refused_submit = [
+                h for h in facts.submit if h.delivered and 400 <= (h.reply.code or 0) < 500
+            ]
             assert facts.said(FAILED) or refused_submit, f"failed, never said: {story}"
         case OutcomeKind.CANCELED:
             assert facts.said(CANCELED), f"canceled, but the provider never said so: {story}"
@@ -767,7 +793,8 @@ def _reason_is_true(world: World, record: Record, facts: Seen, reason: Reason) -
             return bool(facts.said(BARE_SUCCESS)) or fetched_late
         case Reason.INTEGRATION_FAILURE:
             odd = facts.said(INVISIBLE, UNREADABLE, UNEXPLAINED)
-            bad_result = [h for h in facts.result if h.delivered and not result_ok(h.reply)]
+            bad_result = [h for h in facts.result if h.delivered and not result_ok(h.reply)
+                          and h.reply.code not in (409, 425, 429)]  # fmt: skip
             bad_submit = [h for h in facts.submit if h.delivered]
             return bool(odd or bad_result or bad_submit)
         case Reason.RESULT_UNCONFIRMED:
@@ -784,12 +811,15 @@ def _reason_is_true(world: World, record: Record, facts: Seen, reason: Reason) -
 def _decisions_took_effect(
     world: World, record: Record, facts: Seen, said: str, story: str
 ) -> None:
-    """A person's cancel (or result fetch) was carried out, or the outcome says why not."""
+    """A person's cancel (or result fetch) was carried out, or the outcome says why not
+    (in its detail: the options it lists are no explanation)."""
+    said = detail(record)
     if record.decided_by is not None or record.outcome in (
         OutcomeKind.SUCCEEDED, OutcomeKind.COMPLETED_WITH_ERRORS, OutcomeKind.FAILED,
         OutcomeKind.CANCELED, OutcomeKind.EXPIRED,
     ):  # fmt: skip
         return
+    story = f"{story}; detail: {said!r}"
     for asked in world.cancels:
         answers = [h for h in facts.cancel if h.n > asked.log_at]
         accepted = [h for h in answers if h.delivered and 200 <= (h.reply.code or 0) < 300]
@@ -823,4 +853,3 @@ def sqlite_store(directory: Path) -> SQLiteStore:
 
 def memory_store() -> MemoryStore:
     return MemoryStore()
-

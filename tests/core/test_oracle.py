@@ -31,17 +31,21 @@ from hypothesis.stateful import (
 from tests.core.oracle import (
     FIRST_STATUS,
     JOB,
+    OP,
     OUTPUT,
     RESULT_BODY,
-    OP,
     RESUMING,
     Kill,
     Reply,
     World,
     check,
+    detail,
     status,
+    words,
 )
-from waitbound import MemoryStore, SQLiteStore, Store
+from tests.core.test_protocol import ACTION_URL, MONITOR, RESOURCE, SUBMIT, Drive, drive
+from tests.core.test_protocol import Reply as Reply_
+from waitbound import FinalStateVia, MemoryStore, OutcomeKind, Policy, Reason, SQLiteStore, Store
 
 EXAMPLES = int(os.environ.get("WAITBOUND_ORACLE_EXAMPLES", "0"))
 """More examples on demand; unset, a fixed seed and a bounded count (``make test``)."""
@@ -265,12 +269,11 @@ class Oracle(RuleBasedStateMachine):
     def decide(self, data: st.DataObject, minutes: Any, checks: Any, late: float | None) -> None:
         """``waitbound decide`` on an open request: mostly an option on offer, sometimes
         any; any grant, in or out of its window."""
-        offered = self.w.record.to_outcome().options
-        if offered and data.draw(st.integers(0, 4)):
-            option = data.draw(st.sampled_from(offered))
-        else:
-            option = data.draw(OPTIONS)
-        if option not in RESUMING and data.draw(st.integers(0, 4)):
+        offered = list(self.w.record.to_outcome().options)
+        on_offer: int = data.draw(st.integers(0, 4))
+        option: str = data.draw(st.sampled_from(offered) if offered and on_offer else OPTIONS)
+        no_grant: int = data.draw(st.integers(0, 4))
+        if option not in RESUMING and no_grant:
             minutes = checks = None  # a grant where none applies, now and then
         if late is not None:
             self.w.advance(late)
@@ -356,4 +359,187 @@ def test_the_oracle_finds_every_claim_true_on_the_sqlite_store() -> None:
     run_state_machine_as_test(SQLiteOracle, settings=oracle_settings(20))
 
 
-_ = pytest
+# --- the faults issue 20 lists, each through the same checks ----------------------
+#
+# Each test below plays one of the faults of issue 20's first section on a World (the
+# oracle's checks run after every step), or, for the Azure protocol cases, on the
+# protocol tests' scripted web with the same checks of the words and the evidence.
+
+RUNNING = Reply("running", 200, status("running", can_cancel=True))
+DONE = Reply("done", 200, status("done", output=OUTPUT))
+NOT_READY = Reply("409", 409, {"error": "not ready"})
+CANCELED = Reply("canceled", 200, status("canceled"))
+
+
+def memory_world(variant: str = "inline", **policy: Any) -> World:
+    settings_: dict[str, Any] = {
+        "deadline_s": 120, "max_requests": 6, "max_transport_failures": 2,
+        "max_rate_limited": 2, "base_delay_s": 1, "max_delay_s": 8,
+        "request_timeout_s": 10, "not_found_grace_s": 5, "lease_s": 5,
+    }  # fmt: skip
+    return World(MemoryStore(), variant=variant, policy=Policy(**(settings_ | policy)))
+
+
+def test_an_empty_result_answer_is_never_a_success() -> None:
+    """Fault 1's kind: the status says done, the result endpoint answers 200 with no body:
+    that is no evidence of a result, so the outcome is not succeeded."""
+    world = memory_world("fetched")
+    record = world.drive(status=[DONE], result=[Reply("empty", 200, None)])
+    assert record.outcome is not OutcomeKind.SUCCEEDED
+
+
+def test_untrue_words_after_a_success_whose_result_was_not_fetched() -> None:
+    """Fault 3: the status said done, then the result endpoint kept answering 409 until
+    the request budget ran out: the outcome never says the job is not complete."""
+    world = memory_world("fetched", max_requests=3)
+    record = world.drive(status=[DONE], result=[NOT_READY])
+    assert record.reason is Reason.REQUEST_BUDGET_EXHAUSTED
+    said = words(record)
+    assert "succeeded" in said, said
+
+
+def test_untrue_words_after_a_success_whose_result_answer_was_lost() -> None:
+    """Fault 3 (result_unconfirmed): the one result request's answer is lost to a kill;
+    the resumed operation stops result_unconfirmed, and its words do not call the job
+    incomplete."""
+    world = memory_world("fetched")
+    world.drive(status=[DONE], kill=Kill(at=2, where="answered"))
+    record = world.drive()
+    assert record.reason is Reason.RESULT_UNCONFIRMED
+    assert "succeeded" in words(record)
+
+
+def test_a_persons_cancel_after_budget_exhaustion_is_carried_out() -> None:
+    """Fault 4: after request_budget_exhausted, a person decides cancel with a grant of
+    one check: the cancel is sent and the job's end is learned (canceled), or the
+    outcome says what became of the cancel."""
+    world = memory_world(max_requests=2)
+    stopped = world.drive(status=[RUNNING])
+    assert stopped.reason is Reason.REQUEST_BUDGET_EXHAUSTED
+    assert world.decide("cancel", minutes=2, checks=1)
+    record = world.drive(status=[CANCELED], cancel=[Reply("accepted", 202, {})])
+    assert world.provider.hits("cancel")
+    assert record.outcome is OutcomeKind.CANCELED or "cancel" in detail(record)
+
+
+def test_a_persons_cancel_whose_window_passed_is_reported_not_sent() -> None:
+    """Fault 4: the grant's window passes before anyone runs wait: the cancel is never
+    sent, and the outcome says so."""
+    world = memory_world(max_requests=2)
+    world.drive(status=[RUNNING])
+    assert world.decide("cancel", minutes=1, checks=2)
+    world.advance(120)
+    record = world.drive(status=[CANCELED])
+    assert not world.provider.hits("cancel")
+    assert "cancel" in detail(record), words(record)
+
+
+def test_waitbound_cancel_accepts_what_the_options_offer_after_a_timeout() -> None:
+    """Fault 4: a timed_out operation whose options list cancel: ``waitbound cancel``
+    is not refused (the oracle checks every refusal against the options)."""
+    world = memory_world(deadline_s=10, base_delay_s=4, max_delay_s=4)
+    record = world.drive(status=[RUNNING])
+    assert record.outcome is OutcomeKind.TIMED_OUT
+    assert "cancel" in record.to_outcome().options
+    world.cancel(cancel=[Reply("accepted", 202, {})], status=[CANCELED])
+
+
+def test_a_cancel_the_provider_refuses_ends_the_wait_saying_so() -> None:
+    """Fault 4: ``waitbound cancel`` on a running job; the provider answers 409: the wait
+    ends promptly (not polling on until the budget is spent) and says the cancel was
+    refused."""
+    world = memory_world(max_requests=10)
+    world.drive(status=[RUNNING], kill=Kill(at=2, where="reserved"))
+    world.advance(30)
+    refused = Reply("refused", 409, {"error": "not cancelable"})
+    record = world.cancel(cancel=[refused], status=[RUNNING])
+    assert record is not None
+    cancel_hit = world.provider.hits("cancel")[-1]
+    after = [h for h in world.provider.hits("status") if h.n > cancel_hit.n]
+    assert len(after) <= 1, f"{len(after)} status requests after the refused cancel"
+    assert "cancel" in detail(record)
+
+
+@pytest.mark.parametrize("minutes", [1e-12, 1e-320, 1e-6])
+def test_a_grant_too_small_to_mean_anything_costs_no_grant(minutes: float) -> None:
+    """Fault 5: --minutes 1e-12 (and 1e-320): refused without using one of
+    max_extensions, or granted with at least one request's floor of time."""
+    world = memory_world(max_requests=2)
+    world.drive(status=[RUNNING])
+    world.advance(200)  # past the first deadline: the grant alone sets the new one
+    before = world.record.grants.extensions
+    if not world.decide("extend", minutes=minutes, checks=1):
+        assert world.record.grants.extensions == before
+
+
+def judged(result: Drive) -> Drive:
+    """The oracle's checks on a protocol drive: one outcome; succeeded only with an
+    answer that carried something; words that match the outcome."""
+    finished = result.events("finished")
+    assert len(finished) == 1, f"{len(finished)} outcomes"
+    outcome = result.outcome
+    if outcome.outcome is OutcomeKind.SUCCEEDED:
+        assert outcome.result is not None, "succeeded with nothing received"
+    else:
+        assert "SUCCEEDED" not in outcome.message
+    return result
+
+
+def test_an_empty_final_resource_is_never_a_success() -> None:
+    """Fault 1: a PUT answered 201 with an empty body and no polling header, whose
+    resource then answers 200 with an empty body, does not end succeeded."""
+    result = judged(drive({RESOURCE: [(201, None), (200, None)]}))
+    assert result.outcome.outcome is not OutcomeKind.SUCCEEDED
+    assert result.outcome.exit_code != 0
+
+
+MONITOR_FINAL = {"id": "op1", "status": "Succeeded", "endTime": "2026-01-01T12:00:05Z"}
+
+
+@pytest.mark.parametrize(
+    ("method", "header", "via"),
+    [
+        ("PUT", "Azure-AsyncOperation", FinalStateVia.AZURE_ASYNC_OPERATION),
+        ("POST", "Operation-Location", FinalStateVia.OPERATION_LOCATION),
+        ("DELETE", "Operation-Location", None),
+        ("POST", "Operation-Location", None),
+    ],
+    ids=["put-azure-async-operation", "post-operation-location", "delete", "post-no-location"],
+)
+def test_the_status_monitors_final_body_is_the_result_when_the_final_state_is_there(
+    method: str, header: str, via: FinalStateVia | None
+) -> None:
+    """Fault 2: with the final state at the status monitor (final-state-via, or a DELETE
+    or POST whose monitor carries it), the outcome's result is the monitor's final body,
+    as azure-core returns it, never null."""
+    url = ACTION_URL if method == "POST" else SUBMIT
+    script: dict[str, list[Reply_]] = {
+        url.split("?")[0]: [(202, None, {header: MONITOR})],
+        MONITOR: [(200, MONITOR_FINAL)],
+    }
+    result = judged(drive(script, method=method, url=url, final_state_via=via))
+    assert result.outcome.outcome is OutcomeKind.SUCCEEDED
+    assert result.outcome.result == MONITOR_FINAL
+
+
+def test_a_monitor_body_without_a_status_stops_at_once() -> None:
+    """Fault 7: an Operation-Location monitor whose body has no status field can never
+    become valid: one request, then the operation stops (not 9 or 19 polls)."""
+    script: dict[str, list[Reply_]] = {
+        SUBMIT.split("?")[0]: [(202, None, {"Operation-Location": MONITOR})],
+        MONITOR: [(200, {"id": "op1"})],
+    }
+    result = judged(drive(script, method="DELETE"))
+    assert result.outcome.outcome is OutcomeKind.ESCALATED
+    assert result.web.count(MONITOR) == 1, result.web.places()
+
+
+def test_a_polling_header_that_is_not_a_url_stops_at_once() -> None:
+    """Fault 7: an Operation-Location that is not a URL is never polled: the operation
+    stops at the receipt, naming the header."""
+    script: dict[str, list[Reply_]] = {
+        SUBMIT.split("?")[0]: [(202, None, {"Operation-Location": "not a url"})]
+    }
+    result = judged(drive(script, method="DELETE"))
+    assert result.outcome.reason is Reason.INTEGRATION_FAILURE
+    assert result.web.places() == [f"DELETE {RESOURCE}"], result.web.places()
