@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from email.utils import format_datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -300,13 +301,14 @@ class World:
         via_submit: bool = False,
         policy: Policy | None = None,
         seed: int = 7,
+        clock: FakeClock | None = None,
     ) -> None:
         self.store = store
         self.variant = variant
         self.inline = variant == "inline"
         self.table = INLINE if self.inline else FETCHED
         self.via_submit = via_submit
-        self.clock = FakeClock()
+        self.clock = clock or FakeClock()
         self.provider = Provider(self.clock)
         self.client = httpx.Client(transport=httpx.MockTransport(self.provider))
         self.rng = random.Random(seed)
@@ -470,6 +472,29 @@ class World:
         waitbound.escalations(store=self.store, clock=self.clock)
         return self._end(before)
 
+    def agent_asks(self, minutes: float, checks: int) -> bool:
+        """An agent's ``request_extension``: a proposal a person sees; nothing changes
+        but the open request (refused on a finished operation with nothing open)."""
+        before = self._begin()
+        record = self.record
+        try:
+            waitbound.request_extension(
+                OP, minutes=minutes, checks=checks, why="transcode is slow", by="agent:mcp",
+                store=self.store, clock=self.clock,
+            )  # fmt: skip
+        except UsageError as exc:
+            one_line(exc)
+            assert self.record.version == record.version, "a refused request changed it"
+            self._end(before)
+            return False
+        after = self.record
+        assert (after.deadline_at, after.max_requests, after.grants) == (
+            record.deadline_at, record.max_requests, record.grants,
+        ), "an agent's request extended something by itself"  # fmt: skip
+        assert after.decision_request is not None
+        self._end(before)
+        return True
+
     def advance(self, seconds: float) -> None:
         """Time passes and nobody does anything."""
         self.clock.advance(seconds)
@@ -533,10 +558,14 @@ class World:
         self, record: Record, after: Record, option: str, *, now: datetime,
         minutes: float | None, checks: int,
     ) -> None:  # fmt: skip
-        """A resuming grant took effect: due again, with exactly the checks granted and a
-        deadline no later than granted, and a window in which a request can be sent."""
+        """A resuming grant took effect: due again, with exactly the checks granted (on a
+        running operation, never fewer than it had) and a deadline no later than granted,
+        and a window in which a request can be sent."""
         assert after.outcome is None, f"{option}: the operation is not due again"
-        assert after.max_requests == record.requests_used + checks
+        wanted = record.requests_used + checks
+        if not record.is_finished:  # an agent's request on a running one: never lowered
+            wanted = max(wanted, record.max_requests)
+        assert after.max_requests == wanted, f"{option}: budget {after.max_requests}, not {wanted}"
         assert after.grants.extensions == record.grants.extensions + 1
         assert after.grants.extensions <= self.policy.max_extensions
         if minutes is not None:
@@ -669,6 +698,29 @@ def seen(world: World) -> Seen:
     return found
 
 
+def hinted_minimum_s(reply: Reply, floor_s: float) -> float | None:
+    """The least wait a status reply's hint demands by RFC 9110 §10.2.3 and the
+    documented precedence (``retry-after-ms`` over ``Retry-After`` over a body hint), or
+    ``None`` when it demands none the oracle can be sure of (no hint, a bad one, or one
+    below the floor)."""
+    headers = {name.lower(): value for name, value in reply.headers}
+    body = reply.body if isinstance(reply.body, dict) else {}
+    found: float | None = None
+    if "retry-after-ms" in headers:
+        found = float(headers["retry-after-ms"]) / 1000
+    elif "retry-after" in headers:
+        value = headers["retry-after"]
+        if value.isdigit():
+            found = float(value)
+        elif value.startswith("date+"):
+            found = float(value[5:]) - 1  # an HTTP-date has whole seconds
+        else:
+            return None  # unparsable or negative: ignored
+    elif isinstance(body.get("poll_after"), int):
+        found = float(body["poll_after"])
+    return found if found is not None and found >= floor_s else None
+
+
 def trouble(hit: Hit) -> bool:
     return not hit.delivered or (hit.reply.code or 0) >= 500
 
@@ -700,6 +752,17 @@ def check(world: World, record: Record) -> None:
         agreed = [d for d in world.decisions if d.option == "fetch_result_again"
                   and d.log_at >= lost.n]  # fmt: skip
         assert not again or agreed, "a lost result request was sent again without a decision"
+    # Every status request waited at least what the last answer's hint demanded (unless
+    # a person acted in between: a decision makes the operation due now).
+    acted = [d.log_at for d in world.decisions + world.cancels]
+    polled = [h for h, _ in facts.status]
+    for first, then in pairwise(polled):
+        minimum = hinted_minimum_s(first.reply, policy.floor_s) if first.delivered else None
+        if minimum is None or any(first.n <= k < then.n for k in acted):
+            continue
+        assert first.answered_at is not None
+        waited = (then.sent_at - first.answered_at).total_seconds()
+        assert waited >= minimum - 1e-3, f"#{then.n} came {waited:g}s after a {minimum:g}s hint"
     # Exactly one outcome; at most one completion owed and delivered.
     finished = [s for s in world.store.audit(OP) if s.event.kind == "finished"]
     assert len(finished) <= world.finished_events_allowed, "more outcomes than reopenings"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from tests.cli.helpers import run_cli
 from tests.core.oracle import (
     FIRST_STATUS,
     JOB,
@@ -46,6 +48,7 @@ from tests.core.test_protocol import ACTION_URL, MONITOR, RESOURCE, SUBMIT, Driv
 from tests.core.test_protocol import Reply as Reply_
 from tests.stores import pg
 from waitbound import FinalStateVia, MemoryStore, OutcomeKind, Policy, Reason, SQLiteStore, Store
+from waitbound.testing import FakeClock
 
 EXAMPLES = int(os.environ.get("WAITBOUND_ORACLE_EXAMPLES", "0"))
 """More examples on demand; unset, a fixed seed and a bounded count (``make test``)."""
@@ -337,6 +340,12 @@ class Oracle(RuleBasedStateMachine):
         """``waitbound escalations`` (closes requests past their due time)."""
         self.w.escalations()
 
+    @precondition(lambda self: self.world is not None and self.world.started)
+    @rule(minutes=st.sampled_from([1, 5, 1e-9, 1e6]), checks=st.sampled_from([1, 3, 0]))
+    def agent_asks(self, minutes: float, checks: int) -> None:
+        """An agent asks for more time (MCP ``request_extension``): nothing is granted."""
+        self.w.agent_asks(minutes, checks)
+
     @rule(seconds=PAUSES)
     def pause(self, seconds: float) -> None:
         """Time passes; nobody acts (and nothing may change)."""
@@ -564,3 +573,39 @@ def test_a_polling_header_that_is_not_a_url_stops_at_once() -> None:
     result = judged(drive(script, method="DELETE"))
     assert result.outcome.reason is Reason.INTEGRATION_FAILURE
     assert result.web.places() == [f"DELETE {RESOURCE}"], result.web.places()
+
+
+@pytest.mark.parametrize("typed", ["1_0", "1e-12"])
+def test_minutes_a_person_types_mean_what_they_say_or_are_refused(
+    tmp_path: Path, typed: str
+) -> None:
+    """Fault 5 at the command line: ``waitbound decide ... extend --minutes 1_0`` is not
+    read as 10, and a grant too small to mean anything costs no grant: refused with one
+    line (exit 2) and nothing stored changes, or granted with time to send a request."""
+    store = SQLiteStore(tmp_path / "s.db")
+    # The command reads the real clock: the operation timed out two minutes ago, so the
+    # grant alone sets the new deadline.
+    then = FakeClock(datetime.now(UTC) - timedelta(minutes=3))
+    policy = Policy(deadline_s=10, base_delay_s=4, max_delay_s=4, max_extension_s=3600)
+    world = World(store, policy=policy, clock=then)
+    world.drive(status=[RUNNING])
+    assert world.record.reason is Reason.DEADLINE_EXCEEDED
+    before = world.record
+    store.close()
+    done = run_cli(tmp_path, "decide", OP, "extend", "--minutes", typed, "--checks", "1",
+                   "--why", "oracle", "--store", str(tmp_path / "s.db"))  # fmt: skip
+    reopened = SQLiteStore(tmp_path / "s.db")
+    try:
+        after = reopened.get(OP)
+    finally:
+        reopened.close()
+    assert after is not None
+    assert "Traceback" not in done.stderr
+    if done.returncode == 0:
+        window_s = (after.stop_at - after.decisions[-1].at).total_seconds()
+        assert typed != "1_0", f"--minutes 1_0 was accepted: deadline {after.deadline_at}"
+        assert window_s >= before.policy.floor_s, f"granted {window_s:g}s: nothing"
+    else:
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.splitlines()) == 1, done.stderr
+        assert after.version == before.version
