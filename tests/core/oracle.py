@@ -335,10 +335,10 @@ class World:
         self.decisions: list[Decided] = []
         self.cancels: list[Decided] = []
         """Every cancel a person asked for (a decision or ``waitbound.cancel``)."""
+        self.acts: list[Decided] = []
+        """Every decision and ``waitbound cancel`` accepted, in order."""
         self.completions: list[Completion] = []
         self.finished_events_allowed = 1
-        self.closed_at_log: int | None = None
-        """The provider log's length when the operation was last seen finished."""
         self.started = False
         self.credential = "key-1"
         if not via_submit:
@@ -453,7 +453,10 @@ class World:
             self._end(before)
             return None
         self.cancels.append(Decided("cancel", before.at, before.log, resuming=False))
-        return self._end(before)
+        self.acts.append(self.cancels[-1])
+        if before.finished:  # accepted on a stopped operation: it is open again
+            self.finished_events_allowed += 1
+        return self._end(before, decided=True)
 
     def look(self) -> Record:
         """``waitbound check``: one bounded look (at most one request)."""
@@ -539,11 +542,11 @@ class World:
             self._check_grant(record, after, option, now=now, minutes=minutes, checks=granted)
         decided = Decided(option, now, len(self.provider.log), resuming, granted)
         self.decisions.append(decided)
+        self.acts.append(decided)
         if option == "cancel":
             self.cancels.append(decided)
         if resuming:
             self.finished_events_allowed += 1
-            self.closed_at_log = None
         if option in ("mark_succeeded", "mark_failed"):
             kind = OutcomeKind.SUCCEEDED if option == "mark_succeeded" else OutcomeKind.FAILED
             assert after.outcome is kind
@@ -775,8 +778,6 @@ def check(world: World, record: Record) -> None:
         assert world.completions[0].outcome.outcome is record.outcome
     if record.outcome is None:
         return
-    if world.closed_at_log is None:
-        world.closed_at_log = len(log)
     check_outcome(world, record, facts)
 
 
@@ -883,7 +884,14 @@ def _decisions_took_effect(
     ):  # fmt: skip
         return
     story = f"{story}; detail: {said!r}"
-    for asked in world.cancels:
+    # Only what was asked since the last other reopening: an earlier outcome already
+    # answered for what came before it.
+    since = 0
+    for index, act in enumerate(world.acts):
+        if act.resuming and act.option != "cancel":
+            since = index
+    recent = world.acts[since:]
+    for asked in [a for a in recent if a.option == "cancel"]:
         answers = [h for h in facts.cancel if h.n > asked.log_at]
         accepted = [h for h in answers if h.delivered and 200 <= (h.reply.code or 0) < 300]
         if not accepted or answers[-1] is not accepted[-1]:
@@ -894,7 +902,7 @@ def _decisions_took_effect(
             f"the provider accepted a person's cancel, nobody asked how the job ended, and "
             f"the outcome does not say: {story}"
         )
-    for asked in world.decisions:
+    for asked in recent:
         if asked.option == "fetch_result_again":
             fetched = [h for h in facts.result if h.n > asked.log_at]
             assert fetched or "result" in said, f"fetch_result_again not carried out: {story}"
