@@ -538,8 +538,9 @@ class World:
         resuming = option in RESUMING
         granted = 0
         if resuming:
-            granted = checks if checks is not None else max(1, self.policy.max_requests // 3)
-            self._check_grant(record, after, option, now=now, minutes=minutes, checks=granted)
+            granted = self._check_grant(
+                record, after, option, now=now, minutes=minutes, checks=checks
+            )
         decided = Decided(option, now, len(self.provider.log), resuming, granted)
         self.decisions.append(decided)
         self.acts.append(decided)
@@ -559,12 +560,15 @@ class World:
 
     def _check_grant(
         self, record: Record, after: Record, option: str, *, now: datetime,
-        minutes: float | None, checks: int,
-    ) -> None:  # fmt: skip
+        minutes: float | None, checks: int | None,
+    ) -> int:  # fmt: skip
         """A resuming grant took effect: due again, with exactly the checks granted (on a
         running operation, never fewer than it had) and a deadline no later than granted,
         and a window in which a request can be sent."""
         assert after.outcome is None, f"{option}: the operation is not due again"
+        if checks is None:  # the default grant: at least one check, at most the policy's
+            checks = after.max_requests - record.requests_used
+            assert 1 <= checks <= self.policy.max_requests, f"{option}: {checks} checks"
         wanted = record.requests_used + checks
         if not record.is_finished:  # an agent's request on a running one: never lowered
             wanted = max(wanted, record.max_requests)
@@ -577,6 +581,7 @@ class World:
         grant_gives_time(option, (after.stop_at - now).total_seconds(), self.policy.floor_s)
         if option == "cancel":
             assert after.cancel_due
+        return checks
 
     # --- bookkeeping around every step ---------------------------------------------
 
@@ -755,6 +760,16 @@ def check(world: World, record: Record) -> None:
         agreed = [d for d in world.decisions if d.option == "fetch_result_again"
                   and d.log_at >= lost.n]  # fmt: skip
         assert not again or agreed, "a lost result request was sent again without a decision"
+    # Every status request goes to the polling URL the last pending answer named (a new
+    # Location moves it; an answer waitbound never recorded moves nothing).
+    expected = FIRST_STATUS
+    for hit in log:
+        if hit.endpoint != "status":
+            continue
+        assert hit.path == expected, f"#{hit.n} polled {hit.path}, the URL named is {expected}"
+        moved = hit.processed and hit.delivered and hit.reply.location is not None
+        if moved and says(hit.reply, inline=world.inline) == PENDING:
+            expected = hit.reply.location or expected
     # Every status request waited at least what the last answer's hint demanded (unless
     # a person acted in between: a decision makes the operation due now).
     acted = [d.log_at for d in world.decisions + world.cancels]

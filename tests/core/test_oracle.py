@@ -440,13 +440,13 @@ def test_untrue_words_after_a_success_whose_result_answer_was_lost() -> None:
 
 
 def test_a_persons_cancel_after_budget_exhaustion_is_carried_out() -> None:
-    """Fault 4: after request_budget_exhausted, a person decides cancel with a grant of
-    one check: the cancel is sent and the job's end is learned (canceled), or the
-    outcome says what became of the cancel."""
+    """Fault 4: after request_budget_exhausted, a person decides cancel with the default
+    grant (one check for a budget of 2): the cancel is sent and the job's end is learned
+    (canceled), or the outcome says what became of the cancel."""
     world = memory_world(max_requests=2)
     stopped = world.drive(status=[RUNNING])
     assert stopped.reason is Reason.REQUEST_BUDGET_EXHAUSTED
-    assert world.decide("cancel", minutes=2, checks=1)
+    assert world.decide("cancel")
     record = world.drive(status=[CANCELED], cancel=[Reply("accepted", 202, {})])
     assert world.provider.hits("cancel")
     assert record.outcome is OutcomeKind.CANCELED or "cancel" in detail(record)
@@ -465,13 +465,14 @@ def test_a_persons_cancel_whose_window_passed_is_reported_not_sent() -> None:
 
 
 def test_waitbound_cancel_accepts_what_the_options_offer_after_a_timeout() -> None:
-    """Fault 4: a timed_out operation whose options list cancel: ``waitbound cancel``
-    is not refused (the oracle checks every refusal against the options)."""
+    """Fault 4: ``cancel`` is offered on a timed_out operation only where ``waitbound
+    cancel`` accepts it (the oracle checks every refusal against the options)."""
     world = memory_world(deadline_s=10, base_delay_s=4, max_delay_s=4)
     record = world.drive(status=[RUNNING])
     assert record.outcome is OutcomeKind.TIMED_OUT
-    assert "cancel" in record.to_outcome().options
-    world.cancel(cancel=[Reply("accepted", 202, {})], status=[CANCELED])
+    offered = record.to_outcome().options
+    after = world.cancel(cancel=[Reply("accepted", 202, {})], status=[CANCELED])
+    assert after is not None or "cancel" not in offered
 
 
 def test_a_cancel_the_provider_refuses_ends_the_wait_saying_so() -> None:
