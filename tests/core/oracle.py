@@ -628,9 +628,13 @@ class World:
         new = self.provider.log[before.log :]
         if before.finished and not decided:
             assert not new, f"requests after the outcome: {[h.path for h in new]}"
-        if before.stop_at is not None:
-            late = [h for h in new if h.sent_at >= before.stop_at]
-            assert not late, f"sent at or after the deadline {before.stop_at}: {late}"
+        # A decision that reopened a stopped operation (``waitbound cancel`` of a timed_out
+        # one records a person's cancel with its grant) bounds what follows by the granted
+        # deadline; otherwise the deadline before the step does.
+        stop_at = record.stop_at if decided and before.finished else before.stop_at
+        if stop_at is not None:
+            late = [h for h in new if h.sent_at >= stop_at]
+            assert not late, f"sent at or after the deadline {stop_at}: {late}"
         check(self, record)
         return record
 
