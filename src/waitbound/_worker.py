@@ -79,6 +79,9 @@ _BUSY_RECHECK_S = 0.01
 """The shortest pause between looks for due work when one looked due but was not
 claimed (another worker took it at that moment), in seconds."""
 
+_MIN_TOKEN_WAIT_S = 0.001
+"""The shortest wait for a token of an origin's bucket, in seconds."""
+
 _LOOK_AHEAD = 2
 """After a pass left due operations for their origins' limits, the next offers the
 controller up to this many times as many as it has room for, so an origin at its limit
@@ -162,7 +165,9 @@ class _Bucket:
         if self.tokens >= 1:
             self.tokens -= 1
             return 0.0
-        return (1 - self.tokens) / self.rate
+        # At least a millisecond: a rounding error's wait would otherwise be too short
+        # to move a clock (a virtual one, or a coarse monotonic one) at all.
+        return max(_MIN_TOKEN_WAIT_S, (1 - self.tokens) / self.rate)
 
 
 @dataclass(slots=True)
@@ -535,15 +540,16 @@ async def work(
                             break
                         if pause is None:
                             continue
-                        with anyio.move_on_after(pause):
-                            waits: list[Callable[[], Awaitable[object]]] = [
-                                stop.wait,
-                                finished.wait,
-                                functools.partial(nap, pause),
-                            ]
-                            if wake is not None:
-                                waits.append(functools.partial(wake, pause))
-                            await _first_of(*waits)
+                        # The pause ends with the sleep given (never a timer of its
+                        # own: under a virtual clock, no real time may end it).
+                        waits: list[Callable[[], Awaitable[object]]] = [
+                            stop.wait,
+                            finished.wait,
+                            functools.partial(nap, pause),
+                        ]
+                        if wake is not None:
+                            waits.append(functools.partial(wake, pause))
+                        await _first_of(*waits)
             finally:
                 flusher.cancel_scope.cancel()
     finally:
