@@ -411,8 +411,14 @@ def unsent(record: Record, kind: RequestKind, now: datetime, why: str) -> Transi
     return Transition(record=released, events=(event,))
 
 
-def late_answer(
-    record: Record, kind: RequestKind, now: datetime, what: str, *, sent: bool = True
+def late_answer(  # noqa: PLR0917 - what the note says, in order
+    record: Record,
+    kind: RequestKind,
+    now: datetime,
+    what: str,
+    *,
+    sent: bool = True,
+    request_id: str | None = None,
 ) -> Transition:
     """A note on *record* (nothing else changes) about the request of a reservation
     that is no longer current — its lease ran out and the operation was taken over:
@@ -430,7 +436,7 @@ def late_answer(
             "taken over meanwhile (an answer noted lost for it was never asked for)"
         )
     event = audit_event(record, now, "late_answer" if sent else "send_skipped", summary,
-                        request=kind)  # fmt: skip
+                        request=kind, request_id=request_id)  # fmt: skip
     return Transition(record=record, events=(event,))
 
 

@@ -387,7 +387,8 @@ def exchange(
         assert fresh is None or isinstance(fresh, Record)
         if not lease.holds(fresh):
             what = _late_what(observation, failure)
-            return (yield from _note(fresh, kind, clock, what, sent=True))
+            request_id = observation.request_id if observation is not None else None
+            return (yield from _note(fresh, kind, clock, what, sent=True, request_id=request_id))
         current = fresh
     return None  # pragma: no cover - the loop returns
 
@@ -423,15 +424,22 @@ _NOTE_TRIES = 5
 a conflict before it is given up (it changes nothing but the story)."""
 
 
-def _note(
-    fresh: Record | None, kind: RequestKind, clock: Clock, what: str, *, sent: bool
+def _note(  # noqa: PLR0913 - the note's words and where it goes
+    fresh: Record | None,
+    kind: RequestKind,
+    clock: Clock,
+    what: str,
+    *,
+    sent: bool,
+    request_id: str | None = None,
 ) -> Generator[_Persist | _Reread, object, Record | None]:
     """Note on *fresh* what became of a request whose reservation is no longer current
     (changing nothing else); return the record as stored, or as last read."""
     for _ in range(_NOTE_TRIES):
         if fresh is None:
             return None
-        written = yield _Persist(late_answer(fresh, kind, clock.now(), what, sent=sent))
+        note = late_answer(fresh, kind, clock.now(), what, sent=sent, request_id=request_id)
+        written = yield _Persist(note)
         if isinstance(written, Record):
             return written
         again = yield _Reread(fresh.operation_id)
