@@ -119,7 +119,7 @@ class Autojump:
             quiet = 0
             while quiet < self.QUIET_ROUNDS:
                 await asyncio.sleep(0)
-                quiet = quiet + 1 if not loop._ready else 0  # type: ignore[attr-defined]  # noqa: SLF001
+                quiet = quiet + 1 if not loop._ready else 0  # type: ignore[attr-defined]
             if not self.sleepers:  # the last one was cancelled meanwhile
                 continue
             at, _, woken = heapq.heappop(self.sleepers)

@@ -411,7 +411,7 @@ def unsent(record: Record, kind: RequestKind, now: datetime, why: str) -> Transi
     return Transition(record=released, events=(event,))
 
 
-def late_answer(  # noqa: PLR0917 - what the note says, in order
+def late_answer(
     record: Record,
     kind: RequestKind,
     now: datetime,

@@ -138,7 +138,8 @@ class Lease:
 def lease_of(reserved: Record, now: datetime, started: float) -> Lease:
     """The fence of the reservation *reserved* (as stored), planned at *now*, whose
     monotonic reading just before *now* was *started*."""
-    assert reserved.in_flight is not None and reserved.lease_owner is not None
+    assert reserved.in_flight is not None
+    assert reserved.lease_owner is not None
     expires_at = reserved.lease_expires_at or now
     return Lease(
         owner=reserved.lease_owner,
@@ -424,7 +425,7 @@ _NOTE_TRIES = 5
 a conflict before it is given up (it changes nothing but the story)."""
 
 
-def _note(  # noqa: PLR0913 - the note's words and where it goes
+def _note(
     fresh: Record | None,
     kind: RequestKind,
     clock: Clock,

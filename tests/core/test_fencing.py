@@ -14,7 +14,6 @@ import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 
 import anyio
@@ -23,6 +22,7 @@ import pytest
 
 from tests.core.harness import SEED
 from tests.fakes import Autojump, FakeClock, autojump
+from tests.stores import pg
 from waitbound import (
     MemoryStore,
     Operation,
@@ -37,10 +37,10 @@ from waitbound import (
     start,
     work,
 )
-from waitbound._driver import Lease, exchange
+from waitbound._controller import Request, Send, plan
+from waitbound._driver import Exchange, Lease, _Persist, _Send, exchange, lease_of
 from waitbound._failpoints import hit, inject
 from waitbound._record import Phase
-from tests.stores import pg
 
 PROFILE = parse_profile({"state": "status", "pending": ["running"], "succeeded": ["done"]})
 POLICY = Policy(base_delay_s=0.5, max_delay_s=0.5, min_delay_s=0.1, deadline_s=120)
@@ -86,9 +86,8 @@ class Provider:
 
     def overlaps(self) -> int:
         """Requests of one job sent while another of that job was still unanswered."""
-        jobs = [s for s in self.sent]
         count = 0
-        for a, b in itertools.combinations(jobs, 2):
+        for a, b in itertools.combinations(self.sent, 2):
             same = a.path.split("/")[2] == b.path.split("/")[2]
             end = a.answered if a.answered is not None else float("inf")
             count += same and a.at <= b.at < end
@@ -131,15 +130,17 @@ def _fleet(stores: list[Store], clock: FakeClock, jump: Autojump, provider: Prov
             autojump(jump),
         ):
             with anyio.fail_after(60):  # a safety net only
+                settings = WorkerSettings(lease_s=LEASE_S, idle_s=0.5, until_idle=True)
+
+                async def one(store: Store) -> None:
+                    await work(
+                        store, settings=settings, client=client, clock=clock,
+                        sleep=jump.sleep, rng=random.Random(SEED), inline_store=True,
+                    )  # fmt: skip
+
                 async with anyio.create_task_group() as group:
                     for store in stores:
-                        settings = WorkerSettings(lease_s=LEASE_S, idle_s=0.5, until_idle=True)
-                        group.start_soon(
-                            lambda s=store, w=settings: work(
-                                s, settings=w, client=client, clock=clock, sleep=jump.sleep,
-                                rng=random.Random(SEED), inline_store=True,
-                            )
-                        )  # fmt: skip
+                        group.start_soon(one, store)
 
     anyio.run(main)
 
@@ -151,13 +152,13 @@ def _check_the_story(store: Store, record: Record, provider: Provider) -> list[s
     assert provider.overlaps() == 0, "two requests of one operation in flight"
     assert sum(s.path.endswith("/result") for s in provider.sent) <= 1, "a result fetched twice"
     assert record.finished_at is not None
-    finished_mono = provider.clock.monotonic() - (
-        provider.clock.now() - record.finished_at
-    ).total_seconds()
+    finished_mono = (
+        provider.clock.monotonic() - (provider.clock.now() - record.finished_at).total_seconds()
+    )
     assert all(s.at <= finished_mono + 1e-9 for s in provider.sent), "a request after the outcome"
     # every answer the provider gave is recorded exactly once: used, or noted late
     recorded = [
-        s.event.data.get("request_id")
+        str(s.event.data.get("request_id"))
         for s in stored
         if s.event.kind in ("observed", "late_answer") and s.event.data.get("request_id")
     ]
@@ -289,17 +290,15 @@ def test_a_worker_stalled_after_its_answer_with_no_one_else_saves_it_as_its_own(
 
 
 def _drive_exchange(
-    steps: object, answer: Callable[[object], object]
+    steps: Exchange, answer: Callable[[object], object]
 ) -> tuple[list[object], object]:
     """Run an exchange's effects through *answer*; return the effects and its result."""
     effects: list[object] = []
-    gen = steps
-    assert hasattr(gen, "send")
     try:
-        effect = gen.send(None)  # type: ignore[attr-defined]
+        effect = steps.send(None)
         while True:
             effects.append(effect)
-            effect = gen.send(answer(effect))  # type: ignore[attr-defined]
+            effect = steps.send(answer(effect))
     except StopIteration as stop:
         return effects, stop.value
 
@@ -313,26 +312,18 @@ def _reserved(clock: FakeClock) -> tuple[MemoryStore, Record, Lease]:
     )
     record = store.get(op.operation_id)
     assert record is not None
-    from waitbound._controller import Send, plan
-
     started, now = clock.monotonic(), clock.now()
     decision = plan(record, now, owner="me:1:x", lease_s=LEASE_S)
     assert isinstance(decision, Send)
     reserved = store.save(decision.transition.record, decision.transition.events)
-    from waitbound._driver import lease_of
-
     return store, reserved, lease_of(reserved, now, started)
 
 
 def test_a_send_timeout_is_cut_to_the_lease_left_at_the_moment_of_sending() -> None:
     """1.2 s after reserving with a 2 s lease (margin 0.2 s), the request goes with a
     0.6 s timeout, not the 1.8 s planned: the monotonic time since the reservation counts."""
-    from waitbound._driver import _Send
-
     clock = FakeClock()
-    store, reserved, lease = _reserved(clock)
-    from waitbound._controller import Request
-
+    _, reserved, lease = _reserved(clock)
     request = Request(kind="status", url="http://p.test/jobs/1", timeout_s=1.8)
     clock.advance(1.2)
     steps = exchange(reserved, request, lease=lease, clock=clock, rng=random.Random(SEED),
@@ -345,12 +336,8 @@ def test_a_send_timeout_is_cut_to_the_lease_left_at_the_moment_of_sending() -> N
 def test_a_send_the_lease_cannot_cover_is_skipped_and_released() -> None:
     """1.7 s into a 2 s lease only 0.1 s is left before the margin: the request is not
     sent; its reservation is released (not counted, no lease) and send_skipped says why."""
-    from waitbound._driver import _Persist
-
     clock = FakeClock()
     store, reserved, lease = _reserved(clock)
-    from waitbound._controller import Request
-
     request = Request(kind="status", url="http://p.test/jobs/1", timeout_s=1.8)
     clock.advance(1.7)
     steps = exchange(reserved, request, lease=lease, clock=clock, rng=random.Random(SEED),
@@ -373,12 +360,8 @@ def test_a_send_the_lease_cannot_cover_is_skipped_and_released() -> None:
 def test_a_stopping_worker_does_not_send_a_reserved_request() -> None:
     """Told to stop (SIGTERM) before a reserved request went out, the step releases the
     reservation instead of sending it: the exit does not wait for a request."""
-    from waitbound._driver import _Persist
-
     clock = FakeClock()
     store, reserved, lease = _reserved(clock)
-    from waitbound._controller import Request
-
     request = Request(kind="status", url="http://p.test/jobs/1", timeout_s=1.8)
     steps = exchange(reserved, request, lease=lease, clock=clock, rng=random.Random(SEED),
                      headers=lambda r: {}, stopping=lambda: True)  # fmt: skip
@@ -401,9 +384,8 @@ def test_a_pause_failpoint_stalls_and_a_kill_failpoint_is_parsed_the_same() -> N
         assert hit("reserved") == 0.0
         assert hit("answered-status", "answered") == 1.5
         assert hit("answered") == 0.0
-    with pytest.raises(ValueError, match="not a failpoint"):
-        with inject("answered:x"):
-            pass  # pragma: no cover
+    with pytest.raises(ValueError, match="not a failpoint"), inject("answered:x"):
+        pass  # pragma: no cover
     assert hit("answered") == 0.0
 
 
@@ -426,7 +408,3 @@ def test_the_wait_driver_pauses_at_a_failpoint_with_its_own_sleep() -> None:
         outcome = waitbound.wait(op, store=store, clock=clock, sleep=clock.sleep, client=c)
     assert outcome.outcome is OutcomeKind.SUCCEEDED
     assert 3 in clock.sleeps
-
-
-def _unused(_: datetime) -> None:  # pragma: no cover - keeps datetime imported for types
-    return None
