@@ -243,8 +243,9 @@ def plan(
         if lost == "result":
             detail = (
                 "the job succeeded and its result was requested, but the answer was lost "
-                "when waitbound stopped (not the provider's fault); a result is fetched at "
-                "most once, so it is not requested again without a person's decision. "
+                "when waitbound stopped or stalled past its lease (not the provider's "
+                "fault); a result is fetched at most once, so it is not requested again "
+                "without a person's decision. "
                 "Do not submit the job again"
             )
             step = escalate(record, now, Reason.RESULT_UNCONFIRMED, detail)

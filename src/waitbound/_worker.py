@@ -18,6 +18,12 @@ persisted. While the due operations are leased by others, the worker sleeps unti
 earliest one becomes claimable (``Store.next_claimable``), woken early by a step of its
 own ending.
 
+A lease is a fence (``waitbound._driver.Lease``; ``docs/stores.md``, "Leases are
+fences"): a step whose lease ran out while it stalled sends nothing, and its answer is
+saved only while the record still carries its reservation. An operation whose step still
+runs in this worker is never planned again by its next passes, even once its lease ran
+out; a worker told to stop releases a reservation whose request has not gone out.
+
 Politeness, per worker and per origin (scheme, host, port): at most
 ``per_origin_concurrency`` requests in flight, and a token bucket of
 ``per_origin_rate`` requests per second (bursts up to ``per_origin_burst``). Both are
@@ -375,8 +381,7 @@ async def work(
     # Its own connections, sized so every slot keeps one alive between steps.
     http_client = client or new_async_client(settings.concurrency)
     offload: _Offload = _inline if inline_store else _in_thread
-    live: set[str] = set()
-    """Operations a step of this worker's runs on (never re-planned meanwhile)."""
+    live: set[str] = set()  # operations a step of ours runs on: never re-planned meanwhile
     commit = _GroupCommit(kit.store, kit.on_event, offload)
     outbox = _Deliveries(
         kit.store, kit.clock, kit.rng, owner, report, on_complete=on_complete, secret=notify_secret
