@@ -408,3 +408,55 @@ def test_the_wait_driver_pauses_at_a_failpoint_with_its_own_sleep() -> None:
         outcome = waitbound.wait(op, store=store, clock=clock, sleep=clock.sleep, client=c)
     assert outcome.outcome is OutcomeKind.SUCCEEDED
     assert 3 in clock.sleeps
+
+
+def test_the_controller_never_notes_a_live_lease_of_its_own_as_an_answer_lost() -> None:
+    """A record whose request is in flight under this very owner's unexpired lease: the
+    plan is to look again when the lease ends, never answer_lost and a new reservation."""
+    from waitbound._controller import Sleep
+
+    clock = FakeClock()
+    _, reserved, _ = _reserved(clock)
+    decision = plan(reserved, clock.now(), owner="me:1:x", lease_s=LEASE_S)
+    assert isinstance(decision, Sleep)
+
+
+def test_a_wait_whose_reservation_was_taken_over_notes_its_answer_late() -> None:
+    """``wait`` stalls after its answer (a pause failpoint) past its lease (5 + 5 s) and
+    another worker reserves the operation meanwhile: the wait's answer is noted
+    late_answer (never recorded as the other's request's); the wait then waits out the
+    other's lease and finishes on its own."""
+    import waitbound
+
+    clock = FakeClock()
+    store = MemoryStore()
+    policy = replace(POLICY, request_timeout_s=5, lease_s=5)
+    operation = Operation(status_url="http://p.test/jobs/1", profile=PROFILE, policy=policy)
+    op = start(operation, store=store, clock=clock)
+    served: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        served.append(f"r-{len(served)}")
+        body = {"status": "running" if len(served) == 1 else "done"}
+        return httpx.Response(200, json=body, headers={"x-request-id": served[-1]})
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if seconds == 11:  # the stall: meanwhile another worker takes the lease over
+            record = store.get(op.operation_id)
+            assert record is not None
+            other = plan(record, clock.now(), owner="other:1:x", lease_s=3)
+            assert isinstance(other, Send)
+            store.save(other.transition.record, other.transition.events)
+
+    with inject("answered:1:pause=11"), httpx.Client(transport=httpx.MockTransport(handler)) as c:
+        outcome = waitbound.wait(operation_id=op.operation_id, store=store, clock=clock,
+                                 sleep=sleep, client=c)  # fmt: skip
+    assert outcome.outcome is OutcomeKind.SUCCEEDED
+    events = [s.event for s in store.audit(op.operation_id)]
+    late = [e for e in events if e.kind == "late_answer"]
+    assert [e.data["request_id"] for e in late] == ["r-0"]
+    observed = [e.data["request_id"] for e in events if e.kind == "observed"]
+    assert observed == ["r-1"]
+    # the taker-over noted the wait's answer lost; the wait, the other's once it ran out
+    assert [e.kind for e in events].count("answer_lost") == 2
