@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-test
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test test-repeat lint typecheck pytest bench clean
 
 # The browser tests drive Debian's Chromium (Playwright's own download is not used).
 CHROMIUM := /usr/bin/chromium
@@ -38,6 +38,22 @@ pytest: $(STAMP) $(CHROMIUM)
 	$(BIN)/pytest -n 4 -m e2e
 
 test: lint typecheck pytest
+
+# `make test` N times in a row (default 10) while another process keeps one core busy,
+# as on a loaded CI machine; stops at the first failure; prints each run's duration.
+N ?= 10
+test-repeat: $(STAMP) $(CHROMIUM)
+	@$(BIN)/python -c 'while True: pass' & busy=$$!; \
+	trap 'kill $$busy 2>/dev/null' EXIT INT TERM; \
+	for i in $$(seq 1 $(N)); do \
+		start=$$(date +%s); \
+		if ! $(MAKE) --no-print-directory test; then \
+			echo "test-repeat: run $$i of $(N) FAILED after $$(( $$(date +%s) - start ))s"; \
+			exit 1; \
+		fi; \
+		echo "test-repeat: run $$i of $(N) passed in $$(( $$(date +%s) - start ))s"; \
+	done; \
+	echo "test-repeat: $(N) runs passed"
 
 # Installed only when missing (CI: root on a fresh machine).
 $(CHROMIUM):

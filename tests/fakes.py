@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+import heapq
+import itertools
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from itertools import pairwise
 
+import anyio
 import httpx
 
 from waitbound import Observation
@@ -68,5 +73,83 @@ def gaps(times: list[datetime]) -> list[float]:
     return [(b - a).total_seconds() for a, b in pairwise(times)]
 
 
+class Autojump:
+    """Virtual time that moves only when every task of the event loop is idle (the idea
+    of trio's autojump clock, on asyncio): :meth:`sleep` waits until nothing else can
+    run, then advances *clock* to the earliest sleeper's wake-up and wakes it.
+
+    Use it for every sleep of the code under test (and of the test's own handlers),
+    with store calls made on the loop (``work(inline_store=True)``): then no thread and
+    no real timer runs beside it, and what happens in virtual time never depends on how
+    fast the machine is. Run it with :func:`autojump` (or :meth:`run` in a task).
+    """
+
+    QUIET_ROUNDS = 3
+    """Loop iterations with nothing else ready before time jumps."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.sleepers: list[tuple[float, int, anyio.Event]] = []
+        self.order = itertools.count()
+        self.someone: anyio.Event | None = None
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep *seconds* of virtual time (recorded in ``clock.sleeps``)."""
+        self.clock.sleeps.append(seconds)
+        woken = anyio.Event()
+        at = self.clock.monotonic() + max(0.0, seconds)
+        entry = (at, next(self.order), woken)
+        heapq.heappush(self.sleepers, entry)
+        if self.someone is not None:
+            self.someone.set()
+        try:
+            await woken.wait()
+        finally:
+            if not woken.is_set():  # cancelled: time need not move for it any more
+                self.sleepers.remove(entry)
+                heapq.heapify(self.sleepers)
+
+    async def run(self) -> None:
+        """Wake the sleepers in time order, each once the loop is idle; until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self.sleepers:
+                self.someone = anyio.Event()
+                await self.someone.wait()
+            quiet = 0
+            while quiet < self.QUIET_ROUNDS:
+                await asyncio.sleep(0)
+                quiet = quiet + 1 if not loop._ready else 0  # type: ignore[attr-defined]
+            if not self.sleepers:  # the last one was cancelled meanwhile
+                continue
+            at, _, woken = heapq.heappop(self.sleepers)
+            ahead = at - self.clock.monotonic()
+            if ahead > 0:
+                self.clock.advance(ahead)
+            woken.set()
+
+
+@asynccontextmanager
+async def autojump(clock: FakeClock | Autojump) -> AsyncIterator[Autojump]:
+    """An :class:`Autojump` for *clock* (or the one given), running for the block."""
+    jump = clock if isinstance(clock, Autojump) else Autojump(clock)
+    async with anyio.create_task_group() as group:
+        group.start_soon(jump.run)
+        try:
+            yield jump
+        finally:
+            group.cancel_scope.cancel()
+
+
 Handler = Callable[[httpx.Request], httpx.Response]
-__all__ = ["START", "Answer", "FakeClock", "Handler", "Observation", "ScriptedProvider", "gaps"]
+__all__ = [
+    "START",
+    "Answer",
+    "Autojump",
+    "FakeClock",
+    "Handler",
+    "Observation",
+    "ScriptedProvider",
+    "autojump",
+    "gaps",
+]

@@ -57,9 +57,11 @@ __all__ = [
     "audit_event",
     "created_event",
     "internal_failure",
+    "late_answer",
     "lease_margin_s",
     "observe",
     "plan",
+    "unsent",
     "wait_demanded",
 ]
 
@@ -217,8 +219,12 @@ def plan(
     """
     if record.is_finished:
         return Finished(record=record)
-    leased_by_other = record.lease_owner not in (None, owner)
-    if leased_by_other and record.lease_expires_at and now < record.lease_expires_at:
+    # A lease held by another, or a live request of this owner's own: never re-planned
+    # (a step of ours still in flight is not an answer lost).
+    held = record.lease_owner is not None and (
+        record.lease_owner != owner or record.in_flight is not None
+    )
+    if held and record.lease_expires_at and now < record.lease_expires_at:
         # Look again soon: the holder usually finishes long before its lease expires.
         until = min(record.lease_expires_at, now + timedelta(seconds=LEASE_RECHECK_S))
         return Sleep(until=until, seconds=seconds_between(now, until))
@@ -232,14 +238,15 @@ def plan(
                 now,
                 "answer_lost",
                 f"the answer to the last {lost} request was never recorded "
-                "(the process stopped); that request stays counted",
+                "(the process stopped, or stalled past its lease); that request stays counted",
             )
         )
         if lost == "result":
             detail = (
                 "the job succeeded and its result was requested, but the answer was lost "
-                "when waitbound stopped (not the provider's fault); a result is fetched at "
-                "most once, so it is not requested again without a person's decision. "
+                "when waitbound stopped or stalled past its lease (not the provider's "
+                "fault); a result is fetched at most once, so it is not requested again "
+                "without a person's decision. "
                 "Do not submit the job again"
             )
             step = escalate(record, now, Reason.RESULT_UNCONFIRMED, detail)
@@ -399,6 +406,51 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
             redirect_budget=max(0, reserved.max_requests - reserved.requests_used),
         ),
     )
+
+
+def unsent(record: Record, kind: RequestKind, now: datetime, why: str) -> Transition:
+    """Release a reservation whose request was never sent (its lease could not cover
+    it, or the worker was told to stop): the request is no longer counted, the lease
+    and ``in_flight`` are cleared, and the operation stays due as it was."""
+    counter = _COUNTERS[kind]
+    released = record.evolve(
+        in_flight=None,
+        lease_owner=None,
+        lease_expires_at=None,
+        **{counter: max(0, getattr(record, counter) - 1)},
+    )
+    summary = f"the reserved {kind} request was not sent: {why}; it is released, not counted"
+    event = audit_event(released, now, "send_skipped", summary, request=kind)
+    return Transition(record=released, events=(event,))
+
+
+def late_answer(
+    record: Record,
+    kind: RequestKind,
+    now: datetime,
+    what: str,
+    *,
+    sent: bool = True,
+    request_id: str | None = None,
+) -> Transition:
+    """A note on *record* (nothing else changes) about the request of a reservation
+    that is no longer current — its lease ran out and the operation was taken over:
+    *what* says what became of it. Its event is ``late_answer`` for a request that was
+    sent (its answer is not used), ``send_skipped`` for one that never was."""
+    if sent:
+        summary = (
+            f"late answer to a {kind} request whose lease had run out: {what}; the "
+            "operation had been taken over meanwhile, so this answer is not used and not "
+            "attributed to any other request"
+        )
+    else:
+        summary = (
+            f"a reserved {kind} request was not sent: {what}; the operation had been "
+            "taken over meanwhile (an answer noted lost for it was never asked for)"
+        )
+    event = audit_event(record, now, "late_answer" if sent else "send_skipped", summary,
+                        request=kind, request_id=request_id)  # fmt: skip
+    return Transition(record=record, events=(event,))
 
 
 def lease_margin_s(lease_s: float) -> float:

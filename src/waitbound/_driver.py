@@ -36,14 +36,17 @@ from waitbound._controller import (
     Sleep,
     Transition,
     internal_failure,
+    late_answer,
+    lease_margin_s,
     observe,
     plan,
+    unsent,
 )
 from waitbound._errors import ConflictError, OperationNotFoundError
 from waitbound._failpoints import hit
 from waitbound._observation import Observation
 from waitbound._operation import Submission
-from waitbound._record import Record
+from waitbound._record import Record, RequestKind
 from waitbound._secrets import credential_values
 from waitbound.stores import Store, open_store
 from waitbound.transports import (
@@ -58,10 +61,12 @@ __all__ = [
     "Credentials",
     "EventSink",
     "Exchange",
+    "Lease",
     "Tools",
     "emit",
     "exchange",
     "holder_is_gone",
+    "lease_of",
     "loop",
     "new_owner",
     "one_step",
@@ -90,6 +95,59 @@ class _Send:
     headers: Mapping[str, str]
     content: bytes | None
     secrets: tuple[str, ...]
+
+
+MIN_SEND_S = 0.5
+"""A reserved request is sent only when its lease leaves it at least this long (or its
+whole planned timeout, when that is shorter) before the lease's margin (seconds)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """One reservation's fence: what identifies it in the store, and how long it holds.
+
+    The fencing token is ``(owner, kind, expires_at)`` as the reservation stored it: a
+    later reservation of the operation (by another worker, or by this one after the
+    lease ran out) always stores another, so a record that still carries this token is
+    still this reservation's. Its time left is measured on this process's monotonic
+    clock from *started*, read just before the reservation's ``now`` (so the time the
+    reservation's own transaction took counts against it); the stored ``expires_at`` is
+    wall time, which the other workers compare with their own clocks.
+    """
+
+    owner: str
+    kind: RequestKind
+    expires_at: datetime
+    length_s: float
+    started: float
+
+    def left_s(self, clock: Clock) -> float:
+        """Seconds of the lease left now, by *clock*'s monotonic reading."""
+        return self.length_s - (clock.monotonic() - self.started)
+
+    def holds(self, record: Record | None) -> bool:
+        """Whether *record* (as stored now) still carries this reservation."""
+        return (
+            record is not None
+            and record.lease_owner == self.owner
+            and record.in_flight == self.kind
+            and record.lease_expires_at == self.expires_at
+        )
+
+
+def lease_of(reserved: Record, now: datetime, started: float) -> Lease:
+    """The fence of the reservation *reserved* (as stored), planned at *now*, whose
+    monotonic reading just before *now* was *started*."""
+    assert reserved.in_flight is not None
+    assert reserved.lease_owner is not None
+    expires_at = reserved.lease_expires_at or now
+    return Lease(
+        owner=reserved.lease_owner,
+        kind=reserved.in_flight,
+        expires_at=expires_at,
+        length_s=(expires_at - now).total_seconds(),
+        started=started,
+    )
 
 
 def new_owner() -> str:
@@ -167,6 +225,7 @@ def _drive(
             raise OperationNotFoundError(operation_id)
         if until is not None and until(record):
             return record
+        started = clock.monotonic()  # before now: the lease is measured from here
         now = clock.now()
         leased = record.lease_expires_at is not None and record.lease_expires_at > now
         if leased and holder_is_gone(record.lease_owner):
@@ -180,8 +239,8 @@ def _drive(
                     finished = persist(finish.record, finish.events)
                 except ConflictError:
                     continue
-                if finished.is_final:
-                    hit("final")
+                if finished.is_final and (pause := hit("final")):
+                    yield _Sleep(pause)
                 return finished
             case Sleep(seconds=seconds):
                 yield _Sleep(seconds)
@@ -194,7 +253,7 @@ def _drive(
                 steps = exchange(
                     reserved,
                     request,
-                    owner=owner,
+                    lease=lease_of(reserved, now, started),
                     clock=clock,
                     rng=rng,
                     headers=headers,
@@ -220,6 +279,9 @@ def _drive(
                                 effect = steps.send(written)
                             case _Reread(operation_id=again):
                                 effect = steps.send(store.get(again))
+                            case _Pause(seconds=seconds):
+                                yield _Sleep(seconds)
+                                effect = steps.send(None)
                 except StopIteration as ended:
                     known = ended.value
 
@@ -238,7 +300,14 @@ class _Reread:
     operation_id: str
 
 
-Exchange = Generator["_Send | _Persist | _Reread", object, Record | None]
+@dataclass(frozen=True, slots=True)
+class _Pause:
+    """Stall the step here for *seconds* (a pause failpoint); answer with ``None``."""
+
+    seconds: float
+
+
+Exchange = Generator["_Send | _Persist | _Reread | _Pause", object, Record | None]
 """One reserved request's exchange (see :func:`exchange`)."""
 
 
@@ -246,28 +315,52 @@ def exchange(
     reserved: Record,
     request: Request,
     *,
-    owner: str,
+    lease: Lease,
     clock: Clock,
     rng: random.Random,
     headers: Callable[[Record], Mapping[str, str]],
     submission: Submission | None = None,
+    stopping: Callable[[], bool] | None = None,
 ) -> Exchange:
     """Send a reserved request, observe its answer and persist it: the one copy of that
     part of the step, run by the loop above and by the worker (each carries out the
-    effects its own way: ``_Send``, ``_Persist``, ``_Reread``).
+    effects its own way: ``_Send``, ``_Persist``, ``_Reread``, ``_Pause``).
 
-    Starts right after the reservation was persisted (failpoint ``reserved``). A
+    Starts right after the reservation was persisted (failpoint ``reserved``). The
+    reservation is a fence (*lease*): the request is sent only while its lease leaves
+    it at least :data:`MIN_SEND_S` (or its whole timeout, when shorter) before the
+    lease's margin, with its timeout cut to end that margin before the lease does, by
+    the monotonic clock; otherwise — or when *stopping* says the worker was told to
+    stop — it is not sent, and its reservation is released (``send_skipped``). A
     persisted answer that conflicts (someone wrote the record meanwhile: a person's
-    decision, an agent's request) is applied to the fresh record while the lease and the
-    reservation are still ours; otherwise our lease expired and another worker moved
-    on, and the answer is dropped.
+    decision, an agent's request) is applied to the fresh record while that record
+    still carries this reservation (``Lease.holds``); otherwise the lease ran out and
+    the operation was taken over: the answer is not used, only noted on the fresh
+    record (``late_answer``), never attributed to another request.
 
     Returns:
-        The record as this exchange stored it; after a dropped answer, the fresh record
-        read (``None`` when it is gone).
+        The record as this exchange stored it; after an answer that is not used, the
+        fresh record (``None`` when it is gone).
     """
-    hit("reserved", f"reserved-{request.kind}")
-    content = submission.body if request.kind == "submit" and submission else None
+    kind = request.kind
+    if pause := hit("reserved", f"reserved-{kind}"):
+        yield _Pause(pause)
+    margin_s = lease_margin_s(lease.length_s)
+    left_s = lease.left_s(clock)
+    covered_s = min(request.timeout_s, left_s - margin_s)
+    why = ""
+    if stopping is not None and stopping():
+        why = "the worker was told to stop before sending it"
+    elif covered_s < min(request.timeout_s, MIN_SEND_S):
+        why = (
+            f"its lease had {max(0.0, left_s):.3g}s of {lease.length_s:.3g}s left when it "
+            "was due to go (the process stalled after reserving it)"
+        )
+    if why:
+        return (yield from _release(reserved, request, lease, why, clock))
+    if covered_s < request.timeout_s:
+        request = replace(request, timeout_s=covered_s)
+    content = submission.body if kind == "submit" and submission else None
     sent = _request_headers(request, reserved, headers, submission)
     secrets = credential_values(headers(reserved))
     failure: Exception | None = None
@@ -279,22 +372,81 @@ def exchange(
     else:
         assert isinstance(answer, Observation), "the driver must answer a _Send"
         observation = answer
-        hit("answered", f"answered-{request.kind}")
+        if pause := hit("answered", f"answered-{kind}"):
+            yield _Pause(pause)
     current: Record | None = reserved
     while current is not None:
         after = _answered(current, request, observation, failure, clock=clock, rng=rng)
+        if pause := hit("saving", f"saving-{kind}"):
+            yield _Pause(pause)
         written = yield _Persist(after)
         if isinstance(written, Record):
-            if written.is_final:
-                hit("final")
+            if written.is_final and (pause := hit("final")):
+                yield _Pause(pause)
             return written
         fresh = yield _Reread(current.operation_id)
         assert fresh is None or isinstance(fresh, Record)
-        ours = fresh is not None and fresh.lease_owner == owner and fresh.in_flight == request.kind
-        if not ours:
-            return fresh
+        if not lease.holds(fresh):
+            what = _late_what(observation, failure)
+            request_id = observation.request_id if observation is not None else None
+            return (yield from _note(fresh, kind, clock, what, sent=True, request_id=request_id))
         current = fresh
     return None  # pragma: no cover - the loop returns
+
+
+def _late_what(observation: Observation | None, failure: Exception | None) -> str:
+    if observation is None:
+        return f"it failed ({type(failure).__name__})"
+    if observation.transport_error:
+        return f"it failed ({observation.transport_error})"
+    said = f"it answered HTTP {observation.http_status}"
+    return said + (f" [request id {observation.request_id}]" if observation.request_id else "")
+
+
+def _release(
+    reserved: Record, request: Request, lease: Lease, why: str, clock: Clock
+) -> Generator[_Persist | _Reread, object, Record | None]:
+    """Release a reservation whose request is not sent; when it is no longer current,
+    only note on the fresh record that it never was."""
+    current: Record | None = reserved
+    while lease.holds(current):
+        assert current is not None
+        written = yield _Persist(unsent(current, request.kind, clock.now(), why))
+        if isinstance(written, Record):
+            return written
+        fresh = yield _Reread(current.operation_id)
+        assert fresh is None or isinstance(fresh, Record)
+        current = fresh
+    return (yield from _note(current, request.kind, clock, why, sent=False))
+
+
+_NOTE_TRIES = 5
+"""How often a note about a request that is no longer current is written again after
+a conflict before it is given up (it changes nothing but the story)."""
+
+
+def _note(
+    fresh: Record | None,
+    kind: RequestKind,
+    clock: Clock,
+    what: str,
+    *,
+    sent: bool,
+    request_id: str | None = None,
+) -> Generator[_Persist | _Reread, object, Record | None]:
+    """Note on *fresh* what became of a request whose reservation is no longer current
+    (changing nothing else); return the record as stored, or as last read."""
+    for _ in range(_NOTE_TRIES):
+        if fresh is None:
+            return None
+        note = late_answer(fresh, kind, clock.now(), what, sent=sent, request_id=request_id)
+        written = yield _Persist(note)
+        if isinstance(written, Record):
+            return written
+        again = yield _Reread(fresh.operation_id)
+        assert again is None or isinstance(again, Record)
+        fresh = again
+    return fresh
 
 
 def emit(on_event: EventSink | None, events: Sequence[AuditEvent]) -> None:
@@ -518,10 +670,12 @@ async def run_exchange_async(
     http: HttpSettings,
     persist: Callable[[Transition], Awaitable[Record | ConflictError]],
     reread: Callable[[str], Awaitable[Record | None]],
+    sleep: Callable[[float], Awaitable[object]],
 ) -> Record | None:
     """Carry out one :func:`exchange`'s effects: the request with an async client, the
     writes and reads with the caller's *persist* and *reread* (the worker's group commit
-    and a read off the event loop). Returns what the exchange returns."""
+    and a read off the event loop), a pause with *sleep*. Returns what the exchange
+    returns."""
     try:
         effect = next(steps)
         while True:
@@ -537,6 +691,9 @@ async def run_exchange_async(
                     effect = steps.send(await persist(after))
                 case _Reread(operation_id=operation_id):
                     effect = steps.send(await reread(operation_id))
+                case _Pause(seconds=seconds):
+                    await sleep(seconds)
+                    effect = steps.send(None)
     except StopIteration as stop:
         ended: Record | None = stop.value
         return ended

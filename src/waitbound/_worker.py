@@ -18,6 +18,12 @@ persisted. While the due operations are leased by others, the worker sleeps unti
 earliest one becomes claimable (``Store.next_claimable``), woken early by a step of its
 own ending.
 
+A lease is a fence (``waitbound._driver.Lease``; ``docs/stores.md``, "Leases are
+fences"): a step whose lease ran out while it stalled sends nothing, and its answer is
+saved only while the record still carries its reservation. An operation whose step still
+runs in this worker is never planned again by its next passes, even once its lease ran
+out; a worker told to stop releases a reservation whose request has not gone out.
+
 Politeness, per worker and per origin (scheme, host, port): at most
 ``per_origin_concurrency`` requests in flight, and a token bucket of
 ``per_origin_rate`` requests per second (bursts up to ``per_origin_burst``). Both are
@@ -41,6 +47,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Protocol, TypeVar
 
 import anyio
 import httpx
@@ -51,9 +58,11 @@ from waitbound._controller import Finish, Request, Send, Transition
 from waitbound._delivery import adopt_orphans, deliver_due_async
 from waitbound._driver import (
     Credentials,
+    Lease,
     emit,
     exchange,
     holder_is_gone,
+    lease_of,
     new_owner,
     reservation_of,
     run_exchange_async,
@@ -75,6 +84,9 @@ _LOG = logging.getLogger("waitbound.worker")
 _BUSY_RECHECK_S = 0.01
 """The shortest pause between looks for due work when one looked due but was not
 claimed (another worker took it at that moment), in seconds."""
+
+_MIN_TOKEN_WAIT_S = 0.001
+"""The shortest wait for a token of an origin's bucket, in seconds."""
 
 _LOOK_AHEAD = 2
 """After a pass left due operations for their origins' limits, the next offers the
@@ -122,6 +134,26 @@ class WorkerSettings:
                 raise UsageError(f"{name} must be positive")
 
 
+_T = TypeVar("_T")
+
+
+class _Offload(Protocol):
+    """How the worker makes a store call: ``await offload(fn, *args)``."""
+
+    async def __call__(self, fn: Callable[..., _T], /, *args: object) -> _T: ...
+
+
+async def _in_thread(fn: Callable[..., _T], /, *args: object) -> _T:
+    """A store call in a worker thread, off the event loop."""
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+async def _inline(fn: Callable[..., _T], /, *args: object) -> _T:
+    """A store call on the event loop itself (``work(inline_store=True)``, for tests)."""
+    await anyio.lowlevel.checkpoint()
+    return fn(*args)
+
+
 class _Bucket:
     """A token bucket: ``rate`` tokens a second, at most ``burst`` saved up."""
 
@@ -139,7 +171,9 @@ class _Bucket:
         if self.tokens >= 1:
             self.tokens -= 1
             return 0.0
-        return (1 - self.tokens) / self.rate
+        # At least a millisecond: a rounding error's wait would otherwise be too short
+        # to move a clock (a virtual one, or a coarse monotonic one) at all.
+        return max(_MIN_TOKEN_WAIT_S, (1 - self.tokens) / self.rate)
 
 
 @dataclass(slots=True)
@@ -188,7 +222,11 @@ class _Pass:
     """What one pass's planning (inside ``reserve_due``, in a thread) decided."""
 
     room: int
+    started: float
+    """The monotonic reading just before the pass's ``now``: its leases run from here."""
     decided: dict[str, Finish | Send] = field(default_factory=dict)
+    live: int = 0
+    """Due operations left alone because a step of this worker's own still runs on them."""
     refused: list[float] = field(default_factory=list)
     """For each due operation left for its origin's limits: seconds until a token (0: a slot)."""
 
@@ -199,8 +237,10 @@ class _GroupCommit:
     ``Store.save_many`` (off the event loop) and hands each waiter its stored record or
     its ConflictError; what arrives during a flush goes in the next."""
 
-    def __init__(self, store: Store, on_event: Callable[[AuditEvent], None] | None) -> None:
-        self.store, self.on_event = store, on_event
+    def __init__(
+        self, store: Store, on_event: Callable[[AuditEvent], None] | None, offload: _Offload
+    ) -> None:
+        self.store, self.on_event, self.offload = store, on_event, offload
         self.queue: list[tuple[Transition, _Waiter]] = []
         self.ready = anyio.Event()
         self.flushes = 0
@@ -234,7 +274,7 @@ class _GroupCommit:
         self.flushes += 1
         items = [(t.record, t.events) for t, _ in batch]
         try:
-            results = await anyio.to_thread.run_sync(self.store.save_many, items)
+            results = await self.offload(self.store.save_many, items)
         except Exception as exc:  # every waiter of this batch reports it
             for _, waiter in batch:
                 waiter.error = exc
@@ -279,6 +319,7 @@ async def work(
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
     on_complete: OnComplete | None = None,
     notify_secret: str | None = None,
+    inline_store: bool = False,
 ) -> int:
     """Drive every due operation in *store* until *stop* is set (or, with
     ``settings.until_idle``, until no operation is waiting).
@@ -316,6 +357,9 @@ async def work(
             either, a delivery pass (``waitbound._delivery.deliver_due_async``) runs at least
             every second and right after a step leaves an operation final; with
             ``settings.until_idle``, the due deliveries are attempted before it returns.
+        inline_store: make the store's calls on the event loop instead of in a thread
+            (tests with a virtual clock: nothing the worker does then runs out of the
+            loop's sight, so a virtual sleep never overtakes a store call).
 
     Returns:
         How many steps were taken (requests answered or given up on, and outcomes
@@ -336,7 +380,9 @@ async def work(
     own_client = client is None
     # Its own connections, sized so every slot keeps one alive between steps.
     http_client = client or new_async_client(settings.concurrency)
-    commit = _GroupCommit(kit.store, kit.on_event)
+    offload: _Offload = _inline if inline_store else _in_thread
+    live: set[str] = set()  # operations a step of ours runs on: never re-planned meanwhile
+    commit = _GroupCommit(kit.store, kit.on_event, offload)
     outbox = _Deliveries(
         kit.store, kit.clock, kit.rng, owner, report, on_complete=on_complete, secret=notify_secret
     )
@@ -346,6 +392,9 @@ async def work(
     ) -> tuple[Record, tuple[AuditEvent, ...]] | None:
         """The controller's step for a due *record* (in ``reserve_due``'s transaction)."""
         if len(look.decided) >= look.room:
+            return None
+        if record.operation_id in live:  # our own step still runs: never re-planned
+            look.live += 1
             return None
         if record.lease_owner in gone:  # its holder's process is gone: take it over
             record = record.evolve(lease_expires_at=now)
@@ -366,15 +415,15 @@ async def work(
                 return None
 
     async def reread(operation_id: str) -> Record | None:
-        return await anyio.to_thread.run_sync(kit.store.get, operation_id)
+        return await offload(kit.store.get, operation_id)
 
-    async def step(reserved: Record, request: Request) -> None:
+    async def step(reserved: Record, request: Request, lease: Lease) -> None:
         nonlocal steps
         try:
             ended = await run_exchange_async(
                 exchange(
-                    reserved, request, owner=owner, clock=kit.clock, rng=kit.rng,
-                    headers=kit.headers,
+                    reserved, request, lease=lease, clock=kit.clock, rng=kit.rng,
+                    headers=kit.headers, stopping=stop.is_set,
                 ),
                 kit,
                 reserved.profile,
@@ -382,6 +431,7 @@ async def work(
                 http=http,
                 persist=commit.save,
                 reread=reread,
+                sleep=nap,
             )  # fmt: skip
             steps += 1
             if ended is not None:
@@ -391,6 +441,7 @@ async def work(
             # is the store failing (the lease then expires and the step is taken again).
             report(reserved.operation_id, exc)
         finally:
+            live.discard(reserved.operation_id)
             origins.release(request.url)
             room.release()
             finished.set()
@@ -401,17 +452,15 @@ async def work(
         nonlocal steps, crowded
         # Webhook deliveries first: a hint makes its operation due for this pass.
         try:
-            await anyio.to_thread.run_sync(
-                functools.partial(sweep_inbox, kit.store, clock=kit.clock, rng=kit.rng)
-            )
+            await offload(functools.partial(sweep_inbox, kit.store, clock=kit.clock, rng=kit.rng))
         except Exception as exc:  # the store failed: the sweep runs again next pass
             report("(inbox)", exc)
-        look = _Pass(room=room.value)
+        look = _Pass(room=room.value, started=kit.clock.monotonic())
+        now = kit.clock.now()
         reserved: list[Record] = []
         if look.room:
-            now = kit.clock.now()
             try:
-                reserved = await anyio.to_thread.run_sync(
+                reserved = await offload(
                     functools.partial(
                         kit.store.reserve_due,
                         owner=owner,
@@ -439,17 +488,20 @@ async def work(
                         continue
                     emit(kit.on_event, reservation.events)
                     await room.acquire()
-                    group.start_soon(step, record, request)
+                    live.add(operation_id)
+                    group.start_soon(step, record, request, lease_of(record, now, look.started))
                 case Finish(transition=finish) if record is not None:
                     emit(kit.on_event, finish.events)
-                    if record.is_final:
-                        hit("final")
+                    if record.is_final and (pause := hit("final")):
+                        await nap(pause)
                     steps += 1
                     outbox.note(record)
         outbox.poke(group)
         if reserved:
             return None
         if not look.room:  # every slot busy: a step ending wakes the worker
+            return settings.idle_s
+        if look.live and not look.decided:  # only our own running steps: one ends first
             return settings.idle_s
         if look.refused:  # due, but held back by its origin's limits
             waits = [s for s in look.refused if s > 0]
@@ -462,7 +514,7 @@ async def work(
         nothing waiting, sets ``idle``."""
         nonlocal idle
         now = kit.clock.now()
-        earliest, holders = await anyio.to_thread.run_sync(
+        earliest, holders = await offload(
             functools.partial(kit.store.next_claimable, now=now, label_prefix=label_prefix)
         )
         newly_gone = {h for h in holders if h not in gone and holder_is_gone(h)}
@@ -470,7 +522,7 @@ async def work(
             gone.update(newly_gone)
             return None
         if room.value == settings.concurrency:  # nothing in flight: are we done?
-            waiting, _ = await anyio.to_thread.run_sync(kit.store.pending_summary)
+            waiting, _ = await offload(kit.store.pending_summary)
             if settings.until_idle and waiting == 0:
                 idle = True
         if earliest is None:
@@ -493,15 +545,16 @@ async def work(
                             break
                         if pause is None:
                             continue
-                        with anyio.move_on_after(pause):
-                            waits: list[Callable[[], Awaitable[object]]] = [
-                                stop.wait,
-                                finished.wait,
-                                functools.partial(nap, pause),
-                            ]
-                            if wake is not None:
-                                waits.append(functools.partial(wake, pause))
-                            await _first_of(*waits)
+                        # The pause ends with the sleep given (never a timer of its
+                        # own: under a virtual clock, no real time may end it).
+                        waits: list[Callable[[], Awaitable[object]]] = [
+                            stop.wait,
+                            finished.wait,
+                            functools.partial(nap, pause),
+                        ]
+                        if wake is not None:
+                            waits.append(functools.partial(wake, pause))
+                        await _first_of(*waits)
             finally:
                 flusher.cancel_scope.cancel()
     finally:

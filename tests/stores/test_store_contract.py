@@ -766,6 +766,81 @@ def test_reserve_due_takes_over_a_lease_whose_holder_is_gone(store: Store) -> No
     assert [r.lease_owner for r in taken] == ["w1"]
 
 
+# ------------------------------------------------------------- leases are fences
+
+
+def _reserve(store: Store, owner: str, now: datetime, lease_s: float = 2.0) -> list[Record]:
+    """The worker's reservation of what is due at *now*: the controller's plan."""
+    from waitbound._controller import Send, plan
+
+    def reserve(record: Record) -> tuple[Record, tuple[AuditEvent, ...]] | None:
+        decision = plan(record, now, owner=owner, lease_s=lease_s)
+        if not isinstance(decision, Send):
+            return None
+        return decision.transition.record, decision.transition.events
+
+    return store.reserve_due(owner=owner, now=now, limit=10, plan=reserve)
+
+
+def test_a_reservations_fencing_token_reads_back_exactly(store: Store) -> None:
+    """The fence (owner, request kind, lease expiry to the microsecond) that a
+    reservation wrote is what the store gives back, so a later step can tell its own
+    reservation from any other."""
+    from waitbound._driver import lease_of
+
+    store.create(make_record(), events("created"))
+    [reserved] = _reserve(store, "w1", NOW)
+    lease = lease_of(reserved, NOW, 0.0)
+    assert lease.length_s == 2.0
+    assert lease.expires_at == NOW + timedelta(seconds=2)
+    assert lease.holds(store.get("op-1"))
+    # a write of someone else that keeps the lease (a person's decision) keeps the fence
+    got = store.get("op-1")
+    assert got is not None
+    store.save(replace(got, attempt=got.attempt + 1), events("decided"))
+    assert lease.holds(store.get("op-1"))
+
+
+def test_a_lease_still_running_is_never_reserved_again_even_by_its_own_owner(
+    store: Store,
+) -> None:
+    """While a reservation's lease runs, no pass reserves the operation again: not
+    another worker's, not its own worker's."""
+    store.create(make_record(), events("created"))
+    assert len(_reserve(store, "w1", NOW)) == 1
+    almost = NOW + timedelta(seconds=1.999)
+    assert _reserve(store, "w1", almost) == []
+    assert _reserve(store, "w2", almost) == []
+
+
+def test_a_save_from_a_reservation_that_was_taken_over_is_refused(store: Store) -> None:
+    """A lease that ran out and was reserved again (by another worker, or by the same
+    one): the old reservation's answer loses the compare-and-swap, alone and in a
+    batch, and the record carries only the new reservation's fence."""
+    from waitbound._driver import lease_of
+
+    store.create(make_record(), events("created"))
+    for new_owner in ("w2", "w1"):
+        [old] = _reserve(store, "w1", NOW)
+        old_lease = lease_of(old, NOW, 0.0)
+        later = NOW + timedelta(seconds=3)
+        [new] = _reserve(store, new_owner, later)
+        assert new.in_flight == "status"
+        answered = replace(old, in_flight=None, lease_owner=None, lease_expires_at=None)
+        with pytest.raises(ConflictError):
+            store.save(answered, events("observed"))
+        [refused] = store.save_many([(answered, events("observed"))])
+        assert isinstance(refused, ConflictError)
+        current = store.get("op-1")
+        assert current is not None
+        assert not old_lease.holds(current)
+        assert lease_of(new, later, 0.0).holds(current)
+        assert "observed" not in [e.event.kind for e in store.audit("op-1")]
+        # release the new reservation for the next round
+        store.save(replace(current, in_flight=None, lease_owner=None, lease_expires_at=None),
+                   [])  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "bad",
     [

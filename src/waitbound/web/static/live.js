@@ -17,7 +17,8 @@
   var KINDS = [
     "created", "submitted", "reserved", "observed", "scheduled", "finished", "decided",
     "result_due", "errors_due", "cancel_requested", "cancel_answered",
-    "extension_requested", "resumed", "answer_lost", "webhook_received"
+    "extension_requested", "resumed", "answer_lost", "send_skipped", "late_answer",
+    "webhook_received"
   ];
   var RELOAD_EVERY_MS = 3000;
 
