@@ -28,7 +28,6 @@ from urllib.parse import quote
 
 import anyio.to_thread
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -47,6 +46,13 @@ from waitbound._record import Record
 from waitbound._story import chain_status, printable
 from waitbound.profiles import builtin_names, builtin_profile
 from waitbound.web._auth import token_matches
+from waitbound.web._forms import (
+    DECIDE_MAX_BYTES,
+    SIGN_IN_MAX_BYTES,
+    SIGN_OUT_MAX_BYTES,
+    FormRefused,
+    read_form,
+)
 from waitbound.web._service import Service
 from waitbound.web._session import (
     Principal,
@@ -369,7 +375,10 @@ class _Operation:
         if not operation_id.isprintable():  # no operation has such an id: ask no store
             return _not_found(request, operation_id)
         principal = principal_of(request.scope) or Principal()
-        form = _strings(await request.form())
+        try:
+            form = await read_form(request, DECIDE_MAX_BYTES)
+        except FormRefused as exc:
+            return _refused(request, exc)
         if not principal.csrf_ok(form.get("csrf")):
             return problem_page(
                 request,
@@ -426,9 +435,11 @@ class _Operation:
         return _render(request, "conflict.html", status=409, op=view, first=first, error=exc)
 
 
-def _strings(form: FormData) -> dict[str, str]:
-    """The form's text fields (a file field counts as absent)."""
-    return {key: value for key, value in form.items() if isinstance(value, str)}
+def _refused(request: Request, exc: FormRefused) -> HTMLResponse:
+    """The page of a form body that was not read (nothing was changed)."""
+    return problem_page(
+        request, exc.status, "This form was not read", f"{exc.detail}; nothing was changed"
+    )
 
 
 def _int(text: str | None) -> int | None:
@@ -506,7 +517,10 @@ class _SignIn:
 
     async def sign_in(self, request: Request) -> Response:
         """``POST /sign-in``: the token and a name → the session cookie, 303 to ``next``."""
-        form = _strings(await request.form())
+        try:
+            form = await read_form(request, SIGN_IN_MAX_BYTES)
+        except FormRefused as exc:
+            return _refused(request, exc)
         next_path = local_path(form.get("next"))
         name = form.get("name", "")
         token = form.get("token", "").strip()
@@ -530,7 +544,10 @@ class _SignIn:
     async def sign_out(self, request: Request) -> Response:
         """``POST /sign-out``: end the session (with its CSRF token) → 303 to sign-in."""
         principal = principal_of(request.scope) or Principal()
-        form = _strings(await request.form())
+        try:
+            form = await read_form(request, SIGN_OUT_MAX_BYTES)
+        except FormRefused as exc:
+            return _refused(request, exc)
         if principal.session is not None and not principal.csrf_ok(form.get("csrf")):
             return problem_page(
                 request,
