@@ -67,7 +67,9 @@ def test_touching_a_session_moves_its_last_seen_only(store: Store) -> None:
     later = T0 + timedelta(hours=1)
     sessions.touch_session(row(1).session_id, later)
     got = sessions.get_session(row(1).session_id)
-    assert got is not None and got.last_seen_at == later and got.created_at == row(1).created_at
+    assert got is not None
+    assert got.last_seen_at == later
+    assert got.created_at == row(1).created_at
 
 
 def test_revoking_one_session_by_its_shown_id_leaves_the_others_open(store: Store) -> None:
@@ -80,7 +82,9 @@ def test_revoking_one_session_by_its_shown_id_leaves_the_others_open(store: Stor
     revoked = sessions.revoke_sessions(at=now, shown_id=row(1).shown_id)
     assert [r.session_id for r in revoked] == [row(1).session_id]
     got = sessions.get_session(row(1).session_id)
-    assert got is not None and got.revoked_at == now and not got.is_open(now)
+    assert got is not None
+    assert got.revoked_at == now
+    assert not got.is_open(now)
     assert [r.who for r in sessions.list_sessions(now=now)] == ["person-2"]
     assert sessions.revoke_sessions(at=now, shown_id=row(1).shown_id) == []
 

@@ -193,7 +193,14 @@ def test_an_empty_file_is_made_a_store_only_when_writing(tmp_path: Path) -> None
     with pytest.raises(NotAStoreError, match="empty"):
         open_store(path, read_only=True)
     open_store(path).close()
-    assert _tables(path) == ["audit_events", "inbox", "operations", "outbox", "sessions", "webhook_jobs"]
+    assert _tables(path) == [
+        "audit_events",
+        "inbox",
+        "operations",
+        "outbox",
+        "sessions",
+        "webhook_jobs",
+    ]
 
 
 def test_a_full_store_fails_in_one_line_and_keeps_nothing_half_written(tmp_path: Path) -> None:
@@ -328,7 +335,14 @@ def test_a_version_1_file_is_upgraded_when_opened(tmp_path: Path) -> None:
     store = SQLiteStore(path)
     try:
         assert _user_version(path) == sqlite.SCHEMA_VERSION == 4
-        assert _tables(path) == ["audit_events", "inbox", "operations", "outbox", "sessions", "webhook_jobs"]
+        assert _tables(path) == [
+            "audit_events",
+            "inbox",
+            "operations",
+            "outbox",
+            "sessions",
+            "webhook_jobs",
+        ]
         got = store.get("op-1")
         assert got is not None
         assert got.to_json() == stored.to_json()

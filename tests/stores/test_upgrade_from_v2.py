@@ -43,8 +43,8 @@ def _copy(tmp_path: Path) -> Path:
 
 
 def test_db_upgrade_migrates_a_v2_sqlite_store_keeping_every_fact(tmp_path: Path) -> None:
-    """`waitbound db upgrade` on the v2 file: applied 3 and 4 (the sessions table); every operation, counter, phase,
-    inbox and outbox row and every audit verdict (with and without the key) as before;
+    """`waitbound db upgrade` on the v2 file: applied 3 and 4 (the sessions
+    table); every operation, counter, phase, inbox and outbox row and every audit verdict (with and without the key) as before;
     `audit verify` says the same."""
     path = _copy(tmp_path)
     assert _user_version(path) == 2
@@ -165,8 +165,8 @@ def test_postgres_refuses_a_v2_schema_naming_db_upgrade(v2_schema: str) -> None:
 def test_db_upgrade_migrates_a_v2_postgres_schema_keeping_every_fact(
     v2_schema: str, tmp_path: Path
 ) -> None:
-    """`waitbound db upgrade --store DSN --schema S` on the v2 dump: applied 3 and 4 (the sessions table); every
-    fact as the v2 release left it, the audit verdicts included."""
+    """`waitbound db upgrade --store DSN --schema S` on the v2 dump: applied 3 and 4 (the
+    sessions table); every fact as the v2 release left it, the audit verdicts included."""
     from waitbound.stores.postgres import PostgresStore
 
     done = run_cli(tmp_path, "db", "upgrade", "--store", pg.DSN, "--schema", v2_schema, "--json")

@@ -297,7 +297,7 @@ def sessions_of(store: Store) -> SessionStore:
     try:
         from waitbound.stores.postgres import PostgresStore
     except ImportError:  # psycopg is not installed: no such store either
-        PostgresStore = None  # type: ignore[assignment,misc]  # noqa: N806
+        PostgresStore = None  # type: ignore[assignment,misc]
     if PostgresStore is not None and isinstance(store, PostgresStore):
         table = f'"{store.schema}".sessions'  # the schema name is checked (a-z0-9_)
         return _SQLSessions(store, table, "%s", text_times=False)
