@@ -44,8 +44,8 @@ def _copy(tmp_path: Path) -> Path:
 
 def test_db_upgrade_migrates_a_v2_sqlite_store_keeping_every_fact(tmp_path: Path) -> None:
     """`waitbound db upgrade` on the v2 file: applied 3 and 4 (the sessions
-    table); every operation, counter, phase, inbox and outbox row and every audit verdict (with and without the key) as before;
-    `audit verify` says the same."""
+    table); every operation, counter, phase, inbox and outbox row and every audit
+    verdict (with and without the key) as before; `audit verify` says the same."""
     path = _copy(tmp_path)
     assert _user_version(path) == 2
     done = run_cli(tmp_path, "db", "upgrade", "--store", str(path), "--json")
