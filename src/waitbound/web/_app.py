@@ -43,6 +43,7 @@ from waitbound.web._pages import page_routes, problem_page
 from waitbound.web._security import SECURITY_HEADERS, SecurityHeaders
 from waitbound.web._service import Service
 from waitbound.web._session import Sessions
+from waitbound.web._sessions_api import session_routes
 
 __all__ = ["DEFAULT_PING_S", "DEFAULT_POLL_S", "create_app", "operation_document", "problem"]
 
@@ -249,14 +250,14 @@ def create_app(
             *public* says otherwise.
         public: which paths need no token (default: ``/healthz``, the receiver, the
             sign-in page and the static files).
-        sessions: the inbox's session cookies (default: a new random key on the
-            service's clock).
+        sessions: the inbox's sessions (default: kept in the service's store, on its
+            clock).
 
     Returns:
         The Starlette application (serve it with uvicorn; see ``waitbound.web._run``).
     """
     one, many = _stream_endpoints(poll_s, ping_s)
-    sessions = sessions or Sessions(clock=service.clock)
+    sessions = sessions or Sessions(service.store, clock=service.clock)
     app = Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
@@ -265,11 +266,18 @@ def create_app(
             Route("/operations/{operation_id}", _operation_endpoint(audit_key), methods=["GET"]),
             Route("/operations/{operation_id}/events", one, methods=["GET"]),
             *page_routes(sessions=sessions, audit_key=audit_key),
+            *session_routes(sessions),
             *routes,
         ],
         middleware=[
             Middleware(SecurityHeaders),
-            Middleware(BearerAuth, token=service.token, public=public, sessions=sessions),
+            Middleware(
+                BearerAuth,
+                holders=service.holders,
+                public=public,
+                sessions=sessions,
+                proxy=service.config.proxy,
+            ),
         ],
         exception_handlers={
             HTTPException: _http_error,
