@@ -8,7 +8,6 @@ winning) is the API's; a refusal is one line and exit 2, and nothing is changed.
 from __future__ import annotations
 
 import getpass
-
 import json
 
 import click

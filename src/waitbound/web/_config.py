@@ -90,6 +90,15 @@ class ServeConfig:
     proxy: TrustedProxy | None = None
     """``[auth]``: the authenticating proxy whose user header is believed (``None``: none)."""
 
+    literal_secrets: bool = False
+    """Whether the file itself holds a secret (one not given as ``${NAME}``)."""
+
+    @property
+    def holds_secrets(self) -> bool:
+        """Whether the file holds a secret value itself (it is then warned about when
+        others may read it)."""
+        return self.literal_secrets
+
     @property
     def secrets(self) -> tuple[str, ...]:
         """Every secret the file holds: each receiver's, then the notify secret."""
@@ -117,6 +126,8 @@ _TOP_KEYS: Final = frozenset(("webhooks", "notify", "auth"))
 AUTH_KEYS: Final = frozenset(("trusted_proxies", "user_header", "proxy_role"))
 """The keys of the ``[auth]`` table."""
 _HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
+_ENV_ONLY: Final = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+"""A secret given only as ``${NAME}``: the file itself holds no secret then."""
 _NOTIFY_KEYS: Final = frozenset(("secret",))
 _NAME: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
@@ -162,7 +173,13 @@ def _parse(data: Mapping[str, Any], env: Mapping[str, str]) -> ServeConfig:
             raise UsageError("notify.secret is required (a whsec_ secret)")
         notify_secret = _secret(notify["secret"], "notify.secret", Scheme.STANDARD, env)
     proxy = _proxy(data["auth"]) if "auth" in data else None
-    return ServeConfig(receivers=receivers, notify_secret=notify_secret, proxy=proxy)
+    raw = [s for t in webhooks.values() for s in t.get("secrets", [])]
+    if isinstance(data.get("notify"), dict):
+        raw.append(data["notify"].get("secret"))
+    literal = any(isinstance(r, str) and not _ENV_ONLY.fullmatch(r.strip()) for r in raw)
+    return ServeConfig(
+        receivers=receivers, notify_secret=notify_secret, proxy=proxy, literal_secrets=literal
+    )
 
 
 def _proxy(table: object) -> TrustedProxy | None:
