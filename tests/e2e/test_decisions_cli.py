@@ -10,7 +10,6 @@ is one line, exit 2, and changes nothing.
 from __future__ import annotations
 
 import getpass
-
 import json
 import sqlite3
 from collections.abc import Iterator

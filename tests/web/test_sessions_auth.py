@@ -187,6 +187,7 @@ def test_waitbound_sessions_revoke_ends_a_session_in_a_sqlite_store(tmp_path: Pa
         {"Sec-Fetch-Site": "cross-site"},
         {"Sec-Fetch-Site": "same-site"},
         {"Origin": "http://testserver", "Sec-Fetch-Site": "same-site"},
+        {"Origin": "http://testserver:9999", "Sec-Fetch-Site": "same-site"},
     ],
 )
 def test_a_decision_from_another_origin_or_port_is_refused_even_with_the_csrf_token(inbox, headers):

@@ -12,8 +12,9 @@ streamed responses pass through untouched):
    key is kept for the session check (``web/_session.py``).
 2. A state-changing request (any method but ``GET``, ``HEAD``, ``OPTIONS``; the
    receiver excepted) is refused (403) when the browser says it comes from elsewhere:
-   ``Sec-Fetch-Site`` other than ``same-origin`` or ``none``, or an ``Origin`` whose
-   host and port are not the request's ``Host`` (another site, another port, ``null``).
+   ``Sec-Fetch-Site`` other than ``same-origin`` or ``none``, or (without that header)
+   an ``Origin`` whose host and port are not the request's ``Host`` (another site,
+   another port, ``null``).
    This is in addition to the CSRF token of every form.
 3. Public paths pass.
 4. ``Authorization: Bearer`` must name a token of the file (else 401); the principal is
@@ -142,13 +143,16 @@ def cross_origin(headers: Headers, scheme: str) -> str | None:
     """Why a state-changing request comes from another origin (``None``: it does not,
     or no browser sent it: scripts send neither header).
 
-    ``Sec-Fetch-Site`` (Fetch Metadata) other than ``same-origin``/``none`` is refused;
-    so is an ``Origin`` (RFC 6454) whose host and port differ from the ``Host`` header's
-    — another port of the same host too. The scheme is not compared: a proxy in front
-    may end TLS.
+    ``Sec-Fetch-Site`` (Fetch Metadata), when sent, decides: other than
+    ``same-origin``/``none`` is refused. Without it, an ``Origin`` (RFC 6454) whose host
+    and port differ from the ``Host`` header's — another port of the same host too — or
+    an opaque ``null`` one is refused. The scheme is not compared: a proxy in front may
+    end TLS.
     """
     site = headers.get("sec-fetch-site")
-    if site is not None and site.strip().lower() not in _SAME_ORIGIN_SITES:
+    if site is not None:  # Fetch Metadata, when sent, is the browser's own word
+        if site.strip().lower() in _SAME_ORIGIN_SITES:
+            return None
         return f"the browser says this request comes from a {site[:20]!r} page"
     origin = headers.get("origin")
     if origin is None:
