@@ -31,6 +31,7 @@ from waitbound._record import Record
 from waitbound._story import printable
 from waitbound.stores._protocol import AuditCursor
 from waitbound.web._auth import BearerAuth, is_page, is_public
+from waitbound.web._budget import BudgetGuard, ConnectionBudget
 from waitbound.web._events import (
     many_events,
     operation_events,
@@ -238,6 +239,7 @@ def create_app(
     routes: Sequence[BaseRoute] = (),
     public: Callable[[str], bool] = is_public,
     sessions: Sessions | None = None,
+    budget: ConnectionBudget | None = None,
 ) -> Starlette:
     """The application of ``waitbound serve`` over *service* (``app.state.service``).
 
@@ -252,6 +254,8 @@ def create_app(
             sign-in page and the static files).
         sessions: the inbox's sessions (default: kept in the service's store, on its
             clock).
+        budget: the connection budget (the reserve, the stream cap; default: no limit
+            but the default stream cap); see ``waitbound.web._budget``.
 
     Returns:
         The Starlette application (serve it with uvicorn; see ``waitbound.web._run``).
@@ -278,6 +282,7 @@ def create_app(
                 sessions=sessions,
                 proxy=service.config.proxy,
             ),
+            Middleware(BudgetGuard, budget=budget or ConnectionBudget(general=1 << 30)),
         ],
         exception_handlers={
             HTTPException: _http_error,

@@ -38,6 +38,7 @@ from waitbound._outbox import OnComplete
 from waitbound._worker import WorkerSettings
 from waitbound.transports import HttpSettings
 from waitbound.web._app import DEFAULT_PING_S, DEFAULT_POLL_S, create_app
+from waitbound.web._budget import ConnectionBudget, reserve_of
 from waitbound.web._protocol import (
     KEEP_ALIVE_S,
     MAX_HEAD_BYTES,
@@ -184,16 +185,20 @@ async def serve(
     nudge = current if isinstance(current, Nudge) else Nudge(then=current)
     service = replace(service, delivered=nudge)
     service.stopping.clear()  # a service served again streams again
-    app = create_app(service, poll_s=poll_s, ping_s=ping_s, audit_key=audit_key)
+    cap = connection_cap(limits.max_connections)
+    general = cap - reserve_of(cap, limits.reserved_connections)
+    budget = ConnectionBudget(
+        general=general, max_streams=max(1, min(limits.max_streams, cap // 2))
+    )
+    app = create_app(service, poll_s=poll_s, ping_s=ping_s, audit_key=audit_key, budget=budget)
     sock = listen(host, port)
     url = url_of(sock)
-    cap = connection_cap(limits.max_connections)
     config = uvicorn.Config(
         app,
-        http=protocol_of(limits),
+        http=protocol_of(limits, max_open=cap, general_open=general),
         ws="none",
         h11_max_incomplete_event_size=MAX_HEAD_BYTES,
-        limit_concurrency=cap,
+        limit_concurrency=cap + 1,  # the protocol closes past cap; the budget answers 503
         backlog=cap,
         timeout_keep_alive=KEEP_ALIVE_S,
         log_config=None,
@@ -203,6 +208,7 @@ async def serve(
         timeout_graceful_shutdown=GRACEFUL_S,
     )
     server = _Server(config)
+    budget.count = lambda: len(server.server_state.connections)
     stop = stop or anyio.Event()
     failures: list[BaseException] = []
 
