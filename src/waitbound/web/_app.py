@@ -103,8 +103,9 @@ def _not_found(operation_id: str) -> JSONResponse:
 
 
 async def healthz(request: Request) -> Response:
-    """``GET /healthz``: the process answers (no token; says nothing else)."""
-    return JSONResponse({"ok": True})
+    """``GET /healthz``: the process answers (no token), with what the background work
+    last reported (``inbox``: the webhook inbox's counts after its last prune)."""
+    return JSONResponse({"ok": True, **_service(request).health})
 
 
 def _read(

@@ -39,6 +39,7 @@ from waitbound.web._tokens import DECIDER, ROLES
 
 __all__ = [
     "AUTH_KEYS",
+    "DEFAULT_INBOX_RETENTION_DAYS",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_TOLERANCE_S",
     "MAX_BODY_BYTES_RANGE",
@@ -54,6 +55,8 @@ DEFAULT_TOLERANCE_S: Final = 300.0
 """How far a delivery's signed timestamp may be from now, either way (seconds)."""
 DEFAULT_MAX_BODY_BYTES: Final = 1_048_576
 """The largest delivery body a receiver reads (bytes)."""
+DEFAULT_INBOX_RETENTION_DAYS: Final = 30
+"""How long the webhook inbox keeps a delivery that is done with (days)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +92,9 @@ class ServeConfig:
     notify_secret: str | None = field(default=None, repr=False)
     proxy: TrustedProxy | None = None
     """``[auth]``: the authenticating proxy whose user header is believed (``None``: none)."""
+    inbox_retention_s: float | None = DEFAULT_INBOX_RETENTION_DAYS * 86400.0
+    """``[inbox] retention_days`` in seconds: deliveries done with are deleted once older
+    (``None``: kept forever, ``retention_days = 0``)."""
 
     literal_secrets: bool = False
     """Whether the file itself holds a secret (one not given as ``${NAME}``)."""
@@ -122,7 +128,9 @@ TOLERANCE_S_RANGE: Final = (1.0, 3600.0)
 """``tolerance_s`` bounds, inclusive (seconds)."""
 MAX_BODY_BYTES_RANGE: Final = (1024, 32 * 1024 * 1024)
 """``max_body_bytes`` bounds, inclusive (1 KiB to 32 MiB; GitHub caps payloads at 25 MB)."""
-_TOP_KEYS: Final = frozenset(("webhooks", "notify", "auth"))
+_TOP_KEYS: Final = frozenset(("webhooks", "notify", "auth", "inbox"))
+INBOX_RETENTION_DAYS_RANGE: Final = (0, 3650)
+"""``[inbox] retention_days`` bounds, inclusive (0: keep forever)."""
 AUTH_KEYS: Final = frozenset(("trusted_proxies", "user_header", "proxy_role"))
 """The keys of the ``[auth]`` table."""
 _HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
@@ -178,8 +186,30 @@ def _parse(data: Mapping[str, Any], env: Mapping[str, str]) -> ServeConfig:
         raw.append(data["notify"].get("secret"))
     literal = any(isinstance(r, str) and not _ENV_ONLY.fullmatch(r.strip()) for r in raw)
     return ServeConfig(
-        receivers=receivers, notify_secret=notify_secret, proxy=proxy, literal_secrets=literal
+        receivers=receivers,
+        notify_secret=notify_secret,
+        proxy=proxy,
+        literal_secrets=literal,
+        inbox_retention_s=_retention(data["inbox"]) if "inbox" in data else _DEFAULT_RETENTION_S,
     )
+
+
+_DEFAULT_RETENTION_S: Final = DEFAULT_INBOX_RETENTION_DAYS * 86400.0
+
+
+def _retention(table: object) -> float | None:
+    """``[inbox] retention_days`` in seconds (``0``: ``None``, kept forever)."""
+    if not isinstance(table, dict):
+        raise UsageError("inbox must be a table with retention_days")
+    _known(table, frozenset(("retention_days",)), "inbox")
+    days = table.get("retention_days", DEFAULT_INBOX_RETENTION_DAYS)
+    low, high = INBOX_RETENTION_DAYS_RANGE
+    if isinstance(days, bool) or not isinstance(days, int | float) or not low <= days <= high:
+        raise UsageError(
+            f"inbox.retention_days must be a number of days from {low} to {high} "
+            "(0: keep every delivery)"
+        )
+    return None if days == 0 else float(days) * 86400.0
 
 
 def _proxy(table: object) -> TrustedProxy | None:

@@ -23,6 +23,7 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, Final
 
 import anyio
@@ -36,6 +37,7 @@ from waitbound._errors import UsageError
 from waitbound._inbox import sweep_inbox
 from waitbound._outbox import OnComplete
 from waitbound._worker import WorkerSettings
+from waitbound.stores._inbox_retention import prune_inbox
 from waitbound.transports import HttpSettings
 from waitbound.web._app import DEFAULT_PING_S, DEFAULT_POLL_S, create_app
 from waitbound.web._budget import ConnectionBudget, reserve_of
@@ -48,7 +50,15 @@ from waitbound.web._protocol import (
 )
 from waitbound.web._service import Nudge, Service
 
-__all__ = ["GRACEFUL_S", "SWEEP_EVERY_S", "SWEEP_LIMIT", "listen", "serve", "url_of"]
+__all__ = [
+    "GRACEFUL_S",
+    "PRUNE_EVERY_S",
+    "SWEEP_EVERY_S",
+    "SWEEP_LIMIT",
+    "listen",
+    "serve",
+    "url_of",
+]
 
 _LOG = logging.getLogger("waitbound.serve")
 
@@ -56,6 +66,8 @@ GRACEFUL_S: Final = 5
 """How long shutdown waits for answers in flight before it cancels them (seconds)."""
 SWEEP_EVERY_S: Final = 1.0
 """The inbox sweep runs at least this often (seconds), and at once after a delivery."""
+PRUNE_EVERY_S: Final = 3600.0
+"""The webhook inbox is pruned at start and then this often (seconds)."""
 SWEEP_LIMIT: Final = 100
 """Deliveries one sweep applies at most (a full sweep is followed by another at once)."""
 
@@ -125,6 +137,31 @@ async def _sweep_inbox(
         await nudge.wait(every_s)
 
 
+async def _prune_inbox(service: Service, stop: anyio.Event, every_s: float) -> None:
+    """Delete the inbox's deliveries older than ``[inbox] retention_days`` that are done
+    with, at start and every *every_s* seconds until *stop*; report the counts in
+    ``/healthz`` (``inbox``)."""
+    retention_s = service.config.inbox_retention_s
+    while not stop.is_set():
+        if retention_s is not None:
+            before = service.clock.now() - timedelta(seconds=retention_s)
+            try:
+                counted = await anyio.to_thread.run_sync(
+                    functools.partial(prune_inbox, service.store, before=before)
+                )
+            except Exception as exc:  # the store failed: try again at the next prune
+                _LOG.warning("inbox prune: %s: %s", type(exc).__name__, exc)
+            else:
+                service.health["inbox"] = {
+                    "kept": counted.kept,
+                    "pruned": counted.pruned,
+                    "retention_days": retention_s / 86400.0,
+                    "pruned_at": service.clock.now().isoformat(),
+                }
+        with anyio.move_on_after(every_s):
+            await stop.wait()
+
+
 async def _watch_signals(stop: anyio.Event, server: uvicorn.Server) -> None:
     """SIGTERM or SIGINT: shut down gracefully; a second one: stop waiting for answers."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -155,6 +192,7 @@ async def serve(
     sweep_every_s: float = SWEEP_EVERY_S,
     rng: random.Random | None = None,
     limits: Limits = Limits(),  # noqa: B008 - frozen value
+    prune_every_s: float = PRUNE_EVERY_S,
 ) -> None:
     """Serve *service* on *host*:*port* until a signal (or *stop*), with the worker
     and the inbox sweep in the same event loop.
@@ -176,6 +214,8 @@ async def serve(
         rng: for the sweep's jitter.
         limits: what one client may take: deadlines for a request's head and body,
             open connections at most (see ``waitbound.web._protocol``).
+        prune_every_s: seconds between prunes of the webhook inbox (``[inbox]
+            retention_days`` of the config; at start too).
 
     Raises:
         UsageError: the address cannot be bound.
@@ -256,6 +296,9 @@ async def serve(
             wake=hinted.wait,
         )
 
+    async def prune() -> None:
+        await _prune_inbox(service, stop, prune_every_s)
+
     async def sweep() -> None:
         await _sweep_inbox(
             service, nudge, stop, rng or random.Random(), sweep_every_s, applied_some=hinted
@@ -269,6 +312,7 @@ async def serve(
                 group.start_soon(guarded(http_server))
                 group.start_soon(shut_down)
                 group.start_soon(guarded(sweep))
+                group.start_soon(guarded(prune))
                 if worker:
                     group.start_soon(guarded(drive))
             outer.cancel_scope.cancel()

@@ -15,6 +15,7 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from waitbound._clock import Clock
+from waitbound._json import JSON
 from waitbound._push import InboundDelivery
 from waitbound.stores import Store
 from waitbound.web._config import ServeConfig, redaction_strings
@@ -99,6 +100,9 @@ class Service:
             environment — and they are added.
         holders: the token file's tokens with their owners and roles (empty: *token*
             alone, as the shared token of an ``admin``); see ``web/_tokens.py``.
+        health: what ``/healthz`` says besides ``ok`` (the background work writes it,
+            e.g. ``inbox``: the last prune's counts), never read from the store per
+            request.
     """
 
     store: Store
@@ -109,6 +113,7 @@ class Service:
     stopping: threading.Event = field(default_factory=threading.Event)
     secrets: tuple[str, ...] = field(default=(), repr=False)
     holders: tuple[Holder, ...] = field(default=(), repr=False)
+    health: dict[str, JSON] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.holders:  # one token: the shared one, an admin
