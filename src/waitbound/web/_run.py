@@ -38,6 +38,7 @@ from waitbound._inbox import sweep_inbox
 from waitbound._outbox import OnComplete
 from waitbound._worker import WorkerSettings
 from waitbound.stores._inbox_retention import prune_inbox
+from waitbound.stores._sessions import sessions_of
 from waitbound.transports import HttpSettings
 from waitbound.web._app import DEFAULT_PING_S, DEFAULT_POLL_S, create_app
 from waitbound.web._budget import ConnectionBudget, reserve_of
@@ -66,6 +67,8 @@ GRACEFUL_S: Final = 5
 """How long shutdown waits for answers in flight before it cancels them (seconds)."""
 SWEEP_EVERY_S: Final = 1.0
 """The inbox sweep runs at least this often (seconds), and at once after a delivery."""
+SESSIONS_KEPT_S: Final = 7 * 86400.0
+"""How long an ended (revoked or expired) session stays listed (seconds)."""
 PRUNE_EVERY_S: Final = 3600.0
 """The webhook inbox is pruned at start and then this often (seconds)."""
 SWEEP_LIMIT: Final = 100
@@ -139,8 +142,9 @@ async def _sweep_inbox(
 
 async def _prune_inbox(service: Service, stop: anyio.Event, every_s: float) -> None:
     """Delete the inbox's deliveries older than ``[inbox] retention_days`` that are done
-    with, at start and every *every_s* seconds until *stop*; report the counts in
-    ``/healthz`` (``inbox``)."""
+    with, and the sessions that ended more than :data:`SESSIONS_KEPT_S` ago, at start and
+    every *every_s* seconds until *stop*; report the inbox's counts in ``/healthz``
+    (``inbox``)."""
     retention_s = service.config.inbox_retention_s
     while not stop.is_set():
         if retention_s is not None:
@@ -158,6 +162,13 @@ async def _prune_inbox(service: Service, stop: anyio.Event, every_s: float) -> N
                     "retention_days": retention_s / 86400.0,
                     "pruned_at": service.clock.now().isoformat(),
                 }
+        try:  # sessions that ended a week ago are of no more use, even to a listing
+            ended = service.clock.now() - timedelta(seconds=SESSIONS_KEPT_S)
+            await anyio.to_thread.run_sync(
+                functools.partial(sessions_of(service.store).prune_sessions, before=ended)
+            )
+        except Exception as exc:  # the store failed (or keeps no sessions): next time
+            _LOG.warning("sessions prune: %s: %s", type(exc).__name__, exc)
         with anyio.move_on_after(every_s):
             await stop.wait()
 
