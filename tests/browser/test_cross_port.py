@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
+import waitbound
 from tests.browser.conftest import Inbox
+from waitbound.stores._sessions import sessions_of
 
 pytestmark = pytest.mark.e2e
 
@@ -152,3 +154,24 @@ def test_a_cookie_taken_from_the_browser_is_refused_outside_its_path(
     page.locator('form[action$="/sign-out"] button').click()
     expect(page).to_have_url(f"{inbox.url}/sign-in")
     assert replay.get(f"{base}/", headers=header, max_redirects=0).status == 303
+
+
+def test_a_no_cors_flood_from_another_origin_is_refused_without_a_session(
+    inbox: Inbox, page: Page, other_port: OtherPort
+) -> None:
+    """A page elsewhere fires a no-cors multipart sign-in of 20 MiB at the inbox (the
+    attack that once grew the server by hundreds of MiB): the inbox answers 403 from its
+    headers alone, and no session is made."""
+    other_port.page = (
+        "<!doctype html><script>"
+        "const form = new FormData();"
+        "form.append('token', 'x'.repeat(32));"
+        "form.append('blob', new Blob([new Uint8Array(20 * 1024 * 1024)]), 'x.bin');"
+        f"fetch('{inbox.url}/sign-in', {{method: 'POST', mode: 'no-cors', body: form}});"
+        "</script>"
+    )
+    with page.expect_response(lambda r: r.url == f"{inbox.url}/sign-in") as answered:
+        page.goto(f"{other_port.url}/")
+    assert answered.value.status == 403
+    now = waitbound.SystemClock().now()
+    assert sessions_of(inbox.store).list_sessions(now=now) == []
