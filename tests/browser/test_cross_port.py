@@ -77,7 +77,7 @@ def other_port() -> Iterator[OtherPort]:
         thread.join(timeout=10)
 
 
-def _session_cookie(page: Page) -> dict[str, Any]:
+def _session_cookie(page: Page) -> Any:
     return next(c for c in page.context.cookies() if c["name"] == "waitbound_session")
 
 

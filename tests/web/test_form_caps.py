@@ -6,7 +6,7 @@ unread, and nothing is spooled to disk."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +73,8 @@ def call(
         "server": ("127.0.0.1", 8765),
     }
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
 
     async def main() -> None:
         await app(scope, body.receive, send)

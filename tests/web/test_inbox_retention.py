@@ -9,6 +9,7 @@ import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -93,7 +94,7 @@ def test_serve_prunes_the_inbox_at_start_and_healthz_shows_the_counts() -> None:
 
     service = Service(store=store, config=ServeConfig(), clock=clock, token="t" * 32)
 
-    async def main() -> dict[str, object]:
+    async def main() -> Any:
         stop = anyio.Event()
         urls: list[str] = []
         async with anyio.create_task_group() as group:

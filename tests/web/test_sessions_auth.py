@@ -316,7 +316,9 @@ def test_the_shared_token_is_an_admin_whose_typed_name_is_marked():
         data={"csrf": csrf, "option": "abandon", "why": "w"},
         follow_redirects=False,
     )
-    assert [d.by for d in made.store.get("op-1").decisions] == ["Ada (shared token)"]
+    record = made.store.get("op-1")
+    assert record is not None
+    assert [d.by for d in record.decisions] == ["Ada (shared token)"]
 
 
 # --- trusted proxy ---------------------------------------------------------------------
@@ -353,7 +355,9 @@ def test_a_trusted_proxys_user_header_signs_the_request_in():
         follow_redirects=False,
     )
     assert answer.status_code == 303
-    assert [d.by for d in made.store.get("op-1").decisions] == ["carol@example.org"]
+    record = made.store.get("op-1")
+    assert record is not None
+    assert [d.by for d in record.decisions] == ["carol@example.org"]
 
 
 def test_a_proxy_user_header_from_any_other_address_is_ignored():
