@@ -263,10 +263,14 @@ def test_a_named_token_signs_in_as_its_owner_whatever_name_is_typed(named):
 
 
 def test_a_viewer_sees_but_cannot_decide(named):
-    """The viewer's session reads every page; its decision POST is 403, nothing decided."""
+    """The viewer's session reads every page (an option's page says deciding needs the
+    decider role, no form); its decision POST is 403, nothing decided."""
     named.escalate("op-1")
     csrf = sign_in(named.client, VIC)
     assert named.client.get("/operation/op-1").status_code == 200
+    offered = named.client.get("/operation/op-1", params={"option": "abandon"})
+    assert 'data-testid="viewer-note"' in offered.text
+    assert 'name="why"' not in offered.text
     answer = named.client.post(
         "/operation/op-1/decide",
         data={"csrf": csrf, "option": "abandon", "why": "w"},
