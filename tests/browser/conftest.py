@@ -34,6 +34,8 @@ from waitbound.web._service import Service
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / "artifacts"
 TOKEN = "tok_browser_" + "b" * 32
+SESSION_PATH = r"/s/[A-Za-z0-9_-]{32}"
+"""The prefix a signed-in session's pages live under (``web/_session.py``)."""
 TIMEOUT_MS = 15_000
 """Playwright's default for every expectation (ms): generous for 2 shared cores."""
 
@@ -158,12 +160,20 @@ class Inbox:
         return record
 
     def sign_in(self, page: Page, name: str) -> None:
-        """Sign in on *page* as *name* with the service's token: Needs a decision opens."""
+        """Sign in on *page* as *name* with the service's (shared) token: Needs a decision
+        opens, under the session's own prefix."""
         page.goto(f"{self.url}/sign-in")
         page.fill("input[name=name]", name)
         page.fill("input[name=token]", self.token)
         page.click("button[type=submit]")
-        expect(page).to_have_url(f"{self.url}/")
+        expect(page).to_have_url(re.compile(re.escape(self.url) + SESSION_PATH + "/$"))
+
+    def at(self, page: Page, path: str) -> str:
+        """The URL of *path* in *page*'s session (under its ``/s/KEY`` prefix, which
+        the page's current URL shows; none before sign-in)."""
+        found = re.match(re.escape(self.url) + f"({SESSION_PATH})?", page.url)
+        prefix = (found.group(1) or "") if found is not None else ""
+        return f"{self.url}{prefix}{path}"
 
     def shot(self, page: Page, name: str) -> Path:
         """Save a full-page screenshot as ``artifacts/TEST-NAME.png``; return its path."""

@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import Locator, Page, Request, expect
 
 import waitbound
-from tests.browser.conftest import Inbox
+from tests.browser.conftest import SESSION_PATH, Inbox
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +34,9 @@ def _card(page: Page, operation_id: str) -> Locator:
 
 def _operation_url(inbox: Inbox, operation_id: str) -> re.Pattern[str]:
     """The operation's page, at any fragment (``#decisions``)."""
-    return re.compile(re.escape(f"{inbox.url}/operation/{operation_id}") + r"(#.*)?$")
+    return re.compile(
+        re.escape(inbox.url) + SESSION_PATH + re.escape(f"/operation/{operation_id}") + r"(#.*)?$"
+    )
 
 
 def _choose(page: Page, operation_id: str, option: str) -> None:
@@ -127,7 +129,7 @@ def test_an_exhausted_wait_is_extended_by_a_click_and_followed_live_to_succeeded
     page.on(
         "request", lambda r: event_sources.append(r) if r.resource_type == "eventsource" else None
     )
-    page.goto(f"{inbox.url}/in-flight?label=browser:")
+    page.goto(inbox.at(page, "/in-flight?label=browser:"))
     row = page.locator(f'tr[data-testid="in-flight"][data-operation-id="{op}"]')
     expect(row).to_be_visible()
     budget = row.locator('progress[data-testid="budget"], [data-testid="budget"] progress')
@@ -148,12 +150,12 @@ def test_an_exhausted_wait_is_extended_by_a_click_and_followed_live_to_succeeded
     assert any("/events" in r.url for r in event_sources), "no EventSource was opened"
     assert inbox.record(op).to_outcome().outcome == waitbound.OutcomeKind.SUCCEEDED
 
-    page.goto(f"{inbox.url}/finished?label=browser:")
+    page.goto(inbox.at(page, "/finished?label=browser:"))
     finished = page.locator(f'tr[data-testid="finished"][data-operation-id="{op}"]')
     expect(finished.get_by_test_id("outcome")).to_have_text(re.compile(r"\bsucceeded\b"))
     inbox.shot(page, "finished")
 
-    page.goto(f"{inbox.url}/operation/{op}")
+    page.goto(inbox.at(page, f"/operation/{op}"))
     record = page.get_by_test_id("decision-record")
     expect(record).to_have_count(1)
     for part in ("extend", "ann", "quarter close"):
@@ -164,7 +166,9 @@ def test_an_exhausted_wait_is_extended_by_a_click_and_followed_live_to_succeeded
     expect(page.get_by_test_id("chain-status")).to_contain_text("intact")
     inbox.shot(page, "operation")
     decisions = inbox.record(op).decisions
-    assert [(d.option, d.by, d.why) for d in decisions] == [("extend", "ann", "quarter close")]
+    assert [(d.option, d.by, d.why) for d in decisions] == [
+        ("extend", "ann (shared token)", "quarter close")
+    ]
 
 
 def test_without_a_session_pages_redirect_to_sign_in(inbox: Inbox, page: Page) -> None:
@@ -182,7 +186,9 @@ def test_without_a_session_pages_redirect_to_sign_in(inbox: Inbox, page: Page) -
     page.fill("input[name=name]", "ann")
     page.fill("input[name=token]", inbox.token)
     page.click("button[type=submit]")
-    expect(page).to_have_url(f"{inbox.url}/in-flight?label=browser:")
+    expect(page).to_have_url(
+        re.compile(re.escape(inbox.url) + SESSION_PATH + re.escape("/in-flight?label=browser:"))
+    )
 
 
 def test_a_decision_post_without_the_csrf_token_is_refused(inbox: Inbox, page: Page) -> None:
@@ -193,7 +199,7 @@ def test_a_decision_post_without_the_csrf_token_is_refused(inbox: Inbox, page: P
     inbox.sign_in(page, "ann")
     card = _card(page, op)
     expect(card).to_be_visible()
-    target = f"{inbox.url}/operation/{op}/decide"
+    target = inbox.at(page, f"/operation/{op}/decide")
     form = {"option": "extend", "why": "no csrf", "minutes": "1", "checks": "1"}
     for extra in ({}, {"csrf": "not-the-token"}, {"csrf": ""}):
         refused = page.request.post(target, form={**form, **extra}, max_redirects=0)
@@ -209,7 +215,7 @@ def test_a_decision_post_without_the_csrf_token_is_refused(inbox: Inbox, page: P
     csrf = page.locator("form", has=page.locator('[name="why"]')).locator('[name="csrf"]')
     accepted = page.request.post(target, form={**form, "csrf": csrf.input_value()}, max_redirects=0)
     assert accepted.status == 303
-    assert [d.by for d in inbox.record(op).decisions] == ["ann"]
+    assert [d.by for d in inbox.record(op).decisions] == ["ann (shared token)"]
 
 
 def test_a_second_person_deciding_the_same_request_sees_the_first_decision(
@@ -231,7 +237,8 @@ def test_a_second_person_deciding_the_same_request_sees_the_first_decision(
     for part in ("ann", "extend", "quarter close"):
         expect(body).to_contain_text(part)
     inbox.shot(bob, "conflict")
-    assert [(d.by, d.option) for d in inbox.record(op).decisions] == [("ann", "extend")]
+    decided = [(d.by, d.option) for d in inbox.record(op).decisions]
+    assert decided == [("ann (shared token)", "extend")]
 
 
 def test_the_decision_can_be_made_with_the_keyboard_only(inbox: Inbox, page: Page) -> None:
@@ -251,7 +258,8 @@ def test_the_decision_can_be_made_with_the_keyboard_only(inbox: Inbox, page: Pag
     page.keyboard.press("Enter")
     expect(page).to_have_url(_operation_url(inbox, op))
     expect(page.get_by_test_id("decision-record")).to_contain_text("kim")
-    assert [(d.by, d.why) for d in inbox.record(op).decisions] == [("kim", "keyboard only")]
+    decided = [(d.by, d.why) for d in inbox.record(op).decisions]
+    assert decided == [("kim (shared token)", "keyboard only")]
 
 
 def test_a_narrow_window_shows_the_decision_card_without_horizontal_scrolling(

@@ -9,6 +9,7 @@ is one line, exit 2, and changes nothing.
 
 from __future__ import annotations
 
+import getpass
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -131,7 +132,7 @@ def test_extend_continues_the_same_operation_to_success_within_the_grant(
     code, decided = _extend(setup)
     assert code == 0, decided
     assert decided["decision"]["option"] == "extend"
-    assert decided["decision"]["by"] == "ann"
+    assert decided["decision"]["by"] == f"ann (os user {getpass.getuser()})"
     assert decided["outcome"]["done"] is False
     assert decided["continue_with"].startswith(f"waitbound wait --operation-id {OP} --store ")
 
@@ -144,7 +145,7 @@ def test_extend_continues_the_same_operation_to_success_within_the_grant(
 
     code, story, err = setup.run("show", OP, "--events")
     assert code == 0, err
-    assert "decided by ann: extend (quarter close)" in story
+    assert f"decided by ann (os user {getpass.getuser()}): extend (quarter close)" in story
     assert "manual_extension" in story
     assert "chain intact" in story
     code, listed = setup.json("escalations")
@@ -159,7 +160,7 @@ def test_a_second_decision_conflicts_naming_the_first(escalated: Setup) -> None:
     code, out, err = escalated.run("decide", OP, "abandon", "--why", "too late", "--by", "bob")
     assert (code, out) == (2, "")
     assert len(err.splitlines()) == 1, err
-    assert "decided first by ann" in err
+    assert f"decided first by ann (os user {getpass.getuser()})" in err
     assert _fingerprint(escalated.store) == before
 
 

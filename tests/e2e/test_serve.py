@@ -212,7 +212,8 @@ def test_serve_says_where_the_inbox_is_and_warns_with_allow_remote(tmp_path: Pat
         with httpx.Client(base_url=local, timeout=30) as http:
             first = http.get("/")
             signed = http.post("/sign-in", data={"name": "Ada", "token": s.token})
-            page = http.get("/in-flight")
+            base = signed.headers["location"].removesuffix("/")  # the session's /s/KEY
+            page = http.get(f"{base}/in-flight")
         s.process.send_signal(signal.SIGTERM)
         s.process.wait(timeout=30)
         err = s.process.stderr.read()  # type: ignore[union-attr]

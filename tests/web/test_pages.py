@@ -14,7 +14,7 @@ from datetime import timedelta
 from html import unescape
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import jmespath
 import pytest
@@ -55,6 +55,27 @@ TEMPLATES = Path(waitbound.__file__).parent / "web" / "templates"
 STATIC = Path(waitbound.__file__).parent / "web" / "static"
 
 
+class SessionClient(TestClient):
+    """A TestClient that, once signed in (``base`` set), asks for the inbox's paths
+    under the session's prefix, as a browser following the pages' links does."""
+
+    base = ""
+
+    def build_request(self, method: str, url: Any, *args: Any, **kwargs: Any) -> Any:
+        parts = urlsplit(str(url))
+        if self.base and not parts.path.startswith(
+            ("/s/", "/sign-in", "/static/", "/healthz", "/webhooks/")
+        ):
+            url = urlunsplit(parts._replace(path=self.base + parts.path))
+        return super().build_request(method, url, *args, **kwargs)
+
+
+def base_of_location(location: str) -> str:
+    """The ``/s/KEY`` prefix a sign-in's 303 names."""
+    assert location.startswith("/s/"), location
+    return location[:35]
+
+
 class Inbox:
     """A served inbox: the store, the fake clock and a client."""
 
@@ -65,7 +86,7 @@ class Inbox:
             store=self.store, config=config or ServeConfig(), clock=self.clock, token=TOKEN
         )
         self.app = create_app(service, poll_s=0.005, ping_s=0, **kwargs)
-        self.client = TestClient(self.app, raise_server_exceptions=False)
+        self.client = SessionClient(self.app, raise_server_exceptions=False)
 
     def operation(self, label: str | None = None, **changes: Any) -> Operation:
         policy = changes.pop("policy", Policy(base_delay_s=1.0, max_delay_s=2.0, deadline_s=600))
@@ -119,6 +140,7 @@ class Inbox:
             "/sign-in", data={"name": name, "token": TOKEN}, follow_redirects=False
         )
         assert answer.status_code == 303, answer.text
+        self.client.base = base_of_location(answer.headers["location"])
         return csrf_of(self.client.get("/").text)
 
 
@@ -301,7 +323,7 @@ def test_one_operation_story_chain_decisions_and_deliveries(inbox):
     records = re.findall(r'<li data-testid="decision-record".*?</li>', html, re.S)
     assert len(records) == 1
     assert 'data-option="extend"' in records[0]
-    assert 'data-by="Grace"' in records[0]
+    assert 'data-by="Grace (shared token)"' in records[0]
     assert "the export is slow today" in records[0]
     assert "<time" in records[0]
     deliveries = html[html.index('data-testid="deliveries"') :]
@@ -416,7 +438,7 @@ def test_sign_in_with_a_wrong_token_is_401_with_the_form_again(inbox):
     answer = inbox.client.post("/sign-in", data={"name": "Ada", "token": "wrong-token-123"})
     assert answer.status_code == 401
     assert 'data-testid="form-error"' in answer.text
-    assert "not the service&#39;s token" in answer.text
+    assert "not one of the service&#39;s tokens" in answer.text
     assert 'value="Ada"' in answer.text
     assert "wrong-token-123" not in answer.text
     assert "set-cookie" not in answer.headers
@@ -431,28 +453,30 @@ def test_sign_in_needs_a_name(inbox, name):
 
 
 def test_sign_in_sets_an_httponly_samesite_strict_cookie(inbox):
-    """The right token: 303 to ``next``, and the cookie ``waitbound_session`` is
-    HttpOnly, SameSite=Strict, Path=/, Max-Age 12 h, not Secure over http; it holds
-    no token."""
+    """The right token: 303 to ``next`` under the session's prefix, and the cookie
+    ``waitbound_session`` is HttpOnly, SameSite=Strict, Path=the prefix, Max-Age 12 h,
+    not Secure over http; it holds no token."""
     answer = inbox.client.post(
         "/sign-in",
         data={"name": "Ada", "token": TOKEN, "next": "/in-flight?label=team/a"},
         follow_redirects=False,
     )
     assert answer.status_code == 303
-    assert answer.headers["location"] == "/in-flight?label=team/a"
+    base = base_of_location(answer.headers["location"])
+    assert answer.headers["location"] == f"{base}/in-flight?label=team/a"
+    inbox.client.base = base
     cookie = answer.headers["set-cookie"]
     assert cookie.startswith(f"{SESSION_COOKIE}=")
     flags = [part.strip() for part in cookie.split(";")[1:]]
     assert "HttpOnly" in flags
     assert "SameSite=Strict" in flags
-    assert "Path=/" in flags
+    assert f"Path={base}" in flags
     assert f"Max-Age={SESSION_MAX_AGE_S}" in flags
     assert "Secure" not in flags
     assert TOKEN not in cookie
     page = inbox.client.get("/in-flight")
     assert page.status_code == 200
-    assert 'data-testid="signed-in-as">Ada<' in page.text
+    assert 'data-testid="signed-in-as">Ada (shared token)<' in page.text
 
 
 def test_sign_in_over_https_sets_a_secure_cookie():
@@ -507,10 +531,13 @@ def test_a_forged_session_cookie_is_refused(inbox, value):
     assert inbox.client.get("/", follow_redirects=False).status_code == 303
 
 
-def test_a_session_of_another_process_is_refused(inbox):
-    """Each process signs with its own random key: another's cookie counts as none."""
-    _, value = Sessions(clock=inbox.clock).issue("Mallory")
-    inbox.client.cookies.set(SESSION_COOKIE, value)
+def test_a_session_of_another_store_is_refused(inbox):
+    """A session made in another store: its cookie, under its own prefix, counts as none."""
+    session, value = Sessions(MemoryStore(), clock=inbox.clock).issue(
+        "Mallory", role="admin", via="shared token"
+    )
+    inbox.client.cookies.set(SESSION_COOKIE, value, path=session.base)
+    inbox.client.base = session.base
     assert inbox.client.get("/", follow_redirects=False).status_code == 303
 
 
@@ -567,11 +594,11 @@ def test_a_decision_with_the_csrf_token_is_recorded_by_the_signed_in_person(inbo
         follow_redirects=False,
     )
     assert answer.status_code == 303
-    assert answer.headers["location"] == "/operation/op-1#decisions"
+    assert answer.headers["location"] == f"{inbox.client.base}/operation/op-1#decisions"
     record = inbox.store.get("op-1")
     (decision,) = record.decisions
     assert decision.option == "extend"
-    assert decision.by == "Ada Lovelace"
+    assert decision.by == "Ada Lovelace (shared token)"  # typed with the shared token
     assert decision.why == "the provider is slow today"
     assert record.outcome is None  # due again
     assert record.grants.requests == 2
@@ -593,7 +620,7 @@ def test_a_decision_with_the_bearer_token_needs_no_csrf_and_is_by_bearer(inbox):
         )
         assert answer.status_code == 303
     assert inbox.store.get("op-1").decisions[-1].by == "bearer"
-    assert inbox.store.get("op-2").decisions[-1].by == "deploy-bot"
+    assert inbox.store.get("op-2").decisions[-1].by == "deploy-bot (shared token)"
 
 
 @pytest.mark.parametrize(
@@ -649,19 +676,20 @@ def test_a_second_decision_sees_the_first_in_a_409_page(inbox):
         data={"csrf": first, "option": "abandon", "why": "nobody needs it"},
         follow_redirects=False,
     )
-    other = TestClient(inbox.app)
-    other.post("/sign-in", data={"name": "Bob", "token": TOKEN})
+    other = SessionClient(inbox.app)
+    signed = other.post("/sign-in", data={"name": "Bob", "token": TOKEN}, follow_redirects=False)
+    other.base = base_of_location(signed.headers["location"])
     csrf = csrf_of(other.get("/").text)
     answer = other.post(
         "/operation/op-1/decide", data={"csrf": csrf, "option": "extend", "why": "more time"}
     )
     assert answer.status_code == 409
     shown = answer.text[answer.text.index('data-testid="first-decision"') :]
-    assert '<strong class="by">Ada</strong>' in shown
+    assert '<strong class="by">Ada (shared token)</strong>' in shown
     assert '<strong class="option-word">abandon</strong>' in shown
     assert "nobody needs it" in shown
     assert "<time" in shown
-    assert [d.by for d in inbox.store.get("op-1").decisions] == ["Ada"]
+    assert [d.by for d in inbox.store.get("op-1").decisions] == ["Ada (shared token)"]
 
 
 def test_reloading_the_decide_address_goes_back_to_the_operation(inbox):
@@ -895,7 +923,8 @@ def test_sign_in_never_redirects_off_site(inbox, target):
     )
     assert answer.status_code == 303
     location = answer.headers["location"]
-    assert location in ("/", "/%0d%0aSet-Cookie:x=1")
+    base = base_of_location(location)
+    assert location in (f"{base}/", f"{base}/%0d%0aSet-Cookie:x=1")
     assert "\n" not in location
     page = inbox.client.get("/sign-in", params={"next": target})
     found = re.search(r'name="next" value="([^"]*)"', page.text)

@@ -182,3 +182,25 @@ def test_a_created_file_is_not_readable_by_others_even_with_a_loose_umask(
     finally:
         os.umask(old)
     assert _mode(tmp_path / "token") == 0o600
+
+
+def test_read_holders_reads_a_named_token_file_and_a_single_token_one(tmp_path: Path) -> None:
+    """serve's reader: NAME ROLE TOKEN lines give each holder; a one-token file (the
+    earlier format) gives the shared admin token."""
+    from waitbound.cli._serve import read_holders
+
+    named = tmp_path / "named"
+    named.write_text("ann decider " + "a" * 20 + "\nops viewer " + "o" * 20 + "\n")
+    assert [(h.name, h.role) for h in read_holders(named)] == [
+        ("ann", "decider"),
+        ("ops", "viewer"),
+    ]
+    single = tmp_path / "single"
+    single.write_text("s" * 24 + "\n")
+    (holder,) = read_holders(single)
+    assert holder.shared
+    assert holder.role == "admin"
+    bad = tmp_path / "bad"
+    bad.write_text("ann owner " + "a" * 20 + "\n")
+    with pytest.raises(UsageError, match=r"line 1: the role must be one of"):
+        read_holders(bad)

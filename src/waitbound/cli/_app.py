@@ -14,6 +14,7 @@ from waitbound.cli._inspect import show
 from waitbound.cli._mcp import mcp_command
 from waitbound.cli._profiles import profiles
 from waitbound.cli._serve import serve_command
+from waitbound.cli._sessions import sessions
 from waitbound.cli._sim import sim
 from waitbound.cli._waiting import cancel_command, run, submit, wait
 from waitbound.cli._watch import watch
@@ -51,6 +52,7 @@ for _command in (
     db,
     mcp_command,
     serve_command,
+    sessions,
     watch,
 ):
     cli.add_command(_command)

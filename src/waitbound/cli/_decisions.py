@@ -7,6 +7,7 @@ winning) is the API's; a refusal is one line and exit 2, and nothing is changed.
 
 from __future__ import annotations
 
+import getpass
 import json
 
 import click
@@ -90,7 +91,13 @@ def _one_line(value: str | None, flag: str) -> str | None:
 @click.argument("operation_id", type=STORED_TEXT)
 @click.argument("option", type=STORED_TEXT)
 @click.option("--why", type=STORED_TEXT, help="Why, in one line (required; kept in the audit log).")
-@click.option("--by", "by", type=STORED_TEXT, help="Who decides [default: user@host].")
+@click.option(
+    "--by",
+    "by",
+    type=STORED_TEXT,
+    help="Who decides, recorded with the OS user who ran this: 'ann (os user root)' "
+    "[default: user@host].",
+)
 @click.option(
     "--minutes",
     type=NumberRange(),
@@ -143,6 +150,9 @@ def decide_command(  # noqa: PLR0917 - click passes every option
         0 < len(credential_label) <= 128 and credential_label.isprintable()
     ):
         raise UsageError("--credential-label must be 1-128 printable characters")
+
+    if by is not None and by.strip():  # a typed name: recorded with who typed it
+        by = f"{by.strip()[:96]} (os user {_os_user()[:24]})"
 
     def act(opened: Store) -> tuple[Outcome, JSON]:
         outcome = waitbound.decide(
@@ -205,3 +215,11 @@ def decide_command(  # noqa: PLR0917 - click passes every option
                 "outcome says the decision was not carried out"
             )
     return 0
+
+
+def _os_user() -> str:
+    """The OS user running this command (``getpass.getuser()``; ``unknown`` without one)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "unknown"

@@ -35,15 +35,18 @@ from waitbound.cli._worker import DRIVE_OPTIONS, credentials
 
 if TYPE_CHECKING:
     from waitbound.web._config import ServeConfig
+    from waitbound.web._tokens import Holder
 
 __all__ = [
     "DEFAULT_PORT",
     "TOKEN_FILE_HELP",
     "default_token_file",
     "is_loopback",
+    "read_holders",
     "read_or_create_token",
     "read_token",
     "serve_command",
+    "warn_if_readable",
 ]
 
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -165,28 +168,67 @@ def _load_config(path: Path | None) -> ServeConfig:
     return ServeConfig() if path is None else load_serve_config(path)
 
 
-def _token(path: Path) -> str:
-    """The service's token: a new one is printed once; a token file others may read is
-    warned about."""
-    token, created = read_or_create_token(path)
-    if created:
-        click.echo(f"a new token was written to {path}: {token}")
-    elif (mode := _loose_mode(path)) is not None:
+def read_holders(path: Path) -> tuple[Holder, ...]:
+    """The tokens of a token file: one token (the shared one, an ``admin``), or lines of
+    ``NAME ROLE TOKEN`` (see ``waitbound.web._tokens`` and ``docs/serve.md``).
+
+    Raises:
+        UsageError: as :func:`read_token`; or a line that is not a token nor
+            ``NAME ROLE TOKEN`` (one line naming the file and line, never a token).
+    """
+    from waitbound.web._tokens import parse_tokens
+
+    try:
+        raw = read_bounded(path, _MAX_TOKEN_FILE_BYTES * 16)
+    except FileNotFoundError:
+        raise UsageError(f"token file {path} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"token file {path} cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > _MAX_TOKEN_FILE_BYTES * 16:
+        raise UsageError(f"token file {path} is larger than {_MAX_TOKEN_FILE_BYTES * 16} bytes")
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise UsageError(f"token file {path} is not ASCII text") from None
+    return parse_tokens(text, f"token file {path}")
+
+
+def warn_if_readable(path: Path, what: str) -> None:
+    """Warn (stderr) when *path* may be read by group or others: it holds secrets."""
+    if (mode := _loose_mode(path)) is not None:
         click.echo(
-            f"waitbound: warning: token file {path} can be read by other users "
+            f"waitbound: warning: {what} {path} can be read by other users "
             f"(mode {mode:04o}); chmod 600 it",
             err=True,
         )
-    return token
+
+
+def _token(path: Path) -> tuple[str, tuple[Holder, ...]]:
+    """The service's tokens (and the shared one, or the first): a new shared token is
+    made and printed once when the file does not exist; a token file others may read is
+    warned about."""
+    from waitbound.web._tokens import ADMIN, Holder
+
+    if not path.exists() and not path.is_symlink():
+        token, created = read_or_create_token(path)
+        if created:
+            click.echo(f"a new token was written to {path}: {token}")
+            return token, (Holder(name=None, role=ADMIN, token=token),)
+    holders = read_holders(path)
+    warn_if_readable(path, "token file")
+    shared = next((h for h in holders if h.shared), holders[0])
+    return shared.token, holders
 
 
 @click.command(
     "serve",
     help="Serve the push path over HTTP (webhooks in, live events out) and drive the "
     "store's operations as `waitbound worker` does.\n\n"
-    "The inbox, for people, is at / (sign in with the token and your name; see "
-    "docs/inbox.md). Every other endpoint but POST /webhooks/NAME (signed) and /healthz "
-    "needs 'Authorization: Bearer TOKEN'; the token is read from --token-file, or made "
+    "The inbox, for people, is at / (sign in with your token; see "
+    "docs/inbox.md). The token file holds one shared token, or lines of NAME ROLE TOKEN "
+    "(roles viewer, decider, admin; see docs/serve.md). Every other endpoint but "
+    "POST /webhooks/NAME (signed) and /healthz needs 'Authorization: Bearer TOKEN'; "
+    "the tokens are read from --token-file, or one is made "
     "and printed once when that file does not exist. Binds 127.0.0.1 by default; another "
     "--host needs --allow-remote. A missing SQLite store is created. SIGTERM or "
     "Ctrl-C: the worker stops claiming, steps in flight finish, streams end, the store "
@@ -266,7 +308,9 @@ def serve_command(  # noqa: PLR0917 - click passes every option
     with opened_store(
         store, create=True, then="start waitbound serve again", memory=_SERVE_IN_MEMORY
     ) as opened:
-        token = _token(token_file or default_token_file())
+        token, holders = _token(token_file or default_token_file())
+        if config_file is not None and config.holds_secrets:
+            warn_if_readable(config_file, "serve config")
         if not is_loopback(host):
             click.echo(
                 f"waitbound: warning: --host {host} is not a loopback address: the service "
@@ -284,6 +328,7 @@ def serve_command(  # noqa: PLR0917 - click passes every option
             clock=waitbound.SystemClock(),
             token=token,
             secrets=(*held, *([notify_secret] if notify_secret else [])),
+            holders=holders,
         )
         signing = "signed" if notify_secret else "left pending: no [notify] secret"
 

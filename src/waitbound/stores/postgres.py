@@ -160,6 +160,22 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         ADD COLUMN poll json NOT NULL DEFAULT '{{}}',
         ADD COLUMN data_version integer NOT NULL DEFAULT 0;
     """,
+    # 4: the inbox's sign-in sessions (waitbound.stores._sessions): only hashes of their
+    # secrets are kept.
+    """
+    CREATE TABLE {schema}.sessions (
+        session_id   text PRIMARY KEY,
+        path_hash    text NOT NULL,
+        who          text NOT NULL,
+        role         text NOT NULL,
+        via          text NOT NULL,
+        created_at   timestamptz NOT NULL,
+        last_seen_at timestamptz NOT NULL,
+        expires_at   timestamptz NOT NULL,
+        revoked_at   timestamptz
+    );
+    CREATE INDEX sessions_expiry ON {schema}.sessions (expires_at);
+    """,
 )
 """The schema, one SQL script per version (``{schema}`` is the quoted schema name).
 Version N is ``MIGRATIONS[N - 1]``; a released script is never edited, only appended to."""

@@ -154,6 +154,22 @@ ALTER TABLE operations ADD COLUMN audit_mac TEXT;
 ALTER TABLE operations ADD COLUMN poll TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE operations ADD COLUMN data_version INTEGER NOT NULL DEFAULT 0;
 """,
+    # 4: the inbox's sign-in sessions (waitbound.stores._sessions): only hashes of their
+    # secrets are kept.
+    """
+CREATE TABLE sessions (
+    session_id   TEXT PRIMARY KEY,
+    path_hash    TEXT NOT NULL,
+    who          TEXT NOT NULL,
+    role         TEXT NOT NULL,
+    via          TEXT NOT NULL,
+    created_at   TEXT NOT NULL,
+    last_seen_at TEXT NOT NULL,
+    expires_at   TEXT NOT NULL,
+    revoked_at   TEXT
+);
+CREATE INDEX sessions_expiry ON sessions (expires_at);
+""",
 )
 """The schema, one script per version: version N is ``_MIGRATIONS[N - 1]``. A released
 script is never edited, only appended to."""
@@ -165,6 +181,7 @@ _TABLES: Final[dict[int, frozenset[str]]] = {
     1: frozenset({"operations", "audit_events"}),
     2: frozenset({"operations", "audit_events", "webhook_jobs", "inbox", "outbox"}),
     3: frozenset({"operations", "audit_events", "webhook_jobs", "inbox", "outbox"}),
+    4: frozenset({"operations", "audit_events", "webhook_jobs", "inbox", "outbox", "sessions"}),
 }
 """The tables a file of each schema version holds, exactly."""
 

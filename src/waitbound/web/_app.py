@@ -31,6 +31,7 @@ from waitbound._record import Record
 from waitbound._story import printable
 from waitbound.stores._protocol import AuditCursor
 from waitbound.web._auth import BearerAuth, is_page, is_public
+from waitbound.web._budget import BudgetGuard, ConnectionBudget
 from waitbound.web._events import (
     many_events,
     operation_events,
@@ -43,6 +44,7 @@ from waitbound.web._pages import page_routes, problem_page
 from waitbound.web._security import SECURITY_HEADERS, SecurityHeaders
 from waitbound.web._service import Service
 from waitbound.web._session import Sessions
+from waitbound.web._sessions_api import session_routes
 
 __all__ = ["DEFAULT_PING_S", "DEFAULT_POLL_S", "create_app", "operation_document", "problem"]
 
@@ -101,8 +103,9 @@ def _not_found(operation_id: str) -> JSONResponse:
 
 
 async def healthz(request: Request) -> Response:
-    """``GET /healthz``: the process answers (no token; says nothing else)."""
-    return JSONResponse({"ok": True})
+    """``GET /healthz``: the process answers (no token), with what the background work
+    last reported (``inbox``: the webhook inbox's counts after its last prune)."""
+    return JSONResponse({"ok": True, **_service(request).health})
 
 
 def _read(
@@ -237,6 +240,7 @@ def create_app(
     routes: Sequence[BaseRoute] = (),
     public: Callable[[str], bool] = is_public,
     sessions: Sessions | None = None,
+    budget: ConnectionBudget | None = None,
 ) -> Starlette:
     """The application of ``waitbound serve`` over *service* (``app.state.service``).
 
@@ -249,14 +253,16 @@ def create_app(
             *public* says otherwise.
         public: which paths need no token (default: ``/healthz``, the receiver, the
             sign-in page and the static files).
-        sessions: the inbox's session cookies (default: a new random key on the
-            service's clock).
+        sessions: the inbox's sessions (default: kept in the service's store, on its
+            clock).
+        budget: the connection budget (the reserve, the stream cap; default: no limit
+            but the default stream cap); see ``waitbound.web._budget``.
 
     Returns:
         The Starlette application (serve it with uvicorn; see ``waitbound.web._run``).
     """
     one, many = _stream_endpoints(poll_s, ping_s)
-    sessions = sessions or Sessions(clock=service.clock)
+    sessions = sessions or Sessions(service.store, clock=service.clock)
     app = Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
@@ -265,11 +271,19 @@ def create_app(
             Route("/operations/{operation_id}", _operation_endpoint(audit_key), methods=["GET"]),
             Route("/operations/{operation_id}/events", one, methods=["GET"]),
             *page_routes(sessions=sessions, audit_key=audit_key),
+            *session_routes(sessions),
             *routes,
         ],
         middleware=[
             Middleware(SecurityHeaders),
-            Middleware(BearerAuth, token=service.token, public=public, sessions=sessions),
+            Middleware(
+                BearerAuth,
+                holders=service.holders,
+                public=public,
+                sessions=sessions,
+                proxy=service.config.proxy,
+            ),
+            Middleware(BudgetGuard, budget=budget or ConnectionBudget(general=1 << 30)),
         ],
         exception_handlers={
             HTTPException: _http_error,

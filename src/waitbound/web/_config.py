@@ -11,6 +11,7 @@ problem is one line naming the file and the key, never a value.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -33,8 +34,12 @@ from waitbound._webhooks import (
     standard_secret_key,
 )
 from waitbound.profiles import builtin_names, builtin_profile
+from waitbound.web._auth import TrustedProxy
+from waitbound.web._tokens import DECIDER, ROLES
 
 __all__ = [
+    "AUTH_KEYS",
+    "DEFAULT_INBOX_RETENTION_DAYS",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_TOLERANCE_S",
     "MAX_BODY_BYTES_RANGE",
@@ -50,6 +55,8 @@ DEFAULT_TOLERANCE_S: Final = 300.0
 """How far a delivery's signed timestamp may be from now, either way (seconds)."""
 DEFAULT_MAX_BODY_BYTES: Final = 1_048_576
 """The largest delivery body a receiver reads (bytes)."""
+DEFAULT_INBOX_RETENTION_DAYS: Final = 30
+"""How long the webhook inbox keeps a delivery that is done with (days)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,6 +90,20 @@ class ServeConfig:
 
     receivers: dict[str, Receiver] = field(default_factory=dict)
     notify_secret: str | None = field(default=None, repr=False)
+    proxy: TrustedProxy | None = None
+    """``[auth]``: the authenticating proxy whose user header is believed (``None``: none)."""
+    inbox_retention_s: float | None = DEFAULT_INBOX_RETENTION_DAYS * 86400.0
+    """``[inbox] retention_days`` in seconds: deliveries done with are deleted once older
+    (``None``: kept forever, ``retention_days = 0``)."""
+
+    literal_secrets: bool = False
+    """Whether the file itself holds a secret (one not given as ``${NAME}``)."""
+
+    @property
+    def holds_secrets(self) -> bool:
+        """Whether the file holds a secret value itself (it is then warned about when
+        others may read it)."""
+        return self.literal_secrets
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -107,7 +128,14 @@ TOLERANCE_S_RANGE: Final = (1.0, 3600.0)
 """``tolerance_s`` bounds, inclusive (seconds)."""
 MAX_BODY_BYTES_RANGE: Final = (1024, 32 * 1024 * 1024)
 """``max_body_bytes`` bounds, inclusive (1 KiB to 32 MiB; GitHub caps payloads at 25 MB)."""
-_TOP_KEYS: Final = frozenset(("webhooks", "notify"))
+_TOP_KEYS: Final = frozenset(("webhooks", "notify", "auth", "inbox"))
+INBOX_RETENTION_DAYS_RANGE: Final = (0, 3650)
+"""``[inbox] retention_days`` bounds, inclusive (0: keep forever)."""
+AUTH_KEYS: Final = frozenset(("trusted_proxies", "user_header", "proxy_role"))
+"""The keys of the ``[auth]`` table."""
+_HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
+_ENV_ONLY: Final = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+"""A secret given only as ``${NAME}``: the file itself holds no secret then."""
 _NOTIFY_KEYS: Final = frozenset(("secret",))
 _NAME: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
@@ -152,7 +180,65 @@ def _parse(data: Mapping[str, Any], env: Mapping[str, str]) -> ServeConfig:
         if "secret" not in notify:
             raise UsageError("notify.secret is required (a whsec_ secret)")
         notify_secret = _secret(notify["secret"], "notify.secret", Scheme.STANDARD, env)
-    return ServeConfig(receivers=receivers, notify_secret=notify_secret)
+    proxy = _proxy(data["auth"]) if "auth" in data else None
+    raw = [s for t in webhooks.values() for s in t.get("secrets", [])]
+    if isinstance(data.get("notify"), dict):
+        raw.append(data["notify"].get("secret"))
+    literal = any(isinstance(r, str) and not _ENV_ONLY.fullmatch(r.strip()) for r in raw)
+    return ServeConfig(
+        receivers=receivers,
+        notify_secret=notify_secret,
+        proxy=proxy,
+        literal_secrets=literal,
+        inbox_retention_s=_retention(data["inbox"]) if "inbox" in data else _DEFAULT_RETENTION_S,
+    )
+
+
+_DEFAULT_RETENTION_S: Final = DEFAULT_INBOX_RETENTION_DAYS * 86400.0
+
+
+def _retention(table: object) -> float | None:
+    """``[inbox] retention_days`` in seconds (``0``: ``None``, kept forever)."""
+    if not isinstance(table, dict):
+        raise UsageError("inbox must be a table with retention_days")
+    _known(table, frozenset(("retention_days",)), "inbox")
+    days = table.get("retention_days", DEFAULT_INBOX_RETENTION_DAYS)
+    low, high = INBOX_RETENTION_DAYS_RANGE
+    if isinstance(days, bool) or not isinstance(days, int | float) or not low <= days <= high:
+        raise UsageError(
+            f"inbox.retention_days must be a number of days from {low} to {high} "
+            "(0: keep every delivery)"
+        )
+    return None if days == 0 else float(days) * 86400.0
+
+
+def _proxy(table: object) -> TrustedProxy | None:
+    """``[auth]``: ``trusted_proxies`` (addresses or networks), ``user_header``,
+    ``proxy_role``; no ``trusted_proxies``: no proxy is believed."""
+    if not isinstance(table, dict):
+        raise UsageError("auth must be a table")
+    _known(table, AUTH_KEYS, "auth")
+    raw = table.get("trusted_proxies", [])
+    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
+        raise UsageError("auth.trusted_proxies must be a list of addresses or networks")
+    networks = []
+    for index, text in enumerate(raw):
+        try:
+            networks.append(ipaddress.ip_network(text.strip(), strict=False))
+        except ValueError:
+            raise UsageError(
+                f"auth.trusted_proxies[{index}] is not an IP address or network "
+                "(e.g. 127.0.0.1 or 10.0.0.0/8)"
+            ) from None
+    header = table.get("user_header", "X-Forwarded-User")
+    if not isinstance(header, str) or not _HEADER_NAME.fullmatch(header):
+        raise UsageError("auth.user_header must be a header name (e.g. X-Forwarded-User)")
+    role = table.get("proxy_role", DECIDER)
+    if role not in ROLES:
+        raise UsageError(f"auth.proxy_role must be one of {', '.join(ROLES)}")
+    if not networks:
+        return None
+    return TrustedProxy(addresses=tuple(networks), user_header=header, role=role)
 
 
 def _receiver(name: str, table: object, env: Mapping[str, str]) -> Receiver:

@@ -19,6 +19,7 @@ session's CSRF token.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,7 +28,6 @@ from urllib.parse import quote
 
 import anyio.to_thread
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -46,15 +46,23 @@ from waitbound._outcome import OutcomeKind
 from waitbound._record import Record
 from waitbound._story import chain_status, printable
 from waitbound.profiles import builtin_names, builtin_profile
-from waitbound.web._auth import token_matches
+from waitbound.web._forms import (
+    DECIDE_MAX_BYTES,
+    SIGN_IN_MAX_BYTES,
+    SIGN_OUT_MAX_BYTES,
+    FormRefused,
+    read_form,
+)
 from waitbound.web._service import Service
 from waitbound.web._session import (
+    BASE_KEY,
     Principal,
     Sessions,
     check_name,
     local_path,
     principal_of,
 )
+from waitbound.web._tokens import SHARED_MARK, match_token
 from waitbound.web._views import (
     OperationView,
     decision_view,
@@ -126,12 +134,14 @@ def _render(
     **context: Any,
 ) -> HTMLResponse:
     principal = principal_of(request.scope)
-    session = principal.session if principal is not None else None
+    person = principal is not None and principal.via != "bearer"
     html = _ENV.get_template(template).render(
         nav=nav or Nav(),
         principal=principal,
-        signed_in_as=session.name if session is not None else None,
-        csrf=session.csrf if session is not None else "",
+        signed_in_as=principal.who if principal is not None and person else None,
+        signed_in_via=principal.via if principal is not None else None,
+        csrf=(principal.csrf or "") if principal is not None else "",
+        base=principal.base if principal is not None else "",
         **context,
     )
     return HTMLResponse(
@@ -369,7 +379,10 @@ class _Operation:
         if not operation_id.isprintable():  # no operation has such an id: ask no store
             return _not_found(request, operation_id)
         principal = principal_of(request.scope) or Principal()
-        form = _strings(await request.form())
+        try:
+            form = await read_form(request, DECIDE_MAX_BYTES)
+        except FormRefused as exc:
+            return _refused(request, exc)
         if not principal.csrf_ok(form.get("csrf")):
             return problem_page(
                 request,
@@ -408,14 +421,15 @@ class _Operation:
             return _not_found(request, operation_id)
         except UsageError as exc:
             return await self.show(request, option, status=400, error=str(exc), form=form)
-        target = f"/operation/{quote(operation_id, safe='')}#decisions"
+        target = f"{principal.base}/operation/{quote(operation_id, safe='')}#decisions"
         return RedirectResponse(target, status_code=303)
 
     async def back(self, request: Request) -> Response:
         """``GET /operation/{operation_id}/decide`` (a reload of a refused form's page):
         303 to the operation."""
         operation_id = request.path_params["operation_id"]
-        return RedirectResponse(f"/operation/{quote(operation_id, safe='')}", status_code=303)
+        base = request.scope.get(BASE_KEY, "")
+        return RedirectResponse(f"{base}/operation/{quote(operation_id, safe='')}", status_code=303)
 
     async def _conflict(self, request: Request, exc: DecisionConflictError) -> Response:
         service = _service(request)
@@ -426,9 +440,11 @@ class _Operation:
         return _render(request, "conflict.html", status=409, op=view, first=first, error=exc)
 
 
-def _strings(form: FormData) -> dict[str, str]:
-    """The form's text fields (a file field counts as absent)."""
-    return {key: value for key, value in form.items() if isinstance(value, str)}
+def _refused(request: Request, exc: FormRefused) -> HTMLResponse:
+    """The page of a form body that was not read (nothing was changed)."""
+    return problem_page(
+        request, exc.status, "This form was not read", f"{exc.detail}; nothing was changed"
+    )
 
 
 def _int(text: str | None) -> int | None:
@@ -470,11 +486,11 @@ def _decision_fields(
         if checks < 1:
             raise UsageError(f"checks must be a whole number of at least 1, got {text[:20]!r}")
     by = principal.name
-    if principal.session is None and form.get("by", "").strip():
+    if principal.via == "bearer" and principal.shared and form.get("by", "").strip():
         problem = check_name(form["by"])
         if problem is not None:
             raise UsageError(f"by: {problem}")
-        by = form["by"].strip()
+        by = form["by"].strip() + SHARED_MARK  # typed, not proven: marked so
     return why, minutes, checks, by
 
 
@@ -502,39 +518,56 @@ def _sign_in(
 
 
 class _SignIn:
-    """Sign in and out with the service's token."""
+    """Sign in and out with a token of the token file; sessions kept in the store."""
 
     def __init__(self, sessions: Sessions) -> None:
         self.sessions = sessions
 
     async def sign_in(self, request: Request) -> Response:
-        """``POST /sign-in``: the token and a name → the session cookie, 303 to ``next``."""
-        form = _strings(await request.form())
+        """``POST /sign-in``: a token (and, with the shared token, a name) → a session:
+        its cookie, 303 to ``next`` under the session's prefix."""
+        try:
+            form = await read_form(request, SIGN_IN_MAX_BYTES)
+        except FormRefused as exc:
+            return _refused(request, exc)
         next_path = local_path(form.get("next"))
         name = form.get("name", "")
         token = form.get("token", "").strip()
-        problem = check_name(name)
-        if problem is not None:
-            return _sign_in(
-                request, next_path=next_path, status=400, error=problem, name=name.strip()
-            )
-        if not token or not token_matches(token, _service(request).token):
+        holder = match_token(token, _service(request).holders) if token else None
+        if holder is None:
             return _sign_in(
                 request,
                 next_path=next_path,
                 status=401,
-                error="that is not the service's token (see the token file of waitbound serve)",
+                error="that is not one of the service's tokens (see the token file of "
+                "waitbound serve)",
                 name=name.strip(),
             )
-        _, value = self.sessions.issue(name)
-        cookie = self.sessions.cookie(value, secure=request.url.scheme == "https")
-        return RedirectResponse(next_path, status_code=303, headers={"Set-Cookie": cookie})
+        if holder.name is None:
+            problem = check_name(name)
+            if problem is not None:
+                return _sign_in(
+                    request, next_path=next_path, status=400, error=problem, name=name.strip()
+                )
+            who, via = name.strip() + SHARED_MARK, "shared token"
+        else:
+            who, via = holder.name, f"token {holder.name}"
+        session, value = await anyio.to_thread.run_sync(
+            functools.partial(self.sessions.issue, who, role=holder.role, via=via)
+        )
+        cookie = self.sessions.cookie(value, session.base, secure=request.url.scheme == "https")
+        return RedirectResponse(
+            session.base + next_path, status_code=303, headers={"Set-Cookie": cookie}
+        )
 
     async def sign_out(self, request: Request) -> Response:
-        """``POST /sign-out``: end the session (with its CSRF token) → 303 to sign-in."""
+        """``POST /sign-out``: revoke the session (with its CSRF token) → 303 to sign-in."""
         principal = principal_of(request.scope) or Principal()
-        form = _strings(await request.form())
-        if principal.session is not None and not principal.csrf_ok(form.get("csrf")):
+        try:
+            form = await read_form(request, SIGN_OUT_MAX_BYTES)
+        except FormRefused as exc:
+            return _refused(request, exc)
+        if not principal.csrf_ok(form.get("csrf")):
             return problem_page(
                 request,
                 403,
@@ -542,8 +575,12 @@ class _SignIn:
                 "the form's CSRF token is missing or not your session's: reload the page "
                 "and sign out again",
             )
-        cleared = self.sessions.cleared(secure=request.url.scheme == "https")
-        return RedirectResponse("/sign-in", status_code=303, headers={"Set-Cookie": cleared})
+        secure = request.url.scheme == "https"
+        headers = {}
+        if principal.session is not None:
+            await anyio.to_thread.run_sync(self.sessions.revoke, principal.session)
+            headers["Set-Cookie"] = self.sessions.cleared(principal.session.base, secure=secure)
+        return RedirectResponse("/sign-in", status_code=303, headers=headers)
 
 
 def page_routes(*, sessions: Sessions, audit_key: bytes | None = None) -> list[BaseRoute]:

@@ -13,9 +13,10 @@ connection that never finishes a request is never timed out), and its
 - then a deadline for its body, :attr:`Limits.body_timeout_s` from the end of the head
   — a backstop behind the application's own bound (``POST /webhooks`` answers 408
   sooner);
-- a cap on open connections, uvicorn's ``limit_concurrency``: a connection accepted
-  while that many are open is closed at once, so a flood of half-open connections
-  cannot exhaust the process's file descriptors (at the cap, uvicorn answers 503).
+- a cap on open connections: a connection accepted while that many are open is closed
+  at once, so a flood of half-open connections cannot exhaust the process's file
+  descriptors; the last of them are a reserve for the receiver and ``/healthz``
+  (``waitbound.web._budget``), where a connection has a shorter deadline for its head.
 
 A connection past a deadline is closed without an answer.
 """
@@ -28,6 +29,8 @@ from typing import ClassVar, Final
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from waitbound.web._budget import MAX_STREAMS, RESERVE_HEAD_TIMEOUT_S, RESERVED_CONNECTIONS
 
 __all__ = [
     "HEAD_TIMEOUT_S",
@@ -60,11 +63,16 @@ class Limits:
         head_timeout_s: seconds to send a request's line and headers.
         body_timeout_s: seconds, after them, to send its body.
         max_connections: open connections at most (see :func:`connection_cap`).
+        reserved_connections: of those, kept for the receiver and ``/healthz`` (at most
+            a quarter; see ``waitbound.web._budget``).
+        max_streams: SSE streams open at once, at most (at most half the cap).
     """
 
     head_timeout_s: float = HEAD_TIMEOUT_S
     body_timeout_s: float = BODY_TIMEOUT_S
     max_connections: int = MAX_CONNECTIONS
+    reserved_connections: int = RESERVED_CONNECTIONS
+    max_streams: int = MAX_STREAMS
 
 
 def connection_cap(limit: int = MAX_CONNECTIONS) -> int:
@@ -86,18 +94,27 @@ class LimitedH11Protocol(H11Protocol):
 
     head_timeout_s: ClassVar[float] = HEAD_TIMEOUT_S
     body_timeout_s: ClassVar[float] = BODY_TIMEOUT_S
+    max_open: ClassVar[int | None] = None
+    """Connections open at most (``None``: uvicorn's ``limit_concurrency``)."""
+    general_open: ClassVar[int | None] = None
+    """Past this many open, a new connection is in the reserve (``waitbound.web._budget``)
+    and has :data:`~waitbound.web._budget.RESERVE_HEAD_TIMEOUT_S` for its head."""
     _timer: asyncio.TimerHandle | None = None
     _in_body = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Take the connection, or close it at once when the cap is reached."""
-        limit = self.config.limit_concurrency
+        limit = self.max_open if self.max_open is not None else self.config.limit_concurrency
         if limit is not None and len(self.connections) >= limit:
             self.transport = transport  # connection_lost closes it
             transport.abort()
             return
         super().connection_made(transport)
-        self._deadline(self.head_timeout_s)
+        general = self.general_open
+        in_reserve = general is not None and len(self.connections) > general
+        self._deadline(
+            min(self.head_timeout_s, RESERVE_HEAD_TIMEOUT_S) if in_reserve else self.head_timeout_s
+        )
 
     def handle_events(self) -> None:
         """uvicorn's; then the deadline of where the request is: its head, its body,
@@ -139,9 +156,22 @@ class LimitedH11Protocol(H11Protocol):
             self.transport.close()
 
 
-def protocol_of(limits: Limits) -> type[LimitedH11Protocol]:
-    """The protocol class (uvicorn's ``http``) keeping *limits*' deadlines."""
-    if (limits.head_timeout_s, limits.body_timeout_s) == (HEAD_TIMEOUT_S, BODY_TIMEOUT_S):
+def protocol_of(
+    limits: Limits, *, max_open: int | None = None, general_open: int | None = None
+) -> type[LimitedH11Protocol]:
+    """The protocol class (uvicorn's ``http``) keeping *limits*' deadlines, taking at most
+    *max_open* connections, the ones past *general_open* into the reserve."""
+    if (limits.head_timeout_s, limits.body_timeout_s, max_open, general_open) == (
+        HEAD_TIMEOUT_S,
+        BODY_TIMEOUT_S,
+        None,
+        None,
+    ):
         return LimitedH11Protocol
-    attributes = {"head_timeout_s": limits.head_timeout_s, "body_timeout_s": limits.body_timeout_s}
+    attributes = {
+        "head_timeout_s": limits.head_timeout_s,
+        "body_timeout_s": limits.body_timeout_s,
+        "max_open": max_open,
+        "general_open": general_open,
+    }
     return type("LimitedH11Protocol", (LimitedH11Protocol,), attributes)

@@ -23,6 +23,7 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, Final
 
 import anyio
@@ -36,8 +37,11 @@ from waitbound._errors import UsageError
 from waitbound._inbox import sweep_inbox
 from waitbound._outbox import OnComplete
 from waitbound._worker import WorkerSettings
+from waitbound.stores._inbox_retention import prune_inbox
+from waitbound.stores._sessions import sessions_of
 from waitbound.transports import HttpSettings
 from waitbound.web._app import DEFAULT_PING_S, DEFAULT_POLL_S, create_app
+from waitbound.web._budget import ConnectionBudget, reserve_of
 from waitbound.web._protocol import (
     KEEP_ALIVE_S,
     MAX_HEAD_BYTES,
@@ -47,7 +51,15 @@ from waitbound.web._protocol import (
 )
 from waitbound.web._service import Nudge, Service
 
-__all__ = ["GRACEFUL_S", "SWEEP_EVERY_S", "SWEEP_LIMIT", "listen", "serve", "url_of"]
+__all__ = [
+    "GRACEFUL_S",
+    "PRUNE_EVERY_S",
+    "SWEEP_EVERY_S",
+    "SWEEP_LIMIT",
+    "listen",
+    "serve",
+    "url_of",
+]
 
 _LOG = logging.getLogger("waitbound.serve")
 
@@ -55,6 +67,10 @@ GRACEFUL_S: Final = 5
 """How long shutdown waits for answers in flight before it cancels them (seconds)."""
 SWEEP_EVERY_S: Final = 1.0
 """The inbox sweep runs at least this often (seconds), and at once after a delivery."""
+SESSIONS_KEPT_S: Final = 7 * 86400.0
+"""How long an ended (revoked or expired) session stays listed (seconds)."""
+PRUNE_EVERY_S: Final = 3600.0
+"""The webhook inbox is pruned at start and then this often (seconds)."""
 SWEEP_LIMIT: Final = 100
 """Deliveries one sweep applies at most (a full sweep is followed by another at once)."""
 
@@ -124,6 +140,39 @@ async def _sweep_inbox(
         await nudge.wait(every_s)
 
 
+async def _prune_inbox(service: Service, stop: anyio.Event, every_s: float) -> None:
+    """Delete the inbox's deliveries older than ``[inbox] retention_days`` that are done
+    with, and the sessions that ended more than :data:`SESSIONS_KEPT_S` ago, at start and
+    every *every_s* seconds until *stop*; report the inbox's counts in ``/healthz``
+    (``inbox``)."""
+    retention_s = service.config.inbox_retention_s
+    while not stop.is_set():
+        if retention_s is not None:
+            before = service.clock.now() - timedelta(seconds=retention_s)
+            try:
+                counted = await anyio.to_thread.run_sync(
+                    functools.partial(prune_inbox, service.store, before=before)
+                )
+            except Exception as exc:  # the store failed: try again at the next prune
+                _LOG.warning("inbox prune: %s: %s", type(exc).__name__, exc)
+            else:
+                service.health["inbox"] = {
+                    "kept": counted.kept,
+                    "pruned": counted.pruned,
+                    "retention_days": retention_s / 86400.0,
+                    "pruned_at": service.clock.now().isoformat(),
+                }
+        try:  # sessions that ended a week ago are of no more use, even to a listing
+            ended = service.clock.now() - timedelta(seconds=SESSIONS_KEPT_S)
+            await anyio.to_thread.run_sync(
+                functools.partial(sessions_of(service.store).prune_sessions, before=ended)
+            )
+        except Exception as exc:  # the store failed (or keeps no sessions): next time
+            _LOG.warning("sessions prune: %s: %s", type(exc).__name__, exc)
+        with anyio.move_on_after(every_s):
+            await stop.wait()
+
+
 async def _watch_signals(stop: anyio.Event, server: uvicorn.Server) -> None:
     """SIGTERM or SIGINT: shut down gracefully; a second one: stop waiting for answers."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -154,6 +203,7 @@ async def serve(
     sweep_every_s: float = SWEEP_EVERY_S,
     rng: random.Random | None = None,
     limits: Limits = Limits(),  # noqa: B008 - frozen value
+    prune_every_s: float = PRUNE_EVERY_S,
 ) -> None:
     """Serve *service* on *host*:*port* until a signal (or *stop*), with the worker
     and the inbox sweep in the same event loop.
@@ -175,6 +225,8 @@ async def serve(
         rng: for the sweep's jitter.
         limits: what one client may take: deadlines for a request's head and body,
             open connections at most (see ``waitbound.web._protocol``).
+        prune_every_s: seconds between prunes of the webhook inbox (``[inbox]
+            retention_days`` of the config; at start too).
 
     Raises:
         UsageError: the address cannot be bound.
@@ -184,16 +236,20 @@ async def serve(
     nudge = current if isinstance(current, Nudge) else Nudge(then=current)
     service = replace(service, delivered=nudge)
     service.stopping.clear()  # a service served again streams again
-    app = create_app(service, poll_s=poll_s, ping_s=ping_s, audit_key=audit_key)
+    cap = connection_cap(limits.max_connections)
+    general = cap - reserve_of(cap, limits.reserved_connections)
+    budget = ConnectionBudget(
+        general=general, max_streams=max(1, min(limits.max_streams, cap // 2))
+    )
+    app = create_app(service, poll_s=poll_s, ping_s=ping_s, audit_key=audit_key, budget=budget)
     sock = listen(host, port)
     url = url_of(sock)
-    cap = connection_cap(limits.max_connections)
     config = uvicorn.Config(
         app,
-        http=protocol_of(limits),
+        http=protocol_of(limits, max_open=cap, general_open=general),
         ws="none",
         h11_max_incomplete_event_size=MAX_HEAD_BYTES,
-        limit_concurrency=cap,
+        limit_concurrency=cap + 1,  # the protocol closes past cap; the budget answers 503
         backlog=cap,
         timeout_keep_alive=KEEP_ALIVE_S,
         log_config=None,
@@ -203,6 +259,7 @@ async def serve(
         timeout_graceful_shutdown=GRACEFUL_S,
     )
     server = _Server(config)
+    budget.count = lambda: len(server.server_state.connections)
     stop = stop or anyio.Event()
     failures: list[BaseException] = []
 
@@ -250,6 +307,9 @@ async def serve(
             wake=hinted.wait,
         )
 
+    async def prune() -> None:
+        await _prune_inbox(service, stop, prune_every_s)
+
     async def sweep() -> None:
         await _sweep_inbox(
             service, nudge, stop, rng or random.Random(), sweep_every_s, applied_some=hinted
@@ -263,6 +323,7 @@ async def serve(
                 group.start_soon(guarded(http_server))
                 group.start_soon(shut_down)
                 group.start_soon(guarded(sweep))
+                group.start_soon(guarded(prune))
                 if worker:
                     group.start_soon(guarded(drive))
             outer.cancel_scope.cancel()

@@ -1,7 +1,8 @@
 """Security headers on every answer of ``waitbound serve``: a Content-Security-Policy
 that allows nothing inline and nothing from elsewhere (CSP Level 3), no framing
-(``frame-ancestors 'none'`` and ``X-Frame-Options: DENY``, RFC 7034), no referrer
-(``Referrer-Policy: no-referrer``) and no content sniffing
+(``frame-ancestors 'none'`` and ``X-Frame-Options: DENY``, RFC 7034), no referrer elsewhere
+(``Referrer-Policy: same-origin``: never to another origin, another port included; a
+form's own ``Origin`` is then its real origin, not ``null``) and no content sniffing
 (``X-Content-Type-Options: nosniff``). See ``docs/inbox.md``.
 
 A pure ASGI middleware: streamed answers (SSE) pass through untouched, only their head
@@ -24,7 +25,7 @@ CONTENT_SECURITY_POLICY: Final = (
 SECURITY_HEADERS: Final = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "X-Content-Type-Options": "nosniff",
 }
 """The headers every answer carries."""

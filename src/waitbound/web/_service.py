@@ -15,9 +15,11 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from waitbound._clock import Clock
+from waitbound._json import JSON
 from waitbound._push import InboundDelivery
 from waitbound.stores import Store
 from waitbound.web._config import ServeConfig, redaction_strings
+from waitbound.web._tokens import ADMIN, Holder
 
 __all__ = ["Nudge", "Service"]
 
@@ -83,8 +85,8 @@ class Service:
         store: the store every endpoint and the background work use.
         config: what ``serve.toml`` says (receivers, the notify secret).
         clock: the time the receiver checks signatures against and sweeps use.
-        token: the bearer token every endpoint but the receiver and ``/healthz``
-            requires; never logged or shown.
+        token: the shared bearer token (when *holders* is empty, the only one);
+            never logged or shown.
         delivered: the receiver calls it once a new delivery is stored (the nudge
             that runs the inbox sweep at once); ``waitbound.web.serve`` makes it a
             :class:`Nudge` it waits on.
@@ -96,6 +98,11 @@ class Service:
             give the others it holds — the worker's credential header values
             (:func:`waitbound._secrets.credential_values`), a notify secret from the
             environment — and they are added.
+        holders: the token file's tokens with their owners and roles (empty: *token*
+            alone, as the shared token of an ``admin``); see ``web/_tokens.py``.
+        health: what ``/healthz`` says besides ``ok`` (the background work writes it,
+            e.g. ``inbox``: the last prune's counts), never read from the store per
+            request.
     """
 
     store: Store
@@ -105,7 +112,13 @@ class Service:
     delivered: Callable[[InboundDelivery], None] = field(default_factory=Nudge)
     stopping: threading.Event = field(default_factory=threading.Event)
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    holders: tuple[Holder, ...] = field(default=(), repr=False)
+    health: dict[str, JSON] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        held = redaction_strings([self.token, *self.config.secrets, *self.secrets])
+        if not self.holders:  # one token: the shared one, an admin
+            shared = Holder(name=None, role=ADMIN, token=self.token)
+            object.__setattr__(self, "holders", (shared,))
+        tokens = [holder.token for holder in self.holders]
+        held = redaction_strings([self.token, *tokens, *self.config.secrets, *self.secrets])
         object.__setattr__(self, "secrets", held)  # frozen: built once, at start

@@ -1,42 +1,59 @@
-"""The inbox's sign-in session and its CSRF token.
+"""The inbox's sign-in sessions, kept in the store, and their CSRF token.
 
-A person signs in with the service's token and their name; the session is the cookie
-``waitbound_session``: their name and a random CSRF token, signed with HMAC-SHA256
-(itsdangerous ``URLSafeTimedSerializer``) under a key made at random when the process
-starts, stamped with the time it was issued and refused after
-:data:`SESSION_MAX_AGE_S`. The cookie is ``HttpOnly``, ``SameSite=Strict``, ``Path=/``
-and ``Secure`` when the request came over https. The token is never in it. Restarting
-``waitbound serve`` signs everyone out (a new key).
+Signing in makes a session row in the store (``waitbound.stores._sessions``: who, role,
+how, created, last seen, expiry; revoked at sign-out or by an operator) and two random
+secrets, of which the store keeps only SHA-256 digests:
 
-Every form that changes something carries the session's CSRF token (``csrf``); it is
-compared in constant time. Requests with ``Authorization: Bearer TOKEN`` (scripts)
-need none: a browser never sends that header by itself.
+- the session id, the value of the cookie ``waitbound_session`` (32 random bytes,
+  opaque: nothing is readable in it);
+- the path key: every page of the session is served under ``/s/KEY/…`` (:func:`base_of`),
+  and the cookie's ``Path`` is that prefix.
+
+Browsers do not isolate cookies by port (RFC 6265 §8.5): a cookie set by
+``127.0.0.1:8765`` is sent to every port of ``127.0.0.1`` whose path matches. With the
+cookie scoped to an unguessable path, a page on another port is never sent it (it does
+not know the path to ask for), and a cookie obtained some other way is refused without
+the path key of its own session. ``SameSite=Strict`` and ``HttpOnly`` stay; ``Secure``
+when the request came over https. See ``docs/serve.md``, "Sessions".
+
+The CSRF token every form carries is HMAC-SHA256 of the session id (so the store holds
+nothing that forges it); it is compared in constant time. Requests with
+``Authorization: Bearer TOKEN`` (scripts) need none: a browser never sends that header
+by itself.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
-import math
+import re
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from itsdangerous import BadSignature, TimestampSigner, URLSafeTimedSerializer
-
 from waitbound._clock import Clock, SystemClock
+from waitbound.stores import Store
+from waitbound.stores._sessions import SessionRow, sessions_of
+from waitbound.web._tokens import ADMIN, allows
 
 __all__ = [
+    "BASE_KEY",
     "BEARER_DECIDER",
     "MAX_NAME_CHARS",
+    "PATH_KEY_PATTERN",
     "PRINCIPAL_KEY",
     "SESSION_COOKIE",
     "SESSION_MAX_AGE_S",
+    "TOUCH_EVERY_S",
     "Principal",
     "Session",
     "Sessions",
+    "base_of",
     "check_name",
+    "digest",
     "local_path",
     "principal_of",
 ]
@@ -44,48 +61,97 @@ __all__ = [
 SESSION_COOKIE: Final = "waitbound_session"
 SESSION_MAX_AGE_S: Final = 12 * 3600
 """How long a session lasts after sign-in (seconds)."""
+TOUCH_EVERY_S: Final = 60.0
+"""A session's ``last_seen_at`` is written at most this often (seconds)."""
 MAX_NAME_CHARS: Final = 64
 """The longest name a person may sign in with."""
 BEARER_DECIDER: Final = "bearer"
-"""Who a decision made with the bearer token is recorded as, unless its form names someone."""
+"""Who a decision made with the shared token is recorded as, unless its form names someone."""
 PRINCIPAL_KEY: Final = "waitbound.principal"
 """Where the authentication middleware puts the :class:`Principal` in the ASGI scope."""
-_SALT: Final = "waitbound.session"
+BASE_KEY: Final = "waitbound.base"
+"""Where the session-path middleware puts a request's ``/s/KEY`` prefix (``""``: none)."""
+PATH_KEY_PATTERN: Final = re.compile(r"/s/([A-Za-z0-9_-]{32})(/.*)?")
+"""A path under a session's prefix: its key and the rest."""
+_CSRF_LABEL: Final = b"waitbound csrf v1"
+
+
+def digest(secret: str) -> str:
+    """Hex SHA-256 of *secret* (what the store keeps of a session's secrets)."""
+    return hashlib.sha256(secret.encode("utf-8", "replace")).hexdigest()
+
+
+def base_of(path_key: str) -> str:
+    """``/s/KEY``: the prefix a session's pages are served under."""
+    return f"/s/{path_key}"
+
+
+def _csrf(session_value: str) -> str:
+    mac = hmac.new(session_value.encode(), _CSRF_LABEL, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).decode().rstrip("=")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Session:
-    """A signed-in person.
+    """A signed-in person's session, as read for one request.
 
     Attributes:
-        name: who they said they are (recorded as the decider).
+        row: the store's row (who, role, via, times).
         csrf: the token every form of theirs carries.
+        base: ``/s/KEY``, the prefix of its pages.
     """
 
-    name: str
+    row: SessionRow
     csrf: str
+    base: str
+
+    @property
+    def name(self) -> str:
+        """Who signed in (recorded as the decider)."""
+        return self.row.who
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Principal:
-    """Who made a request: a signed-in person (``session``) or a script holding the
-    token (``session`` is ``None``)."""
+    """Who made a request.
 
+    Attributes:
+        who: the name a decision is recorded under (a named token's owner, a session's
+            person, a proxy's user; :data:`BEARER_DECIDER` for a script with the shared
+            token).
+        role: ``viewer``, ``decider`` or ``admin``.
+        shared: the shared (unnamed) token authorized it.
+        via: ``bearer``, ``session`` or ``proxy``.
+        session: the signed-in session, if that is how.
+        csrf: the token its forms must carry (``None``: none needed, a bearer request).
+        base: the prefix of its pages (``""``: the plain paths).
+    """
+
+    who: str = BEARER_DECIDER
+    role: str = ADMIN
+    shared: bool = True
+    via: str = "bearer"
     session: Session | None = None
+    csrf: str | None = None
+    base: str = ""
 
     @property
     def name(self) -> str:
-        """The person's name, or :data:`BEARER_DECIDER`."""
-        return self.session.name if self.session is not None else BEARER_DECIDER
+        """Who a decision is recorded as."""
+        return self.who
+
+    def may(self, needed: str) -> bool:
+        """Whether this principal's role allows *needed* (see ``waitbound.web._tokens``)."""
+        return allows(self.role, needed)
 
     def csrf_ok(self, given: str | None) -> bool:
         """Whether a form's ``csrf`` value is acceptable: any for a bearer request, the
-        session's token (compared in constant time) for a person."""
-        if self.session is None:
+        principal's token (compared in constant time) otherwise."""
+        if self.csrf is None:
             return True
         if not given:
             return False
-        return hmac.compare_digest(given.encode("utf-8", "replace"), self.session.csrf.encode())
+        return hmac.compare_digest(given.encode("utf-8", "replace"), self.csrf.encode())
 
 
 def principal_of(scope: dict[str, Any] | Any) -> Principal | None:
@@ -110,10 +176,11 @@ def check_name(text: str) -> str | None:
 def local_path(target: str | None, default: str = "/") -> str:
     """*target* when it is a path of this service (``/in-flight?label=x``), else
     *default*: never another site (``//evil.example``, ``https://…``, ``/\\evil``), never
-    a header injection (control characters, spaces), never the sign-in page itself."""
+    a header injection (control characters, spaces), never the sign-in page itself,
+    never a session's prefix (``/s/…``: the new session's own is put in front)."""
     if not target or len(target) > 2000 or not target.startswith("/"):
         return default
-    if target.startswith(("//", "/\\")) or "\\" in target:
+    if target.startswith(("//", "/\\", "/s/")) or "\\" in target:
         return default
     if any(not c.isprintable() or c.isspace() for c in target):
         return default
@@ -123,70 +190,76 @@ def local_path(target: str | None, default: str = "/") -> str:
     return target
 
 
-class _ClockSigner(TimestampSigner):
-    """itsdangerous' timestamp signer on the service's clock (tests use a fake one)."""
-
-    def __init__(self, *args: Any, clock: Clock, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._clock = clock
-
-    def get_timestamp(self) -> int:
-        return int(self._clock.now().timestamp())
-
-
 class Sessions:
-    """Issue and read session cookies.
+    """Issue, read and end the inbox's sessions, kept in *store*.
 
     Args:
-        key: the signing key (default: 32 random bytes, new in each process).
-        clock: when a session is issued and how old it is.
-        max_age_s: how long a session lasts (seconds).
+        store: where the sessions are kept (``sessions`` table, schema 4).
+        clock: when a session starts, is seen and ends.
+        max_age_s: how long a session lasts after sign-in (seconds).
+        touch_every_s: how often ``last_seen_at`` is written at most (seconds).
+
+    Every method but :meth:`cookie` and :meth:`cleared` is one store call (blocking: call
+    it from a worker thread). They raise :class:`~waitbound.StoreError` when the store fails.
     """
 
     def __init__(
         self,
+        store: Store,
         *,
-        key: bytes | None = None,
         clock: Clock | None = None,
         max_age_s: float = SESSION_MAX_AGE_S,
+        touch_every_s: float = TOUCH_EVERY_S,
     ) -> None:
+        self.store = sessions_of(store)
+        self.clock = clock or SystemClock()
         self.max_age_s = max_age_s
-        self._serializer = URLSafeTimedSerializer(
-            key if key is not None else secrets.token_bytes(32),
-            salt=_SALT,
-            signer=_ClockSigner,
-            signer_kwargs={"clock": clock or SystemClock(), "digest_method": hashlib.sha256},
+        self.touch_every_s = touch_every_s
+
+    def issue(self, who: str, *, role: str, via: str) -> tuple[Session, str]:
+        """A new session for *who* and its cookie value (kept only as a digest)."""
+        value = secrets.token_urlsafe(32)
+        path_key = secrets.token_urlsafe(24)
+        now = self.clock.now()
+        row = SessionRow(
+            session_id=digest(value),
+            path_hash=digest(path_key),
+            who=who.strip(),
+            role=role,
+            via=via,
+            created_at=now,
+            last_seen_at=now,
+            expires_at=now + timedelta(seconds=self.max_age_s),
         )
+        self.store.put_session(row)
+        return Session(row=row, csrf=_csrf(value), base=base_of(path_key)), value
 
-    def issue(self, name: str) -> tuple[Session, str]:
-        """A new session for *name* (a fresh CSRF token) and its cookie value."""
-        session = Session(name=name.strip(), csrf=secrets.token_urlsafe(24))
-        value = self._serializer.dumps({"n": session.name, "c": session.csrf})
-        return session, value
+    def read(self, value: str | None, path_key: str | None) -> Session | None:
+        """The open session of a cookie value under its own path key, or ``None``:
+        absent, unknown, revoked, expired, or under another prefix (or none)."""
+        if not value or not path_key or len(value) > 256:
+            return None
+        row = self.store.get_session(digest(value))
+        now = self.clock.now()
+        if row is None or not row.is_open(now):
+            return None
+        if not hmac.compare_digest(row.path_hash, digest(path_key)):
+            return None
+        if (now - row.last_seen_at).total_seconds() >= self.touch_every_s:
+            self.store.touch_session(row.session_id, now)
+        return Session(row=row, csrf=_csrf(value), base=base_of(path_key))
 
-    def read(self, value: str | None) -> Session | None:
-        """The session a cookie value holds, or ``None``: absent, forged, or older than
-        ``max_age_s``."""
-        if not value or len(value) > 4096:
-            return None
-        try:
-            data = self._serializer.loads(value, max_age=math.ceil(self.max_age_s))
-        except (BadSignature, ValueError, TypeError):
-            return None
-        if not isinstance(data, dict):
-            return None
-        name, csrf = data.get("n"), data.get("c")
-        if not isinstance(name, str) or not isinstance(csrf, str) or check_name(name):
-            return None
-        return Session(name=name, csrf=csrf)
+    def revoke(self, session: Session) -> None:
+        """End *session* now (sign-out): its cookie is refused from then on."""
+        self.store.revoke_sessions(at=self.clock.now(), shown_id=session.row.session_id)
 
-    def cookie(self, value: str, *, secure: bool) -> str:
-        """The ``Set-Cookie`` value that keeps a session."""
-        flags = f"Max-Age={int(self.max_age_s)}; Path=/; HttpOnly; SameSite=Strict"
+    def cookie(self, value: str, base: str, *, secure: bool) -> str:
+        """The ``Set-Cookie`` value that keeps a session, scoped to its pages' *base*."""
+        flags = f"Max-Age={int(self.max_age_s)}; Path={base}; HttpOnly; SameSite=Strict"
         return f"{SESSION_COOKIE}={value}; {flags}" + ("; Secure" if secure else "")
 
     @staticmethod
-    def cleared(*, secure: bool) -> str:
-        """The ``Set-Cookie`` value that ends a session."""
-        flags = "Max-Age=0; Path=/; HttpOnly; SameSite=Strict"
+    def cleared(base: str, *, secure: bool) -> str:
+        """The ``Set-Cookie`` value that removes a session's cookie from the browser."""
+        flags = f"Max-Age=0; Path={base}; HttpOnly; SameSite=Strict"
         return f"{SESSION_COOKIE}=; {flags}" + ("; Secure" if secure else "")
