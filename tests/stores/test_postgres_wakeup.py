@@ -105,12 +105,14 @@ def test_an_idle_worker_wakes_for_a_new_operation_long_before_idle_s(schema: str
     writer = _store(schema)
     clock = FakeClock()
     provider = ScriptedProvider(clock, {"/v1/jobs/42": [(200, {"status": "running"})]})
-    reserved = anyio.Event()
+    answered = anyio.Event()
     took: list[float] = []
 
     def on_event(event: AuditEvent) -> None:
-        if event.kind == "reserved":
-            reserved.set()
+        # The step's answer, not its reservation: a worker told to stop right after
+        # reserving releases the unsent request instead of sending it (leases as fences).
+        if event.kind == "observed":
+            answered.set()
 
     async def main() -> None:
         assert await store.wait_for_wakeup(0.01) is False  # listening from here
@@ -137,7 +139,7 @@ def test_an_idle_worker_wakes_for_a_new_operation_long_before_idle_s(schema: str
                 events("created"),
             )
             with anyio.fail_after(5):
-                await reserved.wait()
+                await answered.wait()
             took.append(time.monotonic() - started)
             stop.set()
 
