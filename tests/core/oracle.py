@@ -444,7 +444,10 @@ class World:
             self.provider.scripts["status"] = list(status)
         record = self.record
         before = self._begin()
-        offered = record.to_outcome().options
+        # The options a person could act on now: a decision request past its due time is
+        # closed as decision_timeout by the first look (waitbound cancel's included).
+        request = record.decision_request
+        offered = record.to_outcome().options if request and request.due_at > before.at else ()
         try:
             with self._inline_sends():
                 waitbound.cancel(OP, reason="oracle", requested_by="ana", **self._common())
