@@ -67,7 +67,14 @@ def timed_out(record: Record, now: datetime, why: str = "") -> Step:
             f"stopped before the {what} {record.stop_at.isoformat()}: the next request "
             f"may not be sent before it{why}"
         )
-    detail += "; the job may still run"
+    if (missing := record.unfetched) is not None:
+        assert record.settled_outcome is not None
+        detail += (
+            f"; the job {record.settled_outcome.value} at the provider, but its {missing} "
+            "was not fetched"
+        )
+    else:
+        detail += "; the job may still run"
     reason = Reason.BUSINESS_DEADLINE_EXCEEDED if business else Reason.DEADLINE_EXCEEDED
     return finish(record, now, OutcomeKind.TIMED_OUT, reason, detail=detail)
 

@@ -331,6 +331,10 @@ class Phase(StrEnum):
     """An outcome is recorded; nothing more is sent."""
 
 
+
+_UNFETCHED: Final = {Phase.FETCHING_RESULT: "result", Phase.FETCHING_ERRORS: "errors page"}
+"""The piece an operation fetches after the provider's terminal answer, by phase."""
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Record:
     """Our durable record of waiting on one job. Instants are aware UTC.
@@ -538,7 +542,26 @@ class Record:
             options=self.decision_request.options if self.decision_request else (),
             decided_by=self.decided_by,
             next_check_at=None if self.is_finished else self.next_poll_at,
+            provider_outcome=self.settled_outcome if self.unfetched else None,
+            unfetched=self.unfetched,
         )
+
+    @property
+    def unfetched(self) -> str | None:
+        """What is still to fetch after the provider's terminal answer, while that end is
+        not the outcome: ``"result"`` (phase ``fetching_result``) or ``"errors page"``
+        (``fetching_errors``), still being fetched or stopped (escalated, timed out)
+        before it was; else ``None``. With one, the job is known to be complete at the
+        provider (``settled_outcome``); that piece is what is missing."""
+        if self.settled_outcome is None:
+            return None
+        if self.outcome is None:
+            phase: Phase | None = self.phase
+        elif self.outcome in (OutcomeKind.ESCALATED, OutcomeKind.TIMED_OUT):
+            phase = self.stopped_phase
+        else:
+            return None
+        return _UNFETCHED.get(phase) if phase is not None else None
 
     def _unfetched_result_url(self) -> str | None:
         """The result URL, redacted, when the result was not fetched from it."""
