@@ -103,7 +103,7 @@ def decide_status(
             if found is not None:
                 return _classified(record, observation, found, reading, rng)
             if reading is not None:
-                return _not_visible(record, observation, reading, rng, "a body without a state")
+                return _no_state(record, observation)
             problem = observation.body_problem or "an empty body"
             return escalate(
                 record,
@@ -139,11 +139,33 @@ def _by_table(
     return found if found is not None else table.when_no_state.get(code)
 
 
+def _no_state(record: Record, observation: Observation) -> Step:
+    """A 2xx JSON body in which the profile finds no state (and no ``when_no_state`` row
+    applies): an answer that can never become valid, so the operation stops at once.
+
+    Unlike a 404 ("not visible yet" within the not-found grace), the URL answered and
+    said what it holds; asking again spends requests on the same broken document
+    (azure-core raises on the first such body too).
+    """
+    table = record.profile.table(record.poll_kind)
+    where = "status URL" if record.poll_kind is UrlKind.STATUS else f"{record.poll_kind.value} URL"
+    field = str(table.state.expression) if table.state is not None else "done"
+    return escalate(
+        record,
+        observation.at,
+        Reason.INTEGRATION_FAILURE,
+        f"the {where} answered HTTP {observation.http_status} with a body that has no state "
+        f"(nothing at {field!r}); such an answer can never become a valid status, so it is "
+        "not asked again",
+        response=observation.body,
+    )
+
+
 def _not_visible(
     record: Record, observation: Observation, reading: Reading | None, rng: random.Random, what: str
 ) -> Step:
-    """A 404 or a body without a state: "not visible yet" within the not-found grace
-    before the job was ever seen; else the contract does not explain it."""
+    """A 404 or 410: "not visible yet" within the not-found grace before the job was
+    ever seen; else the contract does not explain it."""
     now = observation.at
     if record.job_seen_at is None and seconds_between(record.created_at, now) < (
         record.policy.not_found_grace_s
