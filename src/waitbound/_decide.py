@@ -674,8 +674,7 @@ def _provider_trouble(
             f"the job {settled.value} at the provider (last state "
             f"{show(record.provider_state)}), but its {missing} could not be fetched"
             if settled is not None and missing is not None
-            else "the job's state could not be learned (last known "
-            f"{show(record.provider_state)})"
+            else f"the job's state could not be learned (last known {show(record.provider_state)})"
         )
         return escalate(
             record,

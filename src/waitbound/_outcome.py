@@ -277,7 +277,9 @@ class Outcome:
                 after = ""
                 if self.next_check_at is not None:
                     after = f" Check again after {_whole_seconds(self.next_check_at)} s."
-                return f"{head}; its {piece} is being fetched and is NOT available yet. {hold}{after}"
+                return (
+                    f"{head}; its {piece} is being fetched and is NOT available yet. {hold}{after}"
+                )
             case OutcomeKind.TIMED_OUT:
                 return (
                     f"Stopped waiting at the deadline: {head}, but its {piece} is NOT available. "

@@ -331,9 +331,9 @@ class Phase(StrEnum):
     """An outcome is recorded; nothing more is sent."""
 
 
-
 _UNFETCHED: Final = {Phase.FETCHING_RESULT: "result", Phase.FETCHING_ERRORS: "errors page"}
 """The piece an operation fetches after the provider's terminal answer, by phase."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Record:

@@ -182,8 +182,10 @@ def test_a_budget_spent_after_success_says_succeeded_at_the_provider() -> None:
     words = _words(outcome)
     assert "Job j-9 SUCCEEDED at the provider" in outcome.message
     assert "result is NOT available" in outcome.message
-    assert "succeeded at the provider" in words and "result was not fetched" in words
-    assert NOT_COMPLETE not in words and "without a terminal answer" not in words
+    assert "succeeded at the provider" in words
+    assert "result was not fetched" in words
+    assert NOT_COMPLETE not in words
+    assert "without a terminal answer" not in words
     assert outcome.as_json()["provider_outcome"] == "succeeded"
     assert result.provider.count("/result") == 0
 
@@ -218,7 +220,8 @@ def test_result_fetch_failures_say_the_result_could_not_be_fetched() -> None:
     assert outcome.reason is Reason.PROVIDER_FAILURE
     words = _words(outcome)
     assert "its result could not be fetched" in words
-    assert "state could not be learned" not in words and NOT_COMPLETE not in words
+    assert "state could not be learned" not in words
+    assert NOT_COMPLETE not in words
 
 
 def test_a_deadline_before_the_result_is_ready_says_succeeded_at_the_provider() -> None:
@@ -253,7 +256,8 @@ def test_still_fetching_the_result_is_not_called_started_and_not_complete() -> N
         provider_outcome=OutcomeKind.SUCCEEDED, unfetched="result",
     )  # fmt: skip
     assert outcome.message.startswith("Job j-9 SUCCEEDED at the provider")
-    assert "NOT available yet" in outcome.message and "STARTED" not in outcome.message
+    assert "NOT available yet" in outcome.message
+    assert "STARTED" not in outcome.message
 
 
 # --- 4. answers that can never become valid stop at once ------------------------------
@@ -269,7 +273,7 @@ def test_a_status_body_without_a_state_stops_at_once_within_the_grace() -> None:
 
 
 def test_a_404_before_the_job_is_seen_keeps_its_grace() -> None:
-    """"Not visible yet" is transient: a 404 first, then the job, succeeds."""
+    """ "Not visible yet" is transient: a 404 first, then the job, succeeds."""
     result = run({"/status": [(404, None), (200, {"status": "done", "output": 1})]},
                  base_delay_s=1)  # fmt: skip
     assert result.outcome.outcome is OutcomeKind.SUCCEEDED
@@ -326,4 +330,5 @@ def test_a_deadline_before_a_partial_successs_errors_page_says_so() -> None:
     words = _words(outcome)
     assert "completed_with_errors at the provider" in words
     assert "errors page was not fetched" in words
-    assert "may still run" not in words and NOT_COMPLETE not in words
+    assert "may still run" not in words
+    assert NOT_COMPLETE not in words

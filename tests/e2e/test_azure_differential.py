@@ -137,8 +137,9 @@ def reference_run(scenario: Scenario) -> tuple[str, str | None, Any, int]:
             # No HTTP answer: a URL the transport cannot even parse is the contract's
             # fault (integration_failure); any other is the provider's (provider_failure).
             unusable = "parse" in str(err).lower() or "invalid" in str(err).lower()
-            outcome, reason = "escalated", (
-                "integration_failure" if unusable else "provider_failure"
+            outcome, reason = (
+                "escalated",
+                ("integration_failure" if unusable else "provider_failure"),
             )
         finally:
             client.close()

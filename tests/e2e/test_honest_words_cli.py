@@ -48,7 +48,8 @@ def test_a_budget_spent_before_the_result_says_succeeded_at_the_provider(
     assert message.startswith("Stopped waiting (request_budget_exhausted): Job j-9 SUCCEEDED")
     assert "NOT known to be complete" not in message
     detail = str(outcome["error"]["detail"])  # type: ignore[index]
-    assert "succeeded at the provider" in detail and "result was not fetched" in detail
+    assert "succeeded at the provider" in detail
+    assert "result was not fetched" in detail
     assert "without a terminal answer" not in detail
     assert run.count("result") == 0
     assert run.exit_code == 3

@@ -27,12 +27,12 @@ from tests.e2e.test_provider_kit import ROOT, _free_port
 
 pytest.importorskip("azure.core")
 
-from azure.core import PipelineClient  # noqa: E402
-from azure.core.exceptions import HttpResponseError  # noqa: E402
-from azure.core.pipeline import PipelineResponse  # noqa: E402
-from azure.core.polling import LROPoller  # noqa: E402
-from azure.core.polling.base_polling import LROBasePolling, OperationFailed  # noqa: E402
-from azure.core.rest import HttpRequest  # noqa: E402
+from azure.core import PipelineClient
+from azure.core.exceptions import HttpResponseError
+from azure.core.pipeline import PipelineResponse
+from azure.core.polling import LROPoller
+from azure.core.polling.base_polling import LROBasePolling, OperationFailed
+from azure.core.rest import HttpRequest
 
 pytestmark = pytest.mark.e2e
 POLL_S = 0.05
@@ -73,14 +73,16 @@ def _body(response: PipelineResponse[Any, Any]) -> Any:
     return json.loads(text) if text else None
 
 
-def _poll(service: str, body: dict[str, object]) -> tuple[LROPoller[Any], LROBasePolling]:
+def _poll(
+    service: str, body: dict[str, object]
+) -> tuple[LROPoller[Any], LROBasePolling[Any, Any, Any]]:
     """Start a job and let azure-core's generic poller follow it to its end."""
     client: PipelineClient[Any, Any] = PipelineClient(service)
     initial = client.send_request(
         HttpRequest("POST", f"{service}/jobs", json=body), _return_pipeline_response=True
     )
     assert "/operation" in initial.http_response.headers["Operation-Location"]
-    polling: LROBasePolling = LROBasePolling(timeout=POLL_S)
+    polling: LROBasePolling[Any, Any, Any] = LROBasePolling(timeout=POLL_S)
     poller = LROPoller(client, initial, _body, polling)
     return poller, polling
 
@@ -95,7 +97,8 @@ def test_azure_core_follows_a_succeeded_job_to_its_result(service: str) -> None:
     """Succeeded: the poller ends and hands back the kit's final job body with the result."""
     poller, _ = _poll(service, {"duration_s": 0.2})
     result = poller.result(timeout=BOUND_S)
-    assert poller.done() and poller.status() == "Succeeded"
+    assert poller.done()
+    assert poller.status() == "Succeeded"
     assert result["status"] == "succeeded"
     assert result["result"] == {"output_url": "https://cdn.example/input.mov.mp4"}
 
@@ -107,7 +110,8 @@ def test_azure_core_ends_a_partial_success_as_succeeded_with_counts_and_errors(
     completed_with_errors); the monitor carries the counts and the errors link."""
     poller, _ = _poll(service, {"duration_s": 0.2, "outcome": "completed_with_errors"})
     result = poller.result(timeout=BOUND_S)
-    assert poller.done() and poller.status() == "Succeeded"
+    assert poller.done()
+    assert poller.status() == "Succeeded"
     assert result["status"] == "completed_with_errors"
     monitor = _monitor(service, str(result["job_id"]))
     assert monitor["status"] == "Succeeded"
@@ -126,5 +130,6 @@ def test_azure_core_reports_a_failed_or_canceled_job_as_its_failure(
     with pytest.raises(HttpResponseError) as raised:
         poller.result(timeout=BOUND_S)
     assert isinstance(raised.value.__cause__, OperationFailed)
-    assert poller.done() and str(poller.status()).lower() == status
+    assert poller.done()
+    assert str(poller.status()).lower() == status
     assert str(getattr(polling, "_status", "")).lower() == status

@@ -410,7 +410,9 @@ async def test_the_operation_monitor_speaks_azures_terminal_set(
                               "job_url": BASE}  # fmt: skip
     summary = JobSummary(processed=3, succeeded=2, failed=1)
     await kit.finish("job_1", JobSucceeded(result={"a": 1}))
-    await kit.finish("job_2", JobCompletedWithErrors(summary=summary, errors=({"i": 3},), result=[1]))
+    await kit.finish(
+        "job_2", JobCompletedWithErrors(summary=summary, errors=({"i": 3},), result=[1])
+    )
     await kit.finish("job_3", JobFailed(error={"code": "bad", "message": "no"}))
     await kit.cancel("job_4", "a person canceled it")
     bodies = [(await client.get(f"/jobs/job_{n}/operation")).json() for n in range(1, 5)]
