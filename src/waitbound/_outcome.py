@@ -56,7 +56,11 @@ class JobFailedError(OutcomeError):
 
 
 class StoppedWaitingError(OutcomeError):
-    """We stopped waiting without a terminal answer; the job id is kept."""
+    """We stopped waiting without a reported outcome; the job id is kept.
+
+    Usually no terminal answer was seen; when ``outcome.provider_outcome`` is set, the
+    provider did say how the job ended and only its result (``outcome.unfetched``) is
+    missing: do not submit the job again."""
 
 
 class TimedOutError(StoppedWaitingError):
@@ -87,7 +91,8 @@ class OutcomeKind(StrEnum):
     TIMED_OUT = "timed_out"
     """Reason ``deadline_exceeded``; the job may still be running."""
     ESCALATED = "escalated"
-    """Stopped without a terminal answer; ``reason`` says why."""
+    """Stopped without a reported outcome; ``reason`` says why (``provider_outcome``:
+    the provider's terminal answer, when one was seen and its result not fetched)."""
 
     @property
     def exit_code(self) -> int:
