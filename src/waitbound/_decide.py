@@ -16,6 +16,7 @@ from typing import Final
 from waitbound._actions import repeated_key
 from waitbound._answers import Meaning, meaning
 from waitbound._contract import Classification, Counts, Reading, is_present
+from waitbound._final_state import empty_resource, monitor_result
 from waitbound._finish import (
     Step,
     bounded,
@@ -29,7 +30,7 @@ from waitbound._finish import (
 from waitbound._json import JSON, show
 from waitbound._observation import Observation
 from waitbound._outcome import OutcomeKind, Reason
-from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind, final_url
+from waitbound._protocol import IDEMPOTENT_METHODS, UrlKind, final_url
 from waitbound._record import Phase, Record
 from waitbound._schedule import (
     DelaySource,
@@ -366,7 +367,7 @@ def _settle(
             f"the {where} answered HTTP {observation.http_status} ({outcome.value}) with "
             f"{observation.body_problem}; the result cannot be read from it",
         )
-    if result_url is HERE and (empty := _empty_resource(record, observation, outcome)):
+    if result_url is HERE and (empty := empty_resource(record, observation, outcome)):
         return escalate(record, now, Reason.INTEGRATION_FAILURE, empty)
     if result_url is HERE:
         document = record.profile.read_result(observation.body)
@@ -392,7 +393,7 @@ def _settle(
             record,
             now,
             outcome,
-            result=_monitor_result(record, observation, reading),
+            result=monitor_result(record, observation, reading),
             error=error,
             counts=counts,
             usage=reading.usage if reading is not None else None,
@@ -519,60 +520,6 @@ def _named_result_url(record: Record, reading: Reading | None) -> str | ValueErr
         return ValueError(f"the result URL {shown_url(named)} cannot be used ({exc})")
 
 
-def _monitor_result(record: Record, observation: Observation, reading: Reading | None) -> JSON:
-    """The result when the status monitor is the final state: under a staged protocol
-    (:func:`_staged`) the monitor's final body, whole, as azure-core's poller returns it
-    (its ``result`` member, when it has one, is inside it); else the profile's
-    ``result`` read from it (AIP-151's ``response``)."""
-    if _staged(record):
-        return observation.body
-    return reading.result if reading is not None else None
-
-
-def _staged(record: Record) -> bool:
-    """Whether the profile (or the caller) says where a staged protocol's final state is:
-    ``submit.final_get`` or a ``final-state-via``."""
-    contract = record.profile.submit
-    return bool(contract.final_get or record.final_state_via or contract.final_state_via)
-
-
-def _resource_required(record: Record) -> bool:
-    """Whether the operation's final state is the resource itself, so it must be a
-    document: the method's final state is its request URL (``submit.final_get``: at
-    Azure PUT and PATCH), ``final-state-via`` is ``original-uri``, or the polling URL is
-    the resource (kind ``resource``)."""
-    contract = record.profile.submit
-    via = record.final_state_via or contract.final_state_via
-    by_method = contract.final_get.get((record.submit_method or "").upper())
-    return (
-        by_method == "request_url"
-        or via is FinalStateVia.ORIGINAL_URI
-        or record.poll_kind is UrlKind.RESOURCE
-    )
-
-
-def _empty_resource(record: Record, observation: Observation, outcome: OutcomeKind) -> str | None:
-    """Why an answer that would be the final state cannot be: it must be the resource
-    (:func:`_resource_required`) and its body is empty or absent (no body, ``{}``,
-    ``[]``, ``""``). ``None`` when the answer can be the final state.
-
-    An empty final resource is no evidence of success (azure-core raises on it too):
-    the outcome is ``integration_failure``, never ``succeeded`` with a null result.
-    """
-    if not _resource_required(record) or is_present(observation.body):
-        return None
-    code = observation.http_status
-    kinds = {"submit": "submission", "result": "result URL"}
-    where = kinds.get(observation.kind, f"{record.poll_kind.value} URL")
-    what = "no body" if observation.body is None else f"an empty body ({show(observation.body)})"
-    method = record.submit_method or "operation"
-    return (
-        f"the {where} answered HTTP {code} ({outcome.value} by the profile) with {what}, "
-        f"but the final state of this {method} is the resource itself: an empty or absent "
-        "resource is no evidence of success, so it is not reported as succeeded"
-    )
-
-
 def _final_url(record: Record, monitor_result_url: str | None) -> str | None:
     """Where the protocol puts the final state (``_protocol.final_url``) for *record*."""
     contract = record.profile.submit
@@ -610,7 +557,7 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
                 detail = repeated_key("result", document.ambiguous)
                 return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
             settled = record.settled_outcome or OutcomeKind.SUCCEEDED
-            if empty := _empty_resource(record, observation, settled):
+            if empty := empty_resource(record, observation, settled):
                 return escalate(record, now, Reason.INTEGRATION_FAILURE, empty)
             usage = document.usage if is_present(document.usage) else record.usage
             if is_present(document.output_error):
