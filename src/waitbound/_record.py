@@ -77,8 +77,8 @@ class Policy:
         min_delay_s: the floor for every delay (more than 0); ``None`` means
             ``min(1, base_delay_s)``. A provider hint below it is not a minimum: local
             backoff applies.
-        not_found_grace_s: how long a 404 (or a body without a state) is read as
-            "not visible yet" before the job was ever seen.
+        not_found_grace_s: how long a 404 or 410 is read as "not visible yet" before
+            the job was ever seen (a 2xx body without a state stops at once).
         request_timeout_s: the timeout of one request (never more than the time left).
         confirm_window_s: how long a success without its required fields is re-checked.
         confirm_max_requests: how many more status requests that re-check may send.
