@@ -317,9 +317,10 @@ def _budget_spent(record: Record, now: datetime, notes: list[AuditEvent], why: s
     the job is known to be complete at the provider; its result is what is missing.
     """
     if (missing := record.unfetched) is not None:
-        assert record.settled_outcome is not None
+        ended = record.provider_outcome
+        assert ended is not None
         detail = (
-            f"the job {record.settled_outcome.value} at the provider (last state "
+            f"the job {ended.value} at the provider (last state "
             f"{show(record.provider_state)}), but all {record.max_requests} requests of the "
             f"budget are used: its {missing} was not fetched"
         )

@@ -616,7 +616,7 @@ def _provider_trouble(
     used = record.transport_failures_used + 1
     record = record.evolve(transport_failures_used=used)
     if used > record.max_transport_failures:
-        settled, missing = record.settled_outcome, record.unfetched
+        settled, missing = record.provider_outcome, record.unfetched
         learned = (
             f"the job {settled.value} at the provider (last state "
             f"{show(record.provider_state)}), but its {missing} could not be fetched"

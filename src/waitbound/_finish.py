@@ -68,11 +68,9 @@ def timed_out(record: Record, now: datetime, why: str = "") -> Step:
             f"may not be sent before it{why}"
         )
     if (missing := record.unfetched) is not None:
-        assert record.settled_outcome is not None
-        detail += (
-            f"; the job {record.settled_outcome.value} at the provider, but its {missing} "
-            "was not fetched"
-        )
+        ended = record.provider_outcome
+        assert ended is not None
+        detail += f"; the job {ended.value} at the provider, but its {missing} was not fetched"
     else:
         detail += "; the job may still run"
     reason = Reason.BUSINESS_DEADLINE_EXCEEDED if business else Reason.DEADLINE_EXCEEDED

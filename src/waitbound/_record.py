@@ -542,7 +542,7 @@ class Record:
             options=self.decision_request.options if self.decision_request else (),
             decided_by=self.decided_by,
             next_check_at=None if self.is_finished else self.next_poll_at,
-            provider_outcome=self.settled_outcome if self.unfetched else None,
+            provider_outcome=self.provider_outcome,
             unfetched=self.unfetched,
         )
 
@@ -552,9 +552,8 @@ class Record:
         not the outcome: ``"result"`` (phase ``fetching_result``) or ``"errors page"``
         (``fetching_errors``), still being fetched or stopped (escalated, timed out)
         before it was; else ``None``. With one, the job is known to be complete at the
-        provider (``settled_outcome``); that piece is what is missing."""
-        if self.settled_outcome is None:
-            return None
+        provider (``settled_outcome``); that piece is what is missing. Only the phases
+        after a terminal answer fetch one, so the phase alone decides."""
         if self.outcome is None:
             phase: Phase | None = self.phase
         elif self.outcome in (OutcomeKind.ESCALATED, OutcomeKind.TIMED_OUT):
@@ -562,6 +561,19 @@ class Record:
         else:
             return None
         return _UNFETCHED.get(phase) if phase is not None else None
+
+    @property
+    def provider_outcome(self) -> OutcomeKind | None:
+        """The provider's terminal answer while a piece is :attr:`unfetched`: the settled
+        outcome (a record without one, written before it was kept, fetched a result
+        after a success, or an errors page after a partial success)."""
+        missing = self.unfetched
+        if missing is None:
+            return None
+        default = (
+            OutcomeKind.SUCCEEDED if missing == "result" else OutcomeKind.COMPLETED_WITH_ERRORS
+        )
+        return self.settled_outcome or default
 
     def _unfetched_result_url(self) -> str | None:
         """The result URL, redacted, when the result was not fetched from it."""

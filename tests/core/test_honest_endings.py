@@ -332,3 +332,24 @@ def test_a_deadline_before_a_partial_successs_errors_page_says_so() -> None:
     assert "errors page was not fetched" in words
     assert "may still run" not in words
     assert NOT_COMPLETE not in words
+
+
+def test_a_lost_result_answer_says_succeeded_even_on_a_record_without_its_settled_outcome() -> None:
+    """A record in the result phase written without `settled_outcome` (an older record):
+    the phase alone says the provider's success was seen; result_unconfirmed's message
+    says SUCCEEDED at the provider."""
+    result = run({"/status": [DONE]}, result_url=RESULT, max_requests=5)
+    record = result.store.get(result.outcome.operation_id)
+    assert record is not None
+    lost = replace(
+        record, phase=Phase.FETCHING_RESULT, settled_outcome=None, outcome=None, reason=None,
+        in_flight="result", result_url=RESULT,
+    )  # fmt: skip
+    decision = plan(lost, FakeClock().now() + timedelta(days=1), owner="w2")
+    assert not isinstance(decision, Send)
+    outcome = decision.transition.record.to_outcome()  # type: ignore[union-attr]
+    assert (outcome.reason, outcome.provider_outcome) == (
+        Reason.RESULT_UNCONFIRMED,
+        OutcomeKind.SUCCEEDED,
+    )
+    assert NOT_COMPLETE not in _words(outcome)
