@@ -313,9 +313,10 @@ def test_a_relative_polling_url_is_still_resolved() -> None:
     assert result.web.count(MONITOR) == 1
 
 
-def test_a_deadline_before_a_partial_successs_errors_page_says_so() -> None:
-    """The deadline passes with the errors page still to fetch: timed_out, and the detail
-    says the job completed with errors at the provider, not that it "may still run"."""
+def test_a_deadline_before_a_partial_successs_errors_page_ends_completed_with_errors() -> None:
+    """The deadline passes with the errors page still to fetch: a finished job is never
+    timed out; the outcome is the partial success, `errors` saying the page was not
+    fetched."""
     partial = (200, {"status": "partial", "output": 1, "errors_url": "/errors"})
     stopped = run({"/status": [partial]}, profile=PROFILE | {"errors_url": "errors_url"},
                   max_requests=1)  # fmt: skip
@@ -326,12 +327,11 @@ def test_a_deadline_before_a_partial_successs_errors_page_says_so() -> None:
     decision = plan(due, record.deadline_at + timedelta(seconds=1), owner="w")
     assert not isinstance(decision, Send)
     outcome = decision.transition.record.to_outcome()  # type: ignore[union-attr]
-    assert outcome.outcome is OutcomeKind.TIMED_OUT
-    words = _words(outcome)
-    assert "completed_with_errors at the provider" in words
-    assert "errors page was not fetched" in words
-    assert "may still run" not in words
-    assert NOT_COMPLETE not in words
+    assert outcome.outcome is OutcomeKind.COMPLETED_WITH_ERRORS
+    assert outcome.errors == {"problem": "the errors page was not fetched before the deadline"}
+    assert outcome.result == 1
+    assert "may still run" not in _words(outcome)
+    assert NOT_COMPLETE not in _words(outcome)
 
 
 def test_a_lost_result_answer_says_succeeded_even_on_a_record_without_its_settled_outcome() -> None:
