@@ -16,6 +16,7 @@ from waitbound._observation import Observation
 from waitbound._outcome import OutcomeKind
 from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._record import Record
+from waitbound._urls import resolve
 
 __all__ = ["empty_resource", "monitor_result", "resource_required", "staged"]
 
@@ -52,21 +53,49 @@ def resource_required(record: Record) -> bool:
     )
 
 
+def _may_be_empty(record: Record, observation: Observation) -> bool:
+    """Whether this answer may be an empty final state: a polling URL's own terminal
+    answer unless the final state is the resource, and a fetched result only when it is
+    a POST's or DELETE's final GET at its first answer's ``Location`` (ARM: an action
+    that needs no response answers 200/204 there). Any other fetched result (an
+    explicit result URL, a resource's final GET) must hold something."""
+    if observation.kind != "result":
+        return not resource_required(record)
+    if (record.submit_method or "").upper() not in ("POST", "DELETE"):
+        return False
+    return _same(record.result_url, record.location_url)
+
+
+def _same(url: str | None, other: str | None) -> bool:
+    if not url or not other:
+        return False
+    try:
+        return resolve(url, url) == resolve(other, other)
+    except ValueError:
+        return False
+
+
 def empty_resource(record: Record, observation: Observation, outcome: OutcomeKind) -> str | None:
-    """Why an answer that would be the final state cannot be: it must be the resource
-    (:func:`resource_required`) and its body is empty or absent (no body, ``{}``,
-    ``[]``, ``""``). ``None`` when the answer can be the final state.
+    """Why an answer that would be the final state cannot be: it must hold the resource
+    or the result (see :func:`_may_be_empty`) and its body is empty or absent (no body,
+    ``{}``, ``[]``, ``""``). ``None`` when the answer can be the final state.
 
     An empty final resource is no evidence of success (azure-core raises on an empty
     original-URI answer):
     the outcome is ``integration_failure``, never ``succeeded`` with a null result.
     """
-    if not resource_required(record) or is_present(observation.body):
+    if is_present(observation.body) or _may_be_empty(record, observation):
         return None
     code = observation.http_status
     kinds = {"submit": "submission", "result": "result URL"}
     where = kinds.get(observation.kind, f"{record.poll_kind.value} URL")
     what = "no body" if observation.body is None else f"an empty body ({show(observation.body)})"
+    if observation.kind == "result" and not resource_required(record):
+        return (
+            f"the {where} answered HTTP {code} with {what} after the job {outcome.value}: "
+            "an empty or absent result is no evidence of success, so it is not reported "
+            "as succeeded"
+        )
     method = record.submit_method or "operation"
     return (
         f"the {where} answered HTTP {code} ({outcome.value} by the profile) with {what}, "

@@ -353,3 +353,30 @@ def test_a_lost_result_answer_says_succeeded_even_on_a_record_without_its_settle
         OutcomeKind.SUCCEEDED,
     )
     assert NOT_COMPLETE not in _words(outcome)
+
+
+@pytest.mark.parametrize("body", [None, {}, ""], ids=["no-body", "{}", "empty-string"])
+def test_an_empty_answer_from_a_result_url_is_never_succeeded(body: object) -> None:
+    """Regression (any method, any profile): the status says done and the result URL
+    answers 200 with nothing: integration_failure, and the words say the job succeeded
+    at the provider while its result is NOT available."""
+    result = run({"/status": [DONE], "/result": [(200, body)]}, result_url=RESULT)
+    outcome = result.outcome
+    assert outcome.reason is Reason.INTEGRATION_FAILURE
+    assert outcome.result is None
+    assert "no evidence of success" in _words(outcome)
+    assert "SUCCEEDED at the provider" in outcome.message
+
+
+def test_an_actions_final_get_at_its_location_may_be_empty() -> None:
+    """ARM: after the monitor's success a POST's final GET at its Location may answer
+    204 (the action needs no response): succeeded with a null result."""
+    script: dict[str, list[Reply]] = {
+        ACTION: [(202, None, {"Azure-AsyncOperation": MONITOR, "Location": LOC})],
+        MONITOR: [(200, MON)],
+        LOC: [(204, None)],
+    }
+    result = drive(script, method="POST", url=ACTION_URL)
+    assert result.outcome.outcome is OutcomeKind.SUCCEEDED
+    assert result.outcome.result is None
+    assert result.web.count(LOC) == 1
