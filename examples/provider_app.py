@@ -46,7 +46,7 @@ async def transcode(job: Job, progress: Progress) -> object:
     options = _options(job)
     segments = int(options.get("segments", 4))  # type: ignore[call-overload]
     source = str(options.get("source", "input.mov"))
-    await progress(0, cancelable=not options.get("uncancelable", False))
+    await progress(0)
     for done in range(1, segments + 1):
         await anyio.sleep(estimate_s(options) / segments)
         await progress(100 * done / segments)
@@ -63,11 +63,18 @@ async def transcode(job: Job, progress: Progress) -> object:
     return JobSucceeded(result={"output_url": f"https://cdn.example/{source}.mp4"})
 
 
+def cancelable(body: object) -> bool:
+    """Whether a transcode accepts a cancel: not when ``uncancelable`` is true."""
+    return not (isinstance(body, dict) and body.get("uncancelable", False))
+
+
 store = SQLiteJobStore(os.environ["PROVIDER_DB"]) if "PROVIDER_DB" in os.environ else None
 app = ProviderApp(
     transcode,
     store=store,
     settings=ProviderSettings(
-        poll_after_s=float(os.environ.get("PROVIDER_POLL_AFTER_S", "1")), estimate_s=estimate_s
+        poll_after_s=float(os.environ.get("PROVIDER_POLL_AFTER_S", "1")),
+        estimate_s=estimate_s,
+        cancelable=cancelable,
     ),
 )

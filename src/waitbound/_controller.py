@@ -330,11 +330,24 @@ def _plan_submit(
 
 
 def _budget_spent(record: Record, now: datetime, notes: list[AuditEvent], why: str) -> Finish:
-    """Every request of the budget is used (submit, status, result and cancel alike)."""
-    detail = (
-        f"all {record.max_requests} requests of the budget are used "
-        f"without a terminal answer (last state {show(record.provider_state)})"
-    )
+    """Every request of the budget is used (submit, status, result and cancel alike).
+
+    After a terminal success, with only its result left to fetch, the detail says so:
+    the job is known to be complete at the provider; its result is what is missing.
+    """
+    if (missing := record.unfetched) is not None:
+        ended = record.provider_outcome
+        assert ended is not None
+        detail = (
+            f"the job {ended.value} at the provider (last state "
+            f"{show(record.provider_state)}), but all {record.max_requests} requests of the "
+            f"budget are used: its {missing} was not fetched"
+        )
+    else:
+        detail = (
+            f"all {record.max_requests} requests of the budget are used "
+            f"without a terminal answer (last state {show(record.provider_state)})"
+        )
     if why:
         detail = f"{why}: {detail}"
     step = escalate(record, now, Reason.REQUEST_BUDGET_EXHAUSTED, detail)

@@ -16,6 +16,7 @@ from typing import Final
 from waitbound._actions import repeated_key
 from waitbound._answers import Meaning, meaning
 from waitbound._contract import Classification, Counts, Reading, is_present
+from waitbound._final_state import empty_resource, monitor_result
 from waitbound._finish import (
     Step,
     bounded,
@@ -101,7 +102,7 @@ def decide_status(
             if found is not None:
                 return _classified(record, observation, found, reading, rng)
             if reading is not None:
-                return _not_visible(record, observation, reading, rng, "a body without a state")
+                return _no_state(record, observation)
             problem = observation.body_problem or "an empty body"
             return escalate(
                 record,
@@ -137,11 +138,33 @@ def _by_table(
     return found if found is not None else table.when_no_state.get(code)
 
 
+def _no_state(record: Record, observation: Observation) -> Step:
+    """A 2xx JSON body in which the profile finds no state (and no ``when_no_state`` row
+    applies): an answer that can never become valid, so the operation stops at once.
+
+    Unlike a 404 ("not visible yet" within the not-found grace), the URL answered and
+    said what it holds; asking again spends requests on the same broken document
+    (azure-core raises on the first such body too).
+    """
+    table = record.profile.table(record.poll_kind)
+    where = "status URL" if record.poll_kind is UrlKind.STATUS else f"{record.poll_kind.value} URL"
+    field = str(table.state.expression) if table.state is not None else "done"
+    return escalate(
+        record,
+        observation.at,
+        Reason.INTEGRATION_FAILURE,
+        f"the {where} answered HTTP {observation.http_status} with a body that has no state "
+        f"(nothing at {field!r}); such an answer can never become a valid status, so it is "
+        "not asked again",
+        response=observation.body,
+    )
+
+
 def _not_visible(
     record: Record, observation: Observation, reading: Reading | None, rng: random.Random, what: str
 ) -> Step:
-    """A 404 or a body without a state: "not visible yet" within the not-found grace
-    before the job was ever seen; else the contract does not explain it."""
+    """A 404 or 410: "not visible yet" within the not-found grace before the job was
+    ever seen; else the contract does not explain it."""
     now = observation.at
     if record.job_seen_at is None and seconds_between(record.created_at, now) < (
         record.policy.not_found_grace_s
@@ -342,6 +365,8 @@ def _settle(
             f"the {where} answered HTTP {observation.http_status} ({outcome.value}) with "
             f"{observation.body_problem}; the result cannot be read from it",
         )
+    if result_url is HERE and (empty := empty_resource(record, observation, outcome)):
+        return escalate(record, now, Reason.INTEGRATION_FAILURE, empty)
     if result_url is HERE:
         document = record.profile.read_result(observation.body)
         if document.ambiguous is not None:
@@ -366,7 +391,7 @@ def _settle(
             record,
             now,
             outcome,
-            result=reading.result if reading is not None else None,
+            result=monitor_result(record, observation, reading),
             error=error,
             counts=counts,
             usage=reading.usage if reading is not None else None,
@@ -436,7 +461,7 @@ def _result_url(
     record: Record, observation: Observation, reading: Reading | None, *, final_here: bool
 ) -> str | ValueError | None:
     """Where the final state is: a URL to fetch once, :data:`HERE`, or ``None`` when
-    the status monitor is the final state (its own ``result``).
+    the status monitor is the final state and its ``result`` the result.
 
     A URL the caller or the receipt named comes first; then, unless this answer is
     final by its kind (*final_here*), the place ``final-state-via`` names, the
@@ -529,6 +554,9 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
             if document.ambiguous is not None:
                 detail = repeated_key("result", document.ambiguous)
                 return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
+            settled = record.settled_outcome or OutcomeKind.SUCCEEDED
+            if empty := empty_resource(record, observation, settled):
+                return escalate(record, now, Reason.INTEGRATION_FAILURE, empty)
             usage = document.usage if is_present(document.usage) else record.usage
             if is_present(document.output_error):
                 return terminal(
@@ -537,7 +565,7 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
             return _complete(
                 record,
                 now,
-                record.settled_outcome or OutcomeKind.SUCCEEDED,
+                settled,
                 result=document.output,
                 error=record.error,
                 usage=usage,
@@ -586,12 +614,19 @@ def _provider_trouble(
     used = record.transport_failures_used + 1
     record = record.evolve(transport_failures_used=used)
     if used > record.max_transport_failures:
+        settled, missing = record.provider_outcome, record.unfetched
+        learned = (
+            f"the job {settled.value} at the provider (last state "
+            f"{show(record.provider_state)}), but its {missing} could not be fetched"
+            if settled is not None and missing is not None
+            else f"the job's state could not be learned (last known {show(record.provider_state)})"
+        )
         return escalate(
             record,
             observation.at,
             Reason.PROVIDER_FAILURE,
             f"{what}; {used} transport failures (budget {record.max_transport_failures}); "
-            f"the job's state could not be learned (last known {show(record.provider_state)})",
+            + learned,
         )
     return _schedule(
         record,

@@ -6,7 +6,7 @@
     ├── OutcomeError                 the operation ended without success
     │   ├── JobFailedError           the provider said the job did not succeed
     │   │                            (failed, completed_with_errors, canceled, expired)
-    │   ├── StoppedWaitingError      we stopped without a terminal answer
+    │   ├── StoppedWaitingError      we stopped without a reported outcome
     │   │   ├── TimedOutError        deadline_exceeded; the job may still be running
     │   │   └── EscalatedError       a person must decide (``reason`` says why)
     │   └── StillWaitingError        no outcome yet (a ``check`` of a running job)

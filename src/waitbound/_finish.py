@@ -43,8 +43,20 @@ def deadline_reached(record: Record, now: datetime, why: str = "") -> Step:
     """The deadline is reached (or no request fits before it).
 
     A job whose terminal success was seen is never reported timed out: when only its
-    result could not be fetched in time, that is a contradiction between endpoints.
+    result could not be fetched in time, that is a contradiction between endpoints;
+    when only a partial success's errors page is left, the outcome is that partial
+    success, with ``errors`` saying the page was not fetched.
     """
+    if record.phase is Phase.FETCHING_ERRORS:
+        # The outcome is known (a partial success, its result in hand): only the first
+        # page of errors is missing, and ``errors`` says so.
+        record = replace(
+            record,
+            errors={"problem": f"the errors page was not fetched before the deadline{why}"},
+        )
+        return finish(
+            record, now, record.settled_outcome or OutcomeKind.COMPLETED_WITH_ERRORS, None
+        )
     if record.phase is Phase.FETCHING_RESULT:
         return escalate(
             record,
@@ -67,7 +79,12 @@ def timed_out(record: Record, now: datetime, why: str = "") -> Step:
             f"stopped before the {what} {record.stop_at.isoformat()}: the next request "
             f"may not be sent before it{why}"
         )
-    detail += "; the job may still run"
+    if (missing := record.unfetched) is not None:
+        ended = record.provider_outcome
+        assert ended is not None
+        detail += f"; the job {ended.value} at the provider, but its {missing} was not fetched"
+    else:
+        detail += "; the job may still run"
     reason = Reason.BUSINESS_DEADLINE_EXCEEDED if business else Reason.DEADLINE_EXCEEDED
     return finish(record, now, OutcomeKind.TIMED_OUT, reason, detail=detail)
 

@@ -56,7 +56,11 @@ class JobFailedError(OutcomeError):
 
 
 class StoppedWaitingError(OutcomeError):
-    """We stopped waiting without a terminal answer; the job id is kept."""
+    """We stopped waiting without a reported outcome; the job id is kept.
+
+    Usually no terminal answer was seen; when ``outcome.provider_outcome`` is set, the
+    provider did say how the job ended and only its result (``outcome.unfetched``) is
+    missing: do not submit the job again."""
 
 
 class TimedOutError(StoppedWaitingError):
@@ -87,7 +91,8 @@ class OutcomeKind(StrEnum):
     TIMED_OUT = "timed_out"
     """Reason ``deadline_exceeded``; the job may still be running."""
     ESCALATED = "escalated"
-    """Stopped without a terminal answer; ``reason`` says why."""
+    """Stopped without a reported outcome; ``reason`` says why (``provider_outcome``:
+    the provider's terminal answer, when one was seen and its result not fetched)."""
 
     @property
     def exit_code(self) -> int:
@@ -160,6 +165,15 @@ class Outcome:
             (``mark_succeeded`` / ``mark_failed``).
         next_check_at: while still waiting (``outcome`` is ``None``), when the next
             request is due; ``None`` once finished.
+        provider_outcome: how the provider said the job ended when the operation has
+            not reported that end: ``succeeded`` (or ``completed_with_errors``) while its
+            result or errors page is still being fetched, or with an ``escalated`` /
+            ``timed_out`` outcome that stopped before the result was fetched. The job
+            is then known to be complete at the provider; its result is what is
+            missing. ``None`` otherwise.
+        unfetched: with ``provider_outcome``, what is missing: ``"result"`` or
+            ``"errors page"`` (a partial success's first page of errors; its result is
+            in ``result``); ``None`` otherwise.
     """
 
     operation_id: str
@@ -183,6 +197,8 @@ class Outcome:
     options: tuple[str, ...] = field(default=())
     next_check_at: datetime | None = None
     decided_by: str | None = None
+    provider_outcome: OutcomeKind | None = None
+    unfetched: str | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -208,6 +224,8 @@ class Outcome:
         """
         job = f"Job {self.job_id}" if self.job_id else f"Operation {self.operation_id}"
         unfinished = "Do not report success."
+        if self.provider_outcome is not None and not self.succeeded:
+            return self._unfetched_message(job)
         match self.outcome:
             case None:
                 after = ""
@@ -245,6 +263,42 @@ class Outcome:
                 return (
                     f"Stopped waiting ({reason}): {job} is NOT known to be complete. "
                     f"{unfinished} {decide}"
+                )
+
+    def _decide_words(self) -> str:
+        if self.options:
+            return f"A person must decide: {', '.join(self.options)}."
+        return "No decision is open: the outcome stands."
+
+    def _unfetched_message(self, job: str) -> str:
+        """The message when the provider said the job ended but its result (or errors
+        page) is not in hand: the job IS complete at the provider; never "NOT complete"."""
+        ended = (
+            "FINISHED WITH ERRORS"
+            if self.provider_outcome is OutcomeKind.COMPLETED_WITH_ERRORS
+            else str(self.provider_outcome).upper()
+        )
+        head = f"{job} {ended} at the provider (it is complete there)"
+        piece = self.unfetched or "result"
+        hold = f"Do not report success until its {piece} is in hand; do not submit the job again."
+        match self.outcome:
+            case None:
+                after = ""
+                if self.next_check_at is not None:
+                    after = f" Check again after {_whole_seconds(self.next_check_at)} s."
+                return (
+                    f"{head}; its {piece} is being fetched and is NOT available yet. {hold}{after}"
+                )
+            case OutcomeKind.TIMED_OUT:
+                return (
+                    f"Stopped waiting at the deadline: {head}, but its {piece} is NOT available. "
+                    f"{hold} Look again later with operation {self.operation_id}."
+                )
+            case _:
+                reason = self.reason.value if self.reason else "unknown"
+                return (
+                    f"Stopped waiting ({reason}): {head}, but its {piece} is NOT available. "
+                    f"{hold} {self._decide_words()}"
                 )
 
     def raise_for_outcome(self) -> Outcome:
@@ -293,6 +347,8 @@ class Outcome:
             "options": list(self.options),
             "decided_by": self.decided_by,
             "next_check_at": self.next_check_at.isoformat() if self.next_check_at else None,
+            "provider_outcome": self.provider_outcome.value if self.provider_outcome else None,
+            "unfetched": self.unfetched,
             "message": self.message,
         }
 

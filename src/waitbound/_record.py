@@ -78,8 +78,8 @@ class Policy:
         min_delay_s: the floor for every delay (more than 0); ``None`` means
             ``min(1, base_delay_s)``. A provider hint below it is not a minimum: local
             backoff applies.
-        not_found_grace_s: how long a 404 (or a body without a state) is read as
-            "not visible yet" before the job was ever seen.
+        not_found_grace_s: how long a 404 or 410 is read as "not visible yet" before
+            the job was ever seen (a 2xx body without a state stops at once).
         request_timeout_s: the timeout of one request (never more than the time left).
         confirm_window_s: how long a success without its required fields is re-checked.
         confirm_max_requests: how many more status requests that re-check may send.
@@ -332,6 +332,10 @@ class Phase(StrEnum):
     """An outcome is recorded; nothing more is sent."""
 
 
+_UNFETCHED: Final = {Phase.FETCHING_RESULT: "result", Phase.FETCHING_ERRORS: "errors page"}
+"""The piece an operation fetches after the provider's terminal answer, by phase."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Record:
     """Our durable record of waiting on one job. Instants are aware UTC.
@@ -539,7 +543,38 @@ class Record:
             options=self.decision_request.options if self.decision_request else (),
             decided_by=self.decided_by,
             next_check_at=None if self.is_finished else self.next_poll_at,
+            provider_outcome=self.provider_outcome,
+            unfetched=self.unfetched,
         )
+
+    @property
+    def unfetched(self) -> str | None:
+        """What is still to fetch after the provider's terminal answer, while that end is
+        not the outcome: ``"result"`` (phase ``fetching_result``) or ``"errors page"``
+        (``fetching_errors``), still being fetched or stopped (escalated, timed out)
+        before it was; else ``None``. With one, the job is known to be complete at the
+        provider (``settled_outcome``); that piece is what is missing. Only the phases
+        after a terminal answer fetch one, so the phase alone decides."""
+        if self.outcome is None:
+            phase: Phase | None = self.phase
+        elif self.outcome in (OutcomeKind.ESCALATED, OutcomeKind.TIMED_OUT):
+            phase = self.stopped_phase
+        else:
+            return None
+        return _UNFETCHED.get(phase) if phase is not None else None
+
+    @property
+    def provider_outcome(self) -> OutcomeKind | None:
+        """The provider's terminal answer while a piece is :attr:`unfetched`: the settled
+        outcome (a record without one, written before it was kept, fetched a result
+        after a success, or an errors page after a partial success)."""
+        missing = self.unfetched
+        if missing is None:
+            return None
+        default = (
+            OutcomeKind.SUCCEEDED if missing == "result" else OutcomeKind.COMPLETED_WITH_ERRORS
+        )
+        return self.settled_outcome or default
 
     def _unfetched_result_url(self) -> str | None:
         """The result URL, redacted, when the result was not fetched from it."""

@@ -83,16 +83,44 @@ def checked_url(url: str) -> str:
     return url
 
 
+_NOT_IN_A_REFERENCE: Final = re.compile(r"[\x00-\x20\"<>\\^`{|}\x7f]")
+"""ASCII a URI reference never holds (RFC 3986 §2: space, controls, ``"<>\\^`{|}``);
+characters beyond ASCII are IRI text (RFC 3987) that httpx encodes, and a stray ``%``
+is left to httpx as before."""
+_SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _reference_problem(url: str) -> str | None:
+    """Why *url* is not a URI reference a provider may name (RFC 3986 §4.1), or ``None``.
+
+    httpx would percent-encode the characters a reference cannot hold (``not a url``
+    becomes a path) and resolve ``http://`` (no host) to the base itself: a URL that
+    names nowhere, polled as if it named something.
+    """
+    if (bad := _NOT_IN_A_REFERENCE.search(url)) is not None:
+        return f"not a URI reference (RFC 3986): it holds the character {bad.group()!a}"
+    if _SCHEME.match(url) and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]", url):
+        return "a URL with a scheme needs a host (scheme://host/…)"
+    return None
+
+
 def resolve(base: str, url: str) -> str:
     """Resolve *url* against *base* the way httpx does (RFC 3986 §5), then check it.
+
+    *url* must be a URI reference (RFC 3986 §4.1; characters beyond ASCII allowed as
+    IRI text): a space, a control or another character a reference cannot hold, or a
+    scheme without a host, is refused rather than escaped into a path that names
+    nowhere.
 
     Returns:
         The joined URL in httpx's normal form (lower-case host, IDNA, escapes).
 
     Raises:
-        ValueError: *base* or *url* cannot be parsed, or the result is not usable (see
-            :func:`checked_url`).
+        ValueError: *base* or *url* cannot be parsed, *url* is not a URI reference,
+            or the result is not usable (see :func:`checked_url`).
     """
+    if (problem := _reference_problem(url)) is not None:
+        raise ValueError(problem)
     joined = _parsed(base).join(_parsed(url))
     return checked_url(str(joined))
 

@@ -151,3 +151,18 @@ def test_a_request_extension_answer_never_exceeds_its_bound(
     assert answer["extended"] is False
     assert "a PERSON decides" in str(answer["message"])
     assert "Nothing was extended" in str(answer["message"])
+
+
+def test_a_job_whose_result_is_being_fetched_is_not_called_not_complete() -> None:
+    """Regression: check_job while the result is fetched after the provider's success
+    says SUCCEEDED at the provider and the result is not available yet, never "has
+    STARTED and is NOT complete"."""
+    fetching = record(
+        phase=Phase.FETCHING_RESULT, settled_outcome=OutcomeKind.SUCCEEDED, job_id="j-9",
+        result_url="https://api.example.com/r",
+    )  # fmt: skip
+    message = str(view(fetching, T0, max_chars=2000)["message"])
+    assert message.startswith("Job j-9 SUCCEEDED at the provider")
+    assert "NOT available yet" in message
+    assert "STARTED" not in message
+    assert "await_job" in message

@@ -222,14 +222,14 @@ def test_put_200_with_a_terminal_provisioning_state_ends_at_the_first_answer(
 
 @pytest.mark.parametrize(
     ("method", "code", "body"),
-    [("PUT", 204, None), ("DELETE", 204, None), ("PUT", 200, {"id": "w1", "name": "w1"})],
-    ids=["put-204", "delete-204", "put-200-no-state"],
+    [("DELETE", 204, None), ("PUT", 200, {"id": "w1", "name": "w1"})],
+    ids=["delete-204", "put-200-no-state"],
 )
 def test_a_first_answer_that_is_done_at_the_original_uri_sends_nothing_more(
     method: str, code: int, body: object
 ) -> None:
-    """PUT 204, DELETE 204 and PUT 200 without a provisioningState are succeeded at the
-    first answer (the resource's table: 204 by code, 200 by when_no_state)."""
+    """DELETE 204 and PUT 200 without a provisioningState are succeeded at the first
+    answer (DELETE by submit.http_status_states, the PUT by the resource's when_no_state)."""
     result = drive({RESOURCE: [(code, body)]}, method=method)
     assert result.outcome.outcome is OutcomeKind.SUCCEEDED
     assert result.outcome.result == body
@@ -348,7 +348,7 @@ def test_location_401_403_are_denied_before_the_class_row(code: int) -> None:
     [
         ([(201, {"id": "w1"}), (200, {"id": "w1"})], OutcomeKind.SUCCEEDED),
         ([(200, {"properties": {"provisioningState": "Updating"}}), (204, None)],
-         OutcomeKind.SUCCEEDED),
+         OutcomeKind.ESCALATED),
         ([(200, {"properties": {"provisioningState": "Failed"}})], OutcomeKind.FAILED),
     ],
     ids=["201-pending-then-200", "updating-then-204", "failed"],
@@ -357,7 +357,8 @@ def test_a_resource_url_is_read_by_its_state_and_when_no_state(
     replies: list[Reply], outcome: OutcomeKind
 ) -> None:
     """Waiting on a resource URL: its provisioningState decides; a body without one
-    means what `when_no_state` says for the code (201 pending, 200 succeeded)."""
+    means what `when_no_state` says for the code (201 pending, 200 succeeded); a 204
+    (no resource) is never success."""
     result = drive({RESOURCE: replies}, wait_url=SUBMIT, url_kind=UrlKind.RESOURCE)
     assert result.outcome.outcome is outcome
     assert result.web.count(RESOURCE) == len(replies)
@@ -492,14 +493,14 @@ def test_final_state_via_and_the_default_by_method(
     method: str, via: FinalStateVia | None, fetched: str | None
 ) -> None:
     """After the monitor's success the final state is fetched once from where
-    final-state-via (else the method) says; none: the monitor's own result."""
+    final-state-via (else the method) says; none: the monitor's final body, whole."""
     result = _monitor(method, final_state_via=via)
     assert result.outcome.outcome is OutcomeKind.SUCCEEDED
     places = result.web.places()
     assert places[:2] == [f"{method} {places[0].split(' ')[1]}", f"GET {MONITOR}"]
     if fetched is None:
         assert len(places) == 2
-        assert result.outcome.result == {"from": "monitor"}
+        assert result.outcome.result == {"status": "Succeeded", "result": {"from": "monitor"}}
     else:
         assert places[2:] == [f"GET {fetched}"]
         assert result.outcome.result == FINAL_BODY
@@ -707,13 +708,13 @@ def test_repeatability_headers_are_identical_on_every_attempt() -> None:
 
 
 def test_result_reads_only_the_status_body_and_result_document_only_the_fetched_one() -> None:
-    """Top-level `result` reads the monitor body (when it is final); `result_document`
+    """A monitor that is the final state (staged) is the result whole; `result_document`
     reads only a fetched document, never the monitor body."""
     profile = AZURE | {"result_document": "doc"}
     monitor = {"status": "Succeeded", "result": {"from": "monitor"}, "doc": "not-this"}
     final = _monitor("POST", monitor=monitor, profile=profile,
                      final_state_via=FinalStateVia.AZURE_ASYNC_OPERATION)  # fmt: skip
-    assert final.outcome.result == {"from": "monitor"}
+    assert final.outcome.result == monitor
     fetched_script: dict[str, list[Reply]] = {
         ACTION: [(202, None, {"Azure-AsyncOperation": MONITOR, "Location": LOC})],
         MONITOR: [(200, monitor)],

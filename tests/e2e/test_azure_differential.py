@@ -29,7 +29,11 @@ azure_core = pytest.importorskip("azure.core")
 pytest.importorskip("azure.mgmt.core")
 
 from azure.core import PipelineClient  # noqa: E402
-from azure.core.exceptions import HttpResponseError  # noqa: E402
+from azure.core.exceptions import (  # noqa: E402
+    HttpResponseError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
 from azure.core.pipeline import PipelineResponse  # noqa: E402
 from azure.core.pipeline.policies import HeadersPolicy, RequestIdPolicy, RetryPolicy  # noqa: E402
 from azure.core.polling import LROPoller  # noqa: E402
@@ -72,6 +76,17 @@ ARGUED: dict[str, str] = {
     "azure-put-200-failed": "a Failed state in the first answer is returned as success",
     "azure-put-201-canceled": "a Canceled state in the first answer is returned as success",
     "azure-post-ol-failed-first": "a Failed monitor in the first answer is returned as success",
+    # ARM "Creating/Updating using PUT": a PUT answers 200 OK or 201 Created with the
+    # resource, and its final state is the resource (the Location URL, once done, "MUST now
+    # return what would have been a successful response"; after the operation resource says
+    # Succeeded, the GET on the resource returns it). An empty body, or a 204, is no
+    # resource: azure-core raises BadResponse when the original URI answers empty while
+    # polling, but hands back None as the PUT's result in these three places. waitbound
+    # treats them alike: an empty or absent final resource is never succeeded
+    # (integration_failure).
+    "azure-put-204": "a PUT answered 204 (no resource) is returned as success",
+    "azure-put-202-location-200-empty": "a PUT's Location answering 200 empty is success",
+    "azure-put-201-aao-final-empty": "a PUT's final GET answering 200 empty is success",
 }
 
 #: Pipeline retries of at most 50 ms (the default backoff is 0.8 s, doubling).
@@ -118,6 +133,14 @@ def reference_run(scenario: Scenario) -> tuple[str, str | None, Any, int]:
             result = poller.result()
         except HttpResponseError as err:
             outcome, reason = _failure(err, polling)
+        except (ServiceRequestError, ServiceResponseError) as err:
+            # No HTTP answer: a URL the transport cannot even parse is the contract's
+            # fault (integration_failure); any other is the provider's (provider_failure).
+            unusable = "parse" in str(err).lower() or "invalid" in str(err).lower()
+            outcome, reason = (
+                "escalated",
+                ("integration_failure" if unusable else "provider_failure"),
+            )
         finally:
             client.close()
         return outcome, reason, result, len(sim.log())

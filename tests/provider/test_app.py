@@ -29,12 +29,13 @@ BASE = "http://svc/jobs/job_1"
 async def test_start_answers_202_with_the_status_url_and_a_plain_message(
     client: httpx.AsyncClient,
 ) -> None:
-    """POST /jobs: 202, Location and Operation-Location name the status URL, Retry-After is
-    the poll hint rounded up; the body says STARTED and NOT complete and names the next call."""
+    """POST /jobs: 202, Location names the status URL and Operation-Location the Azure-style
+    monitor, Retry-After is the poll hint rounded up; the body says STARTED and NOT
+    complete and names the next call."""
     answer = await client.post("/jobs", json={"source": "a.mov"})
     assert answer.status_code == 202
     assert answer.headers["location"] == BASE
-    assert answer.headers["operation-location"] == BASE
+    assert answer.headers["operation-location"] == f"{BASE}/operation"
     assert answer.headers["retry-after"] == "3"
     body = answer.json()
     assert body == {
@@ -359,7 +360,7 @@ async def test_mounted_under_a_prefix_the_urls_carry_it(clock: Clock) -> None:
         transport=httpx.ASGITransport(app=outer), base_url="http://s"
     ) as h:
         answer = await h.post("/v1/jobs", json={})
-        assert answer.headers["operation-location"] == "http://s/v1/jobs/j"
+        assert answer.headers["operation-location"] == "http://s/v1/jobs/j/operation"
         assert answer.json()["cancel_url"] == "http://s/v1/jobs/j/cancel"
         assert (await h.get("/v1/jobs/j")).json()["status"] == "processing"
 
@@ -393,3 +394,54 @@ async def test_the_events_stream_sends_status_then_end(
     assert [name for name, _ in events] == ["status", "status", "end"]
     assert events[1][1]["progress_percent"] == 60
     assert events[2][1]["status"] == "succeeded"
+
+
+async def test_the_operation_monitor_speaks_azures_terminal_set(
+    client: httpx.AsyncClient, kit: ProviderApp
+) -> None:
+    """GET /jobs/{id}/operation: Running with Retry-After, then Succeeded (a partial success
+    too, with its counts and errors link), Failed with the error, Canceled: only values
+    in Azure's OperationStatus enum, so an Azure client's poller ends on each."""
+    for _ in range(4):
+        await client.post("/jobs", json={})
+    running = await client.get("/jobs/job_1/operation")
+    assert running.headers["retry-after"] == "3"
+    assert running.json() == {"id": "job_1", "status": "Running", "job_status": "processing",
+                              "job_url": BASE}  # fmt: skip
+    summary = JobSummary(processed=3, succeeded=2, failed=1)
+    await kit.finish("job_1", JobSucceeded(result={"a": 1}))
+    await kit.finish(
+        "job_2", JobCompletedWithErrors(summary=summary, errors=({"i": 3},), result=[1])
+    )
+    await kit.finish("job_3", JobFailed(error={"code": "bad", "message": "no"}))
+    await kit.cancel("job_4", "a person canceled it")
+    bodies = [(await client.get(f"/jobs/job_{n}/operation")).json() for n in range(1, 5)]
+    assert [b["status"] for b in bodies] == ["Succeeded", "Succeeded", "Failed", "Canceled"]
+    assert bodies[0]["result"] == {"a": 1}
+    assert bodies[1]["job_status"] == "completed_with_errors"
+    assert bodies[1]["summary"] == {"processed": 3, "succeeded": 2, "failed": 1}
+    assert bodies[1]["errors_url"] == "http://svc/jobs/job_2/errors?limit=100"
+    assert bodies[2]["error"] == {"code": "bad", "message": "no"}
+    assert bodies[3]["error"]["message"] == "a person canceled it"
+    assert (await client.get("/jobs/nope/operation")).status_code == 404
+
+
+async def test_a_job_that_refuses_cancels_from_its_start_never_says_cancelable(
+    clock: Clock,
+) -> None:
+    """Regression: with `settings.cancelable` false for its body, the receipt and every
+    status answer say cancelable false and a cancel is refused (the receipt once said
+    true for a job whose work made it uncancelable a moment later)."""
+    kit = ProviderApp(
+        settings=ProviderSettings(cancelable=lambda body: not (isinstance(body, dict)
+                                                               and body.get("fixed"))),
+        now=clock,
+    )  # fmt: skip
+    transport = httpx.ASGITransport(app=kit)
+    async with kit.lifespan(), httpx.AsyncClient(transport=transport, base_url="http://s") as h:
+        fixed = (await h.post("/jobs", json={"fixed": True})).json()
+        free = (await h.post("/jobs", json={})).json()
+        assert (fixed["cancelable"], free["cancelable"]) == (False, True)
+        assert (await h.get(f"/jobs/{fixed['job_id']}")).json()["cancelable"] is False
+        assert (await h.post(f"/jobs/{fixed['job_id']}/cancel")).status_code == 409
+        assert (await h.post(f"/jobs/{free['job_id']}/cancel")).status_code == 200

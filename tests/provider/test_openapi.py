@@ -115,12 +115,14 @@ async def test_the_real_answers_match_their_description() -> None:
             await h.post("/jobs", json={"x": 1}, headers={"Idempotency-Key": "k"}), "/jobs", "post"
         )
         _check(await h.get(f"/jobs/{job}"), "/jobs/{job_id}", "get")
+        _check(await h.get(f"/jobs/{job}/operation"), "/jobs/{job_id}/operation", "get")
         _check(await h.get(f"/jobs/{job}/result"), "/jobs/{job_id}/result", "get")
         _check(await h.get(f"/jobs/{job}/errors"), "/jobs/{job_id}/errors", "get")
         _check(await h.get("/jobs/nope"), "/jobs/{job_id}", "get")
         await kit.finish(job, JobSucceeded(result={"a": 1}))
         _check(await h.get(f"/jobs/{job}"), "/jobs/{job_id}", "get")
         _check(await h.get(f"/jobs/{job}/result"), "/jobs/{job_id}/result", "get")
+        _check(await h.get(f"/jobs/{job}/operation"), "/jobs/{job_id}/operation", "get")
         _check(await h.post(f"/jobs/{job}/cancel"), "/jobs/{job_id}/cancel", "post")
         other = (await h.post("/jobs", json={})).json()["job_id"]
         _check(await h.post(f"/jobs/{other}/cancel"), "/jobs/{job_id}/cancel", "post")

@@ -105,7 +105,7 @@ def test_a_refusal_never_quotes_the_whole_raw_url() -> None:
         ("http://provider.test/v1/status", "?page=2", "http://provider.test/v1/status?page=2"),
         ("http://provider.test/v1/status", "//Other.TEST/x", "http://other.test/x"),
         ("http://provider.test/status", "https://files.test/out", "https://files.test/out"),
-        ("http://provider.test/status", "/a b", "http://provider.test/a%20b"),
+        ("http://provider.test/status", "/ä", "http://provider.test/%C3%A4"),
     ],
 )
 def test_resolve_joins_the_way_httpx_does(base: str, url: str, joined: str) -> None:
@@ -121,10 +121,17 @@ def test_resolve_joins_the_way_httpx_does(base: str, url: str, joined: str) -> N
         "http://☃.net/",
         "\r\n",
         "ftp://x.test/",
+        "/a b",
+        "not a url",
+        "http://",
+        "https:/x",
+        "<http://provider.test/x>",
     ],
 )
 def test_resolve_refuses_a_reference_httpx_or_waitbound_cannot_use(url: str) -> None:
-    """A redirect or result URL that cannot be used is a ValueError, not an httpx error later."""
+    """A redirect or result URL that cannot be used is a ValueError, not an httpx error later;
+    so is a value that is no URI reference (RFC 3986: a space, `<>`...) or a scheme without a
+    host, which httpx would escape into a path or resolve to the base itself."""
     with pytest.raises(ValueError):  # noqa: PT011 - the message varies by rule
         resolve("http://provider.test/status", url)
 

@@ -156,8 +156,13 @@ def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
         wait = _seconds_until(record.next_poll_at, now)
         answer["next_check_after_seconds"] = wait
         answer["next_tool"] = "await_job"
+        standing = (
+            f"{_job(record)} has STARTED and is NOT complete. Do not report success."
+            if outcome.unfetched is None
+            else replace(outcome, next_check_at=None).message
+        )
         answer["message"] = (
-            f"{_job(record)} has STARTED and is NOT complete. Do not report success. "
+            f"{standing} "
             f"It keeps running in the background; call await_job with operation_id "
             f"{record.operation_id!r} (it waits for you), or check_job after {wait} s."
         )
@@ -223,7 +228,12 @@ def escalation_answer(record: Record, filed: Escalation, *, max_chars: int) -> A
         "message": message,
         "decided_by": "a person (not an agent tool)",
     }
-    state = "NOT complete" if not record.is_finished else "stopped without an honest outcome"
+    if record.unfetched is not None:
+        state = f"complete at the provider, its {record.unfetched} not fetched"
+    elif not record.is_finished:
+        state = "NOT complete"
+    else:
+        state = "stopped without an honest outcome"
     return _head(record) | {
         "requests_used": record.requests_used,
         "max_requests": record.max_requests,

@@ -30,7 +30,13 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from waitbound._json import JSON
-from waitbound.provider._bodies import JobUrls, error_body, job_body, retry_after
+from waitbound.provider._bodies import (
+    JobUrls,
+    error_body,
+    job_body,
+    operation_body,
+    retry_after,
+)
 from waitbound.provider._events import job_events
 from waitbound.provider._job import (
     Job,
@@ -161,6 +167,9 @@ class ProviderApp:
             Route("/jobs/{job_id}/errors", self._errors, methods=["GET"], name="job_errors"),
             Route("/jobs/{job_id}/cancel", self._cancel, methods=["POST"], name="job_cancel"),
             Route("/jobs/{job_id}/events", self._events, methods=["GET"], name="job_events"),
+            Route(
+                "/jobs/{job_id}/operation", self._operation, methods=["GET"], name="job_operation"
+            ),
             Route("/openapi.json", self._openapi, methods=["GET"], name="job_openapi"),
         ]
 
@@ -312,6 +321,7 @@ class ProviderApp:
             cancel_url=str(request.url_for("job_cancel", job_id=job_id)),
             errors_url=str(request.url_for("job_errors", job_id=job_id)),
             events_url=str(request.url_for("job_events", job_id=job_id)),
+            operation_url=str(request.url_for("job_operation", job_id=job_id)),
         )
 
     def _answer(
@@ -332,7 +342,7 @@ class ProviderApp:
         if not job.done:
             headers["Retry-After"] = retry_after(poll_after)
         if started:
-            headers |= {"Location": urls.status_url, "Operation-Location": urls.status_url}
+            headers |= {"Location": urls.status_url, "Operation-Location": urls.operation_url}
         return JSONResponse(body, status_code=status_code, headers=headers)
 
     async def _start(self, request: Request) -> Response:
@@ -359,7 +369,7 @@ class ProviderApp:
                 "The service is not ready to run jobs (its lifespan is not running); retry later.",
             )
         now = self._now()
-        estimate = self.settings.estimate_s
+        estimate, cancelable = self.settings.estimate_s, self.settings.cancelable
         job = Job(
             job_id=self._new_id(),
             created_at=now,
@@ -368,6 +378,7 @@ class ProviderApp:
             fingerprint=fingerprint(body),
             idempotency_key=key,
             estimated_duration_s=None if estimate is None else estimate(body),
+            cancelable=True if cancelable is None else bool(cancelable(body)),
             notify_url=notify if isinstance(notify, str) else None,
         )
         stored = self.store.add(job)
@@ -402,6 +413,23 @@ class ProviderApp:
     async def _status(self, request: Request) -> Response:
         job = self._find(request)
         return job if isinstance(job, Response) else self._answer(request, job)
+
+    async def _operation(self, request: Request) -> Response:
+        """The Azure-style status monitor (``Operation-Location``): Azure's terminal set,
+        so azure-core's poller ends on every ending, a partial success included."""
+        job = self._find(request)
+        if isinstance(job, Response):
+            return job
+        body = operation_body(
+            job,
+            self._urls(request, job.job_id),
+            inline_result_max_bytes=self.settings.inline_result_max_bytes,
+            errors_limit=min(self.settings.errors_limit, _MAX_ERRORS_LIMIT),
+        )
+        headers = {"Cache-Control": "no-store"}
+        if not job.done:
+            headers["Retry-After"] = retry_after(self.settings.poll_after_s)
+        return JSONResponse(body, headers=headers)
 
     async def _result(self, request: Request) -> Response:
         job = self._find(request)

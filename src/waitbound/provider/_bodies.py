@@ -11,11 +11,12 @@ import json
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Final
 
 from waitbound._json import JSON
 from waitbound.provider._job import Job
 
-__all__ = ["JobUrls", "error_body", "job_body", "retry_after"]
+__all__ = ["AZURE_STATUS", "JobUrls", "error_body", "job_body", "operation_body", "retry_after"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,6 +28,21 @@ class JobUrls:
     cancel_url: str
     errors_url: str
     events_url: str
+    operation_url: str
+    """The Azure-style status monitor (``Operation-Location``)."""
+
+
+AZURE_STATUS: Final = {
+    "processing": "Running",
+    "succeeded": "Succeeded",
+    "completed_with_errors": "Succeeded",
+    "failed": "Failed",
+    "canceled": "Canceled",
+}
+"""The kit's status → the Azure status monitor's ``status`` (the Azure REST API
+guidelines' OperationStatus enum: NotStarted, Running, Succeeded, Failed, Canceled; the
+last three are terminal). A partial success is ``Succeeded``: the operation completed,
+and its counts and errors link travel as additional properties."""
 
 
 def retry_after(poll_after_s: float) -> str:
@@ -151,6 +167,45 @@ def job_body(
         body["cancel_reason"] = (job.error or {}).get("message")
     page = replace(urls, errors_url=f"{urls.errors_url}?limit={errors_limit}")
     body["message"] = _message(job, page, poll_after_s, started=started, inline=inline)
+    return body
+
+
+def operation_body(
+    job: Job, urls: JobUrls, *, inline_result_max_bytes: int, errors_limit: int
+) -> dict[str, JSON]:
+    """The Azure-style status monitor of *job* (what ``Operation-Location`` names).
+
+    The shape of the Azure REST API guidelines' OperationStatus: ``id``, ``status``
+    (:data:`AZURE_STATUS`), ``error`` when ``Failed`` (and the cancel reason when
+    ``Canceled``), ``result`` (a POST action's result) when it ``Succeeded`` and is
+    small; additional properties: ``percentComplete``, ``job_status`` (the kit's own
+    status, e.g. ``completed_with_errors``), ``job_url`` (the kit's status URL), and
+    for a partial success ``summary`` (the counts) and ``errors_url``.
+    """
+    body: dict[str, JSON] = {"id": job.job_id, "status": AZURE_STATUS[job.status]}
+    if job.progress_percent is not None or job.status == "succeeded":
+        body["percentComplete"] = 100.0 if job.status == "succeeded" else job.progress_percent
+    body |= {"job_status": job.status, "job_url": urls.status_url}
+    if job.status in ("succeeded", "completed_with_errors"):
+        size = len(json.dumps(job.result, ensure_ascii=False).encode())
+        if size <= inline_result_max_bytes:
+            body["result"] = job.result
+        else:
+            body["result_url"] = urls.result_url
+    if job.status == "completed_with_errors":
+        summary = job.summary
+        body["summary"] = (
+            None
+            if summary is None
+            else {
+                "processed": summary.processed,
+                "succeeded": summary.succeeded,
+                "failed": summary.failed,
+            }
+        )
+        body["errors_url"] = f"{urls.errors_url}?limit={errors_limit}"
+    if job.status in ("failed", "canceled") and job.error is not None:
+        body["error"] = job.error
     return body
 
 

@@ -19,6 +19,11 @@ class ProviderSettings:
             (``poll_after_seconds``, ``Retry-After``), in seconds.
         estimate_s: the expected duration of a job from its request body, in seconds
             (``estimated_duration_seconds``); ``None`` when unknown.
+        cancelable: whether a job of this request body accepts a cancel from its start
+            (``None``: every job does, until its work says otherwise with
+            ``progress(cancelable=False)``). A job whose work refuses cancels at once
+            must say so here: its receipt says ``cancelable`` only while a cancel would
+            be accepted.
         inline_result_max_bytes: a result whose JSON is larger is served only at
             ``result_url``.
         errors_limit: the page size ``errors_url`` names (at most 1000).
@@ -33,6 +38,7 @@ class ProviderSettings:
 
     poll_after_s: float = 2.0
     estimate_s: Callable[[JSON], float | None] | None = None
+    cancelable: Callable[[JSON], bool] | None = None
     inline_result_max_bytes: int = 16_384
     errors_limit: int = 100
     webhook_secret: str | None = None
