@@ -37,7 +37,7 @@ from waitbound import (
     wait,
 )
 from waitbound._contract import Classification
-from waitbound._decide import THROTTLE_FACTOR
+from waitbound._next_poll import THROTTLE_FACTOR
 
 RUNNING = (200, {"status": "running", "id": "job-1"})
 DONE = (200, {"status": "done", "output": {"rows": 3}})

@@ -1,0 +1,238 @@
+"""When to look again after an answer that does not end the operation.
+
+Pure functions (see the rules atop ``_controller.py``) used by ``_decide.py``: the next
+poll time from hints, backoff and jitter (:func:`schedule`), the throttle and
+provider-trouble budgets that stop an operation (:func:`throttled`,
+:func:`provider_trouble`), and the backup schedule of an operation that expects
+webhooks. The rules are stated in ``docs/waiting.md`` (hints, backoff, budgets).
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+from waitbound._contract import Reading
+from waitbound._finish import Step, deadline_reached, escalate, seconds_between
+from waitbound._json import JSON, show
+from waitbound._observation import Observation
+from waitbound._outcome import Reason
+from waitbound._record import Phase, Record
+from waitbound._schedule import (
+    DelaySource,
+    backoff_bounds_s,
+    backoff_delay_s,
+    hinted_delay_s,
+    read_hints,
+)
+
+__all__ = ["THROTTLE_FACTOR", "is_throttled", "provider_trouble", "schedule", "throttled"]
+
+THROTTLE_FACTOR = 4.0
+"""A throttle without a hint backs off at least this many times the current delay."""
+
+
+def is_throttled(record: Record, observation: Observation, reading: Reading | None) -> bool:
+    """The answer is a throttle by the profile's word: its body's ``throttled``
+    expression, or its ``throttle`` rule (a status such as GitHub's 403 with a
+    rate-limit header), checked before the 401/403 rule; a 429 always is."""
+    code = observation.http_status
+    body_throttled = reading is not None and reading.throttled
+    return body_throttled or (
+        code is not None and record.profile.throttled_by(code, observation.headers)
+    )
+
+
+def throttled(
+    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+) -> Step:
+    used = record.rate_limited_used + 1
+    record = record.evolve(rate_limited_used=used)
+    if used > record.max_rate_limited:
+        return escalate(
+            record,
+            observation.at,
+            Reason.RATE_LIMITED,
+            f"throttled {used} times; the rate-limit budget is {record.max_rate_limited}",
+        )
+    return schedule(record, observation, reading, rng, note="throttled", throttle=True)
+
+
+def provider_trouble(
+    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+) -> Step:
+    what = observation.transport_error or f"HTTP {observation.http_status}"
+    used = record.transport_failures_used + 1
+    record = record.evolve(transport_failures_used=used)
+    if used > record.max_transport_failures:
+        settled, missing = record.provider_outcome, record.unfetched
+        learned = (
+            f"the job {settled.value} at the provider (last state "
+            f"{show(record.provider_state)}), but its {missing} could not be fetched"
+            if settled is not None and missing is not None
+            else f"the job's state could not be learned (last known {show(record.provider_state)})"
+        )
+        return escalate(
+            record,
+            observation.at,
+            Reason.PROVIDER_FAILURE,
+            f"{what}; {used} transport failures (budget {record.max_transport_failures}); "
+            + learned,
+        )
+    return schedule(
+        record,
+        observation,
+        reading,
+        rng,
+        note=f"provider trouble ({what})",
+        demanded=observation.http_status == 503,
+    )
+
+
+def schedule(
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    rng: random.Random,
+    *,
+    note: str = "",
+    throttle: bool = False,
+    demanded: bool = False,
+    confirming: bool = False,
+) -> Step:
+    """Set ``next_poll_at`` from hints, backoff and jitter; stop if it lands past the deadline.
+
+    A valid hint at or above the floor is a minimum, jittered upward only (at most
+    ``hint_jitter`` of it and ``hint_jitter_max_s``). Without one, or with a hint below
+    the floor (zero included: no minimum beyond itself, audited as such): local backoff,
+    its attempt counter going on, so an overdue job told "0" again and again costs what
+    backoff costs, never the floor over and over; a throttle multiplies it by
+    :data:`THROTTLE_FACTOR`; a confirmation re-check fits its requests inside the
+    confirmation window; every delay is at least the floor. On the backup schedule
+    (webhooks expected, see :func:`_on_backup_schedule`) the backoff's base and cap are
+    multiplied by ``policy.backup_factor``, and a hint is a minimum of that backoff: the
+    later of the two applies (its source recorded).
+    """
+    now = observation.at
+    policy = record.policy
+    floor = policy.floor_s
+    told, invalid = read_hints(
+        observation.headers, reading, record.profile, now=now, throttled=throttle
+    )
+    hint = told if told is not None and told.delay_s >= floor else None
+    if told is not None and hint is None:
+        said = "0" if told.delay_s == 0 else f"{told.delay_s:.3g}s, below the {floor:g}s floor"
+        note = f"{note + '; ' if note else ''}hint {said} ({told.origin}): no minimum"
+    code = observation.http_status
+    told_to_wait = (  # a non-2xx answer's Retry-After is a demand (see wait_demanded)
+        hint is not None
+        and hint.source is DelaySource.PROVIDER_RETRY_AFTER
+        and not (code is not None and 200 <= code < 300)
+    )
+    backup = _on_backup_schedule(
+        record, demanded=throttle or demanded or told_to_wait, confirming=confirming
+    )
+    base_s, cap_s = backoff_bounds_s(
+        policy.base_delay_s,
+        policy.max_delay_s,
+        backup_factor=policy.backup_factor if backup else None,
+    )
+    shape = {"growth": policy.backoff_growth, "jitter_floor": policy.backoff_jitter_floor}
+    if hint is not None:
+        minimum = hint.delay_s
+        delay = hinted_delay_s(
+            minimum, jitter=policy.hint_jitter, max_jitter_s=policy.hint_jitter_max_s, rng=rng
+        )
+        source = hint.source
+        demanded = demanded or throttle
+        if backup:  # the hint is a minimum under the backup schedule, not a shortcut
+            slower = backoff_delay_s(
+                record.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng, **shape
+            )
+            if slower > delay:
+                delay, source = slower, DelaySource.BACKUP_POLLING
+    else:
+        minimum = floor
+        delay = backoff_delay_s(
+            record.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng, **shape
+        )
+        if throttle:
+            delay *= THROTTLE_FACTOR
+            minimum = delay
+            demanded = True
+        if confirming:
+            delay = min(delay, policy.confirm_window_s / (policy.confirm_max_requests + 1))
+        delay = max(delay, floor)
+        source = DelaySource.BACKUP_POLLING if backup else DelaySource.LOCAL_BACKOFF
+    attempt = record.attempt + 1  # set with the next poll time below: one copy
+    extra: dict[str, JSON] = {
+        "invalid_hints": [
+            {"origin": bad.origin, "value": bad.value, "problem": bad.problem} for bad in invalid
+        ]
+    }
+    if hint is not None:
+        extra["hint"] = {"origin": hint.origin, "delay_s": hint.delay_s}
+    elif told is not None:
+        extra["hint"] = {"origin": told.origin, "delay_s": told.delay_s, "minimum": False}
+    earliest = now + timedelta(seconds=minimum)
+    cancel_at_deadline = (  # --cancel-on-deadline: its one cancel still goes out at it
+        record.cancel_on_deadline
+        and not record.cancel_requests_used
+        and record.phase is Phase.WAITING
+        and record.cancel_target() is not None
+        and not demanded
+    )
+    if earliest >= record.stop_at and cancel_at_deadline:
+        note = (
+            f"{note + '; ' if note else ''}no status request fits before the deadline: "
+            "the cancel is sent at it"
+        )
+    elif earliest >= record.stop_at:
+        wait = (
+            f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
+        )
+        record = record.evolve(attempt=attempt)
+        if demanded:
+            record, kind, summary, more = escalate(
+                record,
+                now,
+                Reason.RATE_LIMITED,
+                f"{note or 'throttled'}: {wait}, past the deadline",
+            )
+        else:
+            record, kind, summary, more = deadline_reached(
+                record, now, f"; {wait}, past the deadline"
+            )
+        return record, kind, summary, extra | more
+    next_poll_at = min(now + timedelta(seconds=delay), record.stop_at)
+    record = record.evolve(attempt=attempt, next_poll_at=next_poll_at, delay_source=source)
+    ignored = (
+        "; ignored " + ", ".join(f"{b.origin} {b.value!r}" for b in invalid) if invalid else ""
+    )
+    summary = (
+        f"{note + '; ' if note else ''}next request in {seconds_between(now, next_poll_at):.3g}s "
+        f"({source.value}){ignored}"
+    )
+    return record, "scheduled", summary, extra
+
+
+def _on_backup_schedule(record: Record, *, demanded: bool, confirming: bool) -> bool:
+    """Whether the next status poll's local backoff is the backup schedule: webhooks
+    are expected (``push.webhook``), so polling only has to find the endings no webhook
+    announces; base and cap are multiplied by ``policy.backup_factor``.
+
+    Only while polling the status (phase ``waiting``): a submission resent, a result or
+    errors page not ready, are not what a webhook announces. Never after an answer that
+    demands a wait (a throttle, a 503, a ``Retry-After`` on an answer that is not a
+    2xx: their own rules, e.g. :data:`THROTTLE_FACTOR`
+    times the ordinary backoff, so expecting webhooks never makes a throttle end
+    ``rate_limited`` sooner, and their hint stays the recorded source that no webhook
+    cuts short) or for a confirmation re-check (it fits its window). Any other hint
+    stays a minimum of the backup schedule.
+    """
+    return (
+        record.push.webhook is not None
+        and record.phase is Phase.WAITING
+        and not demanded
+        and not confirming
+    )
