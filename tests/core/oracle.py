@@ -454,7 +454,15 @@ class World:
         except UsageError as exc:
             one_line(exc)
             refusal_is_offered_nowhere(offered, exc)
-            assert self.record.version == record.version, "a refused cancel changed the record"
+            after = self.record
+            if request is not None and request.due_at <= before.at:
+                # The one change a refusal may make: closing the expired decision
+                # request as decision_timeout (the outcome and counters stay).
+                assert after.decision_request is None, "an expired request stayed open"
+                assert (after.outcome, after.reason) == (record.outcome, record.reason)
+                assert after.requests_used == record.requests_used
+            else:
+                assert after.version == record.version, "a refused cancel changed the record"
             self._end(before)
             return None
         self.cancels.append(Decided("cancel", before.at, before.log, resuming=False))
