@@ -14,7 +14,6 @@ since ``+`` sorts before ``.``), so SQL compares and orders them as text.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -30,6 +29,7 @@ from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Phase, Record
+from waitbound.stores._codec import brief, from_text, load_object
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
@@ -44,6 +44,7 @@ from waitbound.stores._protocol import (
     outbox_entry_of,
     outcomes,
     planned,
+    readable,
     webhook_key,
 )
 from waitbound.stores._rows import HOT_COLUMNS, ROW_COLUMNS, RecordRows, Row
@@ -387,7 +388,9 @@ class SQLiteStore(ClaimsByReservation):
         except (ValueError, TypeError, KeyError) as exc:
             if isinstance(exc, StoreError | UsageError):
                 raise
-            raise StoreError(f"store {self.path}: a stored value is damaged ({exc})") from None
+            raise StoreError(
+                f"store {self.path}: a stored value is damaged ({brief(exc)})"
+            ) from None
 
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.create`."""
@@ -580,18 +583,37 @@ class SQLiteStore(ClaimsByReservation):
         self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
     ) -> list[Record]:
         """See :meth:`Store.recent`."""
-        columns = "data" if self._legacy else ROW_COLUMNS
+        columns = "operation_id, data" if self._legacy else ROW_COLUMNS
+        labelled, label_args = _label_filter(label_prefix)  # none: no row's JSON is read
         with self._damage():
             rows = self._db.execute(
-                f"SELECT {columns} FROM operations"
-                " WHERE substr(coalesce(json_extract(data, '$.label'), ''), 1, ?) = ?"
-                " AND (outcome IS NULL OR NOT ?)"
+                f"SELECT {columns} FROM operations WHERE (outcome IS NULL OR NOT ?){labelled}"
                 " ORDER BY created_at DESC, operation_id DESC LIMIT ?",
-                (len(label_prefix), label_prefix, open_only, limit),
+                (open_only, *label_args, limit),
             ).fetchall()
             if self._legacy:
-                return [decode_record(text) for (text,) in rows]
-            return [self._rows.record(row) for row in rows]
+                return readable(rows, lambda row: decode_record(row[1]), lambda row: row[0])
+            return readable(rows, self._rows.record, lambda row: row[0])
+
+    def heads(self) -> list[tuple[str, int, str]]:
+        """See :meth:`Store.heads`."""
+        with self._damage():
+            if self._legacy:
+                found = []
+                for operation_id, text in self._db.execute(
+                    "SELECT operation_id, data FROM operations ORDER BY operation_id"
+                ).fetchall():
+                    try:
+                        record = decode_record(text)
+                    except StoreError:
+                        found.append((operation_id, 0, ""))
+                        continue
+                    found.append((operation_id, record.audit_seq, record.audit_head))
+                return found
+            rows = self._db.execute(
+                "SELECT operation_id, audit_seq, audit_head FROM operations ORDER BY operation_id"
+            ).fetchall()
+        return sorted((str(op), int(seq), str(head)) for op, seq, head in rows)
 
     # -- the push path ------------------------------------------------------------------
 
@@ -932,7 +954,9 @@ def _audit_event(operation_id: str, row: Any) -> StoredAuditEvent:
     return StoredAuditEvent(
         operation_id=operation_id,
         seq=seq,
-        event=AuditEvent(at=_moment(at), kind=kind, summary=summary, data=json.loads(data)),
+        event=AuditEvent(
+            at=_moment(at), kind=kind, summary=from_text(summary), data=load_object(data)
+        ),
         prev_hash=prev_hash,
         hash=digest,
     )
