@@ -23,6 +23,7 @@ from waitbound._json import JSON, canonical_json
 
 __all__ = [
     "GENESIS_HASH",
+    "HASHED",
     "AuditEvent",
     "AuditFinding",
     "AuditProblem",
@@ -36,6 +37,11 @@ __all__ = [
 ]
 
 GENESIS_HASH = "0" * 64
+
+HASHED = ("utf-8", "surrogatepass")
+"""How hashed text becomes bytes: UTF-8, and a lone surrogate (which UTF-8 cannot
+encode, but a Python caller's string may hold) as its three bytes. Text without one
+is plain UTF-8."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,7 +88,7 @@ class StoredAuditEvent:
 def seal(operation_id: str, seq: int, event: AuditEvent, prev_hash: str) -> StoredAuditEvent:
     """Number and chain one event after the event whose hash is *prev_hash*."""
     digest = hashlib.sha256(
-        (prev_hash + canonical_json(event.payload(operation_id, seq))).encode()
+        (prev_hash + canonical_json(event.payload(operation_id, seq))).encode(*HASHED)
     ).hexdigest()
     return StoredAuditEvent(
         operation_id=operation_id, seq=seq, event=event, prev_hash=prev_hash, hash=digest
@@ -194,7 +200,7 @@ def head_mac(key: bytes, operation_id: str, audit_seq: int, audit_head: str) -> 
     The message is ``f"{operation_id}\\n{audit_seq}\\n{audit_head}"`` (UTF-8), so a head
     cannot be moved to another operation or another event number.
     """
-    message = f"{operation_id}\n{audit_seq}\n{audit_head}".encode()
+    message = f"{operation_id}\n{audit_seq}\n{audit_head}".encode(*HASHED)
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 

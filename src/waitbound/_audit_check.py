@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from waitbound._audit import AuditFinding, AuditProblem, StoredAuditEvent, diagnose_chain
+from waitbound._audit import HASHED, AuditFinding, AuditProblem, StoredAuditEvent, diagnose_chain
 from waitbound._clock import utc
 from waitbound._errors import OperationNotFoundError, SchemaVersionError, StoreError, UsageError
 from waitbound._json import JSON, canonical_json
@@ -197,7 +197,7 @@ def _head(row: JSON) -> tuple[str, int, str]:
 
 
 def _digest(heads: tuple[tuple[str, int, str], ...]) -> str:
-    return hashlib.sha256(canonical_json([list(h) for h in heads]).encode()).hexdigest()
+    return hashlib.sha256(canonical_json([list(h) for h in heads]).encode(*HASHED)).hexdigest()
 
 
 def audit_checkpoint(store: Store, *, now: datetime) -> AuditCheckpoint:

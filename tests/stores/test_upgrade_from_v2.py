@@ -159,19 +159,19 @@ def test_postgres_refuses_a_v2_schema_naming_db_upgrade(v2_schema: str) -> None:
     with pytest.raises(StoreError, match="run `waitbound db upgrade --store") as raised:
         PostgresStore(pg.DSN, schema=v2_schema)
     assert "\n" not in str(raised.value)
-    assert "schema version 2 is older than this waitbound's 3" in str(raised.value)
+    assert "schema version 2 is older than this waitbound's 4" in str(raised.value)
 
 
 def test_db_upgrade_migrates_a_v2_postgres_schema_keeping_every_fact(
     v2_schema: str, tmp_path: Path
 ) -> None:
-    """`waitbound db upgrade --store DSN --schema S` on the v2 dump: applied 3; every
+    """`waitbound db upgrade --store DSN --schema S` on the v2 dump: applied 3 and 4; every
     fact as the v2 release left it, the audit verdicts included."""
     from waitbound.stores.postgres import PostgresStore
 
     done = run_cli(tmp_path, "db", "upgrade", "--store", pg.DSN, "--schema", v2_schema, "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["applied"] == [3]
+    assert json.loads(done.stdout)["applied"] == [3, 4]
     store = PostgresStore(pg.DSN, schema=v2_schema, max_size=2)
     try:
         assert facts(store) == _expected()

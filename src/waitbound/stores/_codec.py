@@ -154,6 +154,24 @@ def from_text(text: str) -> str:
     return _unescape(text[1:]) if text.startswith(ESCAPE) else text
 
 
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def to_sqlite(text: str | None) -> str | bytes | None:
+    """*text* as a SQLite ``TEXT`` column holds it: as it is (NUL included), or, when it
+    holds a surrogate (which UTF-8 cannot encode), as a BLOB of its bytes with each
+    surrogate as three bytes (``surrogatepass``). No text waitbound stored before is a
+    BLOB, so older rows read as written."""
+    if text is None or _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-8", "surrogatepass")
+
+
+def from_sqlite(value: str | bytes) -> str:
+    """The string :func:`to_sqlite` stored as *value*."""
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
+
+
 def brief(exc: BaseException, limit: int = 200) -> str:
     """*exc* for a message about one stored value: its type and text, ASCII, bounded
     (a damaged row's text may be a provider's megabyte)."""

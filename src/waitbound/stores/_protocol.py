@@ -314,12 +314,12 @@ def webhook_key(record: Record) -> tuple[str, str] | None:
     return (record.push.webhook, record.job_id)
 
 
-def _same(text: str) -> str:
-    return text
+def _same(text: Any) -> str:
+    return str(text)
 
 
 def delivery_of(
-    row: Sequence[Any], instant: Callable[[Any], datetime], text: Callable[[str], str] = _same
+    row: Sequence[Any], instant: Callable[[Any], datetime], text: Callable[[Any], str] = _same
 ) -> InboundDelivery:
     """An ``inbox`` row (provider, webhook_id, received_at, job_id, event_type,
     authoritative, payload, operation_id, applied_at) as a delivery; *instant* reads the
@@ -339,7 +339,7 @@ def delivery_of(
 
 
 def outbox_entry_of(
-    row: Sequence[Any], instant: Callable[[Any], datetime], text: Callable[[str], str] = _same
+    row: Sequence[Any], instant: Callable[[Any], datetime], text: Callable[[Any], str] = _same
 ) -> OutboxEntry:
     """An ``outbox`` row (delivery_id, operation_id, channel, target, payload, created_at,
     next_attempt_at, status, attempts, delivered_at, last_error, replay_of, lease_owner,

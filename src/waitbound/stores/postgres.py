@@ -37,7 +37,7 @@ from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Record
-from waitbound.stores._codec import from_text, load_object, to_text
+from waitbound.stores._codec import dump_json, from_text, load_json, load_object, to_text
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
@@ -160,6 +160,13 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         ADD COLUMN audit_mac text,
         ADD COLUMN poll json NOT NULL DEFAULT '{{}}',
         ADD COLUMN data_version integer NOT NULL DEFAULT 0;
+    """,
+    # 4: provider bytes the database cannot hold (waitbound.stores._codec): no table
+    # changes; _rewrite_v4 re-encodes, in the same transaction, the JSON values holding
+    # a NUL or surrogate escape (they fail every ``->>`` over their table) and the text
+    # values starting with U+0010.
+    """
+    SELECT 1;
     """,
 )
 """The schema, one SQL script per version (``{schema}`` is the quoted schema name).
@@ -951,6 +958,8 @@ def _apply(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> list[
         conn.execute(sql.SQL(script).format(schema=ident))
         if version == 3:
             _rewrite_v3(conn, schema, label)
+        if version == 4:
+            _rewrite_v4(conn, schema)
         conn.execute(
             sql.SQL(
                 "INSERT INTO {}.schema_migrations (version, applied_at) VALUES (%s, now())"
@@ -983,6 +992,60 @@ def _rewrite_v3(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> 
         row = rows.row(record, replaces=0)
         op = record.operation_id
         conn.execute(update, (*row.hot, row.poll, row.data_version, row.data, op, record.version))
+
+
+_V4_JSON: Final = (
+    ("operations", "data"),
+    ("operations", "poll"),
+    ("audit_events", "data"),
+    ("inbox", "payload"),
+    ("outbox", "payload"),
+)
+_V4_TEXT: Final = (
+    ("audit_events", "summary"),
+    ("inbox", "webhook_id"),
+    ("inbox", "job_id"),
+    ("inbox", "event_type"),
+    ("webhook_jobs", "job_id"),
+    ("outbox", "target"),
+    ("outbox", "last_error"),
+)
+_UNHOLDABLE: Final = r"\\u(0000|[dD][89a-fA-F])"
+"""A JSON text's NUL or surrogate escape (or an escaped backslash before ``u0000``:
+re-encoding such a text changes nothing)."""
+
+
+def _rewrite_v4(conn: psycopg.Connection[TupleRow], schema: str) -> None:
+    """Re-encode the values schema 3 stored as written that schema 4 stores escaped
+    (see :mod:`waitbound.stores._codec`): each JSON value holding a NUL or surrogate
+    escape, and each provider text starting with U+0010. The values they decode to are
+    unchanged, so every audit chain verifies as before."""
+    for table, column in _V4_JSON:
+        rows = conn.execute(
+            sql.SQL("SELECT ctid, {column}::text FROM {table} WHERE {column}::text ~ %s").format(
+                column=sql.Identifier(column), table=sql.Identifier(schema, table)
+            ),
+            (_UNHOLDABLE,),
+        ).fetchall()
+        update = sql.SQL("UPDATE {table} SET {column} = %s::json WHERE ctid = %s").format(
+            column=sql.Identifier(column), table=sql.Identifier(schema, table)
+        )
+        for ctid, text in rows:
+            encoded = dump_json(load_json(text))
+            if encoded != text:
+                conn.execute(update, (encoded, ctid))
+    for table, column in _V4_TEXT:
+        rows = conn.execute(
+            sql.SQL("SELECT ctid, {column} FROM {table} WHERE left({column}, 1) = %s").format(
+                column=sql.Identifier(column), table=sql.Identifier(schema, table)
+            ),
+            ("\x10",),
+        ).fetchall()
+        update = sql.SQL("UPDATE {table} SET {column} = %s WHERE ctid = %s").format(
+            column=sql.Identifier(column), table=sql.Identifier(schema, table)
+        )
+        for ctid, text in rows:
+            conn.execute(update, (to_text(text), ctid))
 
 
 def _schema_version(conn: psycopg.Connection[TupleRow], schema: str) -> int:

@@ -29,7 +29,7 @@ from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Phase, Record
-from waitbound.stores._codec import brief, from_text, load_object
+from waitbound.stores._codec import brief, from_sqlite, from_text, load_object, to_sqlite
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
@@ -622,7 +622,7 @@ class SQLiteStore(ClaimsByReservation):
         with self._transaction() as db:
             row = db.execute(
                 "SELECT operation_id FROM webhook_jobs WHERE provider = ? AND job_id = ?",
-                (delivery.provider, delivery.job_id),
+                (delivery.provider, to_sqlite(delivery.job_id)),
             ).fetchone()
             matched: str | None = row[0] if row else None
             cursor = db.execute(
@@ -632,10 +632,10 @@ class SQLiteStore(ClaimsByReservation):
                 " ON CONFLICT (provider, webhook_id) DO NOTHING",
                 (
                     delivery.provider,
-                    delivery.webhook_id,
+                    to_sqlite(delivery.webhook_id),
                     _instant(delivery.received_at),
-                    delivery.job_id,
-                    delivery.event_type,
+                    to_sqlite(delivery.job_id),
+                    to_sqlite(delivery.event_type),
                     delivery.authoritative,
                     encode_json(delivery.payload),
                     matched,
@@ -655,7 +655,7 @@ class SQLiteStore(ClaimsByReservation):
                 " ORDER BY received_at, webhook_id LIMIT ?",
                 (limit,),
             ).fetchall()
-            return [delivery_of(row, _moment) for row in rows]
+            return [delivery_of(row, _moment, from_sqlite) for row in rows]
 
     def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> bool:
         """See :meth:`Store.mark_applied`."""
@@ -663,7 +663,7 @@ class SQLiteStore(ClaimsByReservation):
             cursor = db.execute(
                 "UPDATE inbox SET applied_at = ? WHERE provider = ? AND webhook_id = ?"
                 " AND applied_at IS NULL",
-                (_instant(at), provider, webhook_id),
+                (_instant(at), provider, to_sqlite(webhook_id)),
             )
             return cursor.rowcount == 1
 
@@ -678,7 +678,7 @@ class SQLiteStore(ClaimsByReservation):
                 " ORDER BY received_at DESC, webhook_id DESC, provider DESC LIMIT ?",
                 (*args, limit),
             ).fetchall()
-            return [delivery_of(row, _moment) for row in rows]
+            return [delivery_of(row, _moment, from_sqlite) for row in rows]
 
     def claim_outbox(
         self,
@@ -714,7 +714,11 @@ class SQLiteStore(ClaimsByReservation):
                 ),
             ).fetchall()
             taken = [
-                replace(outbox_entry_of(row, _moment), lease_owner=owner, lease_expires_at=until)
+                replace(
+                    outbox_entry_of(row, _moment, from_sqlite),
+                    lease_owner=owner,
+                    lease_expires_at=until,
+                )
                 for row in rows
             ]
             db.executemany(
@@ -735,7 +739,7 @@ class SQLiteStore(ClaimsByReservation):
                     entry.attempts,
                     _instant(entry.next_attempt_at),
                     _instant(entry.delivered_at),
-                    entry.last_error,
+                    to_sqlite(entry.last_error),
                     entry.delivery_id,
                     OutboxStatus.PENDING.value,
                     entry.lease_owner,
@@ -767,7 +771,7 @@ class SQLiteStore(ClaimsByReservation):
                 " ORDER BY created_at DESC, delivery_id DESC LIMIT ?",
                 (*args, limit),
             ).fetchall()
-            return [outbox_entry_of(row, _moment) for row in rows]
+            return [outbox_entry_of(row, _moment, from_sqlite) for row in rows]
 
     def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
         """See :meth:`Store.get_outbox`."""
@@ -775,7 +779,7 @@ class SQLiteStore(ClaimsByReservation):
             row = self._db.execute(
                 f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE delivery_id = ?", (delivery_id,)
             ).fetchone()
-            return outbox_entry_of(row, _moment) if row else None
+            return outbox_entry_of(row, _moment, from_sqlite) if row else None
 
     def audit_after(
         self, cursor: AuditCursor | None, *, label_prefix: str = "", limit: int = 500
@@ -861,8 +865,9 @@ def _push_writes(db: sqlite3.Connection, stored: Record) -> None:
     A record that neither expects webhooks nor owes a completion (most records) costs
     no statement at all.
     """
-    key = webhook_key(stored)
-    if key is not None:
+    found = webhook_key(stored)
+    if found is not None:
+        key = (found[0], to_sqlite(found[1]))
         db.execute(
             "INSERT INTO webhook_jobs (provider, job_id, operation_id) VALUES (?, ?, ?)"
             " ON CONFLICT (provider, job_id) DO UPDATE SET operation_id = excluded.operation_id"
@@ -891,14 +896,14 @@ def _insert_outbox(db: sqlite3.Connection, entries: Sequence[OutboxEntry]) -> in
                 e.delivery_id,
                 e.operation_id,
                 e.channel.value,
-                e.target,
+                to_sqlite(e.target),
                 encode_json(e.payload),
                 _instant(e.created_at),
                 _instant(e.next_attempt_at),
                 e.status.value,
                 e.attempts,
                 _instant(e.delivered_at),
-                e.last_error,
+                to_sqlite(e.last_error),
                 e.replay_of,
                 e.lease_owner,
                 _instant(e.lease_expires_at),
