@@ -27,6 +27,7 @@ from tests.stores.test_store_contract import _BACKENDS, T0, Backend, delivery, e
 from waitbound import AuditEvent, OutcomeKind, Phase, Store, StoreError
 from waitbound._audit_check import audit_checkpoint, export_audit, verify_audit
 from waitbound._escalations import escalations
+from waitbound._json import MAX_DEPTH
 from waitbound._push import OutboxStatus
 from waitbound._record import DecisionRequest, Push
 from waitbound.stores._codec import dump_json, from_text, load_json, to_text
@@ -78,7 +79,7 @@ HOSTILE: dict[str, Any] = {
     "keys": {text: index for index, text in enumerate(HOSTILE_STRINGS)},
     "not_finite_as_read": ["NaN", "Infinity", "-Infinity", "1e400"],
     "numbers": [10**4000, -(10**300), 1e308, 5e-324, -0.0, 1e16],
-    "deep": _deep(100),
+    "deep": _deep(MAX_DEPTH),
     "mebibyte": "\u0000" + "z" * MIB + "\ud800",
 }
 """Values as :func:`waitbound._json.parse_provider_json` may hand them on (it keeps
@@ -182,7 +183,7 @@ def _write_everything(store: Store) -> None:
 def test_hostile_bytes_go_through_every_write_path_and_read_back_identical(
     store: Store,
 ) -> None:
-    """NUL, surrogates, U+0010, NaN as text, huge numbers, 100-deep nesting and a 1 MiB
+    """NUL, surrogates, U+0010, NaN as text, huge numbers, 128-deep nesting and a 1 MiB
     string are stored by create, save, decisions, results, the inbox and the outbox, and
     read back exactly as given."""
     _write_everything(store)

@@ -105,14 +105,15 @@ def dump_json(value: object) -> str:
             deeply to encode.
     """
     try:
-        text = _dumps(value, allow_nan=False)
-    except ValueError:  # a non-finite float
+        try:
+            text = _dumps(value, allow_nan=False)
+        except ValueError:  # a non-finite float
+            return MARK + _dumps(_escaped_value(value), allow_nan=False)
+        if _NEEDS.search(text) is None:
+            return text
         return MARK + _dumps(_escaped_value(value), allow_nan=False)
     except RecursionError:
         raise ValueError("a value nested too deeply to store") from None
-    if _NEEDS.search(text) is None:
-        return text
-    return MARK + _dumps(_escaped_value(value), allow_nan=False)
 
 
 def load_json(text: str) -> JSON:
@@ -123,11 +124,9 @@ def load_json(text: str) -> JSON:
     """
     try:
         value: JSON = json.loads(text)
+        return _unescaped_value(value) if text.startswith(MARK) else value
     except RecursionError:
         raise ValueError("a stored value nested too deeply to read") from None
-    if text.startswith(MARK):
-        return _unescaped_value(value)
-    return value
 
 
 def to_text(text: str) -> str:
