@@ -346,8 +346,8 @@ def test_the_inbox_pages_and_mcp_list_jobs_work_beside_hostile_bytes(store: Stor
         base_dir=Path("/cfg"),
         environ={},
     )
-    listed = Jobs(config, store, clock=clock).list_jobs()
-    assert [line["operation_id"] for line in listed["operations"]] == ["op-hostile"]  # type: ignore[index,union-attr]
+    listed: Any = Jobs(config, store, clock=clock).list_jobs()
+    assert [line["operation_id"] for line in listed["operations"]] == ["op-hostile"]
 
 
 def _as_schema_3_wrote(value: object) -> str:
@@ -365,7 +365,7 @@ def test_db_upgrade_to_4_repairs_a_postgres_store_schema_3_poisoned(
     from waitbound.stores import _protocol, _rows, postgres
 
     key = b"k" * 32
-    nul = {"text": "x\u0000y", "list": ["\u0000"], "\u0000key": 1}
+    nul: dict[str, Any] = {"text": "x\u0000y", "list": ["\u0000"], "\u0000key": 1}
     dle = "\x10job"
     with pg.fresh_schema(upgraded=False) as schema:
         with monkeypatch.context() as release_3:
