@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from waitbound._audit import HASHED, AuditFinding, AuditProblem, StoredAuditEvent, diagnose_chain
+from waitbound._audit import HASHED, AuditFinding, AuditProblem, StoredAuditEvent
+from waitbound._audit_record import diagnose_record
 from waitbound._clock import utc
 from waitbound._errors import OperationNotFoundError, SchemaVersionError, StoreError, UsageError
 from waitbound._json import JSON, canonical_json
@@ -74,20 +75,6 @@ def _events(store: Store, operation_id: str) -> list[StoredAuditEvent] | AuditFi
             seq=None,
             detail=f"its events cannot be read back ({exc})",
         )
-
-
-def diagnose_record(
-    record: Record, events: list[StoredAuditEvent], *, key: bytes | None = None
-) -> AuditFinding | None:
-    """The first finding of *record*'s chain (:func:`diagnose_chain` against the head
-    and MAC the record names), or ``None`` when it is intact."""
-    return diagnose_chain(
-        record.operation_id,
-        events,
-        head=(record.audit_seq, record.audit_head),
-        mac=record.audit_mac,
-        key=key,
-    )
 
 
 def verify_audit(

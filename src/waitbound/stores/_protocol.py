@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from waitbound._audit import AuditEvent, StoredAuditEvent, head_is_authentic, head_mac, seal_all
+from waitbound._audit_record import asserted_digest
 from waitbound._errors import ConflictError, StoreError, UsageError
 from waitbound._json import JSON
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
@@ -21,6 +22,7 @@ __all__ = [
     "Store",
     "Write",
     "advance",
+    "audit_key_of",
     "audit_rows",
     "ClaimsByReservation",
     "claimed",
@@ -302,6 +304,13 @@ def readable(
     return records
 
 
+def audit_key_of(store: object) -> bytes | None:
+    """The audit key a waitbound store was opened with (``None``: none, or a store of
+    another kind). For checks that must refuse a record the key proves forged."""
+    key = getattr(store, "_audit_key", None)
+    return key if isinstance(key, bytes) else None
+
+
 def cursor_of(stored: StoredAuditEvent) -> AuditCursor:
     """The position of *stored* (see :meth:`Store.audit_after`)."""
     return (stored.event.at, stored.operation_id, stored.seq)
@@ -520,8 +529,9 @@ def advance(
     The record carries the chain's head (``audit_seq``, ``audit_head``), written in the
     same transaction as the events, so removing the last events is detected too.
 
-    With *audit_key*, the head the write leaves is signed (``audit_mac``, see
-    :func:`waitbound._audit.head_mac`) when the head it extends is authentic: a new
+    With *audit_key*, the head the write leaves is signed (``audit_mac``, version 2:
+    the head and the record's asserted fields, see :func:`waitbound._audit.head_mac`
+    and :mod:`waitbound._audit_record`) when the head it extends is authentic: a new
     operation, or a head whose MAC verifies. A head without a valid MAC is never
     signed over (that would bless a rewrite): its ``audit_mac`` is kept as it was, so
     ``verify`` goes on reporting it. Without a key, a write that moves the head drops
@@ -539,7 +549,7 @@ def advance(
             audit_key, record.operation_id, record.audit_seq, record.audit_head, record.audit_mac
         )
         if extends_authentic:
-            mac = head_mac(audit_key, record.operation_id, seq, head)
+            mac = head_mac(audit_key, record.operation_id, seq, head, asserted_digest(record))
     elif sealed:
         mac = None
     stored = record.evolve(
