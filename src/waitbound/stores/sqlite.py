@@ -219,7 +219,7 @@ class SQLiteStore(ClaimsByReservation):
             )
         try:
             if create:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                _create_private(self.path)
             self._db = sqlite3.connect(
                 _uri(self.path, create=create, read_only=read_only),
                 timeout=timeout_s,
@@ -841,6 +841,19 @@ def _why(exc: BaseException) -> str:
 def _instant(value: datetime | None) -> str | None:
     """An instant as UTC ISO 8601 text: such texts sort as their instants do."""
     return utc(value).isoformat() if value is not None else None
+
+
+def _create_private(path: Path) -> None:
+    """Create a missing store file readable by its owner only (``0600``; a missing
+    folder ``0700``), before SQLite opens it: SQLite gives the ``-wal`` and ``-shm``
+    files it makes beside it the database file's mode, so they are ``0600`` too. An
+    existing file is left as it is."""
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
 
 
 def _label_filter(label_prefix: str) -> tuple[str, tuple[object, ...]]:
