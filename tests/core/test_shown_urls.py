@@ -19,7 +19,7 @@ import pytest
 from tests.cli.helpers import run_cli
 from tests.stores.test_store_contract import T0, entry, make_record
 from waitbound import SQLiteStore
-from waitbound._record import Push
+from waitbound._record import Push, Record
 from waitbound._urls import origin_only
 from waitbound.cli._deliveries import _row, entry_json
 from waitbound.web._app import operation_document
@@ -46,7 +46,7 @@ def test_origin_only_keeps_scheme_and_authority_without_user_info(url: str, show
     assert origin_only(url) == shown
 
 
-def _record() -> object:
+def _record() -> Record:
     return make_record(
         status_url=STATUS,
         result_url=f"https://provider.example/files/1?sig={SECRET}",
@@ -66,7 +66,7 @@ def test_an_operation_document_shows_no_query_user_info_or_notify_path() -> None
     """The record in `show --json` and `GET /operations/{id}`: URLs without queries,
     the notify URL as its origin only."""
     record = _record()
-    document = operation_document(record, [])  # type: ignore[arg-type]
+    document = operation_document(record, [])
     shown = document["record"]
     assert isinstance(shown, dict)
     assert shown["status_url"] == "https://provider.example/v1/jobs/42?…"
@@ -79,7 +79,7 @@ def test_show_json_prints_no_secret_of_a_url(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     store = SQLiteStore(path)
     try:
-        store.create(replace(_record(), created_at=T0), [])  # type: ignore[type-var]
+        store.create(replace(_record(), created_at=T0), [])
     finally:
         store.close()
     shown = run_cli(tmp_path, "show", "op-1", "--json", "--store", str(path))

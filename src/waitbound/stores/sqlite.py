@@ -18,7 +18,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -850,10 +850,8 @@ def _create_private(path: Path) -> None:
     existing file is left as it is."""
     if not path.parent.exists():
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
+    with suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except FileExistsError:
-        pass
 
 
 def _label_filter(label_prefix: str) -> tuple[str, tuple[object, ...]]:
