@@ -50,9 +50,10 @@ MARK: Final = " "
 _HOSTILE: Final = re.compile("[\x00\x10\ud800-\udfff]")
 _HOSTILE_TEXT: Final = re.compile("[\x00\ud800-\udfff]")
 _ESCAPED: Final = re.compile("\x10([0-9a-f]{4})")
-_NEEDS: Final = re.compile(r"\\u00[01]0|[\ud800-\udfff]")
-"""What in a JSON text may be a NUL, U+0010 or surrogate (false positives only cost
-the slower path)."""
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_NUL_OR_ESCAPE: Final = re.compile(r"\\u00[01]0")
+"""A JSON text's ``\\u0000`` or ``\\u0010`` (or an escaped backslash before one: a false
+positive only costs the slower path)."""
 _NON_FINITE: Final = {"\x10nan": math.nan, "\x10inf": math.inf, "\x10-inf": -math.inf}
 
 
@@ -97,6 +98,13 @@ def _dumps(value: object, *, allow_nan: bool) -> str:
     )
 
 
+def _needs_escapes(text: str) -> bool:
+    """Whether a JSON text may hold a NUL, U+0010 or surrogate (cheap checks first)."""
+    if "\\u00" in text and _NUL_OR_ESCAPE.search(text) is not None:
+        return True
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
 def dump_json(value: object) -> str:
     """*value* as the JSON text a store writes (see the module's docstring).
 
@@ -109,7 +117,7 @@ def dump_json(value: object) -> str:
             text = _dumps(value, allow_nan=False)
         except ValueError:  # a non-finite float
             return MARK + _dumps(_escaped_value(value), allow_nan=False)
-        if _NEEDS.search(text) is None:
+        if not _needs_escapes(text):
             return text
         return MARK + _dumps(_escaped_value(value), allow_nan=False)
     except RecursionError:
@@ -151,9 +159,6 @@ def load_object(text: str) -> dict[str, JSON]:
 def from_text(text: str) -> str:
     """The string :func:`to_text` stored as *text*."""
     return _unescape(text[1:]) if text.startswith(ESCAPE) else text
-
-
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def to_sqlite(text: str | None) -> str | bytes | None:
