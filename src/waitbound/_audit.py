@@ -17,12 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Final
 
 from waitbound._errors import StoreError
 from waitbound._json import JSON, canonical_json
 
 __all__ = [
     "GENESIS_HASH",
+    "MAC_V2",
+    "HASHED",
     "AuditEvent",
     "AuditFinding",
     "AuditProblem",
@@ -30,12 +33,18 @@ __all__ = [
     "diagnose_chain",
     "head_is_authentic",
     "head_mac",
+    "mac_asserted",
     "seal",
     "seal_all",
     "verify_chain",
 ]
 
 GENESIS_HASH = "0" * 64
+
+HASHED = ("utf-8", "surrogatepass")
+"""How hashed text becomes bytes: UTF-8, and a lone surrogate (which UTF-8 cannot
+encode, but a Python caller's string may hold) as its three bytes. Text without one
+is plain UTF-8."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,7 +91,7 @@ class StoredAuditEvent:
 def seal(operation_id: str, seq: int, event: AuditEvent, prev_hash: str) -> StoredAuditEvent:
     """Number and chain one event after the event whose hash is *prev_hash*."""
     digest = hashlib.sha256(
-        (prev_hash + canonical_json(event.payload(operation_id, seq))).encode()
+        (prev_hash + canonical_json(event.payload(operation_id, seq))).encode(*HASHED)
     ).hexdigest()
     return StoredAuditEvent(
         operation_id=operation_id, seq=seq, event=event, prev_hash=prev_hash, hash=digest
@@ -148,6 +157,9 @@ class AuditProblem(StrEnum):
     FORGED_HEAD = "forged_head"
     """The record's head MAC does not match: the head (and with it the events) was
     rewritten by someone without the audit key."""
+    FORGED_RECORD = "forged_record"
+    """The head's MAC verifies, but the record no longer asserts what was signed with
+    it: its outcome, reason, result, counters or decisions were changed without the key."""
     UNREADABLE = "unreadable"
     """The store cannot read the operation's record or events back."""
     MISSING = "missing"
@@ -188,23 +200,48 @@ class AuditFinding:
         }
 
 
-def head_mac(key: bytes, operation_id: str, audit_seq: int, audit_head: str) -> str:
-    """The HMAC-SHA256 (RFC 2104) of a chain head, as hex.
+MAC_V2: Final = "v2:"
+"""The prefix of a head MAC that also covers the record's asserted fields."""
 
-    The message is ``f"{operation_id}\\n{audit_seq}\\n{audit_head}"`` (UTF-8), so a head
-    cannot be moved to another operation or another event number.
+
+def head_mac(
+    key: bytes, operation_id: str, audit_seq: int, audit_head: str, asserted: str | None = None
+) -> str:
+    """The HMAC-SHA256 (RFC 2104) of a chain head, as stored in ``Record.audit_mac``.
+
+    Without *asserted* (version 1, written before this release): hex of the HMAC of
+    ``f"{operation_id}\\n{audit_seq}\\n{audit_head}"`` (UTF-8), so a head cannot be moved
+    to another operation or another event number. With *asserted* (the hex SHA-256 of
+    the record's asserted fields, :func:`waitbound._audit_record.asserted_digest`):
+    ``f"v2:{asserted}:{hex HMAC of 'v2\\n' + operation_id + '\\n' + seq + '\\n' + head +
+    '\\n' + asserted}"``, so the outcome, reason, result and counters the record asserts
+    are bound to the authenticated head too.
     """
-    message = f"{operation_id}\n{audit_seq}\n{audit_head}".encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+    if asserted is None:
+        message = f"{operation_id}\n{audit_seq}\n{audit_head}".encode(*HASHED)
+        return hmac.new(key, message, hashlib.sha256).hexdigest()
+    message = f"v2\n{operation_id}\n{audit_seq}\n{audit_head}\n{asserted}".encode(*HASHED)
+    return f"{MAC_V2}{asserted}:{hmac.new(key, message, hashlib.sha256).hexdigest()}"
+
+
+def mac_asserted(mac: str | None) -> str | None:
+    """The asserted-fields digest a version-2 MAC covers (``None``: a version-1 MAC, or none)."""
+    if mac is None or not mac.startswith(MAC_V2):
+        return None
+    return mac[len(MAC_V2) :].split(":", 1)[0]
 
 
 def head_is_authentic(
     key: bytes, operation_id: str, audit_seq: int, audit_head: str, mac: str | None
 ) -> bool:
-    """Whether *mac* is the head's MAC under *key* (compared in constant time)."""
+    """Whether *mac* is the head's MAC under *key* (compared in constant time), of
+    either version; a version-2 MAC is checked over the digest it names (whether the
+    record still has those fields is :func:`diagnose_chain`'s ``asserted`` check)."""
     if mac is None:
         return False
-    return hmac.compare_digest(mac, head_mac(key, operation_id, audit_seq, audit_head))
+    asserted = mac_asserted(mac)
+    expected = head_mac(key, operation_id, audit_seq, audit_head, asserted)
+    return hmac.compare_digest(mac, expected)
 
 
 def diagnose_chain(
@@ -214,6 +251,7 @@ def diagnose_chain(
     head: tuple[int, str] | None = None,
     mac: str | None = None,
     key: bytes | None = None,
+    asserted: str | None = None,
 ) -> AuditFinding | None:
     """Find the first thing wrong with one operation's stored audit chain.
 
@@ -231,6 +269,10 @@ def diagnose_chain(
         mac: the record's ``audit_mac``, checked only when *key* is given.
         key: the audit key; when given, the head must carry a valid MAC
             (:func:`head_mac`), so rewriting events and head together is detected.
+        asserted: the digest of the record's asserted fields as stored now
+            (:func:`waitbound._audit_record.asserted_digest`); with *key* and a
+            version-2 MAC, it must be the digest the MAC covers (else
+            ``forged_record``). A version-1 MAC covers the head only.
 
     Returns:
         The first finding, or ``None`` when the chain is intact (and, with *key*,
@@ -262,6 +304,15 @@ def diagnose_chain(
             seq=None,
             detail=f"the record's head (event {seq}) does not match its MAC: the head was "
             "rewritten without the audit key (or a different key is given)",
+        )
+    signed = mac_asserted(mac)
+    if asserted is not None and signed is not None and signed != asserted:
+        return AuditFinding(
+            operation_id=operation_id,
+            problem=AuditProblem.FORGED_RECORD,
+            seq=None,
+            detail="the record no longer asserts what its MAC signed (its outcome, reason, "
+            "result, counters or decisions were changed without the audit key)",
         )
     return None
 

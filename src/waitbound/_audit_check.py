@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from waitbound._audit import AuditFinding, AuditProblem, StoredAuditEvent, diagnose_chain
+from waitbound._audit import HASHED, AuditFinding, AuditProblem, StoredAuditEvent
+from waitbound._audit_record import diagnose_record
 from waitbound._clock import utc
 from waitbound._errors import OperationNotFoundError, SchemaVersionError, StoreError, UsageError
 from waitbound._json import JSON, canonical_json
@@ -30,18 +31,35 @@ __all__ = [
 ]
 
 CHECKPOINT_SCHEMA: Final = 1
-_EVERY: Final = 2**62
-"""A ``recent`` limit no store reaches: every operation."""
 
 
-def _records(store: Store, operation_id: str | None) -> list[Record]:
-    """The operation named (``OperationNotFoundError`` when absent), or every one by id."""
+def _ids(store: Store, operation_id: str | None) -> list[str]:
+    """The operation named (``OperationNotFoundError`` when absent), or every one by id
+    (:meth:`Store.heads`: a record that cannot be read back is named too)."""
     if operation_id is not None:
-        record = store.get(operation_id)
-        if record is None:
+        if store.get(operation_id) is None:
             raise OperationNotFoundError(operation_id)
-        return [record]
-    return sorted(store.recent(limit=_EVERY), key=lambda r: r.operation_id)
+        return [operation_id]
+    return [op for op, _, _ in store.heads()]
+
+
+def _record(store: Store, operation_id: str) -> Record | AuditFinding:
+    """The operation's record, or an ``unreadable`` finding when it cannot be read back."""
+    try:
+        record = store.get(operation_id)
+    except StoreError as exc:
+        if isinstance(exc, UsageError | SchemaVersionError):
+            raise
+        return _unreadable(operation_id, f"its record cannot be read back ({exc})")
+    if record is None:  # deleted since it was listed
+        return _unreadable(operation_id, "its record is no longer in the store")
+    return record
+
+
+def _unreadable(operation_id: str, detail: str) -> AuditFinding:
+    return AuditFinding(
+        operation_id=operation_id, problem=AuditProblem.UNREADABLE, seq=None, detail=detail
+    )
 
 
 def _events(store: Store, operation_id: str) -> list[StoredAuditEvent] | AuditFinding:
@@ -57,20 +75,6 @@ def _events(store: Store, operation_id: str) -> list[StoredAuditEvent] | AuditFi
             seq=None,
             detail=f"its events cannot be read back ({exc})",
         )
-
-
-def diagnose_record(
-    record: Record, events: list[StoredAuditEvent], *, key: bytes | None = None
-) -> AuditFinding | None:
-    """The first finding of *record*'s chain (:func:`diagnose_chain` against the head
-    and MAC the record names), or ``None`` when it is intact."""
-    return diagnose_chain(
-        record.operation_id,
-        events,
-        head=(record.audit_seq, record.audit_head),
-        mac=record.audit_mac,
-        key=key,
-    )
 
 
 def verify_audit(
@@ -96,7 +100,11 @@ def verify_audit(
         StoreError: the store cannot be read.
     """
     findings = []
-    for record in _records(store, operation_id):
+    for found in _ids(store, operation_id):
+        record = _record(store, found)
+        if isinstance(record, AuditFinding):
+            findings.append(record)
+            continue
         events = _events(store, record.operation_id)
         if isinstance(events, AuditFinding):
             findings.append(events)
@@ -176,7 +184,7 @@ def _head(row: JSON) -> tuple[str, int, str]:
 
 
 def _digest(heads: tuple[tuple[str, int, str], ...]) -> str:
-    return hashlib.sha256(canonical_json([list(h) for h in heads]).encode()).hexdigest()
+    return hashlib.sha256(canonical_json([list(h) for h in heads]).encode(*HASHED)).hexdigest()
 
 
 def audit_checkpoint(store: Store, *, now: datetime) -> AuditCheckpoint:
@@ -193,7 +201,7 @@ def audit_checkpoint(store: Store, *, now: datetime) -> AuditCheckpoint:
     Raises:
         StoreError: the store cannot be read.
     """
-    heads = tuple((r.operation_id, r.audit_seq, r.audit_head) for r in _records(store, None))
+    heads = tuple(store.heads())
     return AuditCheckpoint(digest=_digest(heads), at=utc(now), heads=heads)
 
 
@@ -258,8 +266,8 @@ def export_audit(store: Store, operation_id: str | None = None) -> Iterator[dict
         OperationNotFoundError: no operation with *operation_id*.
         StoreError: the store cannot be read.
     """
-    for record in _records(store, operation_id):
-        for stored in store.audit(record.operation_id):
+    for found in _ids(store, operation_id):
+        for stored in store.audit(found):
             yield {
                 "operation_id": stored.operation_id,
                 "seq": stored.seq,

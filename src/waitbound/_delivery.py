@@ -57,7 +57,7 @@ from waitbound._outbox import (
     webhook_signer,
 )
 from waitbound._push import Channel, OutboxEntry, OutboxStatus
-from waitbound._urls import checked_url, redact_url
+from waitbound._urls import checked_url, origin_only
 from waitbound.stores import Store
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def _effect(
 
 def _settle(store: Store, after: OutboxEntry) -> bool:
     """Write an attempt's result; say in the log what a failure was (redacted)."""
-    target = f" to {redact_url(after.target)}" if after.target else ""
+    target = f" to {origin_only(after.target)}" if after.target else ""
     if after.status is OutboxStatus.FAILED:
         _LOG.warning(
             "delivery %s (%s%s): attempt %d failed: %s; given up (replay it with "

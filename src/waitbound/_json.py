@@ -25,6 +25,7 @@ __all__ = [
     "JSON",
     "Ambiguous",
     "JSONScalar",
+    "MAX_DEPTH",
     "NestingError",
     "canonical_json",
     "contains_ambiguous",
@@ -35,6 +36,11 @@ __all__ = [
 
 JSONScalar: TypeAlias = str | int | float | bool | None
 JSON: TypeAlias = JSONScalar | list["JSON"] | dict[str, "JSON"]
+
+MAX_DEPTH: Final = 128
+"""How deeply a provider's body may nest arrays and objects (``[[1]]`` is 2 levels):
+deeper is refused as :class:`NestingError`, whatever the caller's stack, so every value
+read can be stored, hashed and read back inside a record."""
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _NON_FINITE: Final = {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity"}
@@ -115,19 +121,26 @@ def _clean_text(text: str, secrets: Sequence[str]) -> str:
     return redact_text(text, secrets) if secrets else text
 
 
-def _map_strings(value: JSON, clean: Callable[[str], str]) -> JSON:
+def _map_strings(value: JSON, clean: Callable[[str], str], depth: int = 0) -> JSON:
     """*value* with *clean* applied to every string and every key; markers are kept.
 
     Keys that become equal are merged by :func:`merge_pairs`.
+
+    Raises:
+        NestingError: *value* nests deeper than :data:`MAX_DEPTH`.
     """
     if isinstance(value, Ambiguous):
         return value if clean(value.key) == value.key else Ambiguous(clean(value.key), value.values)
     if isinstance(value, str):
         return clean(value)
+    if isinstance(value, list | dict) and depth >= MAX_DEPTH:
+        raise NestingError(f"a body nested too deeply to read (more than {MAX_DEPTH} levels)")
     if isinstance(value, list):
-        return [_map_strings(item, clean) for item in value]
+        return [_map_strings(item, clean, depth + 1) for item in value]
     if isinstance(value, dict):
-        return merge_pairs([(clean(k), _map_strings(v, clean)) for k, v in value.items()])
+        return merge_pairs(
+            [(clean(k), _map_strings(v, clean, depth + 1)) for k, v in value.items()]
+        )
     return value
 
 
@@ -152,7 +165,8 @@ def parse_provider_json(data: bytes, *, secrets: Sequence[str] = ()) -> JSON:
 
     ``NaN``, ``Infinity``, ``-Infinity`` and numbers beyond float range (``1e400``)
     stay strings as written; a key repeated with different values reads as
-    :class:`Ambiguous`; lone surrogates become U+FFFD; each of *secrets* is replaced
+    :class:`Ambiguous`; lone surrogates become U+FFFD; nesting deeper than
+    :data:`MAX_DEPTH` (128) levels is refused; each of *secrets* is replaced
     by ``[redacted]`` in the raw bytes first and again in every decoded string and key
     (JSON escapes cannot hide an echo). Integers are exact at any size up to
     Python's 4,300-digit limit.
@@ -166,7 +180,8 @@ def parse_provider_json(data: bytes, *, secrets: Sequence[str] = ()) -> JSON:
         The decoded value.
 
     Raises:
-        NestingError: the body nests too deeply to read (a ``ValueError``).
+        NestingError: the body nests more than :data:`MAX_DEPTH` levels deep (a
+            ``ValueError``).
         ValueError: the body is not JSON (invalid UTF-8 included).
     """
     data = redact_bytes(data, secrets)
@@ -178,6 +193,8 @@ def parse_provider_json(data: bytes, *, secrets: Sequence[str] = ()) -> JSON:
             object_pairs_hook=merge_pairs,
         )
         return _map_strings(value, lambda text: _clean_text(text, secrets))
+    except NestingError:
+        raise
     except RecursionError:
         raise NestingError("a body nested too deeply to read") from None
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included

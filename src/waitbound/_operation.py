@@ -18,17 +18,19 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Final
 
+from waitbound._audit_record import record_is_forged
 from waitbound._clock import Clock
 from waitbound._contract import Profile
 from waitbound._controller import audit_event, created_event
 from waitbound._decisions import decide_record, expire
-from waitbound._errors import ConflictError, OperationNotFoundError, UsageError
+from waitbound._errors import ConflictError, OperationNotFoundError, StoreError, UsageError
 from waitbound._options import Option, cancel_refusal
 from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Push, Record
 from waitbound._schedule import DelaySource
 from waitbound._urls import checked_url, shown_url
 from waitbound.stores import Store
+from waitbound.stores._protocol import audit_key_of
 
 __all__ = [
     "Operation",
@@ -190,6 +192,7 @@ def _check_id(operation_id: str | None) -> None:
 
 
 def _resume(store: Store, existing: Record, clock: Clock, *, callback: bool = False) -> Record:
+    _check_signed(store, existing)
     if existing.is_finished:
         return existing
     if callback and not existing.push.callback:  # this process brings an on_complete
@@ -205,6 +208,23 @@ def _resume(store: Store, existing: Record, clock: Clock, *, callback: bool = Fa
         return store.save(existing, [event])
     except ConflictError:  # another process moved it on; its record is as good
         return store.get(existing.operation_id) or existing
+
+
+def _check_signed(store: Store, record: Record) -> None:
+    """Refuse a record its store's audit key proves was changed without the key (its
+    outcome, result, counters, ... or head), so a forged outcome is never reported and
+    a resumed write never signs it.
+
+    Raises:
+        StoreError: the record's MAC does not match it (see ``docs/audit.md``).
+    """
+    key = audit_key_of(store)
+    if key is not None and record_is_forged(record, key):
+        raise StoreError(
+            f"operation {record.operation_id}: its record does not match its audit MAC "
+            "(it was changed without the audit key); nothing it says is reported; check "
+            f"it with `waitbound audit verify {record.operation_id}`"
+        )
 
 
 def _create(store: Store, record: Record, clock: Clock) -> Record:

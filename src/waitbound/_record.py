@@ -34,7 +34,7 @@ from waitbound._schedule import (
     DEFAULT_MAX_DELAY_S,
     DelaySource,
 )
-from waitbound._urls import origin, redact_url
+from waitbound._urls import origin, origin_only, redact_url
 
 __all__ = [
     "FIELD_NAMES",
@@ -589,6 +589,21 @@ class Record:
             data[name] = field_json(self, name)
         return data
 
+    def shown_json(self) -> dict[str, JSON]:
+        """:meth:`to_json` as output shows it (``show --json``, ``GET
+        /operations/{id}``): every URL without user info or query
+        (:func:`~waitbound._urls.redact_url`), the completion's target as its origin
+        only (:func:`~waitbound._urls.origin_only`). Not for reading back."""
+        data = self.to_json()
+        for name in _URL_FIELDS:
+            url = data.get(name)
+            if isinstance(url, str):
+                data[name] = redact_url(url)
+        push = data.get("push")
+        if isinstance(push, dict) and isinstance(push.get("notify_url"), str):
+            push["notify_url"] = origin_only(str(push["notify_url"]))
+        return data
+
     @classmethod
     def from_json(cls, data: dict[str, JSON]) -> Record:
         """Decode a record written by :meth:`to_json`.
@@ -693,6 +708,17 @@ class RecordChanges(TypedDict, total=False):
     audit_head: str
     audit_mac: str | None
     version: int
+
+
+_URL_FIELDS: Final = (
+    "status_url",
+    "caller_url",
+    "location_url",
+    "result_url",
+    "cancel_url",
+    "errors_url",
+    "submit_url",
+)
 
 
 def field_json(record: Record, name: str) -> JSON:

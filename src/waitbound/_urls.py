@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-__all__ = ["checked_url", "origin", "redact_url", "resolve", "shown_url"]
+__all__ = ["checked_url", "origin", "origin_only", "redact_url", "resolve", "shown_url"]
 
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _QUOTE_CHARS: Final = 120
@@ -160,6 +160,23 @@ def redact_url(url: str) -> str:
     scheme = f"{parsed.scheme}:" if parsed.scheme else ""
     authority = f"//{netloc}" if netloc else ""
     return _quoted(f"{scheme}{authority}{path}", 2000) + ("?…" if parsed.query else "")
+
+
+def origin_only(url: str) -> str:
+    """A URL that may carry a secret anywhere (a completion's target: a chat tool's
+    incoming-webhook URL has its secret in the path) as output shows it: its scheme and
+    authority without user info (``https://hooks.example:8443``), then ``/…`` when
+    anything followed. The one function every output of a notify or webhook URL uses.
+
+    Never raises: a URL httpx cannot parse is ``(a URL)``.
+    """
+    shown = redact_url(url)
+    scheme, sep, rest = shown.partition("//")
+    if not sep or not rest:
+        return "(a URL)"
+    authority, slash, path = rest.partition("/")
+    authority = authority.removesuffix("?…")
+    return f"{scheme}//{authority}" + ("/…" if (slash and path) or shown.endswith("?…") else "")
 
 
 def shown_url(url: str) -> str:

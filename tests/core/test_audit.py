@@ -17,6 +17,7 @@ import pytest
 import waitbound
 from waitbound import AuditEvent, AuditProblem, MemoryStore, Policy, Record, StoredAuditEvent
 from waitbound._audit import GENESIS_HASH, head_mac, seal, seal_all
+from waitbound._audit_record import asserted_digest
 from waitbound.stores._protocol import advance
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -182,10 +183,11 @@ def events(n: int) -> list[AuditEvent]:
 
 
 def test_a_keyed_store_signs_every_head_it_writes() -> None:
-    """Create and every save sign the head they leave; a claim keeps it signed."""
+    """Create and every save sign the head they leave (version 2: with the record's
+    asserted fields); a claim keeps it signed."""
     store = MemoryStore(audit_key=KEY)
     saved = store.save(store.create(record(), events(2)), events(3))
-    assert saved.audit_mac == head_mac(KEY, "op", 5, saved.audit_head)
+    assert saved.audit_mac == head_mac(KEY, "op", 5, saved.audit_head, asserted_digest(saved))
     [claimed] = store.claim_due(owner="w", now=T0, lease_s=5, limit=1)
     assert claimed.audit_mac == saved.audit_mac
     assert waitbound.verify_audit(store, key=KEY) == []

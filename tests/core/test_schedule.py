@@ -208,8 +208,8 @@ def test_a_stored_policy_without_the_pacing_knobs_decodes_with_the_defaults() ->
     stored = store.get(record.operation_id)
     assert stored is not None
     data = stored.to_json()
-    policy = data["policy"]
-    assert isinstance(policy, dict)
+    assert isinstance(data["policy"], dict)
+    data["policy"] = policy = dict(data["policy"])  # a copy: to_json's policy dict is shared
     for knob in ("backoff_growth", "backoff_jitter_floor", "hint_jitter_max_s"):
         assert knob in policy
         del policy[knob]

@@ -293,6 +293,27 @@ def rewrite_and_drop_the_mac(target: Target) -> None:
     target.set_record({"audit_mac": None})
 
 
+def forge_outcome(target: Target) -> None:
+    target.set_record({"outcome": "failed", "reason": None})
+
+
+def forge_result(target: Target) -> None:
+    target.set_record({"result": {"answer": "forged"}})
+
+
+def forge_counter(target: Target) -> None:
+    target.set_record({"status_requests_used": 1})
+
+
+def forge_decisions(target: Target) -> None:
+    target.set_record(
+        {"decisions": [{"option": "extend", "by": "mallory", "why": None, "at": T_FORGED}]}
+    )
+
+
+T_FORGED = "2026-01-01T00:00:00+00:00"
+
+
 CASES: list[tuple[Callable[[Target], None], AuditProblem, int | None, bool]] = [
     # (tampering, problem found, first bad seq, found without the key too)
     (edit_summary, AuditProblem.EDITED, 3, True),
@@ -308,6 +329,10 @@ CASES: list[tuple[Callable[[Target], None], AuditProblem, int | None, bool]] = [
     (truncate_and_rewrite_head, AuditProblem.FORGED_HEAD, None, False),
     (rewrite_events_and_head, AuditProblem.FORGED_HEAD, None, False),
     (rewrite_and_drop_the_mac, AuditProblem.UNAUTHENTICATED, None, False),
+    (forge_outcome, AuditProblem.FORGED_RECORD, None, False),
+    (forge_result, AuditProblem.FORGED_RECORD, None, False),
+    (forge_counter, AuditProblem.FORGED_RECORD, None, False),
+    (forge_decisions, AuditProblem.FORGED_RECORD, None, False),
 ]
 
 
@@ -340,9 +365,9 @@ def test_tampering_is_named_with_its_first_bad_event(
     [
         (c[0], c[1], c[2])
         for c in CASES
-        if c[0] in (delete_middle, swap_two, rewrite_events_and_head)
+        if c[0] in (delete_middle, swap_two, rewrite_events_and_head, forge_outcome)
     ],
-    ids=["delete_middle", "swap_two", "rewrite_events_and_head"],
+    ids=["delete_middle", "swap_two", "rewrite_events_and_head", "forge_outcome"],
 )
 def test_the_cli_says_what_is_wrong_in_one_line_and_exits_6(
     target: Target,
@@ -448,3 +473,57 @@ def test_export_writes_every_event_as_one_json_line(target: Target, tmp_path: Pa
         assert row["prev_hash"] == prev
         assert seal("op-a", row["seq"], event, prev).hash == row["hash"]
         prev = row["hash"]
+
+
+def test_a_forged_outcome_is_never_reported_as_authenticated(
+    target: Target, tmp_path: Path
+) -> None:
+    """The record's outcome changed from succeeded to failed by raw SQL, the chain left
+    intact: with the key, `show` exits 6 naming forged_record (never "head
+    authenticated"), and `wait --operation-id` refuses it in one line (exit 5) instead
+    of reporting the forged outcome."""
+    forge_outcome(target)
+    env = cli_env(tmp_path, WAITBOUND_AUDIT_KEY=KEY.decode())
+    shown = run_cli(tmp_path, "show", "op-a", "--store", target.spec, env=env)
+    assert shown.returncode == 6
+    assert "head authenticated" not in shown.stdout
+    assert shown.stderr.startswith("waitbound: error: audit chain broken: op-a: forged_record")
+    waited = run_cli(tmp_path, "wait", "--operation-id", "op-a", "--store", target.spec, env=env)
+    assert waited.returncode == 5, (waited.stdout, waited.stderr)
+    assert "does not match its audit MAC" in waited.stderr
+    assert len(waited.stderr.splitlines()) == 1
+    assert "failed" not in waited.stdout
+    fine = run_cli(tmp_path, "wait", "--operation-id", "op-b", "--store", target.spec, env=env)
+    assert fine.returncode == 0, fine.stderr
+
+
+def test_a_version_1_mac_keeps_verifying_and_the_next_keyed_write_signs_version_2(
+    target: Target,
+) -> None:
+    """A head signed by the release before (version 1: operation id, seq and head only)
+    verifies with the key; a keyed write extending it signs version 2, which covers the
+    asserted fields from then on."""
+    from waitbound._audit import MAC_V2, head_mac
+
+    store = target.open(None)
+    try:
+        record = store.get("op-a")
+    finally:
+        store.close()
+    assert record is not None
+    assert (record.audit_mac or "").startswith(MAC_V2)
+    old = head_mac(KEY, "op-a", record.audit_seq, record.audit_head)
+    target.set_record({"audit_mac": old})
+    assert target.findings(KEY) == []
+    store = target.open(KEY)
+    try:
+        fresh = store.get("op-a")
+        assert fresh is not None
+        event = waitbound.AuditEvent(at=fresh.created_at, kind="noted", summary="a note")
+        saved = store.save(fresh, [event])
+    finally:
+        store.close()
+    assert (saved.audit_mac or "").startswith(MAC_V2)
+    assert target.findings(KEY) == []
+    forge_outcome(target)
+    assert [f.problem for f in target.findings(KEY)] == [AuditProblem.FORGED_RECORD]

@@ -103,8 +103,8 @@ def test_a_v2_file_opened_read_only_is_read_and_left_as_it_is(tmp_path: Path) ->
 
 
 def test_the_upgraded_store_goes_on_writing_and_signing(tmp_path: Path) -> None:
-    """A signed operation written after the upgrade still verifies with the key, and its
-    cold part is read back exactly."""
+    """A signed operation written after the upgrade still verifies with the key (its head
+    re-signed as a version-2 MAC), and its cold part is read back exactly."""
     path = _copy(tmp_path)
     store = SQLiteStore(path, audit_key=KEY)
     try:
@@ -115,7 +115,12 @@ def test_the_upgraded_store_goes_on_writing_and_signing(tmp_path: Path) -> None:
         try:
             got = fresh.get("op-succeeded")
             assert got is not None
-            assert got.to_json() == {**record.to_json(), "version": record.version + 1}
+            assert (got.audit_mac or "").startswith("v2:")
+            assert {**got.to_json(), "audit_mac": None} == {
+                **record.to_json(),
+                "version": record.version + 1,
+                "audit_mac": None,
+            }
         finally:
             fresh.close()
         from waitbound._audit_check import verify_audit
@@ -166,7 +171,8 @@ def test_db_upgrade_migrates_a_v2_postgres_schema_keeping_every_fact(
     v2_schema: str, tmp_path: Path
 ) -> None:
     """`waitbound db upgrade --store DSN --schema S` on the v2 dump: applied 3 and 4 (the
-    sessions table); every fact as the v2 release left it, the audit verdicts included."""
+    sessions table, provider bytes re-encoded); every fact as the v2 release left it, the
+    audit verdicts included."""
     from waitbound.stores.postgres import PostgresStore
 
     done = run_cli(tmp_path, "db", "upgrade", "--store", pg.DSN, "--schema", v2_schema, "--json")

@@ -223,3 +223,17 @@ def test_redact_text_and_headers_use_the_same_rule() -> None:
     assert redact_headers({"x-request-id": f"req-{SECRET}"}, secrets) == {
         "x-request-id": f"req-{REDACTED}"
     }
+
+
+def test_a_body_nested_past_max_depth_is_refused_whatever_the_stack() -> None:
+    """128 levels of arrays and objects are read; 129 are a NestingError, also when the
+    caller's stack is shallow (the limit is a number, not the recursion limit)."""
+    from waitbound._json import MAX_DEPTH
+
+    assert MAX_DEPTH == 128
+    assert parse_provider_json(b"[" * 128 + b"]" * 128) is not None
+    assert parse_provider_json(b'{"a":' * 128 + b"1" + b"}" * 128) is not None
+    with pytest.raises(NestingError, match="more than 128 levels"):
+        parse_provider_json(b"[" * 129 + b"]" * 129)
+    with pytest.raises(NestingError, match="more than 128 levels"):
+        parse_provider_json(b'{"a":' * 129 + b"1" + b"}" * 129)

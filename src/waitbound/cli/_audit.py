@@ -67,7 +67,7 @@ def verify(  # noqa: PLR0917 - click passes every option
 
     A broken chain is one line on stdout: the operation, what is wrong (edited,
     deleted, inserted, reordered, truncated, head_mismatch; with an audit key also
-    unauthenticated or forged_head) and the first bad event. The store is opened
+    unauthenticated, forged_head or forged_record) and the first bad event. The store is opened
     read-only.
     """
     chosen = _one_or_all(operation_id, every, "verify")

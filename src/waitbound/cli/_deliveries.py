@@ -16,7 +16,7 @@ import click
 import waitbound
 from waitbound import OutboxEntry, OutboxStatus
 from waitbound._json import JSON
-from waitbound._urls import redact_url
+from waitbound._urls import origin_only
 from waitbound.cli._common import STORE_HELP, opened_store
 from waitbound.cli._params import STORED_TEXT, WholeRange
 from waitbound.cli._render import printable
@@ -47,12 +47,12 @@ def _when(value: datetime | None) -> str | None:
 
 
 def entry_json(entry: OutboxEntry) -> dict[str, JSON]:
-    """One entry as ``deliveries --json`` prints it (the target redacted, no payload)."""
+    """One entry as ``deliveries --json`` prints it (the target as its origin only, no payload)."""
     return {
         "delivery_id": entry.delivery_id,
         "operation_id": entry.operation_id,
         "channel": entry.channel.value,
-        "target": redact_url(entry.target) if entry.target is not None else None,
+        "target": origin_only(entry.target) if entry.target is not None else None,
         "status": entry.status.value,
         "attempts": entry.attempts,
         "created_at": entry.created_at.isoformat(),
@@ -71,7 +71,7 @@ def _row(entry: OutboxEntry) -> list[str]:
         entry.delivery_id,
         printable(entry.operation_id),
         entry.channel.value,
-        _cut(printable(redact_url(entry.target)), _TARGET_CHARS) if entry.target else "-",
+        _cut(printable(origin_only(entry.target)), _TARGET_CHARS) if entry.target else "-",
         entry.status.value,
         str(entry.attempts),
         entry.next_attempt_at.isoformat(timespec="seconds") if pending else "-",

@@ -81,7 +81,7 @@ def show(
     chain, finding = chain_status(record, events, key)
     if as_json:
         document: dict[str, JSON] = {
-            "record": record.to_json(),
+            "record": record.shown_json(),
             "outcome": record.to_outcome().as_json() if record.is_finished else None,
             "option_costs": [{"option": o, "cost": c} for o, c in option_costs(record)],
             "audit_chain": chain,

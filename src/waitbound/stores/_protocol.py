@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import json
+import logging
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from waitbound._audit import AuditEvent, StoredAuditEvent, head_is_authentic, head_mac, seal_all
+from waitbound._audit_record import asserted_digest
 from waitbound._errors import ConflictError, StoreError, UsageError
-from waitbound._json import JSON, canonical_json
+from waitbound._json import JSON
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
 from waitbound._record import Record
+from waitbound.stores._codec import brief, dump_json, load_json, to_text
 
 __all__ = [
     "DRIVABLE_PHASES",
@@ -20,6 +22,7 @@ __all__ = [
     "Store",
     "Write",
     "advance",
+    "audit_key_of",
     "audit_rows",
     "ClaimsByReservation",
     "claimed",
@@ -34,7 +37,10 @@ __all__ = [
     "is_free",
     "outcomes",
     "planned",
+    "readable",
 ]
+
+_log = logging.getLogger("waitbound.stores")
 
 Write = tuple[Record, Sequence[AuditEvent]]
 """One record write: the record (its ``version`` the one it was read at) and its events."""
@@ -163,7 +169,16 @@ class Store(Protocol):
         """Up to *limit* operations whose ``label`` starts with *label_prefix*, newest
         (by ``created_at``) first; an empty prefix lists every operation, labelled or not.
         With *open_only*, only those without an outcome.
+
+        A row that cannot be read back (a damaged record) is left out, with a warning
+        logged (``waitbound.stores``): one operation never fails a listing for everyone.
         """
+        ...
+
+    def heads(self) -> list[tuple[str, int, str]]:
+        """Every operation's ``(operation_id, audit_seq, audit_head)``, by id (code
+        point order), read from the typed columns only: a record that cannot be read
+        back is listed too (so ``waitbound audit verify --all`` reports it)."""
         ...
 
     # -- the push path (docs/webhooks.md) -------------------------------------------
@@ -273,6 +288,29 @@ AuditCursor = tuple[datetime, str, int]
 """A position in the audit events of many operations: (``at``, operation id, seq)."""
 
 
+def readable(
+    rows: Sequence[Any], decode: Callable[[Any], Record], operation_id: Callable[[Any], str]
+) -> list[Record]:
+    """The records of *rows* that *decode* can read; the others are logged and left out
+    (see :meth:`Store.recent`)."""
+    records = []
+    for row in rows:
+        try:
+            records.append(decode(row))
+        except StoreError as exc:
+            if isinstance(exc, UsageError):
+                raise
+            _log.warning("operation %r left out of a listing: %s", operation_id(row), exc)
+    return records
+
+
+def audit_key_of(store: object) -> bytes | None:
+    """The audit key a waitbound store was opened with (``None``: none, or a store of
+    another kind). For checks that must refuse a record the key proves forged."""
+    key = getattr(store, "_audit_key", None)
+    return key if isinstance(key, bytes) else None
+
+
 def cursor_of(stored: StoredAuditEvent) -> AuditCursor:
     """The position of *stored* (see :meth:`Store.audit_after`)."""
     return (stored.event.at, stored.operation_id, stored.seq)
@@ -285,35 +323,44 @@ def webhook_key(record: Record) -> tuple[str, str] | None:
     return (record.push.webhook, record.job_id)
 
 
-def delivery_of(row: Sequence[Any], instant: Callable[[Any], datetime]) -> InboundDelivery:
+def _same(text: Any) -> str:
+    return str(text)
+
+
+def delivery_of(
+    row: Sequence[Any], instant: Callable[[Any], datetime], text: Callable[[Any], str] = _same
+) -> InboundDelivery:
     """An ``inbox`` row (provider, webhook_id, received_at, job_id, event_type,
     authoritative, payload, operation_id, applied_at) as a delivery; *instant* reads the
-    store's stored instants."""
+    store's stored instants, *text* its provider texts (PostgreSQL: :func:`from_text`)."""
     provider, webhook_id, received_at, job_id, event_type, authoritative, payload, op, applied = row
     return InboundDelivery(
         provider=provider,
-        webhook_id=webhook_id,
+        webhook_id=text(webhook_id),
         received_at=instant(received_at),
-        job_id=job_id,
-        event_type=event_type,
+        job_id=None if job_id is None else text(job_id),
+        event_type=None if event_type is None else text(event_type),
         authoritative=bool(authoritative),
-        payload=json.loads(payload),
+        payload=load_json(payload),
         operation_id=op,
         applied_at=None if applied is None else instant(applied),
     )
 
 
-def outbox_entry_of(row: Sequence[Any], instant: Callable[[Any], datetime]) -> OutboxEntry:
+def outbox_entry_of(
+    row: Sequence[Any], instant: Callable[[Any], datetime], text: Callable[[Any], str] = _same
+) -> OutboxEntry:
     """An ``outbox`` row (delivery_id, operation_id, channel, target, payload, created_at,
     next_attempt_at, status, attempts, delivered_at, last_error, replay_of, lease_owner,
-    lease_expires_at) as an entry; *instant* reads the store's stored instants.
+    lease_expires_at) as an entry; *instant* reads the store's stored instants, *text*
+    its foreign texts (the target and the last error; PostgreSQL: :func:`from_text`).
 
     Raises:
         ValueError: the stored payload is not a JSON object.
     """
     delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at = row[:7]
     status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at = row[7:]
-    decoded = json.loads(payload)
+    decoded = load_json(payload)
     if not isinstance(decoded, dict):
         raise ValueError(f"outbox entry {delivery_id!r}: its payload is not a JSON object")
 
@@ -324,14 +371,14 @@ def outbox_entry_of(row: Sequence[Any], instant: Callable[[Any], datetime]) -> O
         delivery_id=delivery_id,
         operation_id=operation_id,
         channel=Channel(channel),
-        target=target,
+        target=None if target is None else text(target),
         payload=decoded,
         created_at=instant(created_at),
         next_attempt_at=instant(next_attempt_at),
         status=OutboxStatus(status),
         attempts=int(attempts),
         delivered_at=maybe(delivered_at),
-        last_error=last_error,
+        last_error=None if last_error is None else text(last_error),
         replay_of=replay_of,
         lease_owner=lease_owner,
         lease_expires_at=maybe(lease_expires_at),
@@ -339,13 +386,13 @@ def outbox_entry_of(row: Sequence[Any], instant: Callable[[Any], datetime]) -> O
 
 
 def encode_json(value: object) -> str:
-    """A push-path value (a payload) as stored text."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    """A push-path value (a payload) as stored text (see :func:`dump_json`)."""
+    return dump_json(value)
 
 
 def encode_record(record: Record) -> str:
     """Encode a record as the versioned JSON text stores keep."""
-    return canonical_json(record.to_json())
+    return dump_json(record.to_json())
 
 
 def decode_record(text: str) -> Record:
@@ -356,9 +403,9 @@ def decode_record(text: str) -> Record:
         StoreError: the stored text is not a record.
     """
     try:
-        data: JSON = json.loads(text)
+        data: JSON = load_json(text)
     except ValueError as exc:
-        raise StoreError(f"a stored record is not valid JSON ({exc})") from None
+        raise StoreError(f"a stored record is not valid JSON ({brief(exc)})") from None
     if not isinstance(data, dict):
         raise StoreError("a stored record is not a JSON object")
     try:
@@ -366,7 +413,7 @@ def decode_record(text: str) -> Record:
     except (TypeError, KeyError, ValueError, AssertionError) as exc:
         if isinstance(exc, StoreError):
             raise
-        raise StoreError(f"a stored record is damaged ({type(exc).__name__}: {exc})") from None
+        raise StoreError(f"a stored record is damaged ({brief(exc)})") from None
 
 
 DRIVABLE_PHASES = ("waiting", "fetching_result", "fetching_errors")
@@ -465,8 +512,8 @@ def audit_rows(
             s.seq,
             instant(s.event.at),
             s.event.kind,
-            s.event.summary,
-            json.dumps(dict(s.event.data), sort_keys=True),
+            to_text(s.event.summary),
+            dump_json(dict(s.event.data)),
             s.prev_hash,
             s.hash,
         )
@@ -482,8 +529,9 @@ def advance(
     The record carries the chain's head (``audit_seq``, ``audit_head``), written in the
     same transaction as the events, so removing the last events is detected too.
 
-    With *audit_key*, the head the write leaves is signed (``audit_mac``, see
-    :func:`waitbound._audit.head_mac`) when the head it extends is authentic: a new
+    With *audit_key*, the head the write leaves is signed (``audit_mac``, version 2:
+    the head and the record's asserted fields, see :func:`waitbound._audit.head_mac`
+    and :mod:`waitbound._audit_record`) when the head it extends is authentic: a new
     operation, or a head whose MAC verifies. A head without a valid MAC is never
     signed over (that would bless a rewrite): its ``audit_mac`` is kept as it was, so
     ``verify`` goes on reporting it. Without a key, a write that moves the head drops
@@ -501,7 +549,7 @@ def advance(
             audit_key, record.operation_id, record.audit_seq, record.audit_head, record.audit_mac
         )
         if extends_authentic:
-            mac = head_mac(audit_key, record.operation_id, seq, head)
+            mac = head_mac(audit_key, record.operation_id, seq, head, asserted_digest(record))
     elif sealed:
         mac = None
     stored = record.evolve(

@@ -23,7 +23,6 @@ miss simply encodes and writes.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -33,9 +32,10 @@ from typing import Any, Final
 
 from waitbound._clock import utc
 from waitbound._errors import SchemaVersionError, StoreError
-from waitbound._json import JSON, canonical_json
+from waitbound._json import JSON
 from waitbound._outcome import OutcomeKind
 from waitbound._record import FIELD_NAMES, RECORD_SCHEMA, Phase, Record, decode_fields, field_json
+from waitbound.stores._codec import brief, dump_json, load_json
 
 __all__ = [
     "COLD_FIELDS",
@@ -261,7 +261,7 @@ class RecordRows:
             else:
                 stored_text = str(text)
                 values = _cold_values(operation_id, stored_text)
-            poll = json.loads(row[-3])
+            poll = load_json(row[-3])
             record = Record(
                 operation_id=operation_id,
                 **dict(zip(COLD_FIELDS, values, strict=True)),  # type: ignore[arg-type]
@@ -272,8 +272,7 @@ class RecordRows:
             if isinstance(exc, StoreError):
                 raise
             raise StoreError(
-                f"operation {operation_id!r}: its stored record is damaged "
-                f"({type(exc).__name__}: {exc})"
+                f"operation {operation_id!r}: its stored record is damaged ({brief(exc)})"
             ) from None
         self._put(operation_id, _Cold(version, data_version, values, stored_text))
         return record
@@ -333,19 +332,19 @@ def _cold_text(record: Record) -> str:
     data: dict[str, JSON] = {"schema": RECORD_SCHEMA}
     for name in COLD_FIELDS:
         data[name] = field_json(record, name)
-    return canonical_json(data)
+    return dump_json(data)
 
 
 def _poll_text(record: Record) -> str:
-    return canonical_json({name: field_json(record, name) for name in POLL_FIELDS})
+    return dump_json({name: field_json(record, name) for name in POLL_FIELDS})
 
 
 def _cold_values(operation_id: str, text: str) -> tuple[object, ...]:
     try:
-        data = json.loads(text)
+        data = load_json(text)
     except ValueError as exc:
         raise StoreError(
-            f"operation {operation_id!r}: its stored record is not valid JSON ({exc})"
+            f"operation {operation_id!r}: its stored record is not valid JSON ({brief(exc)})"
         ) from None
     if not isinstance(data, dict):
         raise StoreError(f"operation {operation_id!r}: its stored record is not a JSON object")

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
-from waitbound._errors import ConflictError, UsageError
+from waitbound._errors import ConflictError, StoreError, UsageError
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Record
 from waitbound.stores._protocol import (
@@ -24,6 +24,7 @@ from waitbound.stores._protocol import (
     is_claimable,
     outcomes,
     planned,
+    readable,
     webhook_key,
 )
 
@@ -170,7 +171,8 @@ class MemoryStore(ClaimsByReservation):
     ) -> list[Record]:
         """See :meth:`Store.recent`."""
         with self._lock:
-            records = [decode_record(text) for _, text in self._records.values()]
+            rows = list(self._records.items())
+        records = readable(rows, lambda row: decode_record(row[1][1]), lambda row: row[0])
         records = [
             r
             for r in records
@@ -178,6 +180,20 @@ class MemoryStore(ClaimsByReservation):
         ]
         records.sort(key=lambda r: (r.created_at, r.operation_id), reverse=True)
         return records[:limit]
+
+    def heads(self) -> list[tuple[str, int, str]]:
+        """See :meth:`Store.heads`."""
+        with self._lock:
+            rows = list(self._records.items())
+        found = []
+        for operation_id, (_, text) in sorted(rows):
+            try:
+                record = decode_record(text)
+            except StoreError:
+                found.append((operation_id, 0, ""))
+                continue
+            found.append((operation_id, record.audit_seq, record.audit_head))
+        return found
 
     def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
         """See :meth:`Store.put_delivery`."""

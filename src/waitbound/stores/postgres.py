@@ -17,7 +17,6 @@ breaks the audit chain's hashes) and refuses ``\\u0000`` in a string outright.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +37,7 @@ from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Record
+from waitbound.stores._codec import dump_json, from_text, load_json, load_object, to_text
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
@@ -52,6 +52,7 @@ from waitbound.stores._protocol import (
     outbox_entry_of,
     outcomes,
     planned,
+    readable,
     webhook_key,
 )
 from waitbound.stores._rows import HOT_COLUMNS, ROW_COLUMNS, RecordRows, Row
@@ -161,7 +162,10 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         ADD COLUMN data_version integer NOT NULL DEFAULT 0;
     """,
     # 4: the inbox's sign-in sessions (waitbound.stores._sessions): only hashes of their
-    # secrets are kept.
+    # secrets are kept. And provider bytes the database cannot hold
+    # (waitbound.stores._codec): _rewrite_v4 re-encodes, in the same transaction, the JSON
+    # values holding a NUL or surrogate escape (they fail every ``->>`` over their table)
+    # and the text values starting with U+0010.
     """
     CREATE TABLE {schema}.sessions (
         session_id   text PRIMARY KEY,
@@ -315,6 +319,11 @@ _QUERIES: Final = {
     "recent": "SELECT " + _READ + ", data::text FROM {schema}.operations"
     " WHERE left(coalesce(data->>'label', ''), %s) = %s AND (outcome IS NULL OR NOT %s)"
     " ORDER BY created_at DESC, operation_id DESC LIMIT %s",
+    # every operation: no row's JSON is read by the server
+    "recent_all": "SELECT " + _READ + ", data::text FROM {schema}.operations"
+    " WHERE (outcome IS NULL OR NOT %s) ORDER BY created_at DESC, operation_id DESC LIMIT %s",
+    "heads": "SELECT operation_id, audit_seq, audit_head FROM {schema}.operations"
+    ' ORDER BY operation_id COLLATE "C"',
     "summary": "SELECT count(*) FILTER (WHERE outcome IS NULL),"
     " min(next_poll_at) FILTER (WHERE phase = ANY(%s)) FROM {schema}.operations",
     # -- the push path (ids are ordered and compared byte-wise, COLLATE "C", as the
@@ -680,11 +689,20 @@ class PostgresStore(ClaimsByReservation):
         self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
     ) -> list[Record]:
         """See :meth:`Store.recent`."""
+        args: tuple[object, ...]
+        if label_prefix:
+            query, args = "recent", (len(label_prefix), label_prefix, open_only, limit)
+        else:
+            query, args = "recent_all", (open_only, limit)
         with self._read() as conn:
-            rows = conn.execute(
-                self._sql["recent"], (len(label_prefix), label_prefix, open_only, limit)
-            ).fetchall()
-        return [self._rows.record(row) for row in rows]
+            rows = conn.execute(self._sql[query], args).fetchall()
+        return readable(rows, self._rows.record, lambda row: row[0])
+
+    def heads(self) -> list[tuple[str, int, str]]:
+        """See :meth:`Store.heads`."""
+        with self._read() as conn:
+            rows = conn.execute(self._sql["heads"]).fetchall()
+        return sorted((str(op), int(seq), str(head)) for op, seq, head in rows)
 
     def audit(self, operation_id: str) -> list[StoredAuditEvent]:
         """See :meth:`Store.audit`."""
@@ -708,7 +726,7 @@ class PostgresStore(ClaimsByReservation):
         lock, as :meth:`put_delivery` does, so a delivery stored at the same moment is
         either seen by the look-back or sees the registration: never neither.
         """
-        key = webhook_key(stored)
+        key = _text_key(webhook_key(stored))
         if key is not None:
             conn.execute(self._sql["push_lock"], (_job_lock_key(self.schema, *key),))
             conn.execute(self._sql["register"], (*key, stored.operation_id))
@@ -723,21 +741,23 @@ class PostgresStore(ClaimsByReservation):
     def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
         """See :meth:`Store.put_delivery` (one statement under the job's advisory lock)."""
         with self._transaction() as conn:
-            if delivery.job_id is not None:
-                lock = _job_lock_key(self.schema, delivery.provider, delivery.job_id)
+            job_id = None if delivery.job_id is None else to_text(delivery.job_id)
+            if job_id is not None:
+                lock = _job_lock_key(self.schema, delivery.provider, job_id)
                 conn.execute(self._sql["push_lock"], (lock,))
+            event_type = None if delivery.event_type is None else to_text(delivery.event_type)
             row = conn.execute(
                 self._sql["put_delivery"],
                 (
                     delivery.provider,
-                    delivery.webhook_id,
+                    to_text(delivery.webhook_id),
                     delivery.received_at,
-                    delivery.job_id,
-                    delivery.event_type,
+                    job_id,
+                    event_type,
                     delivery.authoritative,
                     encode_json(delivery.payload),
                     delivery.provider,
-                    delivery.job_id,
+                    job_id,
                     delivery.applied_at,
                 ),
             ).fetchone()
@@ -749,12 +769,12 @@ class PostgresStore(ClaimsByReservation):
         """See :meth:`Store.pending_deliveries`."""
         with self._read() as conn:
             rows = conn.execute(self._sql["pending_deliveries"], (limit,)).fetchall()
-        return [delivery_of(row, utc) for row in rows]
+        return [delivery_of(row, utc, from_text) for row in rows]
 
     def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> bool:
         """See :meth:`Store.mark_applied`."""
         with self._transaction() as conn:
-            cursor = conn.execute(self._sql["mark_applied"], (at, provider, webhook_id))
+            cursor = conn.execute(self._sql["mark_applied"], (at, provider, to_text(webhook_id)))
             return cursor.rowcount == 1
 
     def inbox(
@@ -765,7 +785,7 @@ class PostgresStore(ClaimsByReservation):
             rows = conn.execute(
                 self._sql["inbox"], (provider, provider, operation_id, operation_id, limit)
             ).fetchall()
-        return [delivery_of(row, utc) for row in rows]
+        return [delivery_of(row, utc, from_text) for row in rows]
 
     def claim_outbox(
         self,
@@ -791,7 +811,7 @@ class PostgresStore(ClaimsByReservation):
             query, args = "claim_outbox_of", (*args, now, now, operation_id)
         with self._transaction() as conn:
             rows = conn.execute(self._sql[query], (*args, limit, owner, until)).fetchall()
-        taken = [outbox_entry_of(row, utc) for row in rows]
+        taken = [outbox_entry_of(row, utc, from_text) for row in rows]
         return sorted(taken, key=lambda e: (e.next_attempt_at, e.delivery_id))
 
     def settle_outbox(self, entry: OutboxEntry) -> bool:
@@ -804,7 +824,7 @@ class PostgresStore(ClaimsByReservation):
                     entry.attempts,
                     entry.next_attempt_at,
                     entry.delivered_at,
-                    entry.last_error,
+                    None if entry.last_error is None else to_text(entry.last_error),
                     entry.delivery_id,
                     OutboxStatus.PENDING.value,
                     entry.lease_owner,
@@ -833,13 +853,13 @@ class PostgresStore(ClaimsByReservation):
             rows = conn.execute(
                 self._sql["outbox"], (operation_id, operation_id, wanted, wanted, limit)
             ).fetchall()
-        return [outbox_entry_of(row, utc) for row in rows]
+        return [outbox_entry_of(row, utc, from_text) for row in rows]
 
     def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
         """See :meth:`Store.get_outbox`."""
         with self._read() as conn:
             row = conn.execute(self._sql["get_outbox"], (delivery_id,)).fetchone()
-        return outbox_entry_of(row, utc) if row else None
+        return outbox_entry_of(row, utc, from_text) if row else None
 
     def audit_after(
         self, cursor: AuditCursor | None, *, label_prefix: str = "", limit: int = 500
@@ -950,6 +970,8 @@ def _apply(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> list[
         conn.execute(sql.SQL(script).format(schema=ident))
         if version == 3:
             _rewrite_v3(conn, schema, label)
+        if version == 4:
+            _rewrite_v4(conn, schema)
         conn.execute(
             sql.SQL(
                 "INSERT INTO {}.schema_migrations (version, applied_at) VALUES (%s, now())"
@@ -982,6 +1004,60 @@ def _rewrite_v3(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> 
         row = rows.row(record, replaces=0)
         op = record.operation_id
         conn.execute(update, (*row.hot, row.poll, row.data_version, row.data, op, record.version))
+
+
+_V4_JSON: Final = (
+    ("operations", "data"),
+    ("operations", "poll"),
+    ("audit_events", "data"),
+    ("inbox", "payload"),
+    ("outbox", "payload"),
+)
+_V4_TEXT: Final = (
+    ("audit_events", "summary"),
+    ("inbox", "webhook_id"),
+    ("inbox", "job_id"),
+    ("inbox", "event_type"),
+    ("webhook_jobs", "job_id"),
+    ("outbox", "target"),
+    ("outbox", "last_error"),
+)
+_UNHOLDABLE: Final = r"\\u(0000|[dD][89a-fA-F])"
+"""A JSON text's NUL or surrogate escape (or an escaped backslash before ``u0000``:
+re-encoding such a text changes nothing)."""
+
+
+def _rewrite_v4(conn: psycopg.Connection[TupleRow], schema: str) -> None:
+    """Re-encode the values schema 3 stored as written that schema 4 stores escaped
+    (see :mod:`waitbound.stores._codec`): each JSON value holding a NUL or surrogate
+    escape, and each provider text starting with U+0010. The values they decode to are
+    unchanged, so every audit chain verifies as before."""
+    for table, column in _V4_JSON:
+        rows = conn.execute(
+            sql.SQL("SELECT ctid, {column}::text FROM {table} WHERE {column}::text ~ %s").format(
+                column=sql.Identifier(column), table=sql.Identifier(schema, table)
+            ),
+            (_UNHOLDABLE,),
+        ).fetchall()
+        update = sql.SQL("UPDATE {table} SET {column} = %s::json WHERE ctid = %s").format(
+            column=sql.Identifier(column), table=sql.Identifier(schema, table)
+        )
+        for ctid, text in rows:
+            encoded = dump_json(load_json(text))
+            if encoded != text:
+                conn.execute(update, (encoded, ctid))
+    for table, column in _V4_TEXT:
+        rows = conn.execute(
+            sql.SQL("SELECT ctid, {column} FROM {table} WHERE left({column}, 1) = %s").format(
+                column=sql.Identifier(column), table=sql.Identifier(schema, table)
+            ),
+            ("\x10",),
+        ).fetchall()
+        update = sql.SQL("UPDATE {table} SET {column} = %s WHERE ctid = %s").format(
+            column=sql.Identifier(column), table=sql.Identifier(schema, table)
+        )
+        for ctid, text in rows:
+            conn.execute(update, (to_text(text), ctid))
 
 
 def _schema_version(conn: psycopg.Connection[TupleRow], schema: str) -> int:
@@ -1036,13 +1112,32 @@ def _failures(label: str, secrets: Sequence[str]) -> Iterator[None]:
     try:
         yield
     except psycopg.Error as exc:
-        raise StoreError(f"store {label}: {_scrub(str(exc), secrets)}") from None
+        raise StoreError(f"store {label}: {_reason(exc, secrets)}") from None
     except PoolTimeout as exc:
         raise StoreError(f"store {label}: {_scrub(str(exc), secrets)}") from None
     except (ValueError, TypeError, KeyError) as exc:
         if isinstance(exc, StoreError | UsageError):
             raise
-        raise StoreError(f"store {label}: a stored value is damaged ({exc})") from None
+        raise StoreError(
+            f"store {label}: a stored value is damaged ({type(exc).__name__})"
+        ) from None
+
+
+def _reason(exc: psycopg.Error, secrets: Sequence[str]) -> str:
+    """What a driver or server failure says, as one bounded line without a secret.
+
+    Only the server's primary message (and its SQLSTATE) is kept: its ``DETAIL`` and
+    ``CONTEXT`` lines quote the data of the rows involved, which may be another
+    operation's.
+    """
+    diag = exc.diag
+    primary = diag.message_primary if diag is not None else None
+    if primary:
+        text = primary if not diag.sqlstate else f"{primary} (SQLSTATE {diag.sqlstate})"
+    else:
+        text = str(exc)
+    line = _scrub(text, secrets)
+    return line if len(line) <= 300 else line[:299] + "…"
 
 
 def _conninfo(dsn: str, connect_timeout_s: float, label: str, secrets: Sequence[str]) -> str:
@@ -1100,20 +1195,25 @@ def _job_lock_key(schema: str, provider: str, job_id: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
 
 
+def _text_key(key: tuple[str, str] | None) -> tuple[str, str] | None:
+    """A (provider, job id) key with the job id as a ``text`` column holds it."""
+    return None if key is None else (key[0], to_text(key[1]))
+
+
 def _outbox_row(e: OutboxEntry) -> tuple[object, ...]:
     """An entry as the ``outbox`` columns' values, in :data:`_OUTBOX_FIELDS` order."""
     return (
         e.delivery_id,
         e.operation_id,
         e.channel.value,
-        e.target,
+        None if e.target is None else to_text(e.target),
         encode_json(e.payload),
         e.created_at,
         e.next_attempt_at,
         e.status.value,
         e.attempts,
         e.delivered_at,
-        e.last_error,
+        None if e.last_error is None else to_text(e.last_error),
         e.replay_of,
         e.lease_owner,
         e.lease_expires_at,
@@ -1128,7 +1228,7 @@ def _audit_event(operation_id: str, row: Any) -> StoredAuditEvent:
     return StoredAuditEvent(
         operation_id=operation_id,
         seq=int(seq),
-        event=AuditEvent(at=utc(at), kind=kind, summary=summary, data=json.loads(data)),
+        event=AuditEvent(at=utc(at), kind=kind, summary=from_text(summary), data=load_object(data)),
         prev_hash=prev_hash,
         hash=digest,
     )

@@ -14,12 +14,11 @@ since ``+`` sorts before ``.``), so SQL compares and orders them as text.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,6 +29,7 @@ from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Phase, Record
+from waitbound.stores._codec import brief, from_sqlite, from_text, load_object, to_sqlite
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
@@ -44,6 +44,7 @@ from waitbound.stores._protocol import (
     outbox_entry_of,
     outcomes,
     planned,
+    readable,
     webhook_key,
 )
 from waitbound.stores._rows import HOT_COLUMNS, ROW_COLUMNS, RecordRows, Row
@@ -235,7 +236,7 @@ class SQLiteStore(ClaimsByReservation):
             )
         try:
             if create:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                _create_private(self.path)
             self._db = sqlite3.connect(
                 _uri(self.path, create=create, read_only=read_only),
                 timeout=timeout_s,
@@ -404,7 +405,9 @@ class SQLiteStore(ClaimsByReservation):
         except (ValueError, TypeError, KeyError) as exc:
             if isinstance(exc, StoreError | UsageError):
                 raise
-            raise StoreError(f"store {self.path}: a stored value is damaged ({exc})") from None
+            raise StoreError(
+                f"store {self.path}: a stored value is damaged ({brief(exc)})"
+            ) from None
 
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.create`."""
@@ -597,18 +600,37 @@ class SQLiteStore(ClaimsByReservation):
         self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
     ) -> list[Record]:
         """See :meth:`Store.recent`."""
-        columns = "data" if self._legacy else ROW_COLUMNS
+        columns = "operation_id, data" if self._legacy else ROW_COLUMNS
+        labelled, label_args = _label_filter(label_prefix)  # none: no row's JSON is read
         with self._damage():
             rows = self._db.execute(
-                f"SELECT {columns} FROM operations"
-                " WHERE substr(coalesce(json_extract(data, '$.label'), ''), 1, ?) = ?"
-                " AND (outcome IS NULL OR NOT ?)"
+                f"SELECT {columns} FROM operations WHERE (outcome IS NULL OR NOT ?){labelled}"
                 " ORDER BY created_at DESC, operation_id DESC LIMIT ?",
-                (len(label_prefix), label_prefix, open_only, limit),
+                (open_only, *label_args, limit),
             ).fetchall()
             if self._legacy:
-                return [decode_record(text) for (text,) in rows]
-            return [self._rows.record(row) for row in rows]
+                return readable(rows, lambda row: decode_record(row[1]), lambda row: row[0])
+            return readable(rows, self._rows.record, lambda row: row[0])
+
+    def heads(self) -> list[tuple[str, int, str]]:
+        """See :meth:`Store.heads`."""
+        with self._damage():
+            if self._legacy:
+                found = []
+                for operation_id, text in self._db.execute(
+                    "SELECT operation_id, data FROM operations ORDER BY operation_id"
+                ).fetchall():
+                    try:
+                        record = decode_record(text)
+                    except StoreError:
+                        found.append((operation_id, 0, ""))
+                        continue
+                    found.append((operation_id, record.audit_seq, record.audit_head))
+                return found
+            rows = self._db.execute(
+                "SELECT operation_id, audit_seq, audit_head FROM operations ORDER BY operation_id"
+            ).fetchall()
+        return sorted((str(op), int(seq), str(head)) for op, seq, head in rows)
 
     # -- the push path ------------------------------------------------------------------
 
@@ -617,7 +639,7 @@ class SQLiteStore(ClaimsByReservation):
         with self._transaction() as db:
             row = db.execute(
                 "SELECT operation_id FROM webhook_jobs WHERE provider = ? AND job_id = ?",
-                (delivery.provider, delivery.job_id),
+                (delivery.provider, to_sqlite(delivery.job_id)),
             ).fetchone()
             matched: str | None = row[0] if row else None
             cursor = db.execute(
@@ -627,10 +649,10 @@ class SQLiteStore(ClaimsByReservation):
                 " ON CONFLICT (provider, webhook_id) DO NOTHING",
                 (
                     delivery.provider,
-                    delivery.webhook_id,
+                    to_sqlite(delivery.webhook_id),
                     _instant(delivery.received_at),
-                    delivery.job_id,
-                    delivery.event_type,
+                    to_sqlite(delivery.job_id),
+                    to_sqlite(delivery.event_type),
                     delivery.authoritative,
                     encode_json(delivery.payload),
                     matched,
@@ -650,7 +672,7 @@ class SQLiteStore(ClaimsByReservation):
                 " ORDER BY received_at, webhook_id LIMIT ?",
                 (limit,),
             ).fetchall()
-            return [delivery_of(row, _moment) for row in rows]
+            return [delivery_of(row, _moment, from_sqlite) for row in rows]
 
     def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> bool:
         """See :meth:`Store.mark_applied`."""
@@ -658,7 +680,7 @@ class SQLiteStore(ClaimsByReservation):
             cursor = db.execute(
                 "UPDATE inbox SET applied_at = ? WHERE provider = ? AND webhook_id = ?"
                 " AND applied_at IS NULL",
-                (_instant(at), provider, webhook_id),
+                (_instant(at), provider, to_sqlite(webhook_id)),
             )
             return cursor.rowcount == 1
 
@@ -673,7 +695,7 @@ class SQLiteStore(ClaimsByReservation):
                 " ORDER BY received_at DESC, webhook_id DESC, provider DESC LIMIT ?",
                 (*args, limit),
             ).fetchall()
-            return [delivery_of(row, _moment) for row in rows]
+            return [delivery_of(row, _moment, from_sqlite) for row in rows]
 
     def claim_outbox(
         self,
@@ -709,7 +731,11 @@ class SQLiteStore(ClaimsByReservation):
                 ),
             ).fetchall()
             taken = [
-                replace(outbox_entry_of(row, _moment), lease_owner=owner, lease_expires_at=until)
+                replace(
+                    outbox_entry_of(row, _moment, from_sqlite),
+                    lease_owner=owner,
+                    lease_expires_at=until,
+                )
                 for row in rows
             ]
             db.executemany(
@@ -730,7 +756,7 @@ class SQLiteStore(ClaimsByReservation):
                     entry.attempts,
                     _instant(entry.next_attempt_at),
                     _instant(entry.delivered_at),
-                    entry.last_error,
+                    to_sqlite(entry.last_error),
                     entry.delivery_id,
                     OutboxStatus.PENDING.value,
                     entry.lease_owner,
@@ -762,7 +788,7 @@ class SQLiteStore(ClaimsByReservation):
                 " ORDER BY created_at DESC, delivery_id DESC LIMIT ?",
                 (*args, limit),
             ).fetchall()
-            return [outbox_entry_of(row, _moment) for row in rows]
+            return [outbox_entry_of(row, _moment, from_sqlite) for row in rows]
 
     def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
         """See :meth:`Store.get_outbox`."""
@@ -770,7 +796,7 @@ class SQLiteStore(ClaimsByReservation):
             row = self._db.execute(
                 f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE delivery_id = ?", (delivery_id,)
             ).fetchone()
-            return outbox_entry_of(row, _moment) if row else None
+            return outbox_entry_of(row, _moment, from_sqlite) if row else None
 
     def audit_after(
         self, cursor: AuditCursor | None, *, label_prefix: str = "", limit: int = 500
@@ -834,6 +860,17 @@ def _instant(value: datetime | None) -> str | None:
     return utc(value).isoformat() if value is not None else None
 
 
+def _create_private(path: Path) -> None:
+    """Create a missing store file readable by its owner only (``0600``; a missing
+    folder ``0700``), before SQLite opens it: SQLite gives the ``-wal`` and ``-shm``
+    files it makes beside it the database file's mode, so they are ``0600`` too. An
+    existing file is left as it is."""
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 def _label_filter(label_prefix: str) -> tuple[str, tuple[object, ...]]:
     """The ``AND …`` clause (and its arguments) keeping operations whose label starts with
     *label_prefix*; nothing for the common, unfiltered look (it reads no record's JSON)."""
@@ -856,8 +893,9 @@ def _push_writes(db: sqlite3.Connection, stored: Record) -> None:
     A record that neither expects webhooks nor owes a completion (most records) costs
     no statement at all.
     """
-    key = webhook_key(stored)
-    if key is not None:
+    found = webhook_key(stored)
+    if found is not None:
+        key = (found[0], to_sqlite(found[1]))
         db.execute(
             "INSERT INTO webhook_jobs (provider, job_id, operation_id) VALUES (?, ?, ?)"
             " ON CONFLICT (provider, job_id) DO UPDATE SET operation_id = excluded.operation_id"
@@ -886,14 +924,14 @@ def _insert_outbox(db: sqlite3.Connection, entries: Sequence[OutboxEntry]) -> in
                 e.delivery_id,
                 e.operation_id,
                 e.channel.value,
-                e.target,
+                to_sqlite(e.target),
                 encode_json(e.payload),
                 _instant(e.created_at),
                 _instant(e.next_attempt_at),
                 e.status.value,
                 e.attempts,
                 _instant(e.delivered_at),
-                e.last_error,
+                to_sqlite(e.last_error),
                 e.replay_of,
                 e.lease_owner,
                 _instant(e.lease_expires_at),
@@ -949,7 +987,9 @@ def _audit_event(operation_id: str, row: Any) -> StoredAuditEvent:
     return StoredAuditEvent(
         operation_id=operation_id,
         seq=seq,
-        event=AuditEvent(at=_moment(at), kind=kind, summary=summary, data=json.loads(data)),
+        event=AuditEvent(
+            at=_moment(at), kind=kind, summary=from_text(summary), data=load_object(data)
+        ),
         prev_hash=prev_hash,
         hash=digest,
     )

@@ -79,7 +79,7 @@ def operation_document(
     else:
         chain = "intact, head authenticated" if key is not None else "intact"
     return {
-        "record": record.to_json(),
+        "record": record.shown_json(),
         "outcome": record.to_outcome().as_json() if record.is_finished else None,
         "option_costs": [{"option": o, "cost": c} for o, c in waitbound.option_costs(record)],
         "audit_chain": chain,

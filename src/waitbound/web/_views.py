@@ -24,7 +24,7 @@ from waitbound._outcome import OutcomeKind
 from waitbound._push import InboundDelivery, OutboxEntry
 from waitbound._record import Decision, Record, reported_counts
 from waitbound._story import event_details, printable, timestamp
-from waitbound._urls import redact_url
+from waitbound._urls import origin_only, redact_url
 
 __all__ = [
     "OUTCOME_TONES",
@@ -422,14 +422,10 @@ def _answer(record: Record) -> tuple[tuple[str, str], ...]:
 
 def notify_target(url: str) -> str:
     """Where a completion goes, as shown: its scheme and authority only
-    (``https://hooks.example/…``). A chat tool's incoming-webhook URL carries its
-    secret in the path, so neither path nor query is shown."""
-    shown = redact_url(url)
-    scheme, sep, rest = shown.partition("//")
-    if not sep:
-        return "(a URL)"
-    authority, _, path = rest.partition("/")
-    return f"{scheme}//{authority}" + ("/…" if path else "")
+    (``https://hooks.example/…``, :func:`waitbound._urls.origin_only`). A chat tool's
+    incoming-webhook URL carries its secret in the path, so neither path nor query is
+    shown."""
+    return origin_only(url)
 
 
 def _deliveries(
