@@ -175,6 +175,29 @@ def test_waitbound_sessions_revoke_ends_a_session_in_a_sqlite_store(tmp_path: Pa
         store.close()
 
 
+def test_waitbound_sessions_all_lists_the_ended_ones_without_the_list_word(
+    tmp_path: Path, capsys
+):
+    """`waitbound sessions --all` lists revoked sessions too, as `sessions list --all` does."""
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    try:
+        sessions = Sessions(store)
+        session, _ = sessions.issue("ann", role="decider", via="token ann")
+        assert run(["sessions", "revoke", "--all", "--store", str(path)]) == 0
+        capsys.readouterr()
+        assert run(["sessions", "--all", "--store", str(path)]) == 0
+        short = capsys.readouterr().out
+        assert run(["sessions", "list", "--all", "--store", str(path)]) == 0
+        assert short == capsys.readouterr().out
+        assert session.row.shown_id in short
+        assert "revoked" in short
+        assert run(["sessions", "--all", "revoke", "--store", str(path)]) == 2
+        assert "write it after" in capsys.readouterr().err
+    finally:
+        store.close()
+
+
 # --- origin ----------------------------------------------------------------------------
 
 
