@@ -56,6 +56,12 @@ class WholeRange(click.IntRange):
                 self.fail(str(exc), param, ctx)
         return super().convert(cast("int", value), param, ctx)
 
+    def _describe_range(self) -> str:
+        """Nothing for an unbounded range (click would print ``x<=None``)."""
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
+
 
 class NumberRange(click.FloatRange):
     """A decimal number within bounds, read by :func:`waitbound._numbers.parse_number`:
@@ -71,6 +77,12 @@ class NumberRange(click.FloatRange):
             except ValueError as exc:
                 self.fail(str(exc), param, ctx)
         return super().convert(cast("float", value), param, ctx)
+
+    def _describe_range(self) -> str:
+        """Nothing for an unbounded range (click would print ``x<=None``)."""
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
 
 
 def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
