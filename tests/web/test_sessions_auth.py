@@ -154,6 +154,21 @@ def test_an_admin_lists_and_revokes_sessions_over_http(named):
     assert vic.get("/", follow_redirects=False).status_code == 303
 
 
+def test_the_revoke_endpoints_answer_the_sessions_as_revoked(named):
+    """POST /sessions/ID/revoke and /sessions/revoke-all answer each session with its
+    revoked_at set (the moment of the revoke), as `waitbound sessions revoke` prints it."""
+    ann, vic = SessionClient(named.app), SessionClient(named.app)
+    sign_in(ann, ANN)
+    sign_in(vic, VIC)
+    admin = {"Authorization": f"Bearer {ROOT}"}
+    listed = named.client.get("/sessions", headers=admin).json()["sessions"]
+    ann_id = next(s["id"] for s in listed if s["who"] == "ann")
+    one = named.client.post(f"/sessions/{ann_id}/revoke", headers=admin).json()["revoked"]
+    rest = named.client.post("/sessions/revoke-all", headers=admin).json()["revoked"]
+    assert [s["who"] for s in one + rest] == ["ann", "vic"]
+    assert all(s["revoked_at"] is not None for s in one + rest)
+
+
 def test_waitbound_sessions_revoke_ends_a_session_in_a_sqlite_store(tmp_path: Path, capsys):
     """The CLI lists the sessions of the store and revokes one by its id; its cookie is
     then refused by the service reading the same store."""
