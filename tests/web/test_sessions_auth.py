@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.datastructures import Headers
 
 from tests.web.test_pages import TOKEN, Inbox, SessionClient, base_of_location, csrf_of
 from waitbound import SQLiteStore, UsageError
 from waitbound.cli import run
 from waitbound.stores._sessions import sessions_of
-from waitbound.web._auth import TrustedProxy
+from waitbound.web._auth import TrustedProxy, cross_origin
 from waitbound.web._config import ServeConfig, load_serve_config
 from waitbound.web._session import SESSION_COOKIE, Sessions, digest
 from waitbound.web._tokens import Holder, allows, match_token, parse_tokens
@@ -190,9 +191,7 @@ def test_waitbound_sessions_revoke_ends_a_session_in_a_sqlite_store(tmp_path: Pa
         store.close()
 
 
-def test_waitbound_sessions_all_lists_the_ended_ones_without_the_list_word(
-    tmp_path: Path, capsys
-):
+def test_waitbound_sessions_all_lists_the_ended_ones_without_the_list_word(tmp_path: Path, capsys):
     """`waitbound sessions --all` lists revoked sessions too, as `sessions list --all` does."""
     path = tmp_path / "s.db"
     store = SQLiteStore(path)
@@ -214,6 +213,26 @@ def test_waitbound_sessions_all_lists_the_ended_ones_without_the_list_word(
 
 
 # --- origin ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "origin", "refused"),
+    [
+        ("inbox.example.com", "https://inbox.example.com", False),
+        ("inbox.example.com", "https://inbox.example.com:8443", True),
+        ("inbox.example.com:443", "https://inbox.example.com", False),
+        ("127.0.0.1:8765", "http://127.0.0.1:8765", False),
+        ("127.0.0.1:8765", "http://127.0.0.1:9999", True),
+        ("127.0.0.1:8765", "http://127.0.0.1", True),
+    ],
+)
+def test_an_origin_behind_a_tls_ending_proxy_is_compared_by_the_browsers_scheme(
+    host: str, origin: str, refused: bool
+):
+    """A Host without a port has the default port of the Origin's scheme: the https
+    page of a proxy that ends TLS is this service's own, another port is not."""
+    found = cross_origin(Headers({"host": host, "origin": origin}), "http")
+    assert (found is not None) is refused, found
 
 
 @pytest.mark.parametrize(
