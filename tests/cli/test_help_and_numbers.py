@@ -205,3 +205,13 @@ def test_the_memory_store_is_refused_where_it_makes_the_command_meaningless(
     line = _refusal(capsys, *words)
     assert "memory store" in line
     assert says in line
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_a_zero_lease_is_refused_naming_the_flag(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--lease 0` is one line naming --lease (not the internal field lease_s)."""
+    line = _refusal(capsys, command, "--lease", "0")
+    assert "'--lease'" in line
+    assert "lease_s" not in line

@@ -98,12 +98,12 @@ def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 def positive_duration(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> float | None:
-    """Like :func:`duration`, and the duration must be more than zero (0 would allow a
-    tight loop)."""
+    """Like :func:`duration`, and the duration must be more than zero (a zero delay floor
+    would allow a tight loop; a zero lease would cover no request)."""
     seconds = duration(ctx, param, value)
     if seconds is not None and not seconds > 0:
         raise click.BadParameter(
-            f"{value!r} must be more than 0 (a zero floor would allow a tight loop)",
+            f"{value!r} must be more than 0",
             ctx=ctx,
             param=param,
         )
