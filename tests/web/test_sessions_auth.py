@@ -8,14 +8,17 @@ only from its addresses."""
 from __future__ import annotations
 
 import ipaddress
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpx
 import pytest
+from httpx_sse import connect_sse
 from starlette.datastructures import Headers
 
 from tests.web.test_pages import TOKEN, Inbox, SessionClient, base_of_location, csrf_of
-from waitbound import SQLiteStore, UsageError
+from waitbound import MemoryStore, SQLiteStore, UsageError
 from waitbound.cli import run
 from waitbound.stores._sessions import sessions_of
 from waitbound.web._auth import TrustedProxy, cross_origin
@@ -168,6 +171,40 @@ def test_the_revoke_endpoints_answer_the_sessions_as_revoked(named):
     rest = named.client.post("/sessions/revoke-all", headers=admin).json()["revoked"]
     assert [s["who"] for s in one + rest] == ["ann", "vic"]
     assert all(s["revoked_at"] is not None for s in one + rest)
+
+
+@pytest.mark.parametrize("path", ["/events", "/operations/op-1/events"])
+def test_a_stream_a_session_holds_open_ends_once_the_session_is_revoked(named, path):
+    """An event stream a signed-in session opened — one that would not end by itself
+    (all operations; an operation with a decision open) — ends once the session is
+    revoked: a revoked cookie is not a standing subscription."""
+    named.escalate("op-1")
+    ann = SessionClient(named.app)
+    sign_in(ann, ANN)
+    stopping = named.app.state.service.stopping
+    guard = threading.Timer(60, stopping.set)  # ends the stream only if the fix is missing
+    guard.start()
+    try:
+        with connect_sse(cast(httpx.Client, ann), "GET", path) as source:
+            assert source.response.status_code == 200
+            messages = source.iter_sse()
+            next(messages)
+            sessions_of(named.store).revoke_sessions(at=named.clock.now())
+            for _ in messages:
+                pass
+    finally:
+        guard.cancel()
+    assert not stopping.is_set()
+
+
+def test_a_bearer_or_proxy_stream_has_no_session_to_recheck():
+    """Only a session's stream is rechecked: a bearer request has nothing to revoke."""
+    from starlette.requests import Request
+
+    from waitbound.web._app import session_still_open
+
+    request = Request({"type": "http", "method": "GET", "path": "/events", "headers": []})
+    assert session_still_open(request, Sessions(MemoryStore()), 0.25) is None
 
 
 def test_waitbound_sessions_revoke_ends_a_session_in_a_sqlite_store(tmp_path: Path, capsys):
