@@ -262,6 +262,25 @@ def test_cancel_no_wait_sends_the_cancel_records_the_answer_and_exits_4(tmp_path
     assert kinds[-1] == "cancel_answered"
 
 
+def test_cancel_that_stops_prints_each_open_options_cost(tmp_path: Path) -> None:
+    """A cancel the provider refuses stops the wait: its options print with their costs."""
+    scenario = {"id": "c", "endpoints": {"status": [RUNNING], "cancel": [{"code": 409}]}}
+    profile = tmp_path / "p.json"
+    table = {"state": "status", "pending": ["running"], "cancel": {"always": True}}
+    profile.write_text(json.dumps(table))
+    store = tmp_path / "s.db"
+    with Simulator(parse_scenario(scenario)) as sim:
+        _detached(tmp_path, f"{sim.base_url}/status", store, "op-c", "--profile", str(profile),
+                  "--cancel-url", f"{sim.base_url}/cancel")  # fmt: skip
+        done = run_cli(tmp_path, "cancel", "op-c", "--store", str(store))
+        again = run_cli(tmp_path, "show", "op-c", "--json", "--store", str(store))
+    assert done.returncode == 3, done.stderr
+    costs = json.loads(again.stdout)["option_costs"]
+    assert costs
+    for entry in costs:
+        assert f"{entry['option']:<24} {entry['cost']}" in done.stdout
+
+
 def test_profiles_and_db_upgrade_print_json(tmp_path: Path) -> None:
     """`profiles --json` lists names and descriptions; `db upgrade --json` its result."""
     listed = json.loads(run_cli(tmp_path, "profiles", "--json").stdout)

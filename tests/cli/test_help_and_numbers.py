@@ -68,6 +68,16 @@ def test_every_option_of_every_command_has_help_text() -> None:
     assert missing == []
 
 
+def test_no_flags_help_shows_a_range_bound_of_none() -> None:
+    """An unbounded number flag's help states no range: never click's ``[x<=None]``."""
+    shown = [
+        f"{name} {option.opts[0]}: {extra['range']}"
+        for name, command, option in _options()
+        if "None" in (extra := option.get_help_extra(click.Context(command))).get("range", "")
+    ]
+    assert shown == []
+
+
 def test_every_number_flag_is_read_by_the_strict_parser() -> None:
     """A flag that takes a number is a WholeRange or NumberRange (never click's INT or
     FLOAT, which read 1_0 as 10 and take nan and inf)."""
@@ -195,3 +205,13 @@ def test_the_memory_store_is_refused_where_it_makes_the_command_meaningless(
     line = _refusal(capsys, *words)
     assert "memory store" in line
     assert says in line
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_a_zero_lease_is_refused_naming_the_flag(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--lease 0` is one line naming --lease (not the internal field lease_s)."""
+    line = _refusal(capsys, command, "--lease", "0")
+    assert "'--lease'" in line
+    assert "lease_s" not in line

@@ -167,6 +167,20 @@ def test_a_sign_in_with_too_many_fields_is_400(no_spool):
     assert b"fields" in answer
 
 
+@pytest.mark.parametrize("text", [b"token=%ff%fe&name=ann", b"token=\xff&name=ann"])
+def test_a_form_that_is_not_utf8_even_inside_a_percent_escape_is_400(no_spool, text):
+    """Bytes that are not UTF-8, raw or %-escaped (``%ff``): 400, never read as U+FFFD
+    (a decision's reason would otherwise be kept in the audit log as replacement marks)."""
+    body = Body(text, len(text))
+    headers = {
+        "content-type": "application/x-www-form-urlencoded",
+        "content-length": str(len(text)),
+    }
+    status, answer = call("/sign-in", headers, body)
+    assert status == 400
+    assert b"UTF-8" in answer
+
+
 def test_a_decision_form_over_its_cap_is_413_for_a_bearer_script(no_spool):
     """The decision form is capped too, for a caller holding the token: 413 unread."""
     body = Body(b"a" * 65536, 10 * MIB)

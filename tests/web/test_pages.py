@@ -364,6 +364,18 @@ def test_one_operation_unknown_is_a_404_page_and_a_live_story_fragment(inbox):
     assert "story-event" not in after
 
 
+def test_the_minutes_fields_own_minimum_is_no_shorter_than_the_shortest_grant(inbox):
+    """The browser's own check of ``minutes`` (``min``) lets through nothing the server
+    refuses as below the 1-second grant."""
+    from waitbound._options import MIN_GRANT_S
+
+    inbox.escalate("op-1")
+    html = inbox.client.get("/operation/op-1?option=extend", headers=AUTH).text
+    found = re.search(r'name="minutes"[^>]*\bmin="([0-9.]+)"', html)
+    assert found is not None
+    assert float(found.group(1)) * 60 >= MIN_GRANT_S
+
+
 def test_choosing_an_option_opens_its_form(inbox):
     """``?option=extend`` (what an option's button asks for) shows the form with
     ``why`` (required), ``minutes``, ``checks`` and the submit button; an option not

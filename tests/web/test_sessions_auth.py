@@ -8,16 +8,20 @@ only from its addresses."""
 from __future__ import annotations
 
 import ipaddress
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpx
 import pytest
+from httpx_sse import connect_sse
+from starlette.datastructures import Headers
 
 from tests.web.test_pages import TOKEN, Inbox, SessionClient, base_of_location, csrf_of
-from waitbound import SQLiteStore, UsageError
+from waitbound import MemoryStore, SQLiteStore, UsageError
 from waitbound.cli import run
 from waitbound.stores._sessions import sessions_of
-from waitbound.web._auth import TrustedProxy
+from waitbound.web._auth import TrustedProxy, cross_origin
 from waitbound.web._config import ServeConfig, load_serve_config
 from waitbound.web._session import SESSION_COOKIE, Sessions, digest
 from waitbound.web._tokens import Holder, allows, match_token, parse_tokens
@@ -154,6 +158,55 @@ def test_an_admin_lists_and_revokes_sessions_over_http(named):
     assert vic.get("/", follow_redirects=False).status_code == 303
 
 
+def test_the_revoke_endpoints_answer_the_sessions_as_revoked(named):
+    """POST /sessions/ID/revoke and /sessions/revoke-all answer each session with its
+    revoked_at set (the moment of the revoke), as `waitbound sessions revoke` prints it."""
+    ann, vic = SessionClient(named.app), SessionClient(named.app)
+    sign_in(ann, ANN)
+    sign_in(vic, VIC)
+    admin = {"Authorization": f"Bearer {ROOT}"}
+    listed = named.client.get("/sessions", headers=admin).json()["sessions"]
+    ann_id = next(s["id"] for s in listed if s["who"] == "ann")
+    one = named.client.post(f"/sessions/{ann_id}/revoke", headers=admin).json()["revoked"]
+    rest = named.client.post("/sessions/revoke-all", headers=admin).json()["revoked"]
+    assert [s["who"] for s in one + rest] == ["ann", "vic"]
+    assert all(s["revoked_at"] is not None for s in one + rest)
+
+
+@pytest.mark.parametrize("path", ["/events", "/operations/op-1/events"])
+def test_a_stream_a_session_holds_open_ends_once_the_session_is_revoked(named, path):
+    """An event stream a signed-in session opened — one that would not end by itself
+    (all operations; an operation with a decision open) — ends once the session is
+    revoked: a revoked cookie is not a standing subscription."""
+    named.escalate("op-1")
+    ann = SessionClient(named.app)
+    sign_in(ann, ANN)
+    stopping = named.app.state.service.stopping
+    guard = threading.Timer(60, stopping.set)  # ends the stream only if the fix is missing
+    guard.start()
+    try:
+        with connect_sse(cast(httpx.Client, ann), "GET", path) as source:
+            assert source.response.status_code == 200
+            messages = source.iter_sse()
+            next(messages)
+            sessions_of(named.store).revoke_sessions(at=named.clock.now())
+            for _ in messages:
+                pass
+    finally:
+        guard.cancel()
+    assert not stopping.is_set()
+
+
+def test_a_bearer_or_proxy_stream_has_no_session_to_recheck():
+    """Only a session's stream is rechecked: a bearer request has nothing to revoke."""
+    from starlette.requests import Request
+
+    from waitbound.web._app import session_still_open
+
+    request = Request({"type": "http", "method": "GET", "path": "/events", "headers": []})
+    assert session_still_open(request, Sessions(MemoryStore()), 0.25) is None
+
+
 def test_waitbound_sessions_revoke_ends_a_session_in_a_sqlite_store(tmp_path: Path, capsys):
     """The CLI lists the sessions of the store and revokes one by its id; its cookie is
     then refused by the service reading the same store."""
@@ -175,7 +228,48 @@ def test_waitbound_sessions_revoke_ends_a_session_in_a_sqlite_store(tmp_path: Pa
         store.close()
 
 
+def test_waitbound_sessions_all_lists_the_ended_ones_without_the_list_word(tmp_path: Path, capsys):
+    """`waitbound sessions --all` lists revoked sessions too, as `sessions list --all` does."""
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    try:
+        sessions = Sessions(store)
+        session, _ = sessions.issue("ann", role="decider", via="token ann")
+        assert run(["sessions", "revoke", "--all", "--store", str(path)]) == 0
+        capsys.readouterr()
+        assert run(["sessions", "--all", "--store", str(path)]) == 0
+        short = capsys.readouterr().out
+        assert run(["sessions", "list", "--all", "--store", str(path)]) == 0
+        assert short == capsys.readouterr().out
+        assert session.row.shown_id in short
+        assert "revoked" in short
+        assert run(["sessions", "--all", "revoke", "--store", str(path)]) == 2
+        assert "write it after" in capsys.readouterr().err
+    finally:
+        store.close()
+
+
 # --- origin ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "origin", "refused"),
+    [
+        ("inbox.example.com", "https://inbox.example.com", False),
+        ("inbox.example.com", "https://inbox.example.com:8443", True),
+        ("inbox.example.com:443", "https://inbox.example.com", False),
+        ("127.0.0.1:8765", "http://127.0.0.1:8765", False),
+        ("127.0.0.1:8765", "http://127.0.0.1:9999", True),
+        ("127.0.0.1:8765", "http://127.0.0.1", True),
+    ],
+)
+def test_an_origin_behind_a_tls_ending_proxy_is_compared_by_the_browsers_scheme(
+    host: str, origin: str, refused: bool
+):
+    """A Host without a port has the default port of the Origin's scheme: the https
+    page of a proxy that ends TLS is this service's own, another port is not."""
+    found = cross_origin(Headers({"host": host, "origin": origin}), "http")
+    assert (found is not None) is refused, found
 
 
 @pytest.mark.parametrize(

@@ -152,6 +152,23 @@ def test_watch_with_a_garbage_token_file_is_exit_2(
     assert "does not hold one bearer token" in err
 
 
+def test_watch_given_a_file_of_named_tokens_says_to_give_ones_own_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`watch --token-file` of serve's named tokens: one line asking for one's own token,
+    never advice to delete the file (watch never makes one) and never a token quoted."""
+    path = tmp_path / "tokens"
+    secret = "Zp0cAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    path.write_text(f"ann decider {secret}\n")
+    code = run(["watch", "op-1", "--token-file", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "only your own token" in err
+    assert "delete" not in err
+    assert secret not in err
+
+
 @pytest.mark.parametrize(
     ("host", "loopback"),
     [

@@ -56,6 +56,12 @@ class WholeRange(click.IntRange):
                 self.fail(str(exc), param, ctx)
         return super().convert(cast("int", value), param, ctx)
 
+    def _describe_range(self) -> str:
+        """Nothing for an unbounded range (click would print ``x<=None``)."""
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
+
 
 class NumberRange(click.FloatRange):
     """A decimal number within bounds, read by :func:`waitbound._numbers.parse_number`:
@@ -72,6 +78,12 @@ class NumberRange(click.FloatRange):
                 self.fail(str(exc), param, ctx)
         return super().convert(cast("float", value), param, ctx)
 
+    def _describe_range(self) -> str:
+        """Nothing for an unbounded range (click would print ``x<=None``)."""
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
+
 
 def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     """A click callback that turns a duration option into seconds (``None`` stays ``None``)."""
@@ -86,12 +98,12 @@ def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 def positive_duration(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> float | None:
-    """Like :func:`duration`, and the duration must be more than zero (0 would allow a
-    tight loop)."""
+    """Like :func:`duration`, and the duration must be more than zero (a zero delay floor
+    would allow a tight loop; a zero lease would cover no request)."""
     seconds = duration(ctx, param, value)
     if seconds is not None and not seconds > 0:
         raise click.BadParameter(
-            f"{value!r} must be more than 0 (a zero floor would allow a tight loop)",
+            f"{value!r} must be more than 0",
             ctx=ctx,
             param=param,
         )

@@ -103,7 +103,8 @@ def read_token(path: Path) -> str:
     if not _TOKEN.fullmatch(token) or len(token) < _MIN_TOKEN_CHARS:
         raise UsageError(
             f"token file {path} does not hold one bearer token (at least {_MIN_TOKEN_CHARS} "
-            "of A-Z a-z 0-9 - . _ ~ + /, on one line); delete it to have a new one made"
+            "of A-Z a-z 0-9 - . _ ~ + /, on one line): give a file holding only your own "
+            "token, not a file of named tokens"
         )
     return token
 

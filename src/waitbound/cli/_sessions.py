@@ -52,16 +52,27 @@ def _print(rows: list[SessionRow], as_json: bool, now: datetime, empty: str) -> 
 
 @click.group(invoke_without_command=True)
 @click.option("--store", help=STORE_HELP)
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Listing (no subcommand): also the revoked and expired ones.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of sessions.")
 @click.pass_context
-def sessions(ctx: click.Context, store: str | None, as_json: bool) -> None:
+def sessions(ctx: click.Context, store: str | None, everything: bool, as_json: bool) -> None:
     """List (the default) or revoke the inbox's sign-in sessions kept in the store.
 
     A revoked session's cookie is refused at its next request. Exit codes: 0 done; 2
     a usage error (no such session, an id too short); 5 the store failed.
     """
     if ctx.invoked_subcommand is None:
-        ctx.invoke(list_command, store=store, as_json=as_json)
+        ctx.invoke(list_command, store=store, everything=everything, as_json=as_json)
+    elif everything:
+        raise UsageError(
+            f"--all before '{ctx.invoked_subcommand}' means nothing: "
+            f"write it after, 'waitbound sessions {ctx.invoked_subcommand} --all'"
+        )
 
 
 @sessions.command("list")

@@ -448,10 +448,10 @@ def cancel_command(  # noqa: PLR0917 - click passes every option
         if no_wait and event.kind == "cancel_answered":
             raise _CancelAnswered
 
-    def act(opened: Store) -> Outcome:
+    def act(opened: Store) -> tuple[Outcome, Record | None]:
         sink.attach(opened, operation_id)
         try:
-            return waitbound.cancel(
+            outcome = waitbound.cancel(
                 operation_id,
                 reason=reason,
                 requested_by=requested_by,
@@ -463,9 +463,10 @@ def cancel_command(  # noqa: PLR0917 - click passes every option
         except _CancelAnswered:
             record = opened.get(operation_id)
             assert record is not None, "a canceled operation stays in the store"
-            return record.to_outcome()
+            return record.to_outcome(), record
+        return outcome, opened.get(operation_id)
 
-    outcome = drive(
+    outcome, record = drive(
         operation_id,
         store,
         act,
@@ -473,4 +474,4 @@ def cancel_command(  # noqa: PLR0917 - click passes every option
         header_names=header_names(sent),
         progress=sink,
     )
-    return print_outcome(outcome, as_json)
+    return print_outcome(outcome, as_json, option_costs(record))

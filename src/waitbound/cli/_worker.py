@@ -26,7 +26,13 @@ from waitbound.cli._common import (
     store_failed,
 )
 from waitbound.cli._credentials import OriginCredentials, from_flags, load_credentials
-from waitbound.cli._params import DURATION_HELP, STORED_TEXT, NumberRange, WholeRange, duration
+from waitbound.cli._params import (
+    DURATION_HELP,
+    STORED_TEXT,
+    NumberRange,
+    WholeRange,
+    positive_duration,
+)
 from waitbound.cli._render import worker_summary_lines
 
 __all__ = ["DRIVE_OPTIONS", "WORKER_IN_MEMORY", "worker"]
@@ -58,7 +64,7 @@ DRIVE_OPTIONS = options(
     ),
     click.option(
         "--lease",
-        callback=duration,
+        callback=positive_duration,
         default="30s",
         show_default=True,
         metavar="DURATION",

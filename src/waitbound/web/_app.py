@@ -33,6 +33,7 @@ from waitbound.stores._protocol import AuditCursor
 from waitbound.web._auth import BearerAuth, is_page, is_public
 from waitbound.web._budget import BudgetGuard, ConnectionBudget
 from waitbound.web._events import (
+    Allowed,
     many_events,
     operation_events,
     parse_many_id,
@@ -43,7 +44,7 @@ from waitbound.web._inbound import receive_webhook
 from waitbound.web._pages import page_routes, problem_page
 from waitbound.web._security import SECURITY_HEADERS, SecurityHeaders
 from waitbound.web._service import Service
-from waitbound.web._session import Sessions
+from waitbound.web._session import Sessions, principal_of
 from waitbound.web._sessions_api import session_routes
 
 __all__ = ["DEFAULT_PING_S", "DEFAULT_POLL_S", "create_app", "operation_document", "problem"]
@@ -54,6 +55,9 @@ DEFAULT_POLL_S: Final = 0.25
 """How often an open stream looks at the store (seconds)."""
 DEFAULT_PING_S: Final = 15.0
 """How often an open stream sends a comment line, so proxies keep it open (seconds)."""
+SESSION_RECHECK_S: Final = 1.0
+"""How often a stream held open by a signed-in session checks that the session is still
+open (seconds): a revoked or expired session's stream ends within about this long."""
 
 
 def problem(status: int, error: str, detail: str, **headers: str) -> JSONResponse:
@@ -131,8 +135,33 @@ def _operation_endpoint(key: bytes | None) -> Callable[[Request], object]:
     return operation
 
 
+def session_still_open(request: Request, sessions: Sessions, poll_s: float) -> Allowed | None:
+    """For a stream a signed-in session opened: a check, asked at each look, that the
+    session is still open (read from the store about every :data:`SESSION_RECHECK_S`);
+    ``None`` for a bearer token's or a proxy user's stream (nothing to end)."""
+    principal = principal_of(request.scope)
+    session = principal.session if principal is not None else None
+    if session is None:
+        return None
+    every = max(1, round(SESSION_RECHECK_S / poll_s))
+    looks = 0
+
+    async def allowed() -> bool:
+        nonlocal looks
+        looks += 1
+        if looks % every:
+            return True
+        try:
+            return await anyio.to_thread.run_sync(sessions.still_open, session)
+        except Exception as exc:  # the store failed: end the stream, the client resumes
+            _LOG.warning("a stream's session check failed: %s", type(exc).__name__)
+            return False
+
+    return allowed
+
+
 def _stream_endpoints(
-    poll_s: float, ping_s: float
+    poll_s: float, ping_s: float, sessions: Sessions
 ) -> tuple[Callable[[Request], object], Callable[[Request], object]]:
     async def one(request: Request) -> Response:
         """``GET /operations/{operation_id}/events``: the operation's audit events."""
@@ -153,6 +182,7 @@ def _stream_endpoints(
             after_seq=after,
             poll_s=poll_s,
             stopping=service.stopping,
+            allowed=session_still_open(request, sessions, poll_s),
         )
         return EventSourceResponse(stream, ping=ping_s)
 
@@ -178,6 +208,7 @@ def _stream_endpoints(
             after=after,
             poll_s=poll_s,
             stopping=service.stopping,
+            allowed=session_still_open(request, sessions, poll_s),
         )
         return EventSourceResponse(stream, ping=ping_s)
 
@@ -261,8 +292,8 @@ def create_app(
     Returns:
         The Starlette application (serve it with uvicorn; see ``waitbound.web._run``).
     """
-    one, many = _stream_endpoints(poll_s, ping_s)
     sessions = sessions or Sessions(service.store, clock=service.clock)
+    one, many = _stream_endpoints(poll_s, ping_s, sessions)
     app = Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),

@@ -158,7 +158,9 @@ def cross_origin(headers: Headers, scheme: str) -> str | None:
     if origin is None:
         return None
     parts = urlsplit(origin.strip())
-    own = _host_port(headers.get("host", ""), scheme)
+    # A Host without a port means the default of the scheme the browser used (the
+    # Origin's): behind a proxy that ends TLS, this service itself sees plain http.
+    own = _host_port(headers.get("host", ""), parts.scheme or scheme)
     if parts.scheme not in _DEFAULT_PORTS or own is None:
         return "the request's Origin is not this service's"
     theirs = _host_port(parts.netloc, parts.scheme)

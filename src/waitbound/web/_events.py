@@ -17,7 +17,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -31,7 +31,11 @@ from waitbound._record import Record
 from waitbound.stores import Store
 from waitbound.stores._protocol import AuditCursor, cursor_of
 
+Allowed = Callable[[], Awaitable[bool]]
+"""Whether a stream's reader may still read it (asked at every look; ``False`` ends it)."""
+
 __all__ = [
+    "Allowed",
     "END_EVENT",
     "LOOK_BACK_S",
     "event_data",
@@ -155,13 +159,15 @@ async def operation_events(
     after_seq: int = 0,
     poll_s: float = 0.25,
     stopping: threading.Event | None = None,
+    allowed: Allowed | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """Stream one operation's audit events after *after_seq*, in seq order, then ``end``.
 
     The record is read before its events, so once a final record's head was sent,
     every event up to the outcome was: ``end`` follows them. The stream also ends
-    (without ``end``) when the service stops, the operation is gone, or the store
-    fails; the client resumes with ``Last-Event-ID``.
+    (without ``end``) when the service stops, the operation is gone, the store
+    fails, or *allowed* says the reader may no longer read it (a session revoked or
+    expired); the client resumes with ``Last-Event-ID``.
 
     Args:
         store: where the operation lives.
@@ -169,9 +175,12 @@ async def operation_events(
         after_seq: the last seq the client has (``Last-Event-ID``; 0: none).
         poll_s: seconds between looks at the store.
         stopping: set when the service shuts down.
+        allowed: asked before each look; ``False`` ends the stream (``None``: always).
     """
     sent = after_seq
     while stopping is None or not stopping.is_set():
+        if allowed is not None and not await allowed():
+            return
         try:
             record, events = await anyio.to_thread.run_sync(
                 _read_operation, store, operation_id, sent
@@ -211,6 +220,7 @@ async def many_events(
     poll_s: float = 0.25,
     look_back_s: float = LOOK_BACK_S,
     stopping: threading.Event | None = None,
+    allowed: Allowed | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """Stream the audit events of every operation whose label starts with
     *label_prefix*, in (``at``, operation id, seq) order, after *after*.
@@ -231,12 +241,15 @@ async def many_events(
         poll_s: seconds between looks at the store.
         look_back_s: seconds of ``at`` read again at each look.
         stopping: set when the service shuts down.
+        allowed: asked before each look; ``False`` ends the stream (``None``: always).
     """
     floor = after
     newest = after
     recent: set[AuditCursor] = set()
     window = timedelta(seconds=look_back_s)
     while stopping is None or not stopping.is_set():
+        if allowed is not None and not await allowed():
+            return
         start = floor
         if newest is not None and recent:
             back: AuditCursor = (_before(newest[0], window), "", 0)

@@ -78,6 +78,7 @@ async def read_form(request: Request, max_bytes: int) -> dict[str, str]:
             body.decode("utf-8"),
             keep_blank_values=True,
             max_num_fields=MAX_FORM_FIELDS,
+            errors="strict",  # a %-escape that is not UTF-8 (%ff) too, not U+FFFD
         )
     except (UnicodeDecodeError, ValueError):
         raise FormRefused(

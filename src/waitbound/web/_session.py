@@ -249,6 +249,12 @@ class Sessions:
             self.store.touch_session(row.session_id, now)
         return Session(row=row, csrf=_csrf(value), base=base_of(path_key))
 
+    def still_open(self, session: Session) -> bool:
+        """Whether *session* is still open now (neither revoked nor expired): one store
+        read, for a stream it holds open."""
+        row = self.store.get_session(session.row.session_id)
+        return row is not None and row.is_open(self.clock.now())
+
     def revoke(self, session: Session) -> None:
         """End *session* now (sign-out): its cookie is refused from then on."""
         self.store.revoke_sessions(at=self.clock.now(), shown_id=session.row.session_id)

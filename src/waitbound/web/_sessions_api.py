@@ -14,6 +14,7 @@ A SESSION is ``{"id", "who", "role", "via", "created_at", "last_seen_at",
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import anyio.to_thread
 from starlette.requests import Request
@@ -55,11 +56,10 @@ def session_routes(sessions: Sessions) -> list[BaseRoute]:
     async def revoke(request: Request) -> Response:
         """``POST /sessions/{id}/revoke``."""
         shown = str(request.path_params["session_id"])
+        now = sessions.clock.now()
         try:
             rows = await anyio.to_thread.run_sync(
-                functools.partial(
-                    sessions.store.revoke_sessions, at=sessions.clock.now(), shown_id=shown
-                )
+                functools.partial(sessions.store.revoke_sessions, at=now, shown_id=shown)
             )
         except UsageError as exc:
             return JSONResponse({"error": "bad_session_id", "detail": str(exc)}, status_code=400)
@@ -68,14 +68,15 @@ def session_routes(sessions: Sessions) -> list[BaseRoute]:
                 {"error": "not_found", "detail": f"no open session {shown[:64]!r}"},
                 status_code=404,
             )
-        return JSONResponse({"revoked": [session_json(row) for row in rows]})
+        return JSONResponse({"revoked": [session_json(replace(r, revoked_at=now)) for r in rows]})
 
     async def revoke_all(request: Request) -> Response:
         """``POST /sessions/revoke-all``."""
+        now = sessions.clock.now()
         rows = await anyio.to_thread.run_sync(
-            functools.partial(sessions.store.revoke_sessions, at=sessions.clock.now())
+            functools.partial(sessions.store.revoke_sessions, at=now)
         )
-        return JSONResponse({"revoked": [session_json(row) for row in rows]})
+        return JSONResponse({"revoked": [session_json(replace(r, revoked_at=now)) for r in rows]})
 
     return [
         Route("/sessions", listing, methods=["GET"]),
