@@ -40,6 +40,7 @@ from waitbound.web._events import (
     parse_seq,
     parse_time,
 )
+from waitbound.web._hosts import HostGuard
 from waitbound.web._inbound import receive_webhook
 from waitbound.web._pages import page_routes, problem_page
 from waitbound.web._security import SECURITY_HEADERS, SecurityHeaders
@@ -272,6 +273,7 @@ def create_app(
     public: Callable[[str], bool] = is_public,
     sessions: Sessions | None = None,
     budget: ConnectionBudget | None = None,
+    hosts: frozenset[str] | None = None,
 ) -> Starlette:
     """The application of ``waitbound serve`` over *service* (``app.state.service``).
 
@@ -288,6 +290,8 @@ def create_app(
             clock).
         budget: the connection budget (the reserve, the stream cap; default: no limit
             but the default stream cap); see ``waitbound.web._budget``.
+        hosts: the ``Host`` names answered (``None``: any); any other is ``400
+            unknown_host`` before anything else (``waitbound.web._hosts``).
 
     Returns:
         The Starlette application (serve it with uvicorn; see ``waitbound.web._run``).
@@ -307,6 +311,7 @@ def create_app(
         ],
         middleware=[
             Middleware(SecurityHeaders),
+            *([Middleware(HostGuard, hosts=hosts)] if hosts is not None else []),
             Middleware(
                 BearerAuth,
                 holders=service.holders,

@@ -35,6 +35,7 @@ from waitbound._webhooks import (
 )
 from waitbound.profiles import builtin_names, builtin_profile
 from waitbound.web._auth import TrustedProxy
+from waitbound.web._hosts import host_name
 from waitbound.web._tokens import DECIDER, ROLES
 
 __all__ = [
@@ -92,6 +93,9 @@ class ServeConfig:
     notify_secret: str | None = field(default=None, repr=False)
     proxy: TrustedProxy | None = None
     """``[auth]``: the authenticating proxy whose user header is believed (``None``: none)."""
+    allowed_hosts: tuple[str, ...] = ()
+    """``[auth] allowed_hosts``: host names served beside the listener's own (the public
+    name a reverse proxy passes on; see ``waitbound.web._hosts``)."""
     inbox_retention_s: float | None = DEFAULT_INBOX_RETENTION_DAYS * 86400.0
     """``[inbox] retention_days`` in seconds: deliveries done with are deleted once older
     (``None``: kept forever, ``retention_days = 0``)."""
@@ -131,7 +135,7 @@ MAX_BODY_BYTES_RANGE: Final = (1024, 32 * 1024 * 1024)
 _TOP_KEYS: Final = frozenset(("webhooks", "notify", "auth", "inbox"))
 INBOX_RETENTION_DAYS_RANGE: Final = (0, 3650)
 """``[inbox] retention_days`` bounds, inclusive (0: keep forever)."""
-AUTH_KEYS: Final = frozenset(("trusted_proxies", "user_header", "proxy_role"))
+AUTH_KEYS: Final = frozenset(("trusted_proxies", "user_header", "proxy_role", "allowed_hosts"))
 """The keys of the ``[auth]`` table."""
 _HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
 _ENV_ONLY: Final = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
@@ -181,6 +185,7 @@ def _parse(data: Mapping[str, Any], env: Mapping[str, str]) -> ServeConfig:
             raise UsageError("notify.secret is required (a whsec_ secret)")
         notify_secret = _secret(notify["secret"], "notify.secret", Scheme.STANDARD, env)
     proxy = _proxy(data["auth"]) if "auth" in data else None
+    hosts = _allowed_hosts(data["auth"]) if "auth" in data else ()
     raw = [s for t in webhooks.values() for s in t.get("secrets", [])]
     if isinstance(data.get("notify"), dict):
         raw.append(data["notify"].get("secret"))
@@ -189,6 +194,7 @@ def _parse(data: Mapping[str, Any], env: Mapping[str, str]) -> ServeConfig:
         receivers=receivers,
         notify_secret=notify_secret,
         proxy=proxy,
+        allowed_hosts=hosts,
         literal_secrets=literal,
         inbox_retention_s=_retention(data["inbox"]) if "inbox" in data else _DEFAULT_RETENTION_S,
     )
@@ -210,6 +216,20 @@ def _retention(table: object) -> float | None:
             "(0: keep every delivery)"
         )
     return None if days == 0 else float(days) * 86400.0
+
+
+def _allowed_hosts(table: object) -> tuple[str, ...]:
+    """``[auth] allowed_hosts``: a list of host names (no scheme, path or port)."""
+    raw = table.get("allowed_hosts", []) if isinstance(table, dict) else []
+    if not isinstance(raw, list) or not all(isinstance(h, str) for h in raw):
+        raise UsageError("auth.allowed_hosts must be a list of host names")
+    for index, text in enumerate(raw):
+        if host_name(text) != text.strip().lower().rstrip(".") or not text.strip():
+            raise UsageError(
+                f"auth.allowed_hosts[{index}] is not a host name (e.g. inbox.example.com; "
+                "no scheme, port or path)"
+            )
+    return tuple(text.strip().lower() for text in raw)
 
 
 def _proxy(table: object) -> TrustedProxy | None:

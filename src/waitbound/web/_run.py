@@ -42,6 +42,7 @@ from waitbound.stores._sessions import sessions_of
 from waitbound.transports import HttpSettings
 from waitbound.web._app import DEFAULT_PING_S, DEFAULT_POLL_S, create_app
 from waitbound.web._budget import ConnectionBudget, reserve_of
+from waitbound.web._hosts import allowed_hosts
 from waitbound.web._protocol import (
     KEEP_ALIVE_S,
     MAX_HEAD_BYTES,
@@ -241,7 +242,14 @@ async def serve(
     budget = ConnectionBudget(
         general=general, max_streams=max(1, min(limits.max_streams, cap // 2))
     )
-    app = create_app(service, poll_s=poll_s, ping_s=ping_s, audit_key=audit_key, budget=budget)
+    app = create_app(
+        service,
+        poll_s=poll_s,
+        ping_s=ping_s,
+        audit_key=audit_key,
+        budget=budget,
+        hosts=allowed_hosts(host, service.config.allowed_hosts),
+    )
     sock = listen(host, port)
     url = url_of(sock)
     config = uvicorn.Config(
