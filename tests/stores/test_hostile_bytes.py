@@ -362,14 +362,15 @@ def test_db_upgrade_to_4_repairs_a_postgres_store_schema_3_poisoned(
     over them failed) and a job id starting with U+0010: `db upgrade` applies 4, after
     which the labelled listing works, every value reads back as schema 3 stored it, and
     every chain still verifies with its key."""
-    from waitbound.stores import _protocol, _rows, postgres
+    from waitbound.stores import _postgres_schema, _protocol, _rows, postgres
 
     key = b"k" * 32
     nul: dict[str, Any] = {"text": "x\u0000y", "list": ["\u0000"], "\u0000key": 1}
     dle = "\x10job"
     with pg.fresh_schema(upgraded=False) as schema:
         with monkeypatch.context() as release_3:
-            release_3.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:3])
+            release_3.setattr(_postgres_schema, "MIGRATIONS", postgres.MIGRATIONS[:3])
+            release_3.setattr(_postgres_schema, "SCHEMA_VERSION", 3)
             release_3.setattr(postgres, "SCHEMA_VERSION", 3)
             for module in (_rows, _protocol):
                 release_3.setattr(module, "dump_json", _as_schema_3_wrote)

@@ -40,6 +40,7 @@ from waitbound.stores._protocol import advance, audit_rows, encode_record
 try:
     import psycopg
 
+    from waitbound.stores import _postgres_schema as postgres_schema
     from waitbound.stores import postgres
 except ImportError:  # pragma: no cover - the test extra installs psycopg
     if os.environ.get("CI"):
@@ -112,7 +113,8 @@ def test_opening_an_older_schema_is_refused_until_upgraded(
 ) -> None:
     """A release with one more migration refuses the current schema; upgrade applies it."""
     extra = "CREATE TABLE {schema}.extra (id integer PRIMARY KEY)"
-    monkeypatch.setattr(postgres, "MIGRATIONS", (*postgres.MIGRATIONS, extra))
+    monkeypatch.setattr(postgres_schema, "MIGRATIONS", (*postgres.MIGRATIONS, extra))
+    monkeypatch.setattr(postgres_schema, "SCHEMA_VERSION", LATEST + 1)
     monkeypatch.setattr(postgres, "SCHEMA_VERSION", LATEST + 1)
     with pytest.raises(
         StoreError, match=rf"schema version {LATEST} is older than this waitbound's {LATEST + 1}"
@@ -241,7 +243,7 @@ def test_concurrent_upgrades_apply_each_version_once(
     """Four upgrades at once: one applies, the others wait on the advisory lock, then find
     nothing to do."""
     slow = (postgres.MIGRATIONS[0] + "; SELECT pg_sleep(0.5)",)  # hold the lock a while
-    monkeypatch.setattr(postgres, "MIGRATIONS", slow)
+    monkeypatch.setattr(postgres_schema, "MIGRATIONS", slow)
     start = threading.Barrier(4)
     results: list[list[int]] = []
     failures: list[BaseException] = []
@@ -268,7 +270,7 @@ def test_a_failing_migration_changes_nothing(
 ) -> None:
     """A migration that fails rolls back the whole upgrade: no schema, no version row."""
     broken = (postgres.MIGRATIONS[0] + "; SELECT * FROM no_such_table",)
-    monkeypatch.setattr(postgres, "MIGRATIONS", broken)
+    monkeypatch.setattr(postgres_schema, "MIGRATIONS", broken)
     with pytest.raises(StoreError, match="no_such_table") as caught:
         postgres.upgrade(dsn, schema=bare_schema)
     _one_line(caught.value)
@@ -505,7 +507,7 @@ def test_a_version_1_schema_upgrades_to_the_push_path(
     is refused until upgraded; the upgrade applies [2, 3, 4], and the record and its log
     read as before."""
     with monkeypatch.context() as previous_release:
-        previous_release.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:1])
+        previous_release.setattr(postgres_schema, "MIGRATIONS", postgres.MIGRATIONS[:1])
         previous_release.setattr(postgres, "SCHEMA_VERSION", 1)
         assert postgres.upgrade(dsn, schema=bare_schema) == [1]
     created, sealed = advance(make_record(job_id="job-42"), events("created", "reserved"))

@@ -46,7 +46,9 @@ def test_a_listener_opened_to_the_network_checks_only_when_names_are_configured(
     """--allow-remote on 0.0.0.0 without allowed_hosts answers any name (as before);
     with them, only those and its own address."""
     assert allowed_hosts("0.0.0.0") is None
-    assert allowed_hosts("0.0.0.0", ["inbox.example.com"]) == {"0.0.0.0", "inbox.example.com"}
+    assert allowed_hosts("0.0.0.0", ["inbox.example.com"]) == frozenset(
+        {"0.0.0.0", "inbox.example.com"}
+    )
 
 
 @pytest.mark.parametrize("bad", ["https://inbox.example.com", "inbox.example.com:443", "a/b", ""])

@@ -17,27 +17,42 @@ breaks the audit chain's hashes) and refuses ``\\u0000`` in a string outright.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Final
-from urllib.parse import unquote
 
 import anyio
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
-from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
+from waitbound._errors import ConflictError, StoreError, UsageError
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Record
-from waitbound.stores._codec import dump_json, from_text, load_json, load_object, to_text
+from waitbound.stores._codec import from_text, load_object, to_text
+from waitbound.stores._postgres_conn import (
+    connection_info,
+    dsn_secrets,
+    failures,
+    redact_dsn,
+)
+from waitbound.stores._postgres_schema import (
+    DEFAULT_SCHEMA,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    SET_HOT,
+    apply_migrations,
+    checked_schema,
+    newer_schema,
+    schema_version,
+    upgrade,
+    where,
+)
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
@@ -46,7 +61,6 @@ from waitbound.stores._protocol import (
     Write,
     advance,
     audit_rows,
-    decode_record,
     delivery_of,
     encode_json,
     outbox_entry_of,
@@ -65,135 +79,6 @@ __all__ = [
     "redact_dsn",
     "upgrade",
 ]
-
-DEFAULT_SCHEMA: Final = "waitbound"
-
-MIGRATIONS: Final[tuple[str, ...]] = (
-    # 1: operations and their audit log.
-    """
-    CREATE TABLE {schema}.operations (
-        operation_id     text PRIMARY KEY,
-        version          integer NOT NULL,
-        phase            text NOT NULL,
-        outcome          text,
-        next_poll_at     timestamptz NOT NULL,
-        lease_owner      text,
-        lease_expires_at timestamptz,
-        created_at       timestamptz NOT NULL,
-        data             json NOT NULL
-    );
-    CREATE INDEX operations_due ON {schema}.operations (phase, next_poll_at);
-    CREATE TABLE {schema}.audit_events (
-        operation_id text NOT NULL REFERENCES {schema}.operations (operation_id),
-        seq          integer NOT NULL,
-        at           timestamptz NOT NULL,
-        kind         text NOT NULL,
-        summary      text NOT NULL,
-        data         json NOT NULL,
-        prev_hash    text NOT NULL,
-        hash         text NOT NULL,
-        PRIMARY KEY (operation_id, seq)
-    );
-    """,
-    # 2: the push path: which operation a provider's job is, the inbox, the outbox;
-    # audit events in (at, operation, seq) order for GET /events (ids in byte order).
-    """
-    CREATE TABLE {schema}.webhook_jobs (
-        provider     text NOT NULL,
-        job_id       text NOT NULL,
-        operation_id text NOT NULL,
-        PRIMARY KEY (provider, job_id)
-    );
-    CREATE TABLE {schema}.inbox (
-        provider      text NOT NULL,
-        webhook_id    text NOT NULL,
-        received_at   timestamptz NOT NULL,
-        job_id        text,
-        event_type    text,
-        authoritative boolean NOT NULL,
-        payload       json NOT NULL,
-        operation_id  text,
-        applied_at    timestamptz,
-        PRIMARY KEY (provider, webhook_id)
-    );
-    CREATE INDEX inbox_pending ON {schema}.inbox (received_at, webhook_id COLLATE "C")
-        WHERE operation_id IS NOT NULL AND applied_at IS NULL;
-    CREATE INDEX inbox_unmatched ON {schema}.inbox (provider, job_id)
-        WHERE operation_id IS NULL;
-    CREATE TABLE {schema}.outbox (
-        delivery_id      text PRIMARY KEY,
-        operation_id     text NOT NULL,
-        channel          text NOT NULL,
-        target           text,
-        payload          json NOT NULL,
-        created_at       timestamptz NOT NULL,
-        next_attempt_at  timestamptz NOT NULL,
-        status           text NOT NULL,
-        attempts         integer NOT NULL,
-        delivered_at     timestamptz,
-        last_error       text,
-        replay_of        text,
-        lease_owner      text,
-        lease_expires_at timestamptz
-    );
-    CREATE INDEX outbox_due ON {schema}.outbox (status, next_attempt_at);
-    CREATE INDEX outbox_operation ON {schema}.outbox (operation_id, status, next_attempt_at);
-    CREATE INDEX audit_events_at
-        ON {schema}.audit_events (at, operation_id COLLATE "C", seq);
-    """,
-    # 3: the record split (waitbound.stores._rows): hot fields as typed columns, what an
-    # answer changes as the small ``poll`` JSON, the cold rest in ``data`` (every row is
-    # rewritten from its whole-record JSON by _rewrite_v3, in the same transaction).
-    """
-    ALTER TABLE {schema}.operations
-        ADD COLUMN in_flight text,
-        ADD COLUMN submit_attempts integer NOT NULL DEFAULT 0,
-        ADD COLUMN status_requests_used integer NOT NULL DEFAULT 0,
-        ADD COLUMN result_requests_used integer NOT NULL DEFAULT 0,
-        ADD COLUMN cancel_requests_used integer NOT NULL DEFAULT 0,
-        ADD COLUMN confirm_requests_used integer NOT NULL DEFAULT 0,
-        ADD COLUMN transport_failures_used integer NOT NULL DEFAULT 0,
-        ADD COLUMN rate_limited_used integer NOT NULL DEFAULT 0,
-        ADD COLUMN attempt integer NOT NULL DEFAULT 0,
-        ADD COLUMN audit_seq integer NOT NULL DEFAULT 0,
-        ADD COLUMN audit_head text NOT NULL DEFAULT '',
-        ADD COLUMN audit_mac text,
-        ADD COLUMN poll json NOT NULL DEFAULT '{{}}',
-        ADD COLUMN data_version integer NOT NULL DEFAULT 0;
-    """,
-    # 4: the inbox's sign-in sessions (waitbound.stores._sessions): only hashes of their
-    # secrets are kept. And provider bytes the database cannot hold
-    # (waitbound.stores._codec): _rewrite_v4 re-encodes, in the same transaction, the JSON
-    # values holding a NUL or surrogate escape (they fail every ``->>`` over their table)
-    # and the text values starting with U+0010.
-    """
-    CREATE TABLE {schema}.sessions (
-        session_id   text PRIMARY KEY,
-        path_hash    text NOT NULL,
-        who          text NOT NULL,
-        role         text NOT NULL,
-        via          text NOT NULL,
-        created_at   timestamptz NOT NULL,
-        last_seen_at timestamptz NOT NULL,
-        expires_at   timestamptz NOT NULL,
-        revoked_at   timestamptz
-    );
-    CREATE INDEX sessions_expiry ON {schema}.sessions (expires_at);
-    """,
-)
-"""The schema, one SQL script per version (``{schema}`` is the quoted schema name).
-Version N is ``MIGRATIONS[N - 1]``; a released script is never edited, only appended to."""
-
-SCHEMA_VERSION: Final = len(MIGRATIONS)
-"""The schema version this waitbound reads and writes."""
-
-_SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_URI: Final = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://)(?P<rest>[^?#]*)", re.IGNORECASE)
-_PASSWORD_PARAM: Final = re.compile(
-    r"(?P<key>\bpassword\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|[^\s&]*)", re.IGNORECASE
-)
-
-_QUOTED: Final = re.compile(r'"[^"]*"')
 
 
 def _audit_after_queries() -> dict[str, str]:
@@ -252,7 +137,6 @@ NOTIFY_CHANNEL: Final = "waitbound_wakeup"
 
 _READ: Final = ROW_COLUMNS.replace(", poll,", ", poll::text,").removesuffix(", data")
 """The row's columns as :meth:`RecordRows.record` reads them, but ``data``."""
-_SET_HOT: Final = ", ".join(f"{column} = %s" for column in HOT_COLUMNS)
 
 
 def _write_query(*, data: bool) -> str:
@@ -266,7 +150,7 @@ def _write_query(*, data: bool) -> str:
         "WITH before AS (SELECT next_poll_at, phase FROM {schema}.operations"
         " WHERE operation_id = %s),"
         " updated AS (UPDATE {schema}.operations SET "
-        + _SET_HOT
+        + SET_HOT
         + ", poll = %s::json, data_version = %s"
         + cold
         + " WHERE operation_id = %s AND version = %s RETURNING 1),"
@@ -409,21 +293,21 @@ class PostgresStore(ClaimsByReservation):
                 f"pool sizes must satisfy 0 <= min_size <= max_size and max_size >= 1; "
                 f"got min_size={min_size}, max_size={max_size}"
             )
-        self.schema = _checked_schema(schema)
+        self.schema = checked_schema(schema)
         self.label = redact_dsn(dsn)
         """The DSN with its password replaced by ``***``, for messages."""
-        self._secrets = _secrets(dsn)
-        conninfo = _conninfo(dsn, connect_timeout_s, self.label, self._secrets)
-        with _failures(self.label, self._secrets), psycopg.connect(conninfo) as conn:
-            found = _schema_version(conn, self.schema)
+        self._secrets = dsn_secrets(dsn)
+        conninfo = connection_info(dsn, connect_timeout_s, self.label, self._secrets)
+        with failures(self.label, self._secrets), psycopg.connect(conninfo) as conn:
+            found = schema_version(conn, self.schema)
         if found > SCHEMA_VERSION:
-            raise _newer(self.label, self.schema, found)
+            raise newer_schema(self.label, self.schema, found)
         if found < SCHEMA_VERSION:
             hint = f"waitbound db upgrade --store {self.label}"
             if self.schema != DEFAULT_SCHEMA:
                 hint += f" --schema {self.schema}"
             raise StoreError(
-                f"store {_where(self.label, self.schema)}: schema version {found} is older than "
+                f"store {where(self.label, self.schema)}: schema version {found} is older than "
                 f"this waitbound's {SCHEMA_VERSION}; run `{hint}`"
             )
         ident = sql.Identifier(self.schema)
@@ -443,7 +327,7 @@ class PostgresStore(ClaimsByReservation):
         self._conninfo = conninfo
         self._listener: psycopg.AsyncConnection[TupleRow] | None = None
         try:
-            with _failures(self.label, self._secrets):
+            with failures(self.label, self._secrets):
                 self._pool.open(wait=True, timeout=max(connect_timeout_s, 1.0))
         except BaseException:
             self._pool.close()
@@ -453,7 +337,7 @@ class PostgresStore(ClaimsByReservation):
     def _transaction(self) -> Iterator[psycopg.Connection[TupleRow]]:
         """One pooled connection, one transaction: committed on success, else rolled back."""
         with (
-            _failures(self.label, self._secrets),
+            failures(self.label, self._secrets),
             self._pool.connection() as conn,
             conn.transaction(),
         ):
@@ -463,7 +347,7 @@ class PostgresStore(ClaimsByReservation):
     def _read(self) -> Iterator[psycopg.Connection[TupleRow]]:
         """One pooled connection for ONE statement, in autocommit (no ``BEGIN`` and
         ``COMMIT`` round trips): a single statement is atomic and sees one snapshot."""
-        with _failures(self.label, self._secrets), self._pool.connection() as conn:
+        with failures(self.label, self._secrets), self._pool.connection() as conn:
             yield conn
 
     def upgrade(self) -> list[int]:
@@ -473,7 +357,7 @@ class PostgresStore(ClaimsByReservation):
         process changed the schema since; it exists so both durable stores answer it.
         """
         with self._transaction() as conn:
-            return _apply(conn, self.schema, self.label)
+            return apply_migrations(conn, self.schema, self.label)
 
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.create`."""
@@ -922,270 +806,6 @@ class PostgresStore(ClaimsByReservation):
         """Close the pool and its connections (the listening one included)."""
         self._drop_listener()
         self._pool.close()
-
-
-def upgrade(
-    dsn: str, *, schema: str = DEFAULT_SCHEMA, connect_timeout_s: float = 10.0
-) -> list[int]:
-    """Bring the store's schema to :data:`SCHEMA_VERSION`; return the versions applied.
-
-    Creates the schema when it is missing. Every pending migration and its row in
-    ``schema_migrations`` is applied in ONE transaction under a transaction-scoped
-    advisory lock (``pg_advisory_xact_lock``), so a second upgrade running at the same
-    time waits for the first, then finds nothing to do and returns ``[]``.
-
-    Raises:
-        StoreError: the server cannot be reached or refused a statement (nothing is
-            changed: the transaction is rolled back).
-        SchemaVersionError: the schema was written by a newer waitbound.
-        UsageError: an invalid schema name.
-    """
-    schema = _checked_schema(schema)
-    label, secrets = redact_dsn(dsn), _secrets(dsn)
-    conninfo = _conninfo(dsn, connect_timeout_s, label, secrets)
-    with _failures(label, secrets), psycopg.connect(conninfo) as conn:
-        return _apply(conn, schema, label)
-
-
-def _apply(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> list[int]:
-    """Apply the pending migrations inside the caller's transaction."""
-    ident = sql.Identifier(schema)
-    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
-    if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
-    conn.execute(
-        sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {}.schema_migrations"
-            " (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)"
-        ).format(ident)
-    )
-    rows = conn.execute(sql.SQL("SELECT version FROM {}.schema_migrations").format(ident))
-    found = {int(version) for (version,) in rows.fetchall()}
-    if max(found, default=0) > SCHEMA_VERSION:
-        raise _newer(label, schema, max(found))
-    applied = []
-    for version, script in enumerate(MIGRATIONS, start=1):
-        if version in found:
-            continue
-        conn.execute(sql.SQL(script).format(schema=ident))
-        if version == 3:
-            _rewrite_v3(conn, schema, label)
-        if version == 4:
-            _rewrite_v4(conn, schema)
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {}.schema_migrations (version, applied_at) VALUES (%s, now())"
-            ).format(ident),
-            (version,),
-        )
-        applied.append(version)
-    return applied
-
-
-def _rewrite_v3(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> None:
-    """Split every row's whole-record JSON (schema 2) into the schema-3 columns."""
-    ident = sql.Identifier(schema)
-    rows = RecordRows(lambda at: at)
-    update = sql.SQL(
-        "UPDATE {schema}.operations SET " + _SET_HOT + ", poll = %s::json, data_version = %s,"
-        " data = %s::json WHERE operation_id = %s AND version = %s"
-    ).format(schema=ident)
-    found = conn.execute(
-        sql.SQL("SELECT operation_id, data::text FROM {}.operations").format(ident)
-    ).fetchall()
-    for operation_id, text in found:
-        try:
-            record = decode_record(text)
-        except StoreError as exc:
-            raise StoreError(
-                f"store {_where(label, schema)}: operation {operation_id!r} cannot be "
-                f"upgraded ({exc}); nothing was changed"
-            ) from None
-        row = rows.row(record, replaces=0)
-        op = record.operation_id
-        conn.execute(update, (*row.hot, row.poll, row.data_version, row.data, op, record.version))
-
-
-_V4_JSON: Final = (
-    ("operations", "data"),
-    ("operations", "poll"),
-    ("audit_events", "data"),
-    ("inbox", "payload"),
-    ("outbox", "payload"),
-)
-_V4_TEXT: Final = (
-    ("audit_events", "summary"),
-    ("inbox", "webhook_id"),
-    ("inbox", "job_id"),
-    ("inbox", "event_type"),
-    ("webhook_jobs", "job_id"),
-    ("outbox", "target"),
-    ("outbox", "last_error"),
-)
-_UNHOLDABLE: Final = r"\\u(0000|[dD][89a-fA-F])"
-"""A JSON text's NUL or surrogate escape (or an escaped backslash before ``u0000``:
-re-encoding such a text changes nothing)."""
-
-
-def _rewrite_v4(conn: psycopg.Connection[TupleRow], schema: str) -> None:
-    """Re-encode the values schema 3 stored as written that schema 4 stores escaped
-    (see :mod:`waitbound.stores._codec`): each JSON value holding a NUL or surrogate
-    escape, and each provider text starting with U+0010. The values they decode to are
-    unchanged, so every audit chain verifies as before."""
-    for table, column in _V4_JSON:
-        rows = conn.execute(
-            sql.SQL("SELECT ctid, {column}::text FROM {table} WHERE {column}::text ~ %s").format(
-                column=sql.Identifier(column), table=sql.Identifier(schema, table)
-            ),
-            (_UNHOLDABLE,),
-        ).fetchall()
-        update = sql.SQL("UPDATE {table} SET {column} = %s::json WHERE ctid = %s").format(
-            column=sql.Identifier(column), table=sql.Identifier(schema, table)
-        )
-        for ctid, text in rows:
-            encoded = dump_json(load_json(text))
-            if encoded != text:
-                conn.execute(update, (encoded, ctid))
-    for table, column in _V4_TEXT:
-        rows = conn.execute(
-            sql.SQL("SELECT ctid, {column} FROM {table} WHERE left({column}, 1) = %s").format(
-                column=sql.Identifier(column), table=sql.Identifier(schema, table)
-            ),
-            ("\x10",),
-        ).fetchall()
-        update = sql.SQL("UPDATE {table} SET {column} = %s WHERE ctid = %s").format(
-            column=sql.Identifier(column), table=sql.Identifier(schema, table)
-        )
-        for ctid, text in rows:
-            conn.execute(update, (to_text(text), ctid))
-
-
-def _schema_version(conn: psycopg.Connection[TupleRow], schema: str) -> int:
-    """The newest applied migration (0 when the schema or its migrations table is missing)."""
-    table = sql.Identifier(schema, "schema_migrations").as_string(conn)
-    (exists,) = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone() or (False,)
-    if not exists:
-        return 0
-    row = conn.execute(
-        sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(
-            sql.Identifier(schema, "schema_migrations")
-        )
-    ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def redact_dsn(dsn: str) -> str:
-    """*dsn* with its password (``user:password@`` or ``password=…``) replaced by ``***``."""
-    text = _PASSWORD_PARAM.sub(lambda m: m["key"] + "***", dsn)
-    match = _URI.match(text)
-    if match:
-        userinfo, at, hostpart = match["rest"].rpartition("@")
-        if at and ":" in userinfo:
-            user = userinfo.split(":", 1)[0]
-            text = f"{match['head']}{user}:***@{hostpart}{text[match.end() :]}"
-    return text
-
-
-def _secrets(dsn: str) -> list[str]:
-    """The password(s) written in *dsn*, raw and percent-decoded, to scrub from messages."""
-    found = [m["value"].strip("'") for m in _PASSWORD_PARAM.finditer(dsn)]
-    match = _URI.match(dsn)
-    if match:
-        userinfo, at, _ = match["rest"].rpartition("@")
-        if at and ":" in userinfo:
-            found.append(userinfo.split(":", 1)[1])
-    found += [unquote(s) for s in found]
-    return sorted({s for s in found if s}, key=len, reverse=True)
-
-
-def _scrub(message: str, secrets: Sequence[str]) -> str:
-    """One line, with every secret replaced by ``***``."""
-    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
-    for secret in secrets:
-        line = line.replace(secret, "***")
-    return line
-
-
-@contextmanager
-def _failures(label: str, secrets: Sequence[str]) -> Iterator[None]:
-    """Turn a driver or pool failure into a one-line StoreError without the password."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        raise StoreError(f"store {label}: {_reason(exc, secrets)}") from None
-    except PoolTimeout as exc:
-        raise StoreError(f"store {label}: {_scrub(str(exc), secrets)}") from None
-    except (ValueError, TypeError, KeyError) as exc:
-        if isinstance(exc, StoreError | UsageError):
-            raise
-        raise StoreError(
-            f"store {label}: a stored value is damaged ({type(exc).__name__})"
-        ) from None
-
-
-def _reason(exc: psycopg.Error, secrets: Sequence[str]) -> str:
-    """What a driver or server failure says, as one bounded line without a secret.
-
-    Only the server's primary message (and its SQLSTATE) is kept: its ``DETAIL`` and
-    ``CONTEXT`` lines quote the data of the rows involved, which may be another
-    operation's.
-    """
-    diag = exc.diag
-    primary = diag.message_primary if diag is not None else None
-    if primary:
-        text = primary if not diag.sqlstate else f"{primary} (SQLSTATE {diag.sqlstate})"
-    else:
-        text = str(exc)
-    line = _scrub(text, secrets)
-    return line if len(line) <= 300 else line[:299] + "…"
-
-
-def _conninfo(dsn: str, connect_timeout_s: float, label: str, secrets: Sequence[str]) -> str:
-    """*dsn* checked, with ``connect_timeout`` added unless it names one.
-
-    A DSN libpq cannot parse is not shown at all, nor the pieces libpq quotes from it:
-    a misspelt ``password`` is not recognised as one, so redaction cannot be trusted.
-    """
-    if not dsn.strip():
-        raise UsageError("the PostgreSQL DSN is empty")
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.Error as exc:
-        reason = _QUOTED.sub(lambda m: m[0] if len(m[0]) <= 3 else '"…"', _scrub(str(exc), secrets))
-        raise StoreError(
-            f"the PostgreSQL DSN cannot be parsed ({reason}); expected "
-            "postgresql://user@host:5432/dbname or host=… port=… dbname=… (not shown: "
-            "it may hold a password)"
-        ) from None
-    if "connect_timeout" in params:
-        return dsn
-    with _failures(label, secrets):
-        return make_conninfo(dsn, connect_timeout=max(1, round(connect_timeout_s)))
-
-
-def _checked_schema(schema: str) -> str:
-    if not _SCHEMA_NAME.fullmatch(schema):
-        raise UsageError(
-            f"schema name {schema!r} is not a lowercase identifier (a-z, 0-9, _; at most 63)"
-        )
-    return schema
-
-
-def _lock_key(schema: str) -> int:
-    """The advisory lock that serializes upgrades of one schema (a signed 64-bit key)."""
-    digest = hashlib.sha256(f"waitbound db upgrade {schema}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def _where(label: str, schema: str) -> str:
-    return label if schema == DEFAULT_SCHEMA else f"{label} (schema {schema})"
-
-
-def _newer(label: str, schema: str, found: int) -> SchemaVersionError:
-    return SchemaVersionError(
-        f"store {_where(label, schema)} has schema version {found}, newer than this "
-        f"waitbound understands ({SCHEMA_VERSION}); upgrade waitbound to use it"
-    )
 
 
 def _job_lock_key(schema: str, provider: str, job_id: str) -> int:
