@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from itertools import pairwise
@@ -142,7 +142,7 @@ async def autojump(clock: FakeClock | Autojump) -> AsyncIterator[Autojump]:
 
 
 Handler = Callable[[httpx.Request], httpx.Response]
-AsyncHandler = Callable[[httpx.Request], Awaitable[httpx.Response]]
+AsyncHandler = Callable[[httpx.Request], Coroutine[None, None, httpx.Response]]
 
 
 def work_virtually(
