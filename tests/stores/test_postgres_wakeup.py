@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import anyio
+import httpx
 import pytest
 
 import waitbound
@@ -106,7 +107,19 @@ def test_an_idle_worker_wakes_for_a_new_operation_long_before_idle_s(schema: str
     clock = FakeClock()
     provider = ScriptedProvider(clock, {"/v1/jobs/42": [(200, {"status": "running"})]})
     reserved = anyio.Event()
+    idle = anyio.Event()
     took: list[float] = []
+
+    asked = anyio.Event()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.set()
+        return provider(request)
+
+    async def wake(pause_s: float) -> bool:
+        """The worker's pause: it found nothing due and waits for a NOTIFY."""
+        idle.set()
+        return await store.wait_for_wakeup(pause_s)
 
     def on_event(event: AuditEvent) -> None:
         if event.kind == "reserved":
@@ -121,15 +134,16 @@ def test_an_idle_worker_wakes_for_a_new_operation_long_before_idle_s(schema: str
                 await waitbound.work(
                     store,
                     settings=WorkerSettings(idle_s=30.0),
-                    client=provider.async_client(),
+                    client=httpx.AsyncClient(transport=httpx.MockTransport(answer)),
                     clock=clock,
                     on_event=on_event,
                     stop=stop,
-                    wake=store.wait_for_wakeup,
+                    wake=wake,
                 )
 
             group.start_soon(run)
-            await anyio.sleep(0.5)  # the worker found nothing and went idle
+            with anyio.fail_after(30):  # a ceiling only: the worker goes idle at once
+                await idle.wait()
             started = time.monotonic()
             record = make_record("op-new", created_at=clock.now(), next_poll_at=clock.now())
             writer.create(
@@ -139,6 +153,8 @@ def test_an_idle_worker_wakes_for_a_new_operation_long_before_idle_s(schema: str
             with anyio.fail_after(5):
                 await reserved.wait()
             took.append(time.monotonic() - started)
+            with anyio.fail_after(30):  # stopped before sending, the step would not send
+                await asked.wait()
             stop.set()
 
     try:
