@@ -17,7 +17,7 @@ import pytest
 
 from waitbound._errors import UsageError
 from waitbound.sim import Simulator, parse_scenario
-from waitbound.testing import FakeClock
+from waitbound.testing import FakeClock, ScenarioBuilder
 
 
 @contextmanager
@@ -454,3 +454,15 @@ def test_unix_time_templates_are_integers_in_a_body_and_text_in_a_header() -> No
     assert before <= got["now"] <= after
     assert before + 5 <= int(got["text"].removeprefix("at ")) <= after + 5
     assert before + 60 <= int(answer.headers["x-ratelimit-reset"]) <= after + 60
+
+
+def test_a_built_scenario_can_wait_for_the_cancel() -> None:
+    """ScenarioBuilder's ``after=`` writes the entry's ``after`` key."""
+    built = (
+        ScenarioBuilder("b")
+        .status(200, {"status": "running"})
+        .status(200, {"status": "canceled"}, after="cancel")
+        .build()
+    )
+    assert built.endpoints["status"][1].after == "cancel"
+    assert ScenarioBuilder("b").status(200, "x").build().endpoints["status"][0].after is None
