@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from itertools import pairwise
@@ -13,7 +13,7 @@ from itertools import pairwise
 import anyio
 import httpx
 
-from waitbound import Observation
+from waitbound import Observation, Store, WorkerSettings, work
 from waitbound.testing import START, FakeClock
 
 Answer = tuple[int, object] | tuple[int, object, Mapping[str, str]] | Exception
@@ -142,9 +142,49 @@ async def autojump(clock: FakeClock | Autojump) -> AsyncIterator[Autojump]:
 
 
 Handler = Callable[[httpx.Request], httpx.Response]
+AsyncHandler = Callable[[httpx.Request], Coroutine[None, None, httpx.Response]]
+
+
+def work_virtually(
+    store: Store,
+    clock: FakeClock,
+    handler: Handler | AsyncHandler | None = None,
+    *,
+    settings: WorkerSettings = WorkerSettings(until_idle=True),  # noqa: B008 - frozen value
+    jump: Autojump | None = None,
+    **options: object,
+) -> int:
+    """``waitbound.work(store, ...)`` on *clock* with :class:`Autojump` sleeps and the
+    store's calls on the loop (``inline_store=True``), answering through *handler* (an
+    ``httpx.MockTransport`` handler; ``None``: the worker's own client, for runs that
+    send no request); *options* go to ``work``. Returns the steps taken.
+
+    Nothing the worker does runs outside the loop, so virtual time moves only when it
+    is idle and the run never depends on the machine's speed. Never for real sockets:
+    time would jump while a real request is in flight.
+    """
+    jump = jump or Autojump(clock)
+
+    async def main() -> int:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(handler)) if handler else None
+        async with autojump(jump):
+            try:
+                with anyio.fail_after(60):  # a safety net: virtual time never waits for it
+                    return await work(
+                        store, settings=settings, client=client, clock=clock,
+                        sleep=jump.sleep, inline_store=True, **options,  # type: ignore[arg-type]
+                    )  # fmt: skip
+            finally:
+                if client is not None:
+                    await client.aclose()
+
+    return anyio.run(main)
+
+
 __all__ = [
     "START",
     "Answer",
+    "AsyncHandler",
     "Autojump",
     "FakeClock",
     "Handler",
@@ -152,4 +192,5 @@ __all__ = [
     "ScriptedProvider",
     "autojump",
     "gaps",
+    "work_virtually",
 ]

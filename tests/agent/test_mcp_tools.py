@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from mcp import Client
 
@@ -177,12 +178,16 @@ async def test_late_failure_reports_the_provider_error(mode: str, tmp_path: Path
 async def test_ceiling_returns_the_job_then_the_background_worker_finishes_it(
     mode: str, tmp_path: Path
 ) -> None:
-    done = {"code": 200, "body": {"status": "completed", "output": "ok"}, "after_s": 2.0}
-    with Simulator(scenario([RUNNING, done])) as sim:
+    done = {"code": 200, "body": {"status": "completed", "output": "ok"}}
+    # Running for 8 answers, counted, not timed: the backoff (at least 0.08 s, 0.12 s,
+    # 0.18 s, 0.24 s) leaves room for at most 5 status requests in the 0.5 s await, however
+    # slow the machine, so the await always ends first and the worker sees the rest.
+    with Simulator(scenario([{**RUNNING, "repeat": 8}, done])) as sim:
         async with serving(mode, sim, tmp_path / "s.db") as h:
             started = await h.call("start_job", provider="reports")
             operation_id = started["operation_id"]
             waited = await h.call("await_job", operation_id=operation_id, max_wait_seconds=0.5)
+            assert sim.count("status") <= 5
             assert waited["done"] is False
             assert waited["status"] == "processing"
             assert waited["job_id"] == "job-7"
@@ -224,9 +229,23 @@ async def test_duplicate_completion_fetches_the_result_once(mode: str, tmp_path:
 async def test_list_jobs_after_a_restart_shows_the_operations_and_they_resume(
     mode: str, tmp_path: Path
 ) -> None:
-    done = {"code": 200, "body": {"status": "completed", "output": 1}, "after_s": 1.0}
+    # The jobs complete once the test asks /release (after list_jobs), not after a time
+    # a slow restart could outlast.
+    done = {"code": 200, "body": {"status": "completed", "output": 1}, "after": "release"}
     db = tmp_path / "s.db"
-    with Simulator(scenario([RUNNING, done])) as sim:
+    gated = parse_scenario(
+        {
+            "id": "mcp",
+            "endpoints": {
+                "submit": [RECEIPT],
+                "status": [RUNNING, done],
+                "release": [{"code": 204}],
+            },
+            "paths": {"release": ["/release"]},
+        },
+        source="mcp test",
+    )
+    with Simulator(gated) as sim:
         async with serving(mode, sim, db) as h:
             first = await h.call("start_job", provider="reports", idempotency_key="a-1")
             second = await h.call("start_job", provider="reports", idempotency_key="a-2")
@@ -239,6 +258,8 @@ async def test_list_jobs_after_a_restart_shows_the_operations_and_they_resume(
             assert set(ids) == {first["operation_id"], second["operation_id"]}
             assert listed["in_flight"] == 2
             assert "NOT complete" in listed["message"]
+            async with httpx.AsyncClient() as http:
+                await http.post(f"{sim.base_url}/release")
             answer = await h.call("await_job", operation_id=first["operation_id"])
     assert answer["status"] == "succeeded"
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.core.completion_receiver import SECRET, receiving
 from tests.core.harness import PROFILE, URL
-from tests.fakes import Answer, FakeClock, ScriptedProvider
+from tests.fakes import Answer, FakeClock, ScriptedProvider, work_virtually
 from waitbound import (
     Channel,
     Completion,
@@ -256,11 +256,11 @@ def test_a_crash_mid_delivery_is_delivered_once_by_a_worker_after_the_lease() ->
     assert (entry.status, entry.attempts) == (OutboxStatus.PENDING, 0)
     got: list[Completion] = []
     settings = WorkerSettings(until_idle=True)
-    anyio.run(lambda: work(store, settings=settings, clock=clock, on_complete=got.append))
+    work_virtually(store, clock, settings=settings, on_complete=got.append)
     assert got == [], "delivered while the dead process's lease still held it"
     clock.advance(31)
     for _ in range(2):
-        anyio.run(lambda: work(store, settings=settings, clock=clock, on_complete=got.append))
+        work_virtually(store, clock, settings=settings, on_complete=got.append)
     assert [c.delivery_id for c in got] == [entry.delivery_id]
     assert got[0].outcome == record.to_outcome()
     assert store.outbox()[0].status is OutboxStatus.DELIVERED
@@ -283,7 +283,7 @@ def test_a_callback_that_fails_once_in_wait_is_delivered_later_by_work() -> None
     got: list[Completion] = []
     settings = WorkerSettings(until_idle=True)
     for _ in range(2):
-        anyio.run(lambda: work(store, settings=settings, clock=clock, on_complete=got.append))
+        work_virtually(store, clock, settings=settings, on_complete=got.append)
     assert [c.operation_id for c in got] == [outcome.operation_id]
 
 

@@ -10,18 +10,17 @@ import itertools
 import random
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import waitbound
-from tests.fakes import Answer, FakeClock, ScriptedProvider
+from tests.fakes import Answer, FakeClock, ScriptedProvider, work_virtually
 from waitbound import (
     Grants,
     MemoryStore,
@@ -424,19 +423,11 @@ def test_waitbound_cancel_of_a_stopped_operation_past_its_decision_deadline_is_r
     assert op.provider.count("/status/cancel") == 0
 
 
-class _TickingClock(FakeClock):
-    """Virtual time that moves 0.1 s each time it is read (a worker's idle pauses are
-    real, so its clock has to move on by itself)."""
-
-    def now(self) -> datetime:
-        self.advance(0.1)
-        return super().now()
-
-
 def test_a_worker_carries_out_a_decided_cancel() -> None:
     """Whoever drives the operation carries the decision out: a worker sends the cancel
-    a person decided, then the status check, and ends canceled."""
-    clock = _TickingClock()
+    a person decided, then the status check, and ends canceled (virtual time that moves
+    only when the worker is idle)."""
+    clock = FakeClock()
     provider = ScriptedProvider(clock, {"/status": [CANCELABLE], "/status/cancel": [(202, {})]})
     store = MemoryStore()
     waitbound.start(
@@ -446,20 +437,13 @@ def test_a_worker_carries_out_a_decided_cancel() -> None:
         clock=clock,
     )
     settings = waitbound.WorkerSettings(until_idle=True, lease_s=30, idle_s=0.01)
-
-    async def drive() -> int:
-        with anyio.fail_after(10):
-            return await waitbound.work(
-                store, settings=settings, client=provider.async_client(), clock=clock
-            )
-
-    anyio.run(drive)
+    work_virtually(store, clock, provider, settings=settings)
     stopped = store.get("op-1")
     assert stopped is not None
     assert stopped.reason is Reason.REQUEST_BUDGET_EXHAUSTED
     waitbound.decide("op-1", "cancel", why="wrong input", by="ann", store=store, clock=clock)
     provider.script["/status"] = [CANCELED]
-    anyio.run(drive)
+    work_virtually(store, clock, provider, settings=settings)
     done = store.get("op-1")
     assert done is not None
     assert done.outcome is OutcomeKind.CANCELED

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import waitbound
-from tests.fakes import Answer, FakeClock, ScriptedProvider
+from tests.fakes import Answer, FakeClock, ScriptedProvider, work_virtually
 from waitbound import (
     ConflictError,
     DecisionConflictError,
@@ -1043,20 +1043,12 @@ def test_the_decided_event_carries_the_standard_story_fields_after_the_decision(
 # --- a worker picks up a reopened operation ----------------------------------------
 
 
-class TickingClock(FakeClock):
-    """Virtual time that moves 0.1 s each time it is read (a worker's idle pauses are
-    real, so its clock has to move on by itself)."""
-
-    def now(self) -> datetime:
-        self.advance(0.1)
-        return super().now()
-
-
 def test_a_worker_continues_an_operation_it_stopped_once_a_person_extends_it() -> None:
     """Regression: a worker's step that stops an operation keeps its claim's lease on
     the record; a decision made within that lease must still let a worker take the
-    reopened operation at once, not when the old lease ends 30 s later."""
-    clock = TickingClock()
+    reopened operation at once, not when the old lease ends 30 s later (virtual time
+    that moves only when the worker is idle)."""
+    clock = FakeClock()
     provider = ScriptedProvider(clock, {"/status": [RUNNING]})
     op = Op(store=MemoryStore(), clock=clock, provider=provider, id="op-w")
     waitbound.start(
@@ -1066,19 +1058,12 @@ def test_a_worker_continues_an_operation_it_stopped_once_a_person_extends_it() -
         clock=clock,
     )
     settings = waitbound.WorkerSettings(until_idle=True, lease_s=30, idle_s=0.01)
-
-    async def drive() -> int:
-        with anyio.fail_after(10):
-            return await waitbound.work(
-                op.store, settings=settings, client=provider.async_client(), clock=clock
-            )
-
-    anyio.run(drive)
+    work_virtually(op.store, clock, provider, settings=settings)
     assert op.record.reason is Reason.REQUEST_BUDGET_EXHAUSTED
     op.decide("extend", minutes=1, checks=1)
     decided_at = clock.now()
     provider.script["/status"] = [DONE]
-    anyio.run(drive)
+    work_virtually(op.store, clock, provider, settings=settings)
     assert op.record.outcome is OutcomeKind.SUCCEEDED
     assert provider.count("/status") == 2
     assert provider.requests[-1][1] - decided_at < timedelta(seconds=5)

@@ -10,12 +10,11 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
 import waitbound._controller
-from tests.fakes import FakeClock, ScriptedProvider
+from tests.fakes import FakeClock, ScriptedProvider, work_virtually
 from waitbound import (
     MemoryStore,
     Operation,
@@ -30,7 +29,6 @@ from waitbound import (
     run,
     start,
     wait,
-    work,
 )
 from waitbound._controller import Send, plan
 from waitbound._observation import Observation
@@ -41,12 +39,13 @@ PROFILE = parse_profile(
 FAST = Policy(base_delay_s=0.02, max_delay_s=0.05, min_delay_s=0.01, deadline_s=30)
 
 
-def _many(store: MemoryStore, n: int) -> list[str]:
+def _many(store: MemoryStore, n: int, clock: FakeClock) -> list[str]:
     return [
         start(
             Operation(status_url=f"http://p.test/jobs/{i}", profile=PROFILE, policy=FAST),
             store=store,
             operation_id=f"op-{i}",
+            clock=clock,
         ).operation_id
         for i in range(n)
     ]
@@ -58,29 +57,25 @@ async def _answer(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, json={"status": "done"})
 
 
-def _work(store: MemoryStore, handler: Any, **kwargs: Any) -> list[tuple[str, Exception]]:
+def _work(store: MemoryStore, clock: FakeClock, handler: Any) -> list[tuple[str, Exception]]:
+    """One worker until idle, on virtual time that moves only when it is idle."""
     errors: list[tuple[str, Exception]] = []
-
-    async def main() -> None:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            await work(
-                store,
-                settings=WorkerSettings(until_idle=True, idle_s=0.01),
-                client=client,
-                on_error=lambda op, exc: errors.append((op, exc)),
-                **kwargs,
-            )
-
-    anyio.run(main)
+    work_virtually(
+        store,
+        clock,
+        handler,
+        settings=WorkerSettings(until_idle=True, idle_s=0.01),
+        on_error=lambda op, exc: errors.append((op, exc)),
+    )
     return errors
 
 
 def test_an_exception_sending_one_operation_escalates_it_and_the_worker_goes_on() -> None:
     """A transport that raises for one of eight operations: that one escalates
     integration_failure naming the error; the seven others succeed; nothing escapes."""
-    store = MemoryStore()
-    ids = _many(store, 8)
-    errors = _work(store, _answer)
+    store, clock = MemoryStore(), FakeClock()
+    ids = _many(store, 8, clock)
+    errors = _work(store, clock, _answer)
     assert errors == []
     outcomes = {op: store.get(op).to_outcome() for op in ids}  # type: ignore[union-attr]
     bad = outcomes.pop("op-3")
@@ -104,13 +99,13 @@ def test_a_controller_failure_on_one_operation_is_recorded_on_it_alone(
         return real(record, observation, rng=rng)
 
     monkeypatch.setattr("waitbound._driver.observe", observe)
-    store = MemoryStore()
-    ids = _many(store, 8)
+    store, clock = MemoryStore(), FakeClock()
+    ids = _many(store, 8, clock)
 
     async def done(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"status": "done"})
 
-    assert _work(store, done) == []
+    assert _work(store, clock, done) == []
     bad = store.get("op-5")
     assert bad is not None
     assert bad.reason is Reason.INTEGRATION_FAILURE
@@ -148,7 +143,7 @@ def test_a_result_answer_lost_to_our_own_crash_is_result_unconfirmed() -> None:
     fault, not the provider's), with the option to fetch it again; no second fetch."""
     store = MemoryStore()
     clock = FakeClock()
-    record = store.get(_many(store, 1)[0])
+    record = store.get(_many(store, 1, clock)[0])
     assert record is not None
     fetching = store.save(
         replace(

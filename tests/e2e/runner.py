@@ -7,11 +7,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from waitbound import Record
 from waitbound.sim import RequestLogEntry, Scenario, Simulator, load_scenario
+from waitbound.stores import SQLiteStore
 
 _WAIT_FLAGS = {
     "deadline_s": "--deadline",
@@ -157,6 +160,28 @@ def _with_cancel(
     assert canceled.returncode != 2, canceled.stderr
     assert json.loads(waited_out)["outcome"] == json.loads(canceled.stdout)["outcome"], waited_err
     return canceled
+
+
+def wait_for_record(
+    store: str, operation_id: str, ready: Callable[[Record], bool], *, ceiling_s: float = 60
+) -> None:
+    """Return once *operation_id* in the SQLite *store* (another process writes it) is
+    *ready*; *ceiling_s* is a safety net for a process that never gets there, not a
+    bound on how fast it must be."""
+    end = time.monotonic() + ceiling_s
+    while True:
+        try:
+            opened = SQLiteStore(Path(store), read_only=True)
+            try:
+                record = opened.get(operation_id)
+            finally:
+                opened.close()
+            if record is not None and ready(record):
+                return
+        except Exception:
+            pass
+        assert time.monotonic() < end, f"{operation_id} never got ready ({ready.__doc__})"
+        time.sleep(0.05)
 
 
 def unmet(run: CaseRun, expect: dict[str, object]) -> list[str]:

@@ -16,10 +16,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.runner import cli
+from tests.e2e.runner import cli, wait_for_record
+from waitbound import Record
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _status_seen(record: Record) -> bool:
+    """a status answer was stored (the job's cancelability is the kit's word on it)"""
+    return record.status_requests_used >= 1 and record.in_flight is None
 
 
 def _free_port() -> int:
@@ -103,7 +109,7 @@ def test_waitbound_cancel_cancels_a_running_job(service: str, tmp_path: Path) ->
          "--operation-id", "op-cancel"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(2.5)
+    wait_for_record(store, "op-cancel", _status_seen)
     canceled = cli("cancel", "op-cancel", "--reason", "e2e", "--store", store, "--json")
     out, err = waiting.communicate(timeout=60)
     assert canceled.returncode == 1, canceled.stderr
@@ -112,10 +118,10 @@ def test_waitbound_cancel_cancels_a_running_job(service: str, tmp_path: Path) ->
 
 
 def test_an_uncancelable_job_refuses_waitbound_cancel(service: str, tmp_path: Path) -> None:
-    """While the kit says cancelable: false, ``waitbound cancel`` refuses (exit 2) and the
-    job still succeeds."""
+    """While the kit says cancelable: false, ``waitbound cancel`` refuses (exit 2) because
+    of that, and the job still succeeds (its 6 s leave the cancel's start-up room)."""
     path = tmp_path / "body.json"
-    path.write_text(json.dumps({"duration_s": 3, "uncancelable": True}))
+    path.write_text(json.dumps({"duration_s": 6, "uncancelable": True}))
     store = str(tmp_path / "store.db")
     waiting = subprocess.Popen(
         [sys.executable, "-m", "waitbound", "run", "POST", f"{service}/jobs", "--profile",
@@ -123,10 +129,11 @@ def test_an_uncancelable_job_refuses_waitbound_cancel(service: str, tmp_path: Pa
          "--operation-id", "op-keep"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(1.5)
+    wait_for_record(store, "op-keep", _status_seen)
     refused = cli("cancel", "op-keep", "--store", store, "--json")
     out, err = waiting.communicate(timeout=60)
     assert refused.returncode == 2, refused.stdout
+    assert "is not cancelable now" in refused.stdout + refused.stderr, refused.stderr
     assert json.loads(out)["outcome"] == "succeeded", err
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anyio
 import httpx
@@ -372,11 +373,25 @@ async def test_the_events_stream_sends_status_then_end(
     terminal (httpx's ASGI transport reads the whole stream, so the job moves meanwhile)."""
     kit.settings = ProviderSettings(events_interval_s=0.01)
     await client.post("/jobs", json={})
+    sent: list[object] = []  # each event's body, as the stream builds it
+    body_of = kit.body_of
+
+    def counted(job: Any, urls: Any) -> Any:
+        sent.append(body := body_of(job, urls))
+        return body
+
+    kit.body_of = counted  # type: ignore[method-assign]
+
+    async def sent_at_least(n: int) -> None:
+        """Until the stream has sent *n* events (a ceiling only, never a pace)."""
+        with anyio.fail_after(30):
+            while len(sent) < n:
+                await anyio.sleep(0.005)
 
     async def move() -> None:
-        await anyio.sleep(0.1)
+        await sent_at_least(1)  # the stream saw the job processing
         await kit.report_progress("job_1", 60)
-        await anyio.sleep(0.1)
+        await sent_at_least(2)  # ... and at 60 %
         await kit.finish("job_1", "done")
 
     async with anyio.create_task_group() as group:

@@ -86,7 +86,7 @@ def test_parse_fills_defaults_and_is_frozen() -> None:
 
 
 def test_parse_keeps_every_entry_field() -> None:
-    """Every entry key is read: raw, headers, repeat, after_s, delay_s and drop."""
+    """Every entry key is read: raw, headers, repeat, after_s, after, delay_s and drop."""
     data = {
         "id": "full",
         "description": "d",
@@ -94,7 +94,7 @@ def test_parse_keeps_every_entry_field() -> None:
         "endpoints": {
             "submit": [
                 {"code": 202, "raw": "ok", "headers": {"Location": "{base_url}/status"}},
-                {"drop": True, "repeat": 2, "after_s": 1.5, "delay_s": 0.25},
+                {"drop": True, "repeat": 2, "after_s": 1.5, "after": "cancel", "delay_s": 0.25},
             ]
         },
     }
@@ -102,7 +102,8 @@ def test_parse_keeps_every_entry_field() -> None:
     accepted, dropped = scenario.endpoints["submit"]
     assert (accepted.raw, dict(accepted.headers)) == ("ok", {"Location": "{base_url}/status"})
     assert (dropped.code, dropped.drop, dropped.repeat) == (None, True, 2)
-    assert (dropped.after_s, dropped.delay_s) == (1.5, 0.25)
+    assert (dropped.after_s, dropped.after, dropped.delay_s) == (1.5, "cancel", 0.25)
+    assert accepted.after is None
     assert (scenario.description, scenario.source) == ("d", "owner/repo#1")
 
 
@@ -136,6 +137,10 @@ def test_parse_keeps_every_entry_field() -> None:
         ("endpoints.status.1.after_s", "1", "endpoints.status[1].after_s: expected number, got"),
         ("endpoints.status.1.delay_s", -1, "endpoints.status[1].delay_s: expected seconds >= 0"),
         ("endpoints.status.0.after_s", 1, "endpoints.status[0].after_s: the first entry has no"),
+        ("endpoints.status.0.after", "cancel", "endpoints.status[0].after: the first entry has"),
+        ("endpoints.status.1.after", 1, "endpoints.status[1].after: expected string, got integ"),
+        ("endpoints.status.1.after", "canceled", "endpoints.status[1].after: expected another en"),
+        ("endpoints.status.1.after", "status", "endpoints.status[1].after: expected another endp"),
         ("endpoints.status.1.drop", "yes", "endpoints.status[1].drop: expected boolean, got str"),
         ("endpoints.status.1.drop", True, "endpoints.status[1].code: a drop sends no response"),
         ("endpoints.status.1.code", 204, "endpoints.status[1]: a 204 response has no content"),

@@ -17,6 +17,7 @@ import pytest
 
 from waitbound._errors import UsageError
 from waitbound.sim import Simulator, parse_scenario
+from waitbound.testing import FakeClock, ScenarioBuilder
 
 
 @contextmanager
@@ -51,17 +52,49 @@ def test_entries_in_order_with_repeat_and_last_forever() -> None:
 
 
 def test_after_s_holds_the_previous_entry() -> None:
-    """An entry with after_s is served only once that long after the first request."""
-    status = [{"code": 200, "body": "early"}, {"code": 200, "body": "late", "after_s": 0.3}]
-    with serving({"status": status}) as (sim, client):
-        started = time.monotonic()
-        held = [client.get("/status").json() for _ in range(3)]
-        time.sleep(max(0.0, started + 0.35 - time.monotonic()))
+    """An entry with after_s is served only once that long after the first request (on
+    the simulator's own clock, so a slow client cannot run past it)."""
+    clock = FakeClock()
+    status = [{"code": 200, "body": "early"}, {"code": 200, "body": "late", "after_s": 0.5}]
+    scenario = parse_scenario({"id": "t", "endpoints": {"status": status}})
+    with (
+        Simulator(scenario, clock=clock) as sim,
+        httpx.Client(base_url=sim.base_url, timeout=5) as client,
+    ):
+        held = [client.get("/status").json() for _ in range(2)]
+        clock.advance(0.25)
+        held.append(client.get("/status").json())
+        clock.advance(0.25)
         late = [client.get("/status").json() for _ in range(2)]
     assert held == ["early", "early", "early"]
     assert late == ["late", "late"]
     assert [e.index for e in sim.log()] == [0, 0, 0, 1, 1]
-    assert sim.log()[3].at_s >= 0.3
+    assert sim.log()[3].at_s == 0.5
+
+
+def test_an_entry_after_another_endpoint_waits_for_its_first_request() -> None:
+    """An entry with ``"after": "cancel"`` becomes current only once a cancel request has
+    arrived, however long that takes; the previous entry is served until then."""
+    clock = FakeClock()
+    status = [
+        {"code": 200, "body": "running", "repeat": 2},
+        {"code": 200, "body": "cancelling", "after": "cancel"},
+        {"code": 200, "body": "cancelled"},
+    ]
+    endpoints = {"status": status, "cancel": [{"code": 202, "body": "ok"}]}
+    scenario = parse_scenario({"id": "t", "endpoints": endpoints})
+    with (
+        Simulator(scenario, clock=clock) as sim,
+        httpx.Client(base_url=sim.base_url, timeout=5) as client,
+    ):
+        before = [client.get("/status").json() for _ in range(3)]
+        clock.advance(3600)
+        before.append(client.get("/status").json())
+        client.post("/cancel")
+        after = [client.get("/status").json() for _ in range(3)]
+    assert before == ["running"] * 4
+    assert after == ["cancelling", "cancelled", "cancelled"]
+    assert [e.endpoint for e in sim.log()] == ["status"] * 4 + ["cancel"] + ["status"] * 3
 
 
 def test_cursors_are_per_endpoint() -> None:
@@ -421,3 +454,15 @@ def test_unix_time_templates_are_integers_in_a_body_and_text_in_a_header() -> No
     assert before <= got["now"] <= after
     assert before + 5 <= int(got["text"].removeprefix("at ")) <= after + 5
     assert before + 60 <= int(answer.headers["x-ratelimit-reset"]) <= after + 60
+
+
+def test_a_built_scenario_can_wait_for_the_cancel() -> None:
+    """ScenarioBuilder's ``after=`` writes the entry's ``after`` key."""
+    built = (
+        ScenarioBuilder("b")
+        .status(200, {"status": "running"})
+        .status(200, {"status": "canceled"}, after="cancel")
+        .build()
+    )
+    assert built.endpoints["status"][1].after == "cancel"
+    assert ScenarioBuilder("b").status(200, "x").build().endpoints["status"][0].after is None

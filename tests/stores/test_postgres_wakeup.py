@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import anyio
+import httpx
 import pytest
 
 import waitbound
@@ -105,14 +106,24 @@ def test_an_idle_worker_wakes_for_a_new_operation_long_before_idle_s(schema: str
     writer = _store(schema)
     clock = FakeClock()
     provider = ScriptedProvider(clock, {"/v1/jobs/42": [(200, {"status": "running"})]})
-    answered = anyio.Event()
+    reserved = anyio.Event()
+    idle = anyio.Event()
     took: list[float] = []
 
+    asked = anyio.Event()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.set()
+        return provider(request)
+
+    async def wake(pause_s: float) -> bool:
+        """The worker's pause: it found nothing due and waits for a NOTIFY."""
+        idle.set()
+        return await store.wait_for_wakeup(pause_s)
+
     def on_event(event: AuditEvent) -> None:
-        # The step's answer, not its reservation: a worker told to stop right after
-        # reserving releases the unsent request instead of sending it (leases as fences).
-        if event.kind == "observed":
-            answered.set()
+        if event.kind == "reserved":
+            reserved.set()
 
     async def main() -> None:
         assert await store.wait_for_wakeup(0.01) is False  # listening from here
@@ -123,15 +134,16 @@ def test_an_idle_worker_wakes_for_a_new_operation_long_before_idle_s(schema: str
                 await waitbound.work(
                     store,
                     settings=WorkerSettings(idle_s=30.0),
-                    client=provider.async_client(),
+                    client=httpx.AsyncClient(transport=httpx.MockTransport(answer)),
                     clock=clock,
                     on_event=on_event,
                     stop=stop,
-                    wake=store.wait_for_wakeup,
+                    wake=wake,
                 )
 
             group.start_soon(run)
-            await anyio.sleep(0.5)  # the worker found nothing and went idle
+            with anyio.fail_after(30):  # a ceiling only: the worker goes idle at once
+                await idle.wait()
             started = time.monotonic()
             record = make_record("op-new", created_at=clock.now(), next_poll_at=clock.now())
             writer.create(
@@ -139,8 +151,10 @@ def test_an_idle_worker_wakes_for_a_new_operation_long_before_idle_s(schema: str
                 events("created"),
             )
             with anyio.fail_after(5):
-                await answered.wait()
+                await reserved.wait()
             took.append(time.monotonic() - started)
+            with anyio.fail_after(30):  # stopped before sending, the step would not send
+                await asked.wait()
             stop.set()
 
     try:

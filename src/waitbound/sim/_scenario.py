@@ -37,7 +37,7 @@ _TOP_KEYS = (
     "source",
     "wait",
 )
-_ENTRY_KEYS = ("after_s", "body", "code", "delay_s", "drop", "headers", "raw", "repeat")
+_ENTRY_KEYS = ("after", "after_s", "body", "code", "delay_s", "drop", "headers", "raw", "repeat")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2 field name
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")  # an extra endpoint's name
 _METHOD = re.compile(r"[A-Z]{1,20}")
@@ -57,6 +57,9 @@ class ResponseEntry:
         repeat: how many times the entry is served before the next one becomes current.
         after_s: seconds after the scenario's first request before this entry may become
             current (0 = no wait).
+        after: another endpoint's name: this entry may become current only once that
+            endpoint has been asked at least once (e.g. ``"cancel"``: the job stays
+            pending until a cancel request arrives, however late); ``None``: no such wait.
         delay_s: seconds the server waits before answering (or before dropping).
         drop: close the connection without sending any response.
     """
@@ -67,6 +70,7 @@ class ResponseEntry:
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     repeat: int = 1
     after_s: float = 0.0
+    after: str | None = None
     delay_s: float = 0.0
     drop: bool = False
 
@@ -180,7 +184,16 @@ def _headers(value: object, where: str) -> Mapping[str, str]:
     return MappingProxyType({name: str(text) for name, text in headers.items()})
 
 
-def _entry(value: object, where: str, *, first: bool) -> ResponseEntry:
+def _after(obj: Mapping[str, object], where: str, others: tuple[str, ...]) -> str | None:
+    """The ``after`` endpoint an entry waits for: one of *others* (not its own)."""
+    after = _get(obj, "after", str, where)
+    if after is not None and after not in others:
+        expected = ", ".join(others)
+        raise _Invalid(f"{where}.after", f"expected another endpoint ({expected}), got {after!r}")
+    return after
+
+
+def _entry(value: object, where: str, *, first: bool, others: tuple[str, ...]) -> ResponseEntry:
     obj = _object(value, where, _ENTRY_KEYS)
     drop = bool(_get(obj, "drop", bool, where))
     code = _get(obj, "code", int, where)
@@ -201,6 +214,9 @@ def _entry(value: object, where: str, *, first: bool) -> ResponseEntry:
     after_s = _seconds(obj, "after_s", where)
     if first and after_s > 0:
         raise _Invalid(f"{where}.after_s", "the first entry has no entry before it to serve")
+    after = _after(obj, where, others)
+    if first and after is not None:
+        raise _Invalid(f"{where}.after", "the first entry has no entry before it to serve")
     return ResponseEntry(
         code=code,
         body=body,
@@ -208,6 +224,7 @@ def _entry(value: object, where: str, *, first: bool) -> ResponseEntry:
         headers=_headers(obj.get("headers", {}), f"{where}.headers"),
         repeat=repeat or 1,
         after_s=after_s,
+        after=after,
         delay_s=_seconds(obj, "delay_s", where),
         drop=drop,
     )
@@ -307,8 +324,10 @@ def parse_scenario(data: object, *, source: str = "<scenario>") -> Scenario:
             entries = endpoints.get(name, [])
             if not isinstance(entries, list):
                 raise _Invalid(where, f"expected array, got {_kind(entries)}")
+            others = tuple(other for other in names if other != name)
             served[name] = tuple(
-                _entry(item, f"{where}[{i}]", first=i == 0) for i, item in enumerate(entries)
+                _entry(item, f"{where}[{i}]", first=i == 0, others=others)
+                for i, item in enumerate(entries)
             )
         return Scenario(
             id=ident,

@@ -2,7 +2,8 @@
 
 Standard library only (``http.server.ThreadingHTTPServer``, one daemon thread per
 connection). Each endpoint has its own cursor; time is measured from the scenario's first
-request (of any path), which is where ``at_s`` and ``after_s`` start.
+request (of any path), which is where ``at_s`` and ``after_s`` start. An entry with
+``after`` waits for a request on another endpoint instead of (or as well as) a time.
 """
 
 from __future__ import annotations
@@ -165,6 +166,7 @@ class Simulator:
         self._sleep = sleep or time.sleep
         self._lock = threading.Lock()
         self._cursors = dict.fromkeys(scenario.endpoints, (0, 0))  # (index, times served)
+        self._asked: set[str] = set()  # endpoints that have been requested (``after``)
         self._start: tuple[float, datetime] | None = None  # first request: monotonic, UTC
         self._log: list[RequestLogEntry] = []
         self._log_file: IO[str] | None = None
@@ -279,14 +281,24 @@ class Simulator:
                 self._start = (mono, at)
             at_s = max(0.0, mono - self._start[0])
             entries = self.scenario.endpoints.get(endpoint or "", ())
+            if endpoint is not None and serve:
+                self._asked.add(endpoint)
             if not entries or endpoint is None or not serve:
                 return None, at_s
             index, served = self._cursors[endpoint]
-            last = index + 1 == len(entries)
-            if served >= entries[index].repeat and not last and at_s >= entries[index + 1].after_s:
+            if served >= entries[index].repeat and self._may_follow(entries, index, at_s):
                 index, served = index + 1, 0
             self._cursors[endpoint] = (index, served + 1)
             return index, at_s
+
+    def _may_follow(self, entries: tuple[ResponseEntry, ...], index: int, at_s: float) -> bool:
+        """Whether the entry after *index* may become current: its ``after_s`` has passed
+        and the endpoint its ``after`` names has been asked (under the lock)."""
+        if index + 1 == len(entries):
+            return False
+        following = entries[index + 1]
+        asked = following.after is None or following.after in self._asked
+        return at_s >= following.after_s and asked
 
     def _expand(self, text: str) -> str:
         """Replace ``{base_url}``, ``{now±Ns}``, ``{http_date±Ns}``, ``{start±Ns}`` and the

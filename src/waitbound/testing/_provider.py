@@ -82,6 +82,7 @@ class ScenarioBuilder:
         headers: Mapping[str, str] | None = None,
         repeat: int = 1,
         after_s: float = 0.0,
+        after: str | None = None,
         delay_s: float = 0.0,
     ) -> Self:
         """Append one answer to *endpoint* (``status``, ``result``, ``cancel``, ``submit``).
@@ -93,6 +94,8 @@ class ScenarioBuilder:
             headers: extra response headers (templates such as ``{base_url}`` allowed).
             repeat: how many times it is served before the next answer.
             after_s: seconds after the first request before it may be served.
+            after: another endpoint's name: it may be served only once that endpoint
+                has been requested (``"cancel"``: pending until a cancel arrives).
             delay_s: seconds the simulator waits before answering (virtual with a fake
                 clock).
         """
@@ -105,6 +108,8 @@ class ScenarioBuilder:
             entry["repeat"] = repeat
         if after_s:
             entry["after_s"] = after_s
+        if after is not None:
+            entry["after"] = after
         if delay_s:
             entry["delay_s"] = delay_s
         self._endpoints.setdefault(endpoint, []).append(entry)
