@@ -22,7 +22,7 @@ from waitbound.web._service import Service
 
 TOKEN = "t" * 32
 QUICK = Limits(head_timeout_s=0.3, body_timeout_s=0.6, max_connections=8)
-PARTIAL_HEAD = b"POST /webhooks/reports HTTP/1.1\r\nHost: x\r\nX-a: "
+PARTIAL_HEAD = b"POST /webhooks/reports HTTP/1.1\r\nHost: 127.0.0.1\r\nX-a: "
 
 
 @asynccontextmanager
@@ -103,7 +103,7 @@ def test_a_head_trickled_a_byte_at_a_time_is_closed_at_the_head_deadline() -> No
         async with serving(QUICK) as (host, port):
             stream = await anyio.connect_tcp(host, port)
             async with stream:
-                await stream.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                await stream.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
                 started = time.monotonic()
                 with anyio.fail_after(5):
                     try:
@@ -146,7 +146,7 @@ def test_a_slow_body_is_closed_at_the_body_deadline() -> None:
             stream = await anyio.connect_tcp(host, port)
             async with stream:
                 await stream.send(
-                    b"POST /sign-in HTTP/1.1\r\nHost: x\r\n"
+                    b"POST /sign-in HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                     b"content-type: application/x-www-form-urlencoded\r\n"
                     b"content-length: 1000\r\n\r\nname=a"
                 )
