@@ -31,7 +31,7 @@ from waitbound._observation import Observation
 from waitbound._outcome import OutcomeKind, Reason
 from waitbound._protocol import IDEMPOTENT_METHODS, UrlKind, final_url
 from waitbound._record import Phase, Record
-from waitbound._urls import redact_url, resolve, shown_url
+from waitbound._urls import redact_url, resolve, same_url, shown_url
 
 __all__ = [
     "decide_errors",
@@ -473,19 +473,7 @@ def _result_url(
     except ValueError as exc:
         return ValueError(f"the result URL {shown_url(candidate)} cannot be used ({exc})")
     answered = record.submit_url if observation.kind == "submit" else record.status_url
-    return HERE if _same_url(url, answered) and record.result_url is None else url
-
-
-def _same_url(url: str | None, other: str | None) -> bool:
-    """Whether two URLs name the same place once both are in httpx's normal form
-    (the caller's submit URL is stored as written: ``HTTPS://Host:443/x`` is
-    ``https://host/x``)."""
-    if not url or not other:
-        return False
-    try:
-        return resolve(url, url) == resolve(other, other)
-    except ValueError:
-        return False
+    return HERE if same_url(url, answered) and record.result_url is None else url
 
 
 def _named_result_url(record: Record, reading: Reading | None) -> str | ValueError | None:
@@ -743,7 +731,7 @@ def _receipt(
         poll_header=receipt.status_url_header,
     )
     kind = first_answer_kind(record)
-    if kind is UrlKind.RESOURCE and _same_url(receipt.status_url, record.submit_url):
+    if kind is UrlKind.RESOURCE and same_url(receipt.status_url, record.submit_url):
         # Polling the original URI: the first answer is its first answer, read whole.
         stated = _by_table(record, observation, reading) or stated
     if stated in _TERMINAL:

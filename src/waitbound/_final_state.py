@@ -16,7 +16,7 @@ from waitbound._observation import Observation
 from waitbound._outcome import OutcomeKind
 from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._record import Record
-from waitbound._urls import resolve
+from waitbound._urls import same_url
 
 __all__ = ["empty_resource", "monitor_result", "resource_required", "staged"]
 
@@ -63,16 +63,7 @@ def _may_be_empty(record: Record, observation: Observation) -> bool:
         return not resource_required(record)
     if (record.submit_method or "").upper() not in ("POST", "DELETE"):
         return False
-    return _same(record.result_url, record.location_url)
-
-
-def _same(url: str | None, other: str | None) -> bool:
-    if not url or not other:
-        return False
-    try:
-        return resolve(url, url) == resolve(other, other)
-    except ValueError:
-        return False
+    return same_url(record.result_url, record.location_url)
 
 
 def empty_resource(record: Record, observation: Observation, outcome: OutcomeKind) -> str | None:

@@ -17,7 +17,15 @@ from urllib.parse import urlsplit
 
 import httpx
 
-__all__ = ["checked_url", "origin", "origin_only", "redact_url", "resolve", "shown_url"]
+__all__ = [
+    "checked_url",
+    "origin",
+    "origin_only",
+    "redact_url",
+    "resolve",
+    "same_url",
+    "shown_url",
+]
 
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _QUOTE_CHARS: Final = 120
@@ -126,6 +134,18 @@ def resolve(base: str, url: str) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
+def same_url(url: str | None, other: str | None) -> bool:
+    """Whether two URLs name the same place once both are in httpx's normal form
+    (a submit URL is stored as written: ``HTTPS://Host:443/x`` is ``https://host/x``);
+    ``False`` when either is missing or is not a URL."""
+    if not url or not other:
+        return False
+    try:
+        return resolve(url, url) == resolve(other, other)
+    except ValueError:
+        return False
+
+
 def origin(url: str) -> tuple[str, str | None, int | None]:
     """The origin (scheme, host, port) of an http(s) URL, as httpx sees it (memoized:
     every request asks it of the same few URLs).

@@ -150,17 +150,7 @@ def job_body(
             body["result"] = job.result
         body["result_inline"] = inline
     if job.status == "completed_with_errors":
-        summary = job.summary
-        body["summary"] = (
-            None
-            if summary is None
-            else {
-                "processed": summary.processed,
-                "succeeded": summary.succeeded,
-                "failed": summary.failed,
-            }
-        )
-        body["errors_url"] = f"{urls.errors_url}?limit={errors_limit}"
+        body |= _partial(job, urls, errors_limit)
     if job.status == "failed":
         body["error"] = job.error
     if job.status == "canceled":
@@ -193,17 +183,7 @@ def operation_body(
         else:
             body["result_url"] = urls.result_url
     if job.status == "completed_with_errors":
-        summary = job.summary
-        body["summary"] = (
-            None
-            if summary is None
-            else {
-                "processed": summary.processed,
-                "succeeded": summary.succeeded,
-                "failed": summary.failed,
-            }
-        )
-        body["errors_url"] = f"{urls.errors_url}?limit={errors_limit}"
+        body |= _partial(job, urls, errors_limit)
     if job.status in ("failed", "canceled") and job.error is not None:
         body["error"] = job.error
     return body
@@ -213,3 +193,19 @@ def error_body(error: str, message: str, **extra: JSON) -> dict[str, JSON]:
     """An error answer: ``error`` (a stable code), ``message`` (what happened, what to do),
     and *extra* keys such as ``status``."""
     return {"error": error, **extra, "message": message}
+
+
+def _partial(job: Job, urls: JobUrls, errors_limit: int) -> dict[str, JSON]:
+    """A partial success's ``summary`` (the counts, ``None`` when not known) and
+    ``errors_url`` (its first page of *errors_limit* errors)."""
+    summary = job.summary
+    counts: JSON = (
+        None
+        if summary is None
+        else {
+            "processed": summary.processed,
+            "succeeded": summary.succeeded,
+            "failed": summary.failed,
+        }
+    )
+    return {"summary": counts, "errors_url": f"{urls.errors_url}?limit={errors_limit}"}
