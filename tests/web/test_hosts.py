@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import anyio
@@ -10,10 +9,10 @@ import httpx
 import pytest
 
 from tests.fakes import FakeClock
-from waitbound import MemoryStore, UsageError, WorkerSettings
+from tests.web.test_run import serve_until
+from waitbound import MemoryStore, UsageError
 from waitbound.web._config import load_serve_config
 from waitbound.web._hosts import LOOPBACK_NAMES, allowed_hosts, host_name
-from waitbound.web._run import serve
 from waitbound.web._service import Service
 
 
@@ -81,7 +80,7 @@ def test_a_dns_rebound_host_is_refused_by_the_served_process_before_any_auth(
         urls: list[str] = []
         with anyio.fail_after(60):
             async with anyio.create_task_group() as group:
-                group.start_soon(_serve, service, stop, urls)
+                group.start_soon(serve_until, service, stop, False, urls)
                 while not urls:
                     await anyio.sleep(0.01)
                 port = urls[0].rsplit(":", 1)[1]
@@ -99,18 +98,3 @@ def test_a_dns_rebound_host_is_refused_by_the_served_process_before_any_auth(
     assert evil.json()["error"] == "unknown_host"
     assert "pat" not in evil.text
     assert all(answer.status_code == 200 for answer in answers.values()), answers
-
-
-async def _serve(service: Service, stop: anyio.Event, urls: list[str]) -> None:
-    await serve(
-        service,
-        "127.0.0.1",
-        0,
-        worker=False,
-        worker_settings=WorkerSettings(idle_s=0.05),
-        stop=stop,
-        handle_signals=False,
-        on_listening=urls.append,
-        sweep_every_s=3600,
-        rng=random.Random(1),
-    )

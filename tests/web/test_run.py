@@ -60,7 +60,7 @@ def test_a_stored_delivery_wakes_the_inbox_sweep_at_once(
         stop = anyio.Event()
         with anyio.fail_after(20):
             async with anyio.create_task_group() as group:
-                group.start_soon(_serve, service, stop, worker, urls)
+                group.start_soon(serve_until, service, stop, worker, urls)
                 await swept[0].wait()
                 swept[0] = anyio.Event()
                 await anyio.to_thread.run_sync(nudge, _delivery())  # as a receiver thread would
@@ -82,7 +82,8 @@ def test_a_stored_delivery_wakes_the_inbox_sweep_at_once(
     assert urls[0].startswith("http://127.0.0.1:")
 
 
-async def _serve(service: Service, stop: anyio.Event, worker: bool, urls: list[str]) -> None:
+async def serve_until(service: Service, stop: anyio.Event, worker: bool, urls: list[str]) -> None:
+    """``serve`` on a free loopback port until *stop*; its URL is appended to *urls*."""
     await serve(
         service,
         "127.0.0.1",
@@ -126,7 +127,7 @@ def test_without_an_inbox_module_serve_still_runs(monkeypatch: pytest.MonkeyPatc
         stop = anyio.Event()
         with anyio.fail_after(20):
             async with anyio.create_task_group() as group:
-                group.start_soon(_serve, service, stop, True, [])
+                group.start_soon(serve_until, service, stop, True, [])
                 while store.get("op-1").outcome is None:  # type: ignore[union-attr]
                     await anyio.sleep(0.01)
                 stop.set()
