@@ -18,19 +18,6 @@ from waitbound.stores._sessions import SessionRow, sessions_of
 __all__ = ["sessions"]
 
 
-def _json(row: SessionRow) -> dict[str, str | None]:
-    return {
-        "id": row.shown_id,
-        "who": row.who,
-        "role": row.role,
-        "via": row.via,
-        "created_at": row.created_at.isoformat(),
-        "last_seen_at": row.last_seen_at.isoformat(),
-        "expires_at": row.expires_at.isoformat(),
-        "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None,
-    }
-
-
 def _line(row: SessionRow, now: datetime) -> str:
     state = "open" if row.is_open(now) else ("revoked" if row.revoked_at else "expired")
     return (
@@ -42,7 +29,7 @@ def _line(row: SessionRow, now: datetime) -> str:
 
 def _print(rows: list[SessionRow], as_json: bool, now: datetime, empty: str) -> None:
     if as_json:
-        click.echo(json.dumps([_json(row) for row in rows]))
+        click.echo(json.dumps([row.shown_json() for row in rows]))
     elif not rows:
         click.echo(empty)
     else:

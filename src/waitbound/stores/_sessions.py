@@ -67,6 +67,20 @@ class SessionRow:
         """Not revoked, not expired at *now*."""
         return self.revoked_at is None and now < self.expires_at
 
+    def shown_json(self) -> dict[str, str | None]:
+        """The session as ``waitbound sessions --json`` and ``GET /sessions`` show it
+        (no secret: its shown id, who, role, how, RFC 3339 times)."""
+        return {
+            "id": self.shown_id,
+            "who": self.who,
+            "role": self.role,
+            "via": self.via,
+            "created_at": self.created_at.isoformat(),
+            "last_seen_at": self.last_seen_at.isoformat(),
+            "expires_at": self.expires_at.isoformat(),
+            "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
+        }
+
 
 class SessionStore(Protocol):
     """Where sessions are kept (thread-safe; every method one transaction)."""

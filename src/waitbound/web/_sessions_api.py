@@ -22,25 +22,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from waitbound._errors import UsageError
-from waitbound._json import JSON
-from waitbound.stores._sessions import SessionRow
 from waitbound.web._session import Sessions
 
-__all__ = ["session_json", "session_routes"]
-
-
-def session_json(row: SessionRow) -> dict[str, JSON]:
-    """The JSON of one session (no secret: its shown id, who, role, how, times)."""
-    return {
-        "id": row.shown_id,
-        "who": row.who,
-        "role": row.role,
-        "via": row.via,
-        "created_at": row.created_at.isoformat(),
-        "last_seen_at": row.last_seen_at.isoformat(),
-        "expires_at": row.expires_at.isoformat(),
-        "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None,
-    }
+__all__ = ["session_routes"]
 
 
 def session_routes(sessions: Sessions) -> list[BaseRoute]:
@@ -51,7 +35,7 @@ def session_routes(sessions: Sessions) -> list[BaseRoute]:
         rows = await anyio.to_thread.run_sync(
             functools.partial(sessions.store.list_sessions, now=sessions.clock.now())
         )
-        return JSONResponse({"sessions": [session_json(row) for row in rows]})
+        return JSONResponse({"sessions": [row.shown_json() for row in rows]})
 
     async def revoke(request: Request) -> Response:
         """``POST /sessions/{id}/revoke``."""
@@ -68,7 +52,7 @@ def session_routes(sessions: Sessions) -> list[BaseRoute]:
                 {"error": "not_found", "detail": f"no open session {shown[:64]!r}"},
                 status_code=404,
             )
-        return JSONResponse({"revoked": [session_json(replace(r, revoked_at=now)) for r in rows]})
+        return JSONResponse({"revoked": [replace(r, revoked_at=now).shown_json() for r in rows]})
 
     async def revoke_all(request: Request) -> Response:
         """``POST /sessions/revoke-all``."""
@@ -76,7 +60,7 @@ def session_routes(sessions: Sessions) -> list[BaseRoute]:
         rows = await anyio.to_thread.run_sync(
             functools.partial(sessions.store.revoke_sessions, at=now)
         )
-        return JSONResponse({"revoked": [session_json(replace(r, revoked_at=now)) for r in rows]})
+        return JSONResponse({"revoked": [replace(r, revoked_at=now).shown_json() for r in rows]})
 
     return [
         Route("/sessions", listing, methods=["GET"]),
