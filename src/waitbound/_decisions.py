@@ -20,6 +20,7 @@ import hashlib
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Final
 
 from waitbound._audit import AuditEvent
 from waitbound._contract import Profile
@@ -47,6 +48,7 @@ from waitbound._record import MAX_COUNT, Decision, Phase, Record
 from waitbound._schedule import DelaySource
 
 __all__ = [
+    "MAX_WHY_CHARS",
     "decide_record",
     "escalation_message",
     "expire",
@@ -360,6 +362,10 @@ def _only_where_they_apply(
         )
 
 
+MAX_WHY_CHARS: Final = 500
+"""The longest reason (``why``) a decision or a request may give, in characters."""
+
+
 def _person(by: str, why: str) -> tuple[str, str]:
     """The decider and their reason, checked: both non-blank, one line, bounded."""
     who = (by or "").strip()
@@ -370,7 +376,9 @@ def _person(by: str, why: str) -> tuple[str, str]:
         raise UsageError("a reason ('why') is required: one line, kept in the audit log")
     if not reason.isprintable():
         raise UsageError("the reason ('why') must be one line of printable text")
-    return who[:128], reason[:500]
+    if len(reason) > MAX_WHY_CHARS:  # refused, never cut: the audit keeps what was said
+        raise UsageError(f"the reason ('why') is {len(reason)} characters; at most {MAX_WHY_CHARS}")
+    return who[:128], reason
 
 
 def request_extension_record(

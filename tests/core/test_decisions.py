@@ -39,7 +39,13 @@ from waitbound import (
     wait,
 )
 from waitbound._audit import AuditEvent
-from waitbound._decisions import decide_record, escalation_message, expire, profile_version
+from waitbound._decisions import (
+    MAX_WHY_CHARS,
+    decide_record,
+    escalation_message,
+    expire,
+    profile_version,
+)
 from waitbound._json import JSON, canonical_json
 from waitbound.stores._protocol import decode_record, encode_record
 
@@ -699,6 +705,20 @@ def test_extending_a_running_operation_never_lowers_its_limits() -> None:
     assert after.deadline_at >= before.deadline_at
     assert after.max_requests >= before.max_requests
     assert after.grants.extensions == 1
+
+
+def test_a_reason_longer_than_the_limit_is_refused_never_cut() -> None:
+    """The audit keeps what a person said: a reason past MAX_WHY_CHARS is refused
+    whole (one line, nothing changed), for a decision as for an agent's request; one at
+    the limit is kept as given."""
+    op = _budget()
+    long = "x" * (MAX_WHY_CHARS + 1)
+    message = refused(op, UsageError, f"at most {MAX_WHY_CHARS}", "abandon", why=long)
+    assert long not in message
+    with unchanged(op), pytest.raises(UsageError, match=f"at most {MAX_WHY_CHARS}"):
+        _ask(op, why=long)
+    op.decide("abandon", why="y" * MAX_WHY_CHARS)
+    assert decided_event(op).data["why"] == "y" * MAX_WHY_CHARS
 
 
 def test_an_agent_cannot_ask_on_a_finished_operation_without_an_open_request() -> None:

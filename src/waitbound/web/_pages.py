@@ -34,6 +34,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import waitbound
+from waitbound._decisions import MAX_WHY_CHARS
 from waitbound._errors import (
     DecisionConflictError,
     OperationNotFoundError,
@@ -92,7 +93,6 @@ just before the read but committed after it still arrives."""
 DELIVERIES_LIMIT: Final = 50
 """The most deliveries of each direction the One operation page lists."""
 _MAX_FILTER_CHARS: Final = 200
-_MAX_WHY_CHARS: Final = 500
 
 _ENV: Final = Environment(
     loader=PackageLoader("waitbound.web", "templates"),
@@ -465,8 +465,8 @@ def _decision_fields(
     why = form.get("why", "").strip()
     if not why:
         raise UsageError("say why (it is kept in the audit log); nothing was decided")
-    if len(why) > _MAX_WHY_CHARS or not why.isprintable():
-        raise UsageError(f"the reason is one line of at most {_MAX_WHY_CHARS} characters")
+    if len(why) > MAX_WHY_CHARS or not why.isprintable():
+        raise UsageError(f"the reason is one line of at most {MAX_WHY_CHARS} characters")
     minutes: float | None = None
     text = form.get("minutes", "").strip()
     if text:
