@@ -18,7 +18,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from tests.e2e.mcp_tasks import (
 )
 from tests.e2e.runner import cli
 from tests.stores.pg import fresh_database
-from waitbound import Record, open_store
+from waitbound import Operation, Record, open_store, parse_profile, start
 from waitbound.sim import Simulator, parse_scenario
 
 pytestmark = pytest.mark.e2e
@@ -63,7 +63,8 @@ submit_path = "/jobs"
 allow_cancel = {allow_cancel}
 decide_via_elicitation = {decide}
 headers = {{ Authorization = "Bearer ${{TASKS_TOKEN}}" }}
-policy = {{ deadline_s = 600, max_requests = {max_requests}, base_delay_s = 0.2, max_delay_s = 0.4 }}
+policy = {{ deadline_s = 600, max_requests = {max_requests}, base_delay_s = 0.2, \
+max_delay_s = 0.4 }}
 """
 
 RUNNING = {"code": 200, "body": {"status": "running", "cancelable": True}}
@@ -244,7 +245,7 @@ def test_input_required_decided_through_tasks_update(transport: str, tmp_path: P
         schema = request["params"]["requestedSchema"]
         assert schema["required"] == ["option", "why"]
         choices = {c["const"]: c["title"] for c in schema["properties"]["option"]["oneOf"]}
-        assert "extend" in choices and "more check" in choices["extend"]
+        assert "more check" in choices["extend"]
         assert "request_budget_exhausted" in request["params"]["message"]
         release(sim.base_url)
         s.requester("configure", answer=answer)
@@ -280,7 +281,8 @@ def test_input_required_decided_by_a_person_when_answers_do_not_decide(
         )
         assert "a PERSON decides" in filed["statusMessage"]
         request = stored(s, task_id).decision_request
-        assert request is not None and request.requested_by.startswith(f"elicitation {key} ")
+        assert request is not None
+        assert request.requested_by.startswith(f"elicitation {key} ")
         assert stored(s, task_id).decisions == ()
         # answering the same key again changes nothing: it is no longer outstanding
         s.raw("tasks/update", {"taskId": task_id, "inputResponses": {key: answer}})
@@ -349,7 +351,8 @@ def test_a_client_without_the_extension_gets_todays_answers(transport: str, tmp_
                         declare=False)["result"]  # fmt: skip
         assert started["resultType"] == "complete"
         answer = started["structuredContent"]
-        assert answer["done"] is False and answer["next_tool"] == "await_job"
+        assert answer["done"] is False
+        assert answer["next_tool"] == "await_job"
         assert "NOT complete" in answer["message"]
         release(sim.base_url)
         awaited = s.raw(
@@ -366,7 +369,8 @@ def test_declared_on_one_request_and_not_the_next(transport: str, tmp_path: Path
     with Simulator(scenario(RUNNING, DONE)) as sim, served(transport, tmp_path, sim) as s:
         call = {"name": "start_job", "arguments": {"provider": "reports"}}
         first = s.raw("tools/call", call, declare=True)["result"]
-        assert first["resultType"] == "task" and first["status"] == "working"
+        assert first["resultType"] == "task"
+        assert first["status"] == "working"
         second = s.raw("tools/call", call, declare=False)["result"]
         assert second["resultType"] == "complete"
         assert second["structuredContent"]["done"] is False
@@ -386,17 +390,14 @@ def test_bad_input_through_the_task_methods_changes_nothing(tmp_path: Path) -> N
         (key,) = asked["inputRequests"]
         other = open_store(s.store)
         try:
-            from waitbound import Operation, parse_profile, start
-
-            foreign = start(
-                Operation(status_url=f"{sim.base_url}/status", profile=parse_profile({
-                    "state": "status", "pending": ["running"], "succeeded": ["completed"]})),
-                label="someone-else", store=other,
-            ).operation_id  # fmt: skip
+            profile = parse_profile({"state": "s", "pending": ["p"], "succeeded": ["d"]})
+            plain = Operation(status_url=f"{sim.base_url}/status", profile=profile)
+            labelled = replace(plain, label="mcp:billing")  # a provider this server lacks
+            foreign = [start(op, store=other).operation_id for op in (plain, labelled)]
         finally:
             other.close()
         before = stored(s, task_id)
-        bad_ids: list[Any] = ["op_doesnotexist00000000", foreign, 42, None, "x" * 5000, ""]
+        bad_ids: list[Any] = ["op_doesnotexist00000000", *foreign, 42, None, "x" * 5000, ""]
         for bad in bad_ids:
             for method in ("tasks/get", "tasks/cancel"):
                 error = s.raw(method, {"taskId": bad})["error"]
@@ -441,15 +442,18 @@ def test_bad_input_through_the_task_methods_changes_nothing(tmp_path: Path) -> N
 
 
 def test_two_servers_on_one_postgres_store_give_the_same_answer(tmp_path: Path) -> None:
-    with fresh_database() as dsn, Simulator(scenario(RUNNING, DONE)) as sim:
-        with served("http", tmp_path, sim, store=dsn) as first:
-            second_dir = tmp_path / "second"
-            second_dir.mkdir()
-            with served("http", second_dir, sim, store=dsn) as second:
-                task_id = first.start()
-                assert second.snapshot(task_id)["taskId"] == task_id
-                release(sim.base_url)
-                settled = second.requester("resume", taskId=task_id)
-                assert settled["status"] == "completed"
-                seen_by_first = first.snapshot(task_id)
-                assert seen_by_first["result"] == settled["result"]
+    second_dir = tmp_path / "second"
+    second_dir.mkdir()
+    with (
+        fresh_database() as dsn,
+        Simulator(scenario(RUNNING, DONE)) as sim,
+        served("http", tmp_path, sim, store=dsn) as first,
+        served("http", second_dir, sim, store=dsn) as second,
+    ):
+        task_id = first.start()
+        assert second.snapshot(task_id)["taskId"] == task_id
+        release(sim.base_url)
+        settled = second.requester("resume", taskId=task_id)
+        assert settled["status"] == "completed"
+        seen_by_first = first.snapshot(task_id)
+        assert seen_by_first["result"] == settled["result"]

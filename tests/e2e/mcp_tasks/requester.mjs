@@ -21,6 +21,8 @@ let transcript = [];
 let link = null;
 let session = null;
 let answer = null; // the elicitation answer the input handler gives
+let answered = null; // resolves the handlers waiting for one
+let configured = new Promise((resolve) => (answered = resolve));
 const executions = new Map();
 let nextId = 1;
 
@@ -169,7 +171,7 @@ const commands = {
       onInputRequest: async (request) => {
         if (request.kind !== "elicitation") throw new Error(`unexpected input request ${request.kind}`);
         transcript.push({ elicitation: request.params });
-        if (answer === null) return new Promise(() => {}); // no answer: the task waits
+        while (answer === null) await configured; // no answer yet: the task waits for one
         return answer;
       },
       onError: (error) => transcript.push({ background_error: failure(error) }),
@@ -178,6 +180,9 @@ const commands = {
   },
   async configure(c) {
     answer = c.answer ?? null;
+    const wake = answered;
+    configured = new Promise((resolve) => (answered = resolve));
+    wake();
     return true;
   },
   async call(c) {
