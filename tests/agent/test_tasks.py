@@ -199,7 +199,7 @@ async def test_an_answer_decides_when_the_operator_says_so(tmp_path: Path) -> No
     stopped(store)
     asked = jobs.task("op_1")
     assert asked["status"] == "input_required"
-    (key,) = asked["inputRequests"]  # type: ignore[union-attr]
+    (key,) = dict(asked["inputRequests"])  # type: ignore[arg-type]
     answer = {"action": "accept", "content": {"option": "extend", "why": "w", "checks": 2}}
     assert await jobs.answer_task("op_1", {key: answer}, by="mcp-client c/1 session s") is True
     after = store.get("op_1")
@@ -217,7 +217,7 @@ async def test_an_answer_is_a_request_when_it_does_not_decide(tmp_path: Path) ->
     stopped(store)
     asked = jobs.task("op_1")
     assert "https://inbox.example/inbox" in str(asked["statusMessage"])
-    (key,) = asked["inputRequests"]  # type: ignore[union-attr]
+    (key,) = dict(asked["inputRequests"])  # type: ignore[arg-type]
     answer = {"action": "accept", "content": {"option": "extend", "why": "w"}}
     assert await jobs.answer_task("op_1", {key: answer}, by="mcp-client c/1 session s") is True
     after = store.get("op_1")
@@ -238,7 +238,7 @@ async def test_an_expired_request_is_closed_before_a_task_is_read(tmp_path: Path
     clock.advance(2 * 86400)
     done = jobs.task("op_1")
     assert done["status"] == "completed"
-    assert done["result"]["isError"] is True  # type: ignore[index]
+    assert dict(done["result"])["isError"] is True  # type: ignore[arg-type]
     after = store.get("op_1")
     assert after is not None
     assert after.reason is Reason.DECISION_TIMEOUT

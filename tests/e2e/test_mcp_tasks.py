@@ -121,7 +121,8 @@ class Session:
             argv = server_argv(self.config, self.store)
             self.requester("connect", transport="stdio", argv=argv, env=ENV)
         else:
-            self.http = HttpServer(self.config, self.store, ENV, self.http and self.http.port)
+            port = self.http.port if self.http is not None else None
+            self.http = HttpServer(self.config, self.store, ENV, port)
             self.http.start()
             self.requester("connect", transport="http", url=self.http.url)
 
@@ -457,3 +458,38 @@ def test_two_servers_on_one_postgres_store_give_the_same_answer(tmp_path: Path) 
         assert settled["status"] == "completed"
         seen_by_first = first.snapshot(task_id)
         assert seen_by_first["result"] == settled["result"]
+
+
+def test_notifications_for_the_tasks_a_client_listens_to(tmp_path: Path) -> None:
+    with Simulator(scenario(RUNNING, DONE)) as sim, served("http", tmp_path, sim) as s:
+        task_id = s.start()
+        other_id = s.start()  # not listened to: never notified
+        refused = s.requester("listen", notifications={"taskIds": [task_id]}, declare=False)
+        assert refused["response"]["error"]["code"] == -32021
+        asked = [task_id, "op_doesnotexist00000000", task_id]
+        assert s.requester("listen", notifications={"taskIds": asked}, declare=True) == {
+            "streaming": True
+        }
+        release(sim.base_url)
+        deadline = time.monotonic() + WAIT_S
+        heard: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            heard = s.requester("heard")
+            if any(n["params"].get("status") == "completed" for n in heard[1:]):
+                break
+            time.sleep(0.1)
+        final = s.snapshot(task_id)
+    ack, *updates = heard
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    assert ack["params"]["notifications"] == {"taskIds": [task_id]}
+    assert {n["method"] for n in updates} == {"notifications/tasks"}
+    assert {n["params"]["taskId"] for n in updates} == {task_id}
+    assert updates[0]["params"]["status"] == "working"
+    last = updates[-1]["params"]
+    assert last["status"] == "completed"
+    subscription = ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
+    assert last.pop("_meta") == {"io.modelcontextprotocol/subscriptionId": subscription}
+    final.pop("_meta")
+    final.pop("resultType")
+    assert last == final  # what tasks/get answers
+    assert other_id != task_id

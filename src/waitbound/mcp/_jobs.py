@@ -122,6 +122,11 @@ class Jobs:
         provider = self.config.providers.get(provider_of(record) or "")
         return provider.headers if provider else {}
 
+    def changed(self) -> anyio.Event:
+        """An event set at the next change this process makes or sees (an operation
+        driven by its worker, a decision or request recorded through a task)."""
+        return self._changed
+
     def _notify(self, event: AuditEvent) -> None:
         """Wake every waiting ``await_job``: some operation changed."""
         self._changed.set()

@@ -22,6 +22,7 @@ from waitbound._worker import WorkerSettings
 from waitbound.mcp._answers import Answer, scrub
 from waitbound.mcp._extension import TasksExtension
 from waitbound.mcp._jobs import Jobs
+from waitbound.mcp._notifications import ListenParams, TaskListener
 
 __all__ = ["INSTRUCTIONS", "STORY_URI", "create_server"]
 
@@ -96,6 +97,10 @@ def create_server(jobs: Jobs, *, settings: WorkerSettings | None = None) -> MCPS
         extensions=[TasksExtension(jobs)],
     )
     _no_prompts(server)
+    # the SDK's handler drops the filter's taskIds: notifications/tasks need their own
+    server._lowlevel_server.add_request_handler(  # a spec method: no extension binding
+        "subscriptions/listen", ListenParams, TaskListener(jobs)
+    )
 
     async def answer(call: Callable[[], Awaitable[Answer]]) -> Answer:
         try:

@@ -24,6 +24,8 @@ let answer = null; // the elicitation answer the input handler gives
 let answered = null; // resolves the handlers waiting for one
 let configured = new Promise((resolve) => (answered = resolve));
 const executions = new Map();
+const heard = []; // what subscriptions/listen streams delivered (HTTP)
+const listening = new Set();
 let nextId = 1;
 
 function out(value) {
@@ -214,12 +216,60 @@ const commands = {
   async raw(c) {
     return await exchange(c.method, c.params ?? {}, c.declare, c.headers);
   },
+  async listen(c) {
+    // subscriptions/listen over streamable HTTP: the response is an SSE stream kept open
+    const message = { jsonrpc: "2.0", id: nextId++, method: "subscriptions/listen", params: framed({ notifications: c.notifications }, c.declare) };
+    const controller = new AbortController();
+    listening.add(controller);
+    const response = await fetch(link.url, {
+      method: "POST",
+      signal: controller.signal,
+      headers: {
+        "content-type": "application/json",
+        accept: "application/json, text/event-stream",
+        "mcp-protocol-version": VERSION,
+        "mcp-method": message.method,
+      },
+      body: JSON.stringify(message),
+    });
+    if (!(response.headers.get("content-type") ?? "").includes("text/event-stream")) {
+      listening.delete(controller);
+      return { response: await response.json() };
+    }
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    (async () => {
+      try {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          let end;
+          while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
+            const block = buffer.slice(0, end);
+            buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
+            const data = block.split(/\r?\n/).filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+            if (data) heard.push(JSON.parse(data));
+          }
+        }
+      } catch {
+        // aborted by unlisten or disconnect
+      }
+    })();
+    return { streaming: true };
+  },
+  async heard() {
+    return heard;
+  },
   async transcript() {
     const kept = transcript;
     transcript = [];
     return kept;
   },
   async disconnect() {
+    for (const controller of listening) controller.abort();
+    listening.clear();
     link?.close();
     for (const execution of executions.values()) await execution.detach().catch(() => {});
     executions.clear();
