@@ -4,6 +4,7 @@ this folder when missing) driven line by line, and ``waitbound mcp`` processes."
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
@@ -26,12 +27,16 @@ WAIT_S = 60.0
 def npm_install(folder: Path = HERE) -> None:
     """Install the folder's npm packages (exact versions from its lock file) when
     missing, as the browser tests install Chromium."""
-    if (folder / "node_modules" / ".package-lock.json").exists():
+    installed = folder / "node_modules" / ".package-lock.json"
+    if installed.exists():
         return
     npm = shutil.which("npm")
     if npm is None:
         raise RuntimeError("npm is needed for the MCP Tasks tests (Node 20 or newer)")
-    subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=folder, check=True)
+    with (folder / ".npm-install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist workers install once, one at a time
+        if not installed.exists():
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=folder, check=True)
 
 
 def free_port() -> int:
