@@ -258,3 +258,25 @@ async def test_other_tenants_operations_are_not_tasks(tmp_path: Path) -> None:
     for malformed in (None, 7, "", "x" * 129):
         with pytest.raises(UsageError):
             jobs.task(malformed)  # type: ignore[arg-type]
+
+
+async def test_capabilities_are_honest_and_a_story_is_a_resource(tmp_path: Path) -> None:
+    from mcp import Client
+
+    from waitbound.mcp import create_server
+
+    jobs, store, _ = jobs_over(tmp_path, decide=False)
+    stopped(store)
+    async with Client(create_server(jobs), mode="legacy") as client:
+        capabilities = client.server_capabilities
+        assert capabilities.prompts is None
+        assert capabilities.resources is not None
+        templates = (await client.list_resource_templates()).resource_templates
+        assert [t.uri_template for t in templates] == [
+            "waitbound://operations/{operation_id}/story"
+        ]
+        story = await client.read_resource("waitbound://operations/op_1/story")
+        text = story.contents[0].text  # type: ignore[union-attr]
+        assert text.startswith("Operation op_1 (mcp:reports): 0 events")
+        with pytest.raises(Exception, match="op_none"):
+            await client.read_resource("waitbound://operations/op_none/story")
