@@ -280,3 +280,24 @@ async def test_capabilities_are_honest_and_a_story_is_a_resource(tmp_path: Path)
         assert text.startswith("Operation op_1 (mcp:reports): 0 events")
         with pytest.raises(Exception, match="op_none"):
             await client.read_resource("waitbound://operations/op_none/story")
+
+
+async def test_an_answer_is_bounded_by_the_ceilings_and_the_first_decision_wins(
+    tmp_path: Path,
+) -> None:
+    from waitbound import decide
+
+    jobs, store, clock = jobs_over(tmp_path, decide=True)
+    stopped(store)
+    (key,) = dict(jobs.task("op_1")["inputRequests"])  # type: ignore[arg-type]
+    before = store.get("op_1")
+    too_many = {"action": "accept", "content": {"option": "extend", "why": "w", "checks": 10}}
+    with pytest.raises(UsageError, match="request budget"):
+        await jobs.answer_task("op_1", {key: too_many}, by="mcp-client c/1 session s")
+    assert store.get("op_1") == before
+    decide("op_1", "abandon", why="not needed", by="ann", store=store, clock=clock)
+    answer = {"action": "accept", "content": {"option": "extend", "why": "w"}}
+    assert await jobs.answer_task("op_1", {key: answer}, by="mcp-client c/1 session s") is False
+    after = store.get("op_1")
+    assert after is not None
+    assert [(d.option, d.by) for d in after.decisions] == [("abandon", "ann")]
