@@ -4,6 +4,7 @@ stored as they would be at each point of a job's life)."""
 
 from __future__ import annotations
 
+import socket
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -301,3 +302,25 @@ async def test_an_answer_is_bounded_by_the_ceilings_and_the_first_decision_wins(
     after = store.get("op_1")
     assert after is not None
     assert [(d.option, d.by) for d in after.decisions] == [("abandon", "ann")]
+
+
+async def test_a_submission_cut_off_by_a_crash_is_not_left_working(tmp_path: Path) -> None:
+    from waitbound import Phase
+
+    jobs, store, _ = jobs_over(tmp_path, decide=False)
+    store.create(
+        record(
+            phase=Phase.SUBMITTING,
+            submit_url="https://api.example.com/jobs",
+            submit_attempts=1,
+            lease_owner=f"{socket.gethostname()}:999999999:dead",  # a process that died
+            lease_expires_at=T0 + timedelta(hours=1),
+        ),
+        [],
+    )
+    assert jobs.task("op_1")["status"] == "working"
+    settled = await jobs.task_now("op_1")
+    assert settled["status"] == "input_required"  # escalated: it may have created a job
+    stored = store.get("op_1")
+    assert stored is not None
+    assert stored.reason is Reason.PROVIDER_FAILURE

@@ -138,7 +138,7 @@ class TasksExtension(Extension):
         if params.name == "await_job":
             asked = (params.arguments or {}).get("operation_id")
             try:
-                return self._created(self.jobs.task(asked))  # type: ignore[arg-type]
+                return self._created(await self.jobs.task_now(asked))  # type: ignore[arg-type]
             except WaitboundError:
                 return await call_next(ctx)  # today's tool error, word for word
         answered = await call_next(ctx)
@@ -157,7 +157,7 @@ class TasksExtension(Extension):
         require_client_extension(ctx, EXTENSION_ID)
         task_id = _task_id(params.task_id)
         detailed: Answer = {"resultType": "complete"}
-        return await self._guarded(lambda: _now(detailed | self.jobs.task(task_id)))
+        return detailed | await self._guarded(lambda: self.jobs.task_now(task_id))
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: _UpdateParams) -> Answer:
         require_client_extension(ctx, EXTENSION_ID)

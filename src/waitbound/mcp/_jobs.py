@@ -562,6 +562,15 @@ class Jobs:
         )
         return scrub(answer, self._secrets)  # type: ignore[return-value]
 
+    async def task_now(self, operation_id: str) -> Answer:
+        """:meth:`task`, after settling a submission whose answer was lost (the server
+        stopped mid-submit), as ``await_job`` does: a task never stays ``working`` on
+        a submission nobody will finish."""
+        record = self._record(operation_id)
+        if record.phase is Phase.SUBMITTING:
+            await self._look(record)
+        return self.task(operation_id)
+
     def _where_a_person_decides(self, record: Record) -> str:
         inbox = self.config.inbox_url
         command = f"waitbound decide {record.operation_id}"
