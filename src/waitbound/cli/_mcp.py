@@ -37,7 +37,11 @@ MCP_TOOLS = (
     name="mcp",
     help=f"Serve the {len(MCP_TOOLS)} agent tools ({', '.join(MCP_TOOLS)}) over the Model "
     "Context Protocol; a background worker drives the jobs. request_extension only asks a "
-    "person for more time (`waitbound escalations`); no tool decides. See docs/mcp.md.",
+    "person for more time (`waitbound escalations`); no tool decides. A client that "
+    "declares the MCP Tasks extension (io.modelcontextprotocol/tasks) on a request gets a "
+    "durable task handle from start_job and await_job instead (tasks/get, tasks/update, "
+    "tasks/cancel); every operation's story is the resource "
+    "waitbound://operations/{operation_id}/story. See docs/mcp.md.",
 )
 @click.option(
     "--config",

@@ -8,6 +8,8 @@ A TOML file (``waitbound mcp --config FILE``)::
     max_answer_chars = 4000     # result or error text in one tool answer
     list_limit = 20             # operations list_jobs shows at most
     max_response_bytes = 1048576  # the largest provider answer read
+    task_retention_seconds = 86400  # how long a task outlives its deadline (ttlMs)
+    inbox_url = "https://waitbound.example/inbox"  # where a person decides (serve)
 
     [providers.reports]
     base_url = "https://api.example.com"
@@ -16,6 +18,7 @@ A TOML file (``waitbound mcp --config FILE``)::
     allowed_paths = ["/v1/runs", "/v1/exports/*"]   # fnmatch patterns
     allowed_methods = ["POST"]
     allow_cancel = false
+    decide_via_elicitation = false  # a tasks/update answer IS a person's decision?
     headers = { Authorization = "Bearer ${REPORTS_TOKEN}" }
     policy = { deadline_s = 3600, max_requests = 120 }
 
@@ -66,6 +69,10 @@ class ProviderConfig:
         allowed_paths: ``fnmatch`` patterns a job path must match.
         allowed_methods: HTTP methods an agent may submit with.
         allow_cancel: whether agents may cancel this provider's jobs.
+        decide_via_elicitation: whether an MCP client's answer to a task's
+            ``input_required`` elicitation (``tasks/update``) is recorded as a
+            person's decision (``waitbound.decide``); when false it is recorded as a
+            request a person decides, like ``request_extension``.
         headers: sent with every request to ``base_url``'s origin, never stored.
         secrets: the credentials in ``headers`` (see
             :func:`waitbound._secrets.secret_parts`), kept out of every tool answer.
@@ -79,6 +86,7 @@ class ProviderConfig:
     allowed_paths: tuple[str, ...]
     allowed_methods: tuple[str, ...] = ("POST",)
     allow_cancel: bool = False
+    decide_via_elicitation: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()
     policy: Policy = field(default_factory=Policy)
@@ -102,6 +110,11 @@ class McpConfig:
         max_answer_chars: the most characters of result or error in one answer.
         list_limit: the most operations ``list_jobs`` shows.
         max_response_bytes: the largest provider answer read (a result included).
+        task_retention_seconds: how long a task outlives its operation's deadline
+            (its ``ttlMs`` is the deadline, from creation, plus this).
+        inbox_url: where a person decides (``waitbound serve``'s inbox), named in a
+            task's ``statusMessage`` when an answer cannot decide; ``None``: the
+            ``waitbound decide`` command is named instead.
     """
 
     providers: Mapping[str, ProviderConfig]
@@ -111,6 +124,8 @@ class McpConfig:
     max_answer_chars: int = 4000
     list_limit: int = 20
     max_response_bytes: int = 1024 * 1024
+    task_retention_seconds: float = 86400.0
+    inbox_url: str | None = None
 
     def secrets(self) -> list[str]:
         """Every provider's secrets, longest first (to scrub from answers)."""
@@ -164,6 +179,8 @@ def parse_config(
         max_response_bytes=_whole(
             server.get("max_response_bytes", 1024 * 1024), "max_response_bytes", 1024
         ),
+        task_retention_seconds=_retention(server.get("task_retention_seconds", 86400)),
+        inbox_url=_inbox_url(server.get("inbox_url")),
     )
     if config.default_wait_seconds > config.max_wait_seconds:
         raise UsageError("server.default_wait_seconds must not exceed server.max_wait_seconds")
@@ -178,6 +195,7 @@ _PROVIDER_KEYS: Final = frozenset(
         "allowed_paths",
         "allowed_methods",
         "allow_cancel",
+        "decide_via_elicitation",
         "headers",
         "policy",
     }
@@ -212,6 +230,9 @@ def _provider(
     allow_cancel = raw.get("allow_cancel", False)
     if not isinstance(allow_cancel, bool):
         raise UsageError(f"{where}.allow_cancel must be true or false")
+    decide_via_elicitation = raw.get("decide_via_elicitation", False)
+    if not isinstance(decide_via_elicitation, bool):
+        raise UsageError(f"{where}.decide_via_elicitation must be true or false")
     return ProviderConfig(
         name=name,
         base_url=base_url.rstrip("/"),
@@ -220,6 +241,7 @@ def _provider(
         allowed_paths=tuple(_path(p, f"{where}.allowed_paths") for p in allowed),
         allowed_methods=tuple(checked_methods),
         allow_cancel=allow_cancel,
+        decide_via_elicitation=decide_via_elicitation,
         headers=headers,
         secrets=secrets,
         policy=_policy(raw.get("policy", {}), where),
@@ -312,6 +334,27 @@ def _seconds(raw: object, what: str) -> float:
     if not ok or raw <= 0 or raw > 3600:  # type: ignore[operator]
         raise UsageError(f"server.{what}_seconds must be a number of seconds in (0, 3600]")
     return float(raw)  # type: ignore[arg-type]
+
+
+_MAX_RETENTION_S: Final = 365 * 86400
+
+
+def _retention(raw: object) -> float:
+    ok = isinstance(raw, int | float) and not isinstance(raw, bool) and math.isfinite(raw)
+    if not ok or not 0 <= raw <= _MAX_RETENTION_S:  # type: ignore[operator]
+        raise UsageError(
+            f"server.task_retention_seconds must be a number of seconds in [0, {_MAX_RETENTION_S}]"
+        )
+    return float(raw)  # type: ignore[arg-type]
+
+
+def _inbox_url(raw: object) -> str | None:
+    if raw is None:
+        return None
+    url = check_url(_text(raw, "server.inbox_url"), "server.inbox_url")
+    if len(url) > 500:
+        raise UsageError("server.inbox_url must be at most 500 characters")
+    return url
 
 
 def _whole(raw: object, what: str, minimum: int) -> int:

@@ -25,12 +25,20 @@ import httpx
 from waitbound._api import check_async, submit_async
 from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
+from waitbound._decisions import escalation_message, expire
 from waitbound._driver import loop, one_step, run_async_effects, tools
-from waitbound._errors import OperationNotFoundError, UsageError
-from waitbound._escalations import request_extension_async
+from waitbound._errors import (
+    ConflictError,
+    DecisionConflictError,
+    OperationNotFoundError,
+    UsageError,
+)
+from waitbound._escalations import decide_async, request_extension_async
 from waitbound._json import JSON
 from waitbound._operation import Submission, request_cancel
+from waitbound._options import suggested_grant
 from waitbound._record import Phase, Record
+from waitbound._story import story_line
 from waitbound._worker import WorkerSettings, work
 from waitbound.mcp._answers import (
     Answer,
@@ -43,6 +51,18 @@ from waitbound.mcp._answers import (
     view,
 )
 from waitbound.mcp._config import LABEL_PREFIX, McpConfig, ProviderConfig
+from waitbound.mcp._tasks import (
+    ANSWER_MARK,
+    BadResponses,
+    answered_key,
+    elicitation,
+    input_key,
+    offered,
+    parse_responses,
+    status_of,
+    task,
+    tool_result,
+)
 from waitbound.stores import Store
 from waitbound.transports import HttpSettings
 
@@ -55,6 +75,8 @@ _MAX_BODY_BYTES: Final = 1024 * 1024
 _KEY: Final = re.compile(r"[A-Za-z0-9._:-]{1,100}")
 _KEYED: Final = "mcp-"
 """The operation id prefix of a job started with the agent's own idempotency key."""
+STORY_LINES: Final = 200
+"""The most audit lines one story resource shows (the newest)."""
 _RECHECK_S: Final = 1.0
 """How often a waiting ``await_job`` re-reads the store when no change was signalled
 (another process, such as a ``waitbound worker``, may be driving the operation)."""
@@ -99,6 +121,11 @@ class Jobs:
         """The headers of the provider that started *record* (``{}`` for others)."""
         provider = self.config.providers.get(provider_of(record) or "")
         return provider.headers if provider else {}
+
+    def changed(self) -> anyio.Event:
+        """An event set at the next change this process makes or sees (an operation
+        driven by its worker, a decision or request recorded through a task)."""
+        return self._changed
 
     def _notify(self, event: AuditEvent) -> None:
         """Wake every waiting ``await_job``: some operation changed."""
@@ -456,6 +483,168 @@ class Jobs:
             max_chars=self.config.max_answer_chars,
         )
         return scrub(answer, self._secrets)  # type: ignore[return-value]
+
+    def story(self, operation_id: str) -> str:
+        """The operation's story (its audit events, one line each, oldest first), as
+        ``waitbound show`` prints them; secrets scrubbed, the newest
+        ``STORY_LINES`` lines at most.
+
+        Raises:
+            UsageError: a malformed id.
+            OperationNotFoundError: no such operation of this server's providers.
+        """
+        record = self._record(operation_id)
+        lines = [story_line(stored.event) for stored in self.store.audit(record.operation_id)]
+        shown = lines[-STORY_LINES:]
+        head = [f"Operation {record.operation_id} ({record.label}): {len(lines)} events"]
+        if len(lines) > len(shown):
+            head.append(f"(the newest {len(shown)} shown)")
+        return str(scrub("\n".join([" ".join(head), *shown]), self._secrets))
+
+    # -- tasks (the MCP Tasks extension; see _tasks.py) ----------------------------
+
+    def _current(self, operation_id: object) -> Record:
+        """The stored operation, its decision request closed as ``decision_timeout``
+        first when it is past due (as ``waitbound escalations`` does)."""
+        while True:
+            record = self._record(operation_id)
+            expired = expire(record, self.clock.now())
+            if expired is None:
+                return record
+            after, event = expired
+            try:
+                self.store.save(after, [event])
+            except ConflictError:
+                continue
+
+    def task(self, operation_id: str) -> Answer:
+        """The operation as a task (``DetailedTask``), read from the store.
+
+        Raises:
+            UsageError: a malformed id.
+            OperationNotFoundError: no such operation of this server's providers.
+        """
+        record = self._clean(self._current(operation_id))
+        now = self.clock.now()
+        status = status_of(record)
+        provider = self.config.providers[provider_of(record) or ""]
+        result = None
+        requests: dict[str, Answer] = {}
+        message = record.to_outcome().message
+        if status == "completed":
+            result = tool_result(self._view(record))
+        elif status == "input_required":
+            where = self._where_a_person_decides(record)
+            key = input_key(record)
+            if answered_key(record):
+                message = (
+                    f"{message} Your answer was filed as a request: a PERSON decides it "
+                    f"({where}). Nothing was changed by it yet."
+                )
+            else:
+                decides = (
+                    "Your answer to this request is recorded as the decision."
+                    if provider.decide_via_elicitation
+                    else f"Your answer is filed as a request; a PERSON decides ({where})."
+                )
+                message = f"{message} A decision is needed. {decides}"
+                asked = f"{escalation_message(record, now)}\n\n{decides}"
+                requests[key or ""] = elicitation(
+                    record, now, asked, max_chars=self.config.max_answer_chars
+                )
+        answer = task(
+            record,
+            now,
+            status_message=message,
+            retention_s=self.config.task_retention_seconds,
+            result=result,
+            input_requests=requests,
+        )
+        return scrub(answer, self._secrets)  # type: ignore[return-value]
+
+    async def task_now(self, operation_id: str) -> Answer:
+        """:meth:`task`, after settling a submission whose answer was lost (the server
+        stopped mid-submit), as ``await_job`` does: a task never stays ``working`` on
+        a submission nobody will finish."""
+        record = self._record(operation_id)
+        if record.phase is Phase.SUBMITTING:
+            await self._look(record)
+        return self.task(operation_id)
+
+    def _where_a_person_decides(self, record: Record) -> str:
+        inbox = self.config.inbox_url
+        command = f"waitbound decide {record.operation_id}"
+        return f"in the inbox at {inbox}, or with `{command}`" if inbox else f"with `{command}`"
+
+    async def answer_task(self, operation_id: str, responses: object, *, by: str) -> bool:
+        """Record a client's ``inputResponses`` to the task's elicitation.
+
+        With the provider's ``decide_via_elicitation`` on, the answer is decided
+        through :func:`waitbound.decide` by *by* (the same ceilings; the first
+        decision wins, a later one is ignored); off, it is filed as a request a person
+        decides (like ``request_extension``), and the task stays ``input_required``.
+        Responses to keys that are not outstanding are ignored.
+
+        Returns:
+            Whether an answer was recorded.
+
+        Raises:
+            UsageError: a wrong shape, a value out of bounds, a grant beyond the
+                ceilings (nothing is changed).
+            OperationNotFoundError: no such operation.
+        """
+        record = self._current(operation_id)
+        now = self.clock.now()
+        outstanding = None if answered_key(record) else input_key(record)
+        allowed = [o.value for o in offered(record, now)]
+        try:
+            answered = parse_responses(
+                responses, outstanding, allowed, record.policy.extension_ceiling_s / 60
+            ).answer
+        except BadResponses as exc:
+            raise UsageError(str(exc)) from None
+        if answered is None or outstanding is None:
+            return False
+        provider = self.config.providers[provider_of(record) or ""]
+        who = by[:80]
+        if provider.decide_via_elicitation:
+            try:
+                await decide_async(
+                    record.operation_id,
+                    answered.option,
+                    why=answered.why,
+                    by=who,
+                    minutes=answered.minutes,
+                    checks=answered.checks,
+                    store=self.store,
+                    clock=self.clock,
+                )
+            except DecisionConflictError:
+                return False  # someone decided first: this answer is no longer outstanding
+        else:
+            minutes, checks = suggested_grant(record)
+            await request_extension_async(
+                record.operation_id,
+                minutes=answered.minutes if answered.minutes is not None else minutes,
+                checks=answered.checks if answered.checks is not None else checks,
+                why=f"answered {answered.option}: {answered.why}"[:500],
+                by=f"{ANSWER_MARK}{outstanding} {who}",
+                store=self.store,
+                clock=self.clock,
+            )
+        self._changed.set()
+        self._changed = anyio.Event()
+        return True
+
+    def cancel_task(self, operation_id: str) -> None:
+        """``tasks/cancel``: the rules of :meth:`cancel_job` (allowed for the provider,
+        cancelable now, a stopped operation left to a person).
+
+        Raises:
+            UsageError: the cancel is refused (the message says why); nothing changed.
+            OperationNotFoundError: no such operation.
+        """
+        self.cancel_job(operation_id, reason="tasks/cancel")
 
     def _view(self, record: Record) -> Answer:
         return view(self._clean(record), self.clock.now(), max_chars=self.config.max_answer_chars)

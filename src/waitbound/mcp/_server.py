@@ -20,9 +20,11 @@ from waitbound import __version__
 from waitbound._errors import WaitboundError
 from waitbound._worker import WorkerSettings
 from waitbound.mcp._answers import Answer, scrub
+from waitbound.mcp._extension import TasksExtension
 from waitbound.mcp._jobs import Jobs
+from waitbound.mcp._notifications import ListenParams, TaskListener
 
-__all__ = ["INSTRUCTIONS", "create_server"]
+__all__ = ["INSTRUCTIONS", "STORY_URI", "create_server"]
 
 INSTRUCTIONS = (
     "waitbound runs long jobs at external APIs for you and waits for them outside your "
@@ -92,6 +94,12 @@ def create_server(jobs: Jobs, *, settings: WorkerSettings | None = None) -> MCPS
         version=__version__,
         lifespan=lifespan,
         log_level="WARNING",
+        extensions=[TasksExtension(jobs)],
+    )
+    _no_prompts(server)
+    # the SDK's handler drops the filter's taskIds: notifications/tasks need their own
+    server._lowlevel_server.add_request_handler(  # a spec method: no extension binding
+        "subscriptions/listen", ListenParams, TaskListener(jobs)
     )
 
     async def answer(call: Callable[[], Awaitable[Answer]]) -> Answer:
@@ -199,4 +207,31 @@ def create_server(jobs: Jobs, *, settings: WorkerSettings | None = None) -> MCPS
         never decide); the answer says so, with the request as the person sees it."""
         return await answer(lambda: jobs.request_extension(operation_id, minutes, checks, why))
 
+    @server.resource(
+        STORY_URI,
+        name="operation_story",
+        title="An operation's story",
+        description="Every audit event of one operation, one line each (as `waitbound show` "
+        "prints them), newest 200 at most.",
+        mime_type="text/plain",
+    )
+    def operation_story(operation_id: str) -> str:
+        try:
+            return jobs.story(operation_id)
+        except WaitboundError as exc:
+            cleaned = str(scrub(str(exc), jobs.config.secrets()))[:MAX_ERROR_CHARS]
+            raise ValueError(cleaned) from None
+
     return server
+
+
+STORY_URI = "waitbound://operations/{operation_id}/story"
+"""The resource template of an operation's story."""
+
+
+def _no_prompts(server: MCPServer[None]) -> None:
+    """Serve no ``prompts/*`` methods, so the capability is not advertised: the server
+    has no prompts (``MCPServer`` registers the handlers whether or not any exist)."""
+    handlers = server._lowlevel_server._request_handlers  # no public remover
+    for method in ("prompts/list", "prompts/get"):
+        handlers.pop(method, None)

@@ -1,0 +1,172 @@
+"""The MCP Tasks requester and servers for the end-to-end tests: the official
+TypeScript requester (``@modelcontextprotocol/ext-tasks``, installed with npm into
+this folder when missing) driven line by line, and ``waitbound mcp`` processes."""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HERE = Path(__file__).parent
+WAIT_S = 60.0
+"""The longest any one requester command may take (a bound, never a timing check)."""
+
+
+def npm_install(folder: Path = HERE) -> None:
+    """Install the folder's npm packages (exact versions from its lock file) when
+    missing, as the browser tests install Chromium."""
+    installed = folder / "node_modules" / ".package-lock.json"
+    if installed.exists():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("npm is needed for the MCP Tasks tests (Node 20 or newer)")
+    with (folder / ".npm-install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist workers install once, one at a time
+        if not installed.exists():
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=folder, check=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_argv(config: Path, store: str, *extra: str) -> list[str]:
+    head = [sys.executable, "-m", "waitbound", "mcp"]
+    return [*head, "--config", str(config), "--store", store, *extra]
+
+
+class HttpServer:
+    """``waitbound mcp --transport http`` as a subprocess on a free loopback port."""
+
+    def __init__(self, config: Path, store: str, env: dict[str, str], port: int | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.argv = server_argv(config, store, "--transport", "http", "--port", str(self.port))
+        self.env = {**os.environ, **env}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> HttpServer:
+        self.process = subprocess.Popen(self.argv, env=self.env, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"waitbound mcp exited with {self.process.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("waitbound mcp --transport http did not listen in time")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(WAIT_S)
+        self.process = None
+
+    def __enter__(self) -> HttpServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+class RequesterError(Exception):
+    """A command the requester answered with an error (``.error``: name, message,
+    code, data)."""
+
+    def __init__(self, error: dict[str, Any]):
+        super().__init__(error.get("message"))
+        self.error = error
+
+
+class Requester:
+    """The TypeScript requester process; :meth:`send` a command, :meth:`reply` to it."""
+
+    def __init__(self) -> None:
+        npm_install()
+        node = shutil.which("node")
+        if node is None:
+            raise RuntimeError("node is needed for the MCP Tasks tests")
+        self.process = subprocess.Popen(
+            [node, str(HERE / "requester.mjs")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=HERE,
+            text=True,
+        )
+        self._ids = itertools.count(1)
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._arrived = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            reply = json.loads(line)
+            with self._arrived:
+                self._replies[reply["cid"]] = reply
+                self._arrived.notify_all()
+        with self._arrived:
+            self._replies[-1] = {"ok": False, "error": {"message": "requester exited"}}
+            self._arrived.notify_all()
+
+    def send(self, cmd: str, **fields: Any) -> int:
+        """Send a command without waiting; its id, for :meth:`reply`."""
+        cid = next(self._ids)
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"cid": cid, "cmd": cmd, **fields}) + "\n")
+        self.process.stdin.flush()
+        return cid
+
+    def reply(self, cid: int, timeout_s: float = WAIT_S) -> Any:
+        """The value the command *cid* answered (raises :class:`RequesterError`)."""
+        with self._arrived:
+            if not self._arrived.wait_for(
+                lambda: cid in self._replies or -1 in self._replies, timeout_s
+            ):
+                raise TimeoutError(f"requester command {cid} did not answer in {timeout_s} s")
+            reply = self._replies.pop(cid, None) or self._replies[-1]
+        if not reply["ok"]:
+            raise RequesterError(reply["error"])
+        return reply["value"]
+
+    def __call__(self, cmd: str, **fields: Any) -> Any:
+        return self.reply(self.send(cmd, **fields))
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> Requester:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def release(base_url: str) -> None:
+    """Ask the simulator's ``/release`` endpoint: entries ``after: "release"`` may
+    become current."""
+    httpx.get(f"{base_url}/release", timeout=10)
