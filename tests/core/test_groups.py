@@ -161,6 +161,7 @@ def test_the_group_deadline_stops_before_any_request_at_or_after_it() -> None:
     seed=st.integers(0, 2**16),
 )
 def test_the_group_never_passes_its_budget_or_deadline_and_members_keep_theirs(
+    *,
     pendings: list[int],
     hint: int | None,
     budget: int | None,
@@ -240,8 +241,8 @@ def test_a_kill_in_the_middle_of_wait_all_and_a_resume_keep_the_group_counters(
     handles = _members(store, clock, client, pendings)
     group_id = "grp_" + "a" * 20
     try:
-        first = wait_all(handles, max_requests=budget, group_id=group_id, client=client, clock=clock,
-                         sleep=clock.sleep, rng=random.Random(3))  # fmt: skip
+        first = wait_all(handles, max_requests=budget, group_id=group_id, client=client,
+                         clock=clock, sleep=clock.sleep, rng=random.Random(3))  # fmt: skip
     except Killed:
         row = groups_of(store).get_group(group_id)
         assert row is not None

@@ -222,6 +222,8 @@ def test_upgrade_creates_the_schema_then_has_nothing_to_do(dsn: str, bare_schema
     assert _tables(bare_schema) == [
         "audit_events",
         "inbox",
+        "op_group_members",
+        "op_groups",
         "operations",
         "outbox",
         "schema_migrations",
@@ -530,7 +532,7 @@ def test_a_version_1_schema_upgrades_to_the_push_path(
             row,
         )
     assert _tables(bare_schema) == ["audit_events", "operations", "schema_migrations"]
-    with pytest.raises(StoreError, match="schema version 1 is older than this waitbound's 4"):
+    with pytest.raises(StoreError, match="schema version 1 is older than this waitbound's 5"):
         postgres.PostgresStore(dsn, schema=bare_schema)
     assert postgres.upgrade(dsn, schema=bare_schema) == [2, 3, 4, 5]
     assert _versions(bare_schema) == [1, 2, 3, 4, 5]
