@@ -5,7 +5,7 @@ properties (hypothesis), a kill and resume in the middle, and the typed result."
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 import anyio
@@ -60,7 +60,7 @@ def _members(
     pendings: Sequence[int],
     *,
     policy: Policy | None = None,
-    profile: dict[str, object] | None = None,
+    profile: Mapping[str, object] | None = None,
 ) -> list[OperationHandle]:
     chosen = parse_profile(profile or PROFILE)
     return [
@@ -85,7 +85,7 @@ def _script(pendings: Sequence[int], hint: int | None = None) -> dict[str, list[
 
 
 def _run_all(
-    pendings: Sequence[int], **group: object
+    pendings: Sequence[int], *, deadline: float | None = None, max_requests: int | None = None
 ) -> tuple[GroupResult, ScriptedProvider, FakeClock]:
     clock = FakeClock()
     provider = ScriptedProvider(clock, _script(pendings))
@@ -93,8 +93,9 @@ def _run_all(
     client = provider.client()
     handles = _members(store, clock, client, pendings)
     result = wait_all(
-        handles, client=client, clock=clock, sleep=clock.sleep, rng=random.Random(1), **group
-    )  # type: ignore[arg-type]
+        handles, client=client, clock=clock, sleep=clock.sleep, rng=random.Random(1),
+        deadline=deadline, max_requests=max_requests,
+    )  # fmt: skip
     return result, provider, clock
 
 

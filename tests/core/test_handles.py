@@ -44,13 +44,15 @@ def _started(
     script: dict[str, list[object]],
     *,
     store: MemoryStore | SQLiteStore | None = None,
-    **policy: float,
+    deadline_s: float = 600.0,
 ) -> tuple[OperationHandle, ScriptedProvider, FakeClock]:
     clock = FakeClock()
     provider = ScriptedProvider(clock, script)  # type: ignore[arg-type]
     handle = start(
         Operation(
-            status_url=URL, profile=parse_profile(PROFILE), policy=Policy(base_delay_s=1, **policy)
+            status_url=URL,
+            profile=parse_profile(PROFILE),
+            policy=Policy(base_delay_s=1, deadline_s=deadline_s),
         ),
         operation_id="op-h",
         store=store if store is not None else MemoryStore(),
@@ -184,14 +186,16 @@ def test_cancel_asks_for_the_cancel_and_sends_it_now() -> None:
         "cancel": {"url_template": "{status_url}/cancel"},
     }
     clock = FakeClock()
+    running = {"status": "running", "id": "j", "cancelable": True}
     provider = ScriptedProvider(
         clock,
-        {"/status": [(200, {"status": "running", "id": "j", "cancelable": True}, {"Retry-After": "30"})],
-         "/status/cancel": [(202, {})]},
-    )  # fmt: skip
+        {"/status": [(200, running, {"Retry-After": "30"})], "/status/cancel": [(202, {})]},
+    )
     store = MemoryStore()
-    handle = start(Operation(status_url=URL, profile=parse_profile(profile)), operation_id="op-c",
-                   store=store, clock=clock, client=provider.client(), sleep=clock.sleep)  # fmt: skip
+    handle = start(
+        Operation(status_url=URL, profile=parse_profile(profile)), operation_id="op-c",
+        store=store, clock=clock, client=provider.client(), sleep=clock.sleep,
+    )  # fmt: skip
     with pytest.raises(TimedOutError):
         handle.result(timeout=1)
     handle.cancel(reason="not needed")
@@ -293,15 +297,18 @@ def test_the_async_handles_of_start_async_and_submit_async() -> None:
     provider = ScriptedProvider(
         clock,
         {"/jobs": [(202, {"id": "j-1"}, {"Location": "/status"})],
-         "/status": [(200, {"status": "running", "id": "j-1"}), (200, {"status": "done", "id": "j-1", "output": 5})]},
+         "/status": [(200, {"status": "running", "id": "j-1"}),
+                     (200, {"status": "done", "id": "j-1", "output": 5})]},
     )  # fmt: skip
     awaited: list[str] = []
 
     async def main() -> tuple[int, int]:
         client = provider.async_client()
         store = MemoryStore()
-        started = await start_async(Operation(status_url=URL, profile=parse_profile(PROFILE)),
-                                    store=store, clock=clock, client=client, sleep=clock.async_sleep)  # fmt: skip
+        started = await start_async(
+            Operation(status_url=URL, profile=parse_profile(PROFILE)),
+            store=store, clock=clock, client=client, sleep=clock.async_sleep,
+        )  # fmt: skip
         assert isinstance(started, AsyncOperationHandle)
 
         async def note(h: AsyncOperationHandle) -> None:
@@ -309,12 +316,15 @@ def test_the_async_handles_of_start_async_and_submit_async() -> None:
 
         started.add_done_callback(note)
         first = (await started.result()).result
+        submission = Submission(
+            method="POST", url="http://provider.test/jobs", profile=parse_profile(PROFILE)
+        )
         submitted = await submit_async(
-            Submission(method="POST", url="http://provider.test/jobs", profile=parse_profile(PROFILE)),
-            store=store, client=client, clock=clock, sleep=clock.async_sleep,
-        )  # fmt: skip
+            submission, store=store, client=client, clock=clock, sleep=clock.async_sleep
+        )
         second = (await submitted.result()).result
-        assert isinstance(first, int) and isinstance(second, int)
+        assert isinstance(first, int)
+        assert isinstance(second, int)
         return first, second
 
     assert anyio.run(main) == (5, 5)
