@@ -96,7 +96,6 @@ class _Member:
     operation_id: str
     record: Record
     ended: bool = False
-    cancel_sent: bool = False
 
 
 class Scheduler:

@@ -91,3 +91,35 @@ def test_a_group_stopped_by_its_budget_exits_3_and_escalations_lists_it(tmp_path
         refused = cli("wait-all", "--store", store)
         assert refused.returncode == 2
         assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.e2e
+def test_wait_all_killed_after_a_reservation_resumes_with_the_groups_spending(
+    tmp_path: Path,
+) -> None:
+    """`wait-all` dies by SIGKILL right after its 3rd request was counted and persisted
+    (failpoint ``reserved:3``, before it is sent); `wait-all --group` resumes: the group
+    goes on from 3 counted requests, sends at most its budget of 5 across both runs,
+    and stops on it."""
+    scenario = parse_scenario(
+        {
+            "id": "group-kill",
+            "endpoints": {"status": [{"code": 200, "body": {"status": "running"}}]},
+        }
+    )
+    store = str(tmp_path / "s.db")
+    group = "grp_0000000000000000000a"
+    with Simulator(scenario) as sim:
+        _detach(store, sim.base_url, "op-a")
+        _detach(store, sim.base_url, "op-b")
+        killed = cli("wait-all", "op-a", "op-b", "--max-requests", "5", "--group", group,
+                     "--store", store, env={"WAITBOUND_FAILPOINT": "reserved:3"})  # fmt: skip
+        assert killed.returncode == -9, killed.stderr
+        assert sim.count("status") == 2  # the 3rd was counted, never sent
+        shown = json.loads(cli("show", group, "--json", "--store", store).stdout)["group"]
+        assert (shown["state"], shown["requests_used"]) == ("waiting", 3)
+        resumed = cli("wait-all", "--group", group, "--json", "--store", store)
+        assert resumed.returncode == 3, resumed.stderr
+        printed = json.loads(resumed.stdout)
+        assert (printed["stopped"], printed["requests_used"]) == ("request_budget_exhausted", 5)
+        assert sim.count("status") <= 5
