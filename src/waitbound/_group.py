@@ -1,9 +1,13 @@
 """The group scheduler: many operations driven under one deadline and one budget.
 
 One scheduler drives every member of a group from one loop (no thread or task per
-member): at each turn it plans every member that still waits with the shared
-controller (:func:`waitbound._driver.safe_plan`), stores the outcomes reached without a
-request, and picks the member whose request is due first. Before that request is
+member): at each turn it plans, with the shared controller
+(:func:`waitbound._driver.safe_plan`), every member that still waits and is not asleep,
+stores the outcomes reached without a request, and picks the member whose request is
+due first. A member the controller told to sleep is neither read nor planned again
+before it wakes (unless a write of the group's changed it), so a turn costs a plan for
+the members due, not for the whole group; an end another process gives a member (a
+worker, a person's decision) is seen when that member is next due. Before that request is
 reserved, the group's budget is spent in the store (``GroupStore.spend_group``,
 committed); then the member's own reservation is persisted (its own counters, as
 ``wait`` does) and the request is sent by the same exchange a ``wait`` runs
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from waitbound._controller import Finish, Finished, Request, Send, Sleep
 from waitbound._driver import (
@@ -96,6 +100,11 @@ class _Member:
     operation_id: str
     record: Record
     ended: bool = False
+    wake_at: datetime | None = None
+    """While the controller's last plan for this record was to sleep: until when. The
+    member is read and planned again only then (or once a write of ours changed it)."""
+    stale: bool = False
+    """The record must be read again before it is planned (it woke, or a write lost)."""
 
 
 class Scheduler:
@@ -171,6 +180,7 @@ class Scheduler:
             except UsageError:  # not cancelable now (or no cancel action): left as it is
                 continue
             member.record = record
+            member.wake_at = None
             if record.cancel_due:
                 self.cancelling.add(member.operation_id)
 
@@ -180,10 +190,17 @@ class Scheduler:
         """What to do now. ``Go``'s request is reserved (and counted twice) already;
         the caller sends it and hands the result to :meth:`answered`."""
         while True:
+            now = self.kit.clock.now()
             for member in self._waiting():
-                fresh = self.kit.store.get(member.operation_id)
-                if fresh is not None:
-                    member.record = fresh
+                if member.wake_at is not None:
+                    if member.wake_at > now:
+                        continue  # asleep: nothing of ours changed it, nothing is due
+                    member.wake_at, member.stale = None, True
+                if member.stale:  # another process may have moved it meanwhile
+                    fresh = self.kit.store.get(member.operation_id)
+                    if fresh is not None:
+                        member.record = fresh
+                    member.stale = False
                 if member.record.is_finished and not member.ended:
                     member.ended = True
                     self.ended_order.append(member.operation_id)
@@ -222,9 +239,14 @@ class Scheduler:
     def _plan(self, now: datetime) -> Nap | Go | Stop | None:
         """Plan every member still driven; return the turn (``None``: look again)."""
         started = self.kit.clock.monotonic()
-        sends: list[tuple[datetime, _Member, Send]] = []
         naps: list[float] = []
-        for member in self._waiting():
+        # The earliest due first: the first request that may go is sent at once, and the
+        # members behind it are planned in a later turn (never all of them per request).
+        due = sorted(self._waiting(), key=lambda m: (m.record.next_poll_at, m.operation_id))
+        for member in due:
+            if member.wake_at is not None and member.wake_at > now:
+                naps.append((member.wake_at - now).total_seconds())
+                continue
             record = member.record
             leased = record.lease_expires_at is not None and record.lease_expires_at > now
             if leased and holder_is_gone(record.lease_owner):
@@ -237,20 +259,19 @@ class Scheduler:
                     try:
                         member.record = self.kit.store.save(finish.record, finish.events)
                     except ConflictError:
-                        pass
+                        member.stale = True
                     else:
                         emit(self.kit.on_event, finish.events)
                     return None
                 case Sleep(seconds=seconds):
                     naps.append(seconds)
-                case Send():
-                    sends.append((record.next_poll_at, member, decision))
-        for _, member, send in sorted(sends, key=lambda s: (s[0], s[1].operation_id)):
-            wait_s = self._token(send.request.url)
-            if wait_s:
-                naps.append(wait_s)
-                continue
-            return self._reserve(member, send, now, started)
+                    member.wake_at = now + timedelta(seconds=seconds)
+                case Send(request=request):
+                    wait_s = self._token(request.url)
+                    if wait_s:
+                        naps.append(wait_s)
+                        continue
+                    return self._reserve(member, decision, now, started)
         if not naps:  # pragma: no cover - a member that waits has a next step
             naps.append(self.pacing.idle_s)
         return Nap(max(_MIN_NAP_S, min(naps)))
@@ -283,6 +304,7 @@ class Scheduler:
         try:
             reserved = self.kit.store.save(reservation.record, reservation.events)
         except ConflictError:  # someone wrote it meanwhile: the group's count stays spent
+            member.stale = True
             return None
         emit(self.kit.on_event, reservation.events)
         member.record = reserved
@@ -296,8 +318,12 @@ class Scheduler:
 
     def answered(self, operation_id: str, record: Record | None) -> None:
         """The exchange of *operation_id*'s request ended with *record* (as stored)."""
+        member = self.members[operation_id]
+        member.wake_at = None
         if record is not None:
-            self.members[operation_id].record = record
+            member.record = record
+        else:
+            member.stale = True
 
     def _end(self, state: str, reason: str | None) -> GroupRow:
         ended = self.groups.end_group(
