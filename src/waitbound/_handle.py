@@ -117,7 +117,7 @@ class OperationStatus:
         )
 
     def as_json(self) -> dict[str, JSON]:
-        """The status as a JSON object (``waitbound show --json`` field names)."""
+        """The status as a JSON object: these attributes by name, instants as RFC 3339."""
         return {
             "operation_id": self.operation_id,
             "state": self.state,
