@@ -207,8 +207,12 @@ class WaitboundRunner(Runner):
                 raise WaitboundStopped(f"waitbound stopped: {outcome.outcome} {outcome.reason}")
             return
         submission = Submission(method="POST", url=SUBMIT_URL, profile=PROFILE, policy=self.policy)
-        outcome = submit(
-            submission, store=store, client=self.client, clock=clock, sleep=clock.sleep, rng=rng
+        outcome = (
+            submit(
+                submission, store=store, client=self.client, clock=clock, sleep=clock.sleep, rng=rng
+            )
+            .status()
+            .outcome
         )
         if not outcome.done:
             outcome = wait(

@@ -306,7 +306,7 @@ def test_the_readme_lists_every_json_key_of_an_outcome_and_no_other() -> None:
     listed = readme.split("With `--json`, stdout is one JSON object: `", 1)[1].split("`", 1)[0]
     keys = {key.strip() for key in listed.split(",")}
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    outcome = waitbound.start(
+    handle = waitbound.start(
         waitbound.Operation(
             status_url="http://127.0.0.1:9/s",
             profile=waitbound.parse_profile({"state": "s", "pending": ["p"], "succeeded": ["d"]}),
@@ -314,7 +314,7 @@ def test_the_readme_lists_every_json_key_of_an_outcome_and_no_other() -> None:
         store=waitbound.MemoryStore(),
         clock=_Fixed(now),
     )
-    assert keys == set(outcome.as_json())
+    assert keys == set(handle.status().outcome.as_json())
 
 
 class _Fixed:

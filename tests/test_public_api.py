@@ -87,14 +87,19 @@ def test_every_exported_class_and_function_has_a_docstring(module: ModuleType) -
 @pytest.mark.parametrize("module", PACKAGES, ids=IDS)
 def test_an_async_twin_is_named_async_after_its_blocking_one(module: ModuleType) -> None:
     """The naming convention (``wait`` / ``wait_async``): every exported ``X_async`` is a
-    coroutine function, and ``X`` is exported too and blocks (is not one)."""
+    coroutine function (or, for an iterator such as ``as_completed_async``, an async
+    generator function), and ``X`` is exported too and blocks (is not one)."""
     exported = dict(_exported(module))
     twins = [name for name in exported if name.endswith("_async")]
-    assert [n for n in twins if not inspect.iscoroutinefunction(exported[n])] == []
+
+    def is_async(fn: object) -> bool:
+        return inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+
+    assert [n for n in twins if not is_async(exported[n])] == []
     blocking = {
         name.removesuffix("_async"): exported.get(name.removesuffix("_async")) for name in twins
     }
-    assert [n for n, v in blocking.items() if v is None or inspect.iscoroutinefunction(v)] == []
+    assert [n for n, v in blocking.items() if v is None or is_async(v)] == []
 
 
 def test_deliver_due_blocks_and_deliver_due_async_does_not() -> None:

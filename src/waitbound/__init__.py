@@ -13,6 +13,7 @@ from waitbound._api import (
     run,
     run_async,
     start,
+    start_async,
     submit,
     submit_async,
     wait,
@@ -58,6 +59,16 @@ from waitbound._escalations import (
     request_extension,
     request_extension_async,
 )
+from waitbound._fan_in import (
+    GroupResult,
+    as_completed,
+    as_completed_async,
+    wait_all,
+    wait_all_async,
+    wait_any,
+    wait_any_async,
+)
+from waitbound._handle import AsyncOperationHandle, OperationHandle, OperationStatus
 from waitbound._observation import Observation
 from waitbound._operation import Operation, Submission, new_operation_id
 from waitbound._options import Option, option_costs
@@ -85,6 +96,7 @@ from waitbound.transports import HttpSettings
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncOperationHandle",
     "AuditCheckpoint",
     "AuditEvent",
     "AuditFinding",
@@ -103,12 +115,15 @@ __all__ = [
     "Escalation",
     "FinalStateVia",
     "Grants",
+    "GroupResult",
     "HttpSettings",
     "JobFailedError",
     "MemoryStore",
     "Observation",
     "Operation",
+    "OperationHandle",
     "OperationNotFoundError",
+    "OperationStatus",
     "Option",
     "OutboxEntry",
     "OutboxStatus",
@@ -137,6 +152,8 @@ __all__ = [
     "WaitboundError",
     "WorkerSettings",
     "__version__",
+    "as_completed",
+    "as_completed_async",
     "audit_checkpoint",
     "cancel",
     "cancel_async",
@@ -165,12 +182,17 @@ __all__ = [
     "run",
     "run_async",
     "start",
+    "start_async",
     "submit",
     "submit_async",
     "verify_audit",
     "verify_chain",
     "verify_checkpoint",
     "wait",
+    "wait_all",
+    "wait_all_async",
+    "wait_any",
+    "wait_any_async",
     "wait_async",
     "work",
 ]

@@ -1,4 +1,4 @@
-"""The public waiting API: wait, submit, run, cancel and check, each sync and async.
+"""The public waiting API: wait, start, submit, run, cancel and check, each sync and async.
 
 Each function is a thin shell: it opens (or loads) the operation's record, then hands
 the one shared loop (``_driver.loop``) to the blocking or the async interpreter. Once
@@ -9,7 +9,6 @@ signed webhook when the notify secret is known.
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,7 +18,6 @@ import httpx
 
 from waitbound._clock import Clock
 from waitbound._controller import Finish, Send, plan
-from waitbound._delivery import deliver_due, deliver_due_async
 from waitbound._driver import (
     EventSink,
     Tools,
@@ -29,28 +27,30 @@ from waitbound._driver import (
     run_sync_effects,
     tools,
 )
-from waitbound._errors import OperationNotFoundError, WaitboundError
+from waitbound._errors import OperationNotFoundError
+from waitbound._handle import AsyncOperationHandle, OperationHandle
 from waitbound._operation import (
     Operation,
     Submission,
-    check_push,
     open_operation,
     request_cancel,
 )
-from waitbound._outbox import OnComplete, resolve_notify_secret
+from waitbound._outbox import OnComplete
 from waitbound._outcome import Outcome
+from waitbound._own_delivery import deliver_async, deliver_sync, notify_secret_for
 from waitbound._record import Phase, Record
 from waitbound.stores import Store
 from waitbound.transports import HttpSettings
 
 __all__ = [
-    "start",
     "cancel",
     "cancel_async",
     "check",
     "check_async",
     "run",
     "run_async",
+    "start",
+    "start_async",
     "submit",
     "submit_async",
     "wait",
@@ -58,85 +58,8 @@ __all__ = [
 ]
 
 
-_LOG = logging.getLogger("waitbound.outbox")
-
-
 def _submitted(record: Record) -> bool:
     return record.phase is not Phase.SUBMITTING
-
-
-def _notify_secret(operation: Operation | Submission | None, given: str | None) -> str | None:
-    """The secret that signs completion webhooks, after checking *operation*'s opt-in.
-
-    Raises:
-        UsageError: its ``webhook`` or ``notify_url`` cannot be used, or it names a
-            ``notify_url`` and no usable secret is known (before anything is stored).
-    """
-    if operation is None:
-        return resolve_notify_secret(None, given)
-    check_push(operation)  # a bad URL is named before a missing secret
-    return resolve_notify_secret(operation.notify_url, given)
-
-
-def _own_deliveries(
-    done: Record, on_complete: OnComplete | None, secret: str | None
-) -> tuple[OnComplete | None, str | None] | None:
-    """What this call delivers of *done*'s completions itself (``None``: nothing)."""
-    if not done.is_final or not done.push.notifies:
-        return None
-    callback = on_complete if done.push.callback else None
-    signing = secret if done.push.notify_url is not None else None
-    if callback is None and signing is None:
-        return None
-    return callback, signing
-
-
-def _not_delivered(done: Record, exc: WaitboundError) -> None:
-    _LOG.warning(
-        "operation %s: its completion is not delivered now (%s: %s); it stays pending "
-        "for a worker (waitbound.work with on_complete / notify_secret)",
-        done.operation_id, type(exc).__name__, exc,
-    )  # fmt: skip
-
-
-def _deliver_sync(
-    kit: Tools, done: Record, on_complete: OnComplete | None, secret: str | None
-) -> None:
-    """Deliver *done*'s due completions, blocking (the entries stay pending on failure)."""
-    own = _own_deliveries(done, on_complete, secret)
-    if own is None:
-        return
-    try:
-        deliver_due(
-            kit.store,
-            clock=kit.clock,
-            rng=kit.rng,
-            notify_secret=own[1],
-            on_complete=own[0],
-            operation_id=done.operation_id,
-        )
-    except WaitboundError as exc:  # the outcome is stored: never lose it for this
-        _not_delivered(done, exc)
-
-
-async def _deliver_async(
-    kit: Tools, done: Record, on_complete: OnComplete | None, secret: str | None
-) -> None:
-    """Deliver *done*'s due completions without blocking the event loop."""
-    own = _own_deliveries(done, on_complete, secret)
-    if own is None:
-        return
-    try:
-        await deliver_due_async(
-            kit.store,
-            clock=kit.clock,
-            rng=kit.rng,
-            notify_secret=own[1],
-            on_complete=own[0],
-            operation_id=done.operation_id,
-        )
-    except WaitboundError as exc:  # the outcome is stored: never lose it for this
-        _not_delivered(done, exc)
 
 
 def wait(
@@ -200,7 +123,7 @@ def wait(
             without an *operation* (nothing is stored).
         StoreError: the store cannot be used.
     """
-    secret = _notify_secret(operation, notify_secret)
+    secret = notify_secret_for(operation, notify_secret)
     kit = tools(store, clock, rng, on_event, headers)
     record = open_operation(
         kit.store,
@@ -213,7 +136,7 @@ def wait(
     done = run_sync_effects(
         loop(kit, record), kit, record.profile, client=client, sleep=sleep, http=http
     )
-    _deliver_sync(kit, done, on_complete, secret)
+    deliver_sync(kit, done, on_complete, secret)
     return done.to_outcome()
 
 
@@ -237,7 +160,7 @@ async def wait_async(
 
     *sleep* is an async callable taking seconds (default ``anyio.sleep``).
     """
-    secret = _notify_secret(operation, notify_secret)
+    secret = notify_secret_for(operation, notify_secret)
     kit = tools(store, clock, rng, on_event, headers)
     record = open_operation(
         kit.store,
@@ -255,7 +178,7 @@ async def wait_async(
         sleep=sleep or anyio.sleep,
         http=http,
     )
-    await _deliver_async(kit, done, on_complete, secret)
+    await deliver_async(kit, done, on_complete, secret)
     return done.to_outcome()
 
 
@@ -267,17 +190,29 @@ def start(
     clock: Clock | None = None,
     callback: bool = False,
     first_poll_after_s: float = 0.0,
-) -> Outcome:
-    """Record an operation for a worker to drive, and return at once (``wait --detach``).
+    headers: Mapping[str, str] | None = None,
+    client: httpx.Client | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+    on_event: EventSink | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> OperationHandle:
+    """Record an operation for a worker to drive, and return its handle at once
+    (``wait --detach``).
 
-    Nothing is sent: ``waitbound worker`` (or :func:`waitbound.work`) polls it, and
-    :func:`check` or :func:`wait` reads how it stands. *callback*: the completion is
-    owed on the ``callback`` channel too, delivered by a worker started with
-    ``on_complete`` (``waitbound.work(store, on_complete=…)``, ``serve``'s).
-    *first_poll_after_s*: as in :func:`wait`, seconds before the first request.
+    Nothing is sent: ``waitbound worker`` (or :func:`waitbound.work`) polls it, and the
+    handle (``done``, ``status``, ``result``), :func:`check` or :func:`wait` read how it
+    stands. *callback*: the completion is owed on the ``callback`` channel too,
+    delivered by a worker started with ``on_complete`` (``waitbound.work(store,
+    on_complete=…)``, ``serve``'s). *first_poll_after_s*: as in :func:`wait`, seconds
+    before the first request. *headers*, *client*, *sleep*, *rng*, *on_event*, *http*:
+    kept by the handle for its ``result`` and ``cancel`` (which send requests as
+    :func:`wait` does); never stored.
 
     Returns:
-        The :class:`Outcome` of the new (or resumed) operation: ``done`` is false.
+        The :class:`OperationHandle` of the new (or resumed) operation;
+        ``handle.status().outcome`` is the :class:`Outcome` this returned before 0.2
+        (``done`` false).
 
     Raises:
         UsageError: bad URLs or ids, or a bad *first_poll_after_s* (nothing is stored).
@@ -291,7 +226,59 @@ def start(
         callback=callback,
         first_poll_after_s=first_poll_after_s,
     )
-    return record.to_outcome()
+    return OperationHandle(
+        record.operation_id,
+        store=kit.store,
+        headers=headers,
+        client=client,
+        clock=kit.clock,
+        sleep=sleep,
+        rng=rng,
+        on_event=on_event,
+        http=http,
+    )
+
+
+async def start_async(
+    operation: Operation,
+    *,
+    operation_id: str | None = None,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    callback: bool = False,
+    first_poll_after_s: float = 0.0,
+    headers: Mapping[str, str] | None = None,
+    client: httpx.AsyncClient | None = None,
+    sleep: Callable[[float], Awaitable[object]] | None = None,
+    rng: random.Random | None = None,
+    on_event: EventSink | None = None,
+    http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
+) -> AsyncOperationHandle:
+    """Record an operation for a worker to drive; see :func:`start`.
+
+    Returns:
+        Its :class:`AsyncOperationHandle` (``result`` and ``cancel`` are coroutines).
+    """
+    kit = tools(store, clock, None, None, None)
+    record = open_operation(
+        kit.store,
+        operation,
+        operation_id=operation_id,
+        clock=kit.clock,
+        callback=callback,
+        first_poll_after_s=first_poll_after_s,
+    )
+    return AsyncOperationHandle(
+        record.operation_id,
+        store=kit.store,
+        headers=headers,
+        client=client,
+        clock=kit.clock,
+        sleep=sleep,
+        rng=rng,
+        on_event=on_event,
+        http=http,
+    )
 
 
 def submit(
@@ -308,7 +295,7 @@ def submit(
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
     on_complete: OnComplete | None = None,
     notify_secret: str | None = None,
-) -> Outcome:
+) -> OperationHandle:
     """Record, then send a job request and read its receipt; do not wait on the job.
 
     The operation is stored (with the request's fingerprint and idempotency key)
@@ -324,16 +311,18 @@ def submit(
             (a :func:`wait` given *on_complete*, or a worker).
 
     Returns:
-        The :class:`Outcome`: still waiting (``done`` false, ``job_id`` from the
+        The :class:`OperationHandle`, built with this call's settings (its ``result``
+        waits on the job). ``handle.status().outcome`` is the :class:`Outcome` this
+        returned before 0.2: still waiting (``done`` false, ``job_id`` from the
         receipt, ``message`` saying the job is NOT complete), or finished when the
-        submission was refused. Wait on it with :func:`wait` and its operation id.
+        submission was refused (then ``handle.outcome()`` is it too).
 
     Raises:
         UsageError: bad URLs or ids, or a ``notify_url`` without a usable notify
             secret (nothing is stored).
         StoreError: the store cannot be used.
     """
-    secret = _notify_secret(submission, notify_secret)
+    secret = notify_secret_for(submission, notify_secret)
     kit = tools(store, clock, rng, on_event, headers)
     record = open_operation(
         kit.store,
@@ -350,8 +339,20 @@ def submit(
         sleep=sleep,
         http=http,
     )
-    _deliver_sync(kit, done, on_complete, secret)
-    return done.to_outcome()
+    deliver_sync(kit, done, on_complete, secret)
+    return OperationHandle(
+        done.operation_id,
+        store=kit.store,
+        headers=headers,
+        client=client,
+        clock=kit.clock,
+        sleep=sleep,
+        rng=kit.rng,
+        on_event=on_event,
+        http=http,
+        on_complete=on_complete,
+        notify_secret=secret,
+    )
 
 
 async def submit_async(
@@ -368,9 +369,13 @@ async def submit_async(
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
     on_complete: OnComplete | None = None,
     notify_secret: str | None = None,
-) -> Outcome:
-    """Submit without blocking the event loop; see :func:`submit`."""
-    secret = _notify_secret(submission, notify_secret)
+) -> AsyncOperationHandle:
+    """Submit without blocking the event loop; see :func:`submit`.
+
+    Returns:
+        The :class:`AsyncOperationHandle` (see :func:`submit`).
+    """
+    secret = notify_secret_for(submission, notify_secret)
     kit = tools(store, clock, rng, on_event, headers)
     record = open_operation(
         kit.store,
@@ -387,8 +392,20 @@ async def submit_async(
         sleep=sleep or anyio.sleep,
         http=http,
     )
-    await _deliver_async(kit, done, on_complete, secret)
-    return done.to_outcome()
+    await deliver_async(kit, done, on_complete, secret)
+    return AsyncOperationHandle(
+        done.operation_id,
+        store=kit.store,
+        headers=headers,
+        client=client,
+        clock=kit.clock,
+        sleep=sleep,
+        rng=kit.rng,
+        on_event=on_event,
+        http=http,
+        on_complete=on_complete,
+        notify_secret=secret,
+    )
 
 
 def cancel(
@@ -481,7 +498,7 @@ def run(
             secret (nothing is stored).
         StoreError: the store cannot be used.
     """
-    secret = _notify_secret(submission, notify_secret)
+    secret = notify_secret_for(submission, notify_secret)
     kit = tools(store, clock, rng, on_event, headers)
     record = open_operation(
         kit.store,
@@ -493,7 +510,7 @@ def run(
     done = run_sync_effects(
         loop(kit, record, submission), kit, record.profile, client=client, sleep=sleep, http=http
     )
-    _deliver_sync(kit, done, on_complete, secret)
+    deliver_sync(kit, done, on_complete, secret)
     return done.to_outcome()
 
 
@@ -513,7 +530,7 @@ async def run_async(
     notify_secret: str | None = None,
 ) -> Outcome:
     """Submit and wait without blocking the event loop; see :func:`run`."""
-    secret = _notify_secret(submission, notify_secret)
+    secret = notify_secret_for(submission, notify_secret)
     kit = tools(store, clock, rng, on_event, headers)
     record = open_operation(
         kit.store,
@@ -530,7 +547,7 @@ async def run_async(
         sleep=sleep or anyio.sleep,
         http=http,
     )
-    await _deliver_async(kit, done, on_complete, secret)
+    await deliver_async(kit, done, on_complete, secret)
     return done.to_outcome()
 
 

@@ -73,6 +73,7 @@ __all__ = [
     "reservation_of",
     "run_async_effects",
     "run_exchange_async",
+    "run_exchange_sync",
     "run_sync_effects",
     "safe_plan",
     "tools",
@@ -693,6 +694,58 @@ async def run_exchange_async(
                     effect = steps.send(await reread(operation_id))
                 case _Pause(seconds=seconds):
                     await sleep(seconds)
+                    effect = steps.send(None)
+    except StopIteration as stop:
+        ended: Record | None = stop.value
+        return ended
+
+
+def run_exchange_sync(
+    steps: Exchange,
+    tools: Tools,
+    profile: Profile,
+    *,
+    client: httpx.Client | None,
+    http: HttpSettings,
+    sleep: Callable[[float], None],
+) -> Record | None:
+    """Carry out one :func:`exchange`'s effects, blocking: the request with a blocking
+    client (``None``: the process's shared one), the writes and reads on the store, a
+    pause with *sleep*. Returns what the exchange returns (a group wait's step)."""
+    http_client = borrow_client(client)
+    try:
+        effect = next(steps)
+        while True:
+            match effect:
+                case _Send(request=request, headers=headers, content=content, secrets=secrets):
+                    try:
+                        observation = send_sync(
+                            http_client,
+                            request,
+                            headers=headers,
+                            content=content,
+                            secrets=secrets,
+                            profile=profile,
+                            clock=tools.clock,
+                            settings=http,
+                        )
+                    except Exception as exc:  # the exchange records it on this operation
+                        effect = steps.throw(exc)
+                    else:
+                        effect = steps.send(observation)
+                case _Persist(transition=after):
+                    written: Record | ConflictError
+                    try:
+                        written = tools.store.save(after.record, after.events)
+                    except ConflictError as exc:
+                        written = exc
+                    else:
+                        emit(tools.on_event, after.events)
+                    effect = steps.send(written)
+                case _Reread(operation_id=operation_id):
+                    effect = steps.send(tools.store.get(operation_id))
+                case _Pause(seconds=seconds):
+                    sleep(seconds)
                     effect = steps.send(None)
     except StopIteration as stop:
         ended: Record | None = stop.value

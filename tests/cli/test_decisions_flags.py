@@ -122,4 +122,4 @@ def test_escalations_on_an_empty_store_says_nothing_waits(tmp_path: Path) -> Non
     text = run_cli(tmp_path, "escalations", "--store", store)
     assert (text.returncode, text.stdout) == (0, "nothing waits on a decision\n")
     listed = run_cli(tmp_path, "escalations", "--store", store, "--json")
-    assert json.loads(listed.stdout) == {"escalations": [], "count": 0}
+    assert json.loads(listed.stdout) == {"escalations": [], "count": 0, "stopped_groups": []}

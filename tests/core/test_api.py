@@ -184,14 +184,14 @@ def test_first_poll_after_in_the_async_api() -> None:
 def test_start_records_the_first_poll_time_for_a_worker() -> None:
     """start(first_poll_after_s=45) (wait --detach) stores next_poll_at 45 s ahead."""
     store = MemoryStore()
-    outcome = start(
+    handle = start(
         Operation(status_url=URL, profile=parse_profile(PROFILE)),
         operation_id="op-later",
         store=store,
         clock=FakeClock(),
         first_poll_after_s=45,
     )
-    record = store.get(outcome.operation_id)
+    record = store.get(handle.operation_id)
     assert record is not None
     assert record.next_poll_at == START + timedelta(seconds=45)
 

@@ -221,10 +221,8 @@ def test_a_bad_webhook_name_or_notify_url_is_refused_and_nothing_stored(
 def test_webhook_and_notify_url_are_copied_into_the_record() -> None:
     """The opt-in is kept on the record's push part when it is created."""
     store = MemoryStore()
-    outcome = start(
-        operation(webhook="reports", notify_url="https://hooks.example/in"), store=store
-    )
-    record = store.get(outcome.operation_id)
+    handle = start(operation(webhook="reports", notify_url="https://hooks.example/in"), store=store)
+    record = store.get(handle.operation_id)
     assert record is not None
     assert (record.push.webhook, record.push.notify_url, record.push.callback) == (
         "reports", "https://hooks.example/in", False,

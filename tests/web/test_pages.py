@@ -1018,3 +1018,25 @@ def test_serve_refuses_a_remote_host_without_allow_remote(tmp_path, capsys, host
     assert len(said.err.strip().splitlines()) == 1
     assert said.out == ""
     assert not token_file.exists()
+
+
+def test_the_operation_page_lists_the_groups_it_is_a_member_of_with_their_members(inbox):
+    """An operation waited on in a group: its page names the group (kind, state, the
+    reason its own bound stopped it, requests used) and links every member."""
+    inbox.start("op-a")
+    inbox.start("op-b")
+    provider = ScriptedProvider(inbox.clock, {"/status": [(200, {"status": "running"})]})
+    result = waitbound.wait_all(
+        ["op-a", "op-b"], max_requests=1, store=inbox.store, client=provider.client(),
+        clock=inbox.clock, sleep=inbox.clock.sleep, rng=random.Random(1),
+    )  # fmt: skip
+    assert result.stopped is waitbound.Reason.REQUEST_BUDGET_EXHAUSTED
+    html = inbox.client.get("/operation/op-b", headers=AUTH).text
+    assert f'data-group="{result.group_id}"' in html
+    assert "request_budget_exhausted: the group's own bound stopped it" in unescape(html)
+    assert "1 of 1 requests used" in html
+    assert re.findall(r'href="[^"]*/operation/(op-[ab])"', html) == ["op-a", "op-b"]
+    alone = inbox.client.get("/operation/op-a", headers=AUTH).text
+    assert 'data-testid="groups"' in alone
+    inbox.start("op-c")
+    assert 'data-testid="groups"' not in inbox.client.get("/operation/op-c", headers=AUTH).text

@@ -10,6 +10,7 @@ from waitbound.cli._common import EXIT_CODES_HELP
 from waitbound.cli._db import db
 from waitbound.cli._decisions import decide_command, escalations_command
 from waitbound.cli._deliveries import deliveries
+from waitbound.cli._groups import wait_all_command, wait_any_command
 from waitbound.cli._inspect import show
 from waitbound.cli._mcp import mcp_command
 from waitbound.cli._profiles import profiles
@@ -38,6 +39,8 @@ def cli(ctx: click.Context) -> None:
 
 for _command in (
     wait,
+    wait_all_command,
+    wait_any_command,
     submit,
     run,
     cancel_command,

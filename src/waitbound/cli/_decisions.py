@@ -16,6 +16,7 @@ import waitbound
 from waitbound import Outcome, Profile, Store, UsageError
 from waitbound._json import JSON
 from waitbound.cli._common import STORE_HELP, opened_store, profile_from_flags, resume_hint
+from waitbound.cli._groups import group_document, stopped_group_lines, stopped_groups
 from waitbound.cli._params import STORED_TEXT, NumberRange, WholeRange
 from waitbound.cli._render import printable
 
@@ -27,6 +28,8 @@ __all__ = ["decide_command", "escalations_command"]
     help="List the open decision requests: operations that stopped without an honest "
     "outcome (or that an agent asked more time for), each with its options and what "
     "each costs.\n\n"
+    "Groups whose own deadline or budget stopped them (`wait-all`, `wait-any`) are listed "
+    "first, with the members still waiting. "
     "Answer one with `waitbound decide OPERATION_ID OPTION --why …`. A request nobody "
     "answers before its decision deadline is closed as decision_timeout on the way. "
     "Exit 0, also when nothing waits.",
@@ -42,13 +45,21 @@ __all__ = ["decide_command", "escalations_command"]
 def escalations_command(label_prefix: str, store: str | None, as_json: bool) -> int:
     with opened_store(store, then="run the command again") as opened:
         found = waitbound.escalations(store=opened, label_prefix=label_prefix)
+        stopped = stopped_groups(opened)
+        group_text = [stopped_group_lines(opened, row) for row in stopped]
+        group_json = [group_document(opened, row) for row in stopped]
     if as_json:
         document: dict[str, object] = {
             "escalations": [escalation.as_json() for escalation in found],
             "count": len(found),
+            "stopped_groups": group_json,
         }
         click.echo(json.dumps(document, ensure_ascii=False))
         return 0
+    for lines in group_text:
+        for line in lines:
+            click.echo(printable(line))
+        click.echo("")
     if not found:
         click.echo("nothing waits on a decision")
         return 0

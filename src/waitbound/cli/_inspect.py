@@ -17,10 +17,31 @@ from waitbound.cli._common import (
     STORE_HELP,
     opened_store,
 )
+from waitbound.cli._groups import group_document, group_lines
 from waitbound.cli._params import STORED_TEXT
 from waitbound.cli._render import group_line, grouped, option_costs, printable, record_summary
+from waitbound.stores._groups import GroupRow, groups_of, is_group_id
 
 __all__ = ["chain_status", "print_story", "read_operation", "report_broken", "show"]
+
+
+def _show_group(store: str | None, group_id: str, as_json: bool) -> int:
+    """``show GROUP_ID``: the group, its bounds and spending, and its members' states."""
+    with opened_store(store, read_only=True, then="run the command again") as opened:
+        row = groups_of(opened).get_group(group_id)
+        if row is None:
+            raise waitbound.UsageError(f"no group with id {group_id[:40]!r} in the store")
+        if as_json:
+            click.echo(json.dumps({"group": group_document(opened, row)}, ensure_ascii=False))
+        else:
+            for line in group_lines(opened, row):
+                click.echo(printable(line))
+    return 0
+
+
+def _groups_of(store: str | None, operation_id: str) -> list[GroupRow]:
+    with opened_store(store, read_only=True, then="run the command again") as opened:
+        return groups_of(opened).groups_of_operation(operation_id)
 
 
 def read_operation(store: str | None, operation_id: str) -> tuple[Record, list[StoredAuditEvent]]:
@@ -72,13 +93,19 @@ def show(
 ) -> int:
     """Show an operation's record and its audit story: one line per request by default.
 
+    A group id (``grp_…``, from ``wait-all`` / ``wait-any``) shows the group instead:
+    its bounds, what it spent, how it ended and each member's state.
+
     The store is opened read-only (a read-only file, or a copy kept for audit, can be
     shown) and never created: a path that names no store exits 2. A broken audit
     chain is shown, then said in one line on stderr, and exits 6.
     """
+    if is_group_id(operation_id):
+        return _show_group(store, operation_id, as_json)
     key = waitbound.load_audit_key(audit_key_file)
     record, events = read_operation(store, operation_id)
     chain, finding = chain_status(record, events, key)
+    groups = _groups_of(store, operation_id)
     if as_json:
         document: dict[str, JSON] = {
             "record": record.shown_json(),
@@ -86,6 +113,7 @@ def show(
             "option_costs": [{"option": o, "cost": c} for o, c in option_costs(record)],
             "audit_chain": chain,
             "audit_finding": finding.as_json() if finding is not None else None,
+            "groups": [row.group_id for row in groups],
             "audit": [
                 {
                     "seq": s.seq,
@@ -102,6 +130,9 @@ def show(
     else:
         for line in record_summary(record):
             click.echo(line)
+        for row in groups:
+            why = f" ({row.reason})" if row.reason else ""
+            click.echo(f"group: {row.group_id} ({row.kind}, {row.state}{why})")
         click.echo(f"audit ({len(events)} events, chain {chain}):")
         print_story(events, every_event=every_event)
     return report_broken(finding) if finding is not None else 0

@@ -217,8 +217,15 @@ def wait(  # noqa: PLR0917 - click passes every option
         started = drive(
             op_id,
             store,
-            lambda opened: waitbound.start(
-                operation, operation_id=op_id, store=opened, first_poll_after_s=first_poll_after_s
+            lambda opened: (
+                waitbound.start(
+                    operation,
+                    operation_id=op_id,
+                    store=opened,
+                    first_poll_after_s=first_poll_after_s,
+                )
+                .status()
+                .outcome
             ),
             create=True,
             header_names=names,
@@ -338,20 +345,22 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
     )
     if waits:
         sink.start(op_id)
-    send = waitbound.run if waits else waitbound.submit
     store = flags.pop("store")
     names = header_names(sent)
 
     def act(opened: Store) -> tuple[Outcome, Record | None]:
         sink.attach(opened, op_id)
-        outcome = send(
-            submission,
-            operation_id=op_id,
-            store=opened,
-            headers=dict(sent),
-            on_event=sink,
-            http=http,
-        )
+        common: dict[str, Any] = {
+            "operation_id": op_id,
+            "store": opened,
+            "headers": dict(sent),
+            "on_event": sink,
+            "http": http,
+        }
+        if waits:
+            outcome = waitbound.run(submission, **common)
+        else:
+            outcome = waitbound.submit(submission, **common).status().outcome
         return outcome, opened.get(op_id)
 
     memory = None if waits else DETACHED_IN_MEMORY if detach else SUBMITTED_IN_MEMORY

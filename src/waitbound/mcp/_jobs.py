@@ -249,7 +249,7 @@ class Jobs:
                     f"idempotency_key {idempotency_key!r} was already used for another request "
                     f"(operation {operation_id}); use a new key"
                 )
-        outcome = await submit_async(
+        handle = await submit_async(
             submission,
             operation_id=operation_id,
             store=self.store,
@@ -260,7 +260,7 @@ class Jobs:
             on_event=self._notify,
             http=self.http,
         )
-        answer = self._view(self._record(outcome.operation_id))
+        answer = self._view(self._record(handle.operation_id))
         if not answer["done"]:
             answer["poll_after_seconds"] = answer["next_check_after_seconds"]
         return answer

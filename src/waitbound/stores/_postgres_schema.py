@@ -151,6 +151,29 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     CREATE INDEX sessions_expiry ON {schema}.sessions (expires_at);
     """,
+    # 5: groups of operations waited on together (waitbound.stores._groups): additive,
+    # two tables of their own; the operations table is untouched.
+    """
+    CREATE TABLE {schema}.op_groups (
+        group_id      text PRIMARY KEY,
+        kind          text NOT NULL,
+        created_at    timestamptz NOT NULL,
+        deadline_at   timestamptz,
+        max_requests  integer,
+        requests_used integer NOT NULL DEFAULT 0,
+        state         text NOT NULL,
+        reason        text,
+        ended_at      timestamptz,
+        version       integer NOT NULL DEFAULT 1
+    );
+    CREATE TABLE {schema}.op_group_members (
+        group_id     text NOT NULL,
+        position     integer NOT NULL,
+        operation_id text NOT NULL,
+        PRIMARY KEY (group_id, position)
+    );
+    CREATE INDEX op_group_members_operation ON {schema}.op_group_members (operation_id);
+    """,
 )
 """The schema, one SQL script per version (``{schema}`` is the quoted schema name).
 Version N is ``MIGRATIONS[N - 1]``; a released script is never edited, only appended to."""

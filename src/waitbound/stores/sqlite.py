@@ -171,6 +171,29 @@ CREATE TABLE sessions (
 );
 CREATE INDEX sessions_expiry ON sessions (expires_at);
 """,
+    # 5: groups of operations waited on together (waitbound.stores._groups): additive,
+    # two tables of their own; the operations table is untouched.
+    """
+CREATE TABLE op_groups (
+    group_id      TEXT PRIMARY KEY,
+    kind          TEXT NOT NULL,
+    created_at    TEXT NOT NULL,
+    deadline_at   TEXT,
+    max_requests  INTEGER,
+    requests_used INTEGER NOT NULL DEFAULT 0,
+    state         TEXT NOT NULL,
+    reason        TEXT,
+    ended_at      TEXT,
+    version       INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE op_group_members (
+    group_id     TEXT NOT NULL,
+    position     INTEGER NOT NULL,
+    operation_id TEXT NOT NULL,
+    PRIMARY KEY (group_id, position)
+);
+CREATE INDEX op_group_members_operation ON op_group_members (operation_id);
+""",
 )
 """The schema, one script per version: version N is ``_MIGRATIONS[N - 1]``. A released
 script is never edited, only appended to."""
@@ -183,6 +206,18 @@ _TABLES: Final[dict[int, frozenset[str]]] = {
     2: frozenset({"operations", "audit_events", "webhook_jobs", "inbox", "outbox"}),
     3: frozenset({"operations", "audit_events", "webhook_jobs", "inbox", "outbox"}),
     4: frozenset({"operations", "audit_events", "webhook_jobs", "inbox", "outbox", "sessions"}),
+    5: frozenset(
+        {
+            "operations",
+            "audit_events",
+            "webhook_jobs",
+            "inbox",
+            "outbox",
+            "sessions",
+            "op_groups",
+            "op_group_members",
+        }
+    ),
 }
 """The tables a file of each schema version holds, exactly."""
 

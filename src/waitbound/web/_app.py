@@ -29,6 +29,7 @@ from waitbound._errors import StoreError, UsageError
 from waitbound._json import JSON
 from waitbound._record import Record
 from waitbound._story import printable
+from waitbound.stores._groups import groups_of
 from waitbound.stores._protocol import AuditCursor
 from waitbound.web._auth import BearerAuth, is_page, is_public
 from waitbound.web._budget import BudgetGuard, ConnectionBudget
@@ -73,11 +74,14 @@ def _service(request: Request) -> Service:
 
 
 def operation_document(
-    record: Record, events: Sequence[StoredAuditEvent], key: bytes | None = None
+    record: Record,
+    events: Sequence[StoredAuditEvent],
+    key: bytes | None = None,
+    groups: Sequence[str] = (),
 ) -> dict[str, JSON]:
     """The operation as ``waitbound show --json`` prints it: ``record``, ``outcome``
     (``None`` while waiting), ``option_costs``, ``audit_chain``, ``audit_finding``,
-    ``audit``."""
+    ``groups`` (the ids of the groups it is a member of), ``audit``."""
     finding = waitbound.diagnose_record(record, list(events), key=key)
     if finding is not None:
         chain = f"broken: {finding.line()}"
@@ -89,6 +93,7 @@ def operation_document(
         "option_costs": [{"option": o, "cost": c} for o, c in waitbound.option_costs(record)],
         "audit_chain": chain,
         "audit_finding": finding.as_json() if finding is not None else None,
+        "groups": list(groups),
         "audit": [
             {
                 "seq": s.seq,
@@ -120,6 +125,15 @@ def _read(
     return record, store.audit(operation_id) if record is not None else []
 
 
+def _group_ids(store: waitbound.Store, operation_id: str) -> list[str]:
+    """The ids of the groups *operation_id* is a member of (none for a store kind that
+    keeps no groups)."""
+    try:
+        return [row.group_id for row in groups_of(store).groups_of_operation(operation_id)]
+    except waitbound.UsageError:
+        return []
+
+
 def _operation_endpoint(key: bytes | None) -> Callable[[Request], object]:
     async def operation(request: Request) -> Response:
         """``GET /operations/{operation_id}``: the operation as ``show --json`` prints it."""
@@ -131,7 +145,8 @@ def _operation_endpoint(key: bytes | None) -> Callable[[Request], object]:
         )
         if record is None:
             return _not_found(operation_id)
-        return JSONResponse(operation_document(record, events, key))
+        groups = await anyio.to_thread.run_sync(_group_ids, _service(request).store, operation_id)
+        return JSONResponse(operation_document(record, events, key, groups))
 
     return operation
 

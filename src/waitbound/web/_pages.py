@@ -47,6 +47,7 @@ from waitbound._outcome import OutcomeKind
 from waitbound._record import Record
 from waitbound._story import chain_status, printable
 from waitbound.profiles import builtin_names, builtin_profile
+from waitbound.stores._groups import groups_of
 from waitbound.web._forms import (
     DECIDE_MAX_BYTES,
     SIGN_IN_MAX_BYTES,
@@ -309,6 +310,47 @@ def _read_operation(
     return operation_view(record, events, chain, outbox, inbox, service.clock.now())
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupView:
+    """A group the operation is a member of, and its members' states (for the page)."""
+
+    group_id: str
+    kind: str
+    state: str
+    reason: str | None
+    requests: str
+    members: tuple[tuple[str, str], ...]
+
+
+def _read_groups(service: Service, operation_id: str) -> list[GroupView]:
+    """The groups (``wait_all`` / ``wait_any``) the operation is a member of."""
+    try:
+        rows = groups_of(service.store).groups_of_operation(operation_id)
+    except waitbound.UsageError:  # a store kind that keeps no groups
+        return []
+    views = []
+    for row in rows:
+        members = []
+        for member in row.members:
+            record = service.store.get(member)
+            state = "not in the store"
+            if record is not None:
+                state = record.outcome.value if record.outcome else record.phase.value
+            members.append((member, state))
+        budget = f" of {row.max_requests}" if row.max_requests is not None else ""
+        views.append(
+            GroupView(
+                group_id=row.group_id,
+                kind=row.kind,
+                state=row.state,
+                reason=row.reason,
+                requests=f"{row.requests_used}{budget}",
+                members=tuple(members),
+            )
+        )
+    return views
+
+
 def _not_found(request: Request, operation_id: str) -> HTMLResponse:
     return problem_page(
         request,
@@ -354,6 +396,7 @@ class _Operation:
             return _render(
                 request, "_story_rows.html", rows=[r for r in view.story if r.seq > after]
             )
+        groups = await anyio.to_thread.run_sync(_read_groups, service, operation_id)
         choices = view.open_request.choices if view.open_request else ()
         chosen = next((c for c in choices if c.option == option), None)
         notice = None
@@ -365,6 +408,7 @@ class _Operation:
             status=status,
             nav=Nav(),
             op=view,
+            groups=groups,
             chosen=chosen,
             notice=notice,
             error=error,

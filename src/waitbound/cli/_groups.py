@@ -1,0 +1,241 @@
+"""``wait-all`` and ``wait-any``: wait on stored operations as one group, and the group
+lines ``show`` and ``escalations`` print.
+
+Thin adapters over :func:`waitbound.wait_all` and :func:`waitbound.wait_any`: the
+group's deadline, budget and scheduling are the API's; the exit code is ``wait``'s,
+applied to the group (:meth:`waitbound.GroupResult.exit_code`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+import waitbound
+from waitbound import GroupResult, Store, UsageError
+from waitbound._json import JSON
+from waitbound.cli._common import (
+    EXIT_CODES_HELP,
+    STORE_HELP,
+    http_settings,
+    opened_store,
+)
+from waitbound.cli._params import (
+    DURATION_HELP,
+    STORED_TEXT,
+    WholeRange,
+    parse_header,
+    positive_duration,
+)
+from waitbound.cli._render import printable
+from waitbound.stores._groups import GroupRow, groups_of
+
+__all__ = [
+    "group_document",
+    "group_lines",
+    "stopped_group_lines",
+    "stopped_groups",
+    "wait_all_command",
+    "wait_any_command",
+]
+
+_GROUP_HELP = (
+    "The group's own deadline and request budget bound it on top of each operation's "
+    "own; its spending is stored before each request, so a group resumed with --group "
+    "keeps its bound. One scheduler drives every member with per-origin pacing. When "
+    "the group's bound stops it, the members left keep waiting within their own bounds."
+)
+
+
+def _group_options(fn: Any) -> Any:
+    for option in reversed(
+        [
+            click.argument("operation_ids", nargs=-1, type=STORED_TEXT),
+            click.option(
+                "--group",
+                "group_id",
+                type=STORED_TEXT,
+                help="Resume this group (grp_…) with its stored members and bounds, or give "
+                "a new group this id.",
+            ),
+            click.option(
+                "--deadline",
+                callback=positive_duration,
+                help="The group's own deadline, from now (e.g. 90s, 10m).",
+            ),
+            click.option(
+                "--max-requests",
+                type=WholeRange(min=1, max=1_000_000),
+                help="The group's own request budget, over every member's requests.",
+            ),
+            click.option(
+                "--header", "headers", multiple=True, help="'Name: value': sent, never stored."
+            ),
+            click.option("--store", help=STORE_HELP),
+            click.option(
+                "--json", "as_json", is_flag=True, help="Print one JSON object on stdout."
+            ),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _run_group(flags: dict[str, Any], *, kind: str, cancel_rest: bool = False) -> int:
+    ids: Sequence[str] = flags["operation_ids"]
+    group_id: str | None = flags["group_id"]
+    if not ids and group_id is None:
+        raise UsageError("give the OPERATION_IDs to wait on, or --group to resume a group")
+    sent = [parse_header(h) for h in flags["headers"]]
+    options: dict[str, Any] = {
+        "deadline": flags["deadline"],
+        "max_requests": flags["max_requests"],
+        "group_id": group_id,
+        "headers": dict(sent),
+        "http": http_settings(None),
+    }
+    with opened_store(flags["store"], then="resume with --group (printed above)") as opened:
+        if kind == "any":
+            result = waitbound.wait_any(list(ids), store=opened, cancel_rest=cancel_rest, **options)
+        else:
+            result = waitbound.wait_all(list(ids), store=opened, **options)
+        row = groups_of(opened).get_group(result.group_id)
+    stored_kind = row.kind if row is not None else kind
+    exit_code = result.exit_code("any" if stored_kind == "any" else "all")
+    if flags["as_json"]:
+        document = result.as_json()
+        document["kind"] = stored_kind
+        document["exit_code"] = exit_code
+        click.echo(json.dumps(document, ensure_ascii=False))
+        return exit_code
+    for line in _result_lines(result):
+        click.echo(line)
+    return exit_code
+
+
+def _result_lines(result: GroupResult) -> list[str]:
+    lines = []
+    if result.stopped is not None:
+        head = f"group {result.group_id}: stopped ({result.stopped.value})"
+    else:
+        head = f"group {result.group_id}: done"
+    budget = f" of {result.max_requests}" if result.max_requests is not None else ""
+    lines.append(f"{head}; {result.requests_used}{budget} requests used")
+    for outcome in result.outcomes:
+        status = outcome.outcome.value if outcome.outcome else "still waiting"
+        reason = f" ({outcome.reason.value})" if outcome.reason else ""
+        lines.append(f"  {outcome.operation_id}: {status}{reason}")
+        lines.append(f"    {printable(outcome.message)}")
+    if result.stopped is not None and result.pending:
+        lines.append(
+            f"the group's own bound stopped it; {len(result.pending)} still wait within their "
+            f"own bounds: resume with `waitbound wait-all --group {result.group_id}`"
+        )
+    return lines
+
+
+@click.command(
+    name="wait-all",
+    help="Wait until every OPERATION_ID has an outcome, as one group.\n\n"
+    + _GROUP_HELP
+    + "\n\n"
+    + DURATION_HELP
+    + "\n\nExit codes as `wait`'s, applied to the group: 0 every member succeeded; 1 every "
+    "member ended and one did not succeed; 3 a member timed out or escalated, or the "
+    "group's own deadline or budget stopped it. " + EXIT_CODES_HELP,
+)
+@_group_options
+def wait_all_command(**flags: Any) -> int:
+    return _run_group(flags, kind="all")
+
+
+@click.command(
+    name="wait-any",
+    help="Wait until the first OPERATION_ID has an outcome, as one group; the others are "
+    "left untouched (--cancel-rest: canceled where they are cancelable).\n\n"
+    + _GROUP_HELP
+    + "\n\n"
+    + DURATION_HELP
+    + "\n\nExit codes as `wait`'s for the first member that ended; 3 when the group's own "
+    "deadline or budget stopped it before any ended. " + EXIT_CODES_HELP,
+)
+@_group_options
+@click.option(
+    "--cancel-rest",
+    is_flag=True,
+    help="Once one ended, cancel the others that are cancelable (each cancel is sent).",
+)
+def wait_any_command(cancel_rest: bool, **flags: Any) -> int:
+    return _run_group(flags, kind="any", cancel_rest=cancel_rest)
+
+
+# --- what show and escalations print of groups ------------------------------------------
+
+
+def group_document(store: Store, row: GroupRow) -> dict[str, JSON]:
+    """A group and its members' states, as ``show GROUP_ID --json`` prints it."""
+    members: list[JSON] = []
+    for operation_id in row.members:
+        record = store.get(operation_id)
+        members.append(
+            {
+                "operation_id": operation_id,
+                "state": None
+                if record is None
+                else (record.outcome.value if record.outcome else record.phase.value),
+                "reason": record.reason.value if record is not None and record.reason else None,
+            }
+        )
+    return {
+        "group_id": row.group_id,
+        "kind": row.kind,
+        "state": row.state,
+        "reason": row.reason,
+        "created_at": row.created_at.isoformat(),
+        "deadline_at": row.deadline_at.isoformat() if row.deadline_at else None,
+        "ended_at": row.ended_at.isoformat() if row.ended_at else None,
+        "requests_used": row.requests_used,
+        "max_requests": row.max_requests,
+        "members": members,
+    }
+
+
+def group_lines(store: Store, row: GroupRow) -> list[str]:
+    """A group and its members, one line each (``show GROUP_ID``)."""
+    document = group_document(store, row)
+    why = f" ({row.reason})" if row.reason else ""
+    budget = f" of {row.max_requests}" if row.max_requests is not None else ""
+    deadline = row.deadline_at.isoformat() if row.deadline_at else "none (members' own)"
+    lines = [
+        f"group {row.group_id} ({row.kind}): {row.state}{why}",
+        f"  requests used: {row.requests_used}{budget}; deadline: {deadline}",
+        f"  members ({len(row.members)}):",
+    ]
+    members = document["members"]
+    assert isinstance(members, list)
+    for member in members:
+        assert isinstance(member, dict)
+        state = member["state"] or "not in the store"
+        reason = f" ({member['reason']})" if member["reason"] else ""
+        lines.append(f"    {member['operation_id']}: {state}{reason}")
+    return lines
+
+
+def stopped_groups(store: Store) -> list[GroupRow]:
+    """The groups their own bound stopped, newest first (``escalations`` lists them)."""
+    return groups_of(store).list_groups(state="stopped")
+
+
+def stopped_group_lines(store: Store, row: GroupRow) -> list[str]:
+    """What ``escalations`` says of a group its own bound stopped."""
+    waiting = [i for i in row.members if (r := store.get(i)) is not None and not r.is_finished]
+    return [
+        f"Group {row.group_id} ({row.kind}) stopped at its own bound ({row.reason}): "
+        f"{len(waiting)} of {len(row.members)} members still wait within their own bounds"
+        + (f": {', '.join(waiting)}" if waiting else "")
+        + ".",
+        f"Resume: waitbound wait-{'any' if row.kind == 'any' else 'all'} --group {row.group_id}",
+    ]
