@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from tests.e2e.mcp_tasks import WAIT_S, HttpServer
 from tests.e2e.runner import cli
 from waitbound.sim import Simulator, parse_scenario
 
@@ -134,45 +133,19 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_the_http_transport_serves_the_same_tools(tmp_path: Path) -> None:
+    """Once the server listens (its start-up is not timed: a loaded machine may take
+    long to import it), one session lists the tools and calls one; any error fails."""
     config = tmp_path / "c.toml"
     config.write_text('[providers.r]\nbase_url = "http://127.0.0.1:9"\nprofile = "next-action"\n')
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "waitbound",
-            "mcp",
-            "--config",
-            str(config),
-            "--store",
-            str(tmp_path / "h.db"),
-            "--transport",
-            "http",
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
-    async def session() -> tuple[set[str], Any]:
-        with anyio.fail_after(20):
-            while True:
-                try:
-                    async with Client(f"http://127.0.0.1:{port}/mcp") as client:
-                        names = {tool.name for tool in (await client.list_tools()).tools}
-                        listed = await client.call_tool("list_jobs", {})
-                        return names, listed.structured_content
-                except Exception:  # not listening yet
-                    await anyio.sleep(0.2)
+    async def session(url: str) -> tuple[set[str], Any]:
+        with anyio.fail_after(WAIT_S):  # a bound, never a timing check
+            async with Client(url) as client:
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                listed = await client.call_tool("list_jobs", {})
+                return names, listed.structured_content
 
-    try:
-        names, listed = anyio.run(session)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with HttpServer(config, str(tmp_path / "h.db"), {}) as server:
+        names, listed = anyio.run(session, server.url)
     assert "await_job" in names
     assert listed["operations"] == []
