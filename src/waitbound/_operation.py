@@ -22,6 +22,7 @@ from waitbound._audit_record import record_is_forged
 from waitbound._clock import Clock
 from waitbound._contract import Profile
 from waitbound._controller import audit_event, created_event
+from waitbound._telemetry import with_caller_context
 from waitbound._decisions import decide_record, expire
 from waitbound._errors import ConflictError, OperationNotFoundError, StoreError, UsageError
 from waitbound._options import Option, cancel_refusal
@@ -229,7 +230,7 @@ def _check_signed(store: Store, record: Record) -> None:
 
 def _create(store: Store, record: Record, clock: Clock) -> Record:
     try:
-        return store.create(record, [created_event(record)])
+        return store.create(record, [with_caller_context(created_event(record))])
     except UsageError:  # created a moment ago by a process started with the same id
         existing = store.get(record.operation_id)
         if existing is None:
