@@ -27,7 +27,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from waitbound._clock import Clock
-from waitbound._push import OutboxStatus
+from waitbound._push import OutboxEntry, OutboxStatus
 from waitbound._record import Record
 
 __all__ = [
@@ -106,8 +106,7 @@ WEBHOOK_DELIVERIES: Final = METER.create_counter(
 STORE_TRANSACTION: Final = METER.create_histogram(
     "waitbound.store.transaction.duration",
     unit="s",
-    description="Duration of one store transaction (from its start to its commit or "
-    "rollback).",
+    description="Duration of one store transaction (from its start to its commit or rollback).",
     explicit_bucket_boundaries_advisory=_STORE_SECONDS,
 )
 
@@ -133,8 +132,13 @@ def record_request(
     (and ``error.type`` when it failed)."""
     if not metering():
         return
-    REQUESTS.add(1, {"waitbound.request_kind": kind, "waitbound.status_class": status_class(http_status)})
-    attributes: dict[str, str | int] = {"http.request.method": method, "waitbound.request_kind": kind}
+    REQUESTS.add(
+        1, {"waitbound.request_kind": kind, "waitbound.status_class": status_class(http_status)}
+    )
+    attributes: dict[str, str | int] = {
+        "http.request.method": method,
+        "waitbound.request_kind": kind,
+    }
     attributes.update({k: v for k, v in server.items() if isinstance(v, str | int)})
     if http_status is not None:
         attributes["http.response.status_code"] = http_status
@@ -208,8 +212,12 @@ class StoreReads(Protocol):
     ) -> list[Record]: ...
 
     def outbox(
-        self, *, operation_id: str | None = None, status: object = None, limit: int = 100
-    ) -> Sequence[object]: ...
+        self,
+        *,
+        operation_id: str | None = None,
+        status: OutboxStatus | None = None,
+        limit: int = 100,
+    ) -> Sequence[OutboxEntry]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,7 +259,7 @@ class StoreGauges:
             if r.is_finished and r.decision_request is not None
         ]
         entries = self.store.outbox(status=OutboxStatus.PENDING, limit=GAUGE_LIMIT)
-        backlog = Tally(str(getattr(getattr(e, "channel", None), "value", "?")) for e in entries)
+        backlog = Tally(entry.channel.value for entry in entries)
         return _Snapshot(
             phases=dict(phases),
             open_decisions=len(opened),
@@ -268,7 +276,9 @@ _GAUGES: list[StoreGauges] = []
 _GAUGES_LOCK = threading.Lock()
 
 
-def _each(read: Callable[[_Snapshot], Iterable[Observation]]) -> Callable[..., Iterable[Observation]]:
+def _each(
+    read: Callable[[_Snapshot], Iterable[Observation]],
+) -> Callable[..., Iterable[Observation]]:
     def callback(options: CallbackOptions) -> Iterable[Observation]:
         with _GAUGES_LOCK:
             gauges = list(_GAUGES)

@@ -22,13 +22,13 @@ from waitbound._audit_record import record_is_forged
 from waitbound._clock import Clock
 from waitbound._contract import Profile
 from waitbound._controller import audit_event, created_event
-from waitbound._telemetry import with_caller_context
 from waitbound._decisions import decide_record, expire
 from waitbound._errors import ConflictError, OperationNotFoundError, StoreError, UsageError
 from waitbound._options import Option, cancel_refusal
 from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Push, Record
 from waitbound._schedule import DelaySource
+from waitbound._telemetry import with_caller_context
 from waitbound._urls import checked_url, shown_url
 from waitbound.stores import Store
 from waitbound.stores._protocol import audit_key_of

@@ -27,6 +27,7 @@ by an allowlist of keys.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -42,6 +43,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._contract import Profile
+from waitbound._logs import EVENTS, log_event
 from waitbound._metrics import (
     metering,
     record_detection_lag,
@@ -462,21 +464,28 @@ def _event_attributes(event: AuditEvent) -> dict[str, str | int | float | bool]:
 def persisted(record: Record, events: Sequence[AuditEvent]) -> None:
     """Hook: *events* were persisted with *record* (as stored). They become events of
     the run's span (of the answered request's, for its answer), which ends; an outcome
-    among them is counted."""
+    among them is counted; with a JSON log, each is logged (``waitbound._logs``)."""
     if not events:
         return
     opened = _ANSWERED.pop(record.operation_id, None)
-    finished = any(event.kind == "finished" for event in events)
-    if finished:
+    if any(event.kind == "finished" for event in events):
         record_outcome(record)
     if opened is not None:
         _detection_lag(opened, record)
-    if not tracing():
-        return
     runs = _RUNS.get(record.operation_id)
-    target = opened.span if opened is not None and opened.span is not None else None
+    target = opened.span if opened is not None else None
     if target is None and runs:
         target = runs[-1].span
+    if EVENTS.isEnabledFor(logging.INFO):
+        for event in events:
+            log_event(
+                record.operation_id,
+                event.kind,
+                event.summary,
+                event.data,
+                profile=record.profile.name,
+                span=target,
+            )
     if target is None:
         return
     for event in events:
@@ -538,7 +547,8 @@ def noted(
     span = TRACER.start_span(
         f"waitbound.{what}",
         context=parent,
-        attributes=_operation_attributes(record) | {f"waitbound.{k}": v for k, v in attributes.items()},
+        attributes=_operation_attributes(record)
+        | {f"waitbound.{k}": v for k, v in attributes.items()},
     )
     for event in events:
         span.add_event(f"waitbound.{event.kind}", _event_attributes(event))

@@ -61,11 +61,12 @@ class Telemetry:
                     continue
                 for metric in scope.metrics:
                     for point in metric.data.data_points:
-                        found.setdefault(metric.name, []).append((dict(point.attributes), point))
+                        attributes = dict(point.attributes or {})
+                        found.setdefault(metric.name, []).append((attributes, point))
         return found
 
 
-_DELTA = {
+_DELTA: dict[type, AggregationTemporality] = {
     Counter: AggregationTemporality.DELTA,
     UpDownCounter: AggregationTemporality.CUMULATIVE,
     Histogram: AggregationTemporality.DELTA,

@@ -116,7 +116,8 @@ def test_span_tree_of_a_throttled_wait_with_a_result_409_resumed_after_a_kill(
     assert [s.name for s in runs] == ["waitbound.operation", "waitbound.operation"]
     assert {s.context.trace_id for s in spans} == {agent.context.trace_id}
     first, second = runs
-    assert first.attributes is not None and second.attributes is not None
+    assert first.attributes is not None
+    assert second.attributes is not None
     assert first.attributes["waitbound.operation_id"] == "op-7"
     assert second.attributes["waitbound.operation_id"] == "op-7"
     assert first.attributes["waitbound.profile"] == "jobs"
@@ -145,7 +146,8 @@ def test_span_tree_of_a_throttled_wait_with_a_result_409_resumed_after_a_kill(
     }
     assert throttled.status.status_code is StatusCode.ERROR
     scheduled = [e for e in throttled.events if e.name == "waitbound.scheduled"]
-    assert scheduled and scheduled[0].attributes is not None
+    assert scheduled
+    assert scheduled[0].attributes is not None
     assert scheduled[0].attributes["waitbound.hint.origin"] == "Retry-After header"
     assert scheduled[0].attributes["waitbound.hint.delay_s"] == 3
     assert scheduled[0].attributes["waitbound.delay_source"] == "provider_retry_after"
@@ -192,9 +194,7 @@ def test_traceparent_goes_to_the_provider_only_where_the_profile_allows(otel: Te
     _, provider = _wait_killed_then_resumed(trace_context=True)
     sent = [h.get("traceparent") for h in provider.seen_headers]
     assert all(sent), sent
-    clients = {
-        s.context.span_id for s in otel.spans() if s.kind is SpanKind.CLIENT
-    }
+    clients = {s.context.span_id for s in otel.spans() if s.kind is SpanKind.CLIENT}
     assert {int(t.split("-")[2], 16) for t in sent if t} == clients
     otel.exporter.clear()
     _, provider = _wait_killed_then_resumed(trace_context=False)

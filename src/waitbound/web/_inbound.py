@@ -23,9 +23,9 @@ import anyio.to_thread
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from waitbound._metrics import record_webhook_delivery
 from waitbound._jmes import search
 from waitbound._json import JSON, Ambiguous, redact_json
+from waitbound._metrics import record_webhook_delivery
 from waitbound._push import InboundDelivery
 from waitbound._secrets import redact_text, secret_parts
 from waitbound._webhooks import Verified, WebhookRejected, verify
