@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Protocol
@@ -179,22 +179,31 @@ def record_webhook_delivery(receiver: str, verdict: str) -> None:
         WEBHOOK_DELIVERIES.add(1, {"waitbound.receiver": receiver, "waitbound.verdict": verdict})
 
 
-@contextmanager
-def store_transaction(system: str) -> Iterator[None]:
+class _Timed:
+    """Times one store transaction into :data:`STORE_TRANSACTION`."""
+
+    __slots__ = ("attributes", "started")
+
+    def __init__(self, system: str) -> None:
+        self.attributes: dict[str, str] = {"db.system.name": system}
+        self.started = 0.0
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is not None:
+            self.attributes["error.type"] = kind.__name__
+        STORE_TRANSACTION.record(time.perf_counter() - self.started, self.attributes)
+
+
+_UNTIMED: Final = nullcontext()
+
+
+def store_transaction(system: str) -> AbstractContextManager[None]:
     """Time one store transaction of *system* (``sqlite``, ``postgresql``), committed
-    or not (``error.type`` names what ended one that raised)."""
-    if not metering():
-        yield
-        return
-    started = time.perf_counter()
-    attributes: dict[str, str] = {"db.system.name": system}
-    try:
-        yield
-    except BaseException as exc:
-        attributes["error.type"] = type(exc).__name__
-        raise
-    finally:
-        STORE_TRANSACTION.record(time.perf_counter() - started, attributes)
+    or not (``error.type`` names what ended one that raised); nothing without an SDK."""
+    return _Timed(system) if metering() else _UNTIMED
 
 
 def _reason(record: Record) -> str:

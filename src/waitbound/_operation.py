@@ -230,7 +230,7 @@ def _check_signed(store: Store, record: Record) -> None:
 
 def _create(store: Store, record: Record, clock: Clock) -> Record:
     try:
-        return store.create(record, [with_caller_context(created_event(record))])
+        return store.create(record, [with_caller_context(record, created_event(record))])
     except UsageError:  # created a moment ago by a process started with the same id
         existing = store.get(record.operation_id)
         if existing is None:

@@ -27,18 +27,29 @@ by an allowlist of keys.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Final, Protocol, TypeVar
 
 import httpx
+from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, StatusCode
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    StatusCode,
+    TraceFlags,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
@@ -104,13 +115,24 @@ def tracing() -> bool:
 # --- the caller's trace context, recorded with the operation ---------------------------
 
 
-def with_caller_context(event: AuditEvent) -> AuditEvent:
-    """*event* (a new operation's ``created`` event) with the caller's current span
-    context as a W3C ``traceparent`` under :data:`TRACE_CONTEXT_KEY`; unchanged when
-    the caller is in no valid span (always, without an SDK)."""
+def with_caller_context(record: Record, event: AuditEvent) -> AuditEvent:
+    """*event* (the ``created`` event of the new operation *record*) with a W3C
+    ``traceparent`` under :data:`TRACE_CONTEXT_KEY`: the caller's current span's; with
+    an SDK but no current span, that of a span ``waitbound.create`` begun and ended now
+    (the root of the operation's trace). Unchanged without an SDK and outside a span."""
     context = trace.get_current_span().get_span_context()
     if not context.is_valid:
-        return event
+        if not tracing():
+            return event
+        created = TRACER.start_span(
+            "waitbound.create",
+            context=Context(),  # a root: the operation's own trace
+            attributes=_operation_attributes(record),
+        )
+        created.end()
+        context = created.get_span_context()
+        if not context.is_valid:  # pragma: no cover - an SDK span is valid
+            return event
     carrier: dict[str, str] = {}
     _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(NonRecordingSpan(context)))
     if "traceparent" not in carrier:  # pragma: no cover - a valid context always injects
@@ -118,17 +140,46 @@ def with_caller_context(event: AuditEvent) -> AuditEvent:
     return replace(event, data={**event.data, TRACE_CONTEXT_KEY: carrier["traceparent"]})
 
 
-_RECORDED: OrderedDict[str, SpanContext | None] = OrderedDict()
+def _derived_context(operation_id: str) -> SpanContext:
+    """The trace of an operation created outside any trace and without an SDK: its
+    trace id (and the parent span id its runs name, which no span has) derived from
+    the operation id, so every run of it, in any process, is in one trace."""
+    digest = hashlib.sha256(f"waitbound:{operation_id}".encode()).digest()
+    return SpanContext(
+        trace_id=int.from_bytes(digest[:16], "big") or 1,
+        span_id=int.from_bytes(digest[16:24], "big") or 1,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+
+
+def _parent_of(store: _AuditReads, record: Record) -> tuple[Context | None, list[Link]]:
+    """The parent context and links of a span about *record*'s operation begun now."""
+    operation_id = record.operation_id
+    current = trace.get_current_span().get_span_context()
+    recorded = recorded_context(store, record)
+    if current.is_valid:
+        if recorded is not None and recorded.trace_id != current.trace_id:
+            return None, [Link(recorded, {"waitbound.link": "created_in"})]
+        return None, []
+    origin = recorded if recorded is not None else _derived_context(operation_id)
+    return trace.set_span_in_context(NonRecordingSpan(origin)), []
+
+
+_RECORDED: OrderedDict[tuple[int, str, datetime], SpanContext | None] = OrderedDict()
 _RECORDED_LOCK = threading.Lock()
 
 
-def recorded_context(store: _AuditReads, operation_id: str) -> SpanContext | None:
-    """The trace context recorded when *operation_id* was created (``None``: none), read
-    from its first audit event once per process (the last 4,096 are kept)."""
+def recorded_context(store: _AuditReads, record: Record) -> SpanContext | None:
+    """The trace context recorded when *record*'s operation was created (``None``:
+    none), read from its first audit event once per process (the last 4,096 kept, by
+    store, operation id and creation time)."""
+    operation_id = record.operation_id
+    key = (id(store), operation_id, record.created_at)
     with _RECORDED_LOCK:
-        if operation_id in _RECORDED:
-            _RECORDED.move_to_end(operation_id)
-            return _RECORDED[operation_id]
+        if key in _RECORDED:
+            _RECORDED.move_to_end(key)
+            return _RECORDED[key]
     found: SpanContext | None = None
     try:
         events = store.audit(operation_id)
@@ -141,7 +192,7 @@ def recorded_context(store: _AuditReads, operation_id: str) -> SpanContext | Non
             context = extracted.get_span_context()
             found = context if context.is_valid else None
     with _RECORDED_LOCK:
-        _RECORDED[operation_id] = found
+        _RECORDED[key] = found
         while len(_RECORDED) > _RECORDED_CACHE:
             _RECORDED.popitem(last=False)
     return found
@@ -187,14 +238,7 @@ def _operation_attributes(record: Record) -> dict[str, str | int]:
 
 
 def _start_run(record: Record, store: _AuditReads, driver: str) -> Run:
-    current = trace.get_current_span().get_span_context()
-    recorded = recorded_context(store, record.operation_id)
-    parent: Context | None = None
-    links: list[Link] = []
-    if not current.is_valid and recorded is not None:
-        parent = trace.set_span_in_context(NonRecordingSpan(recorded))
-    elif recorded is not None and recorded.trace_id != current.trace_id:
-        links.append(Link(recorded, {"waitbound.link": "created_in"}))
+    parent, links = _parent_of(store, record)
     attributes = _operation_attributes(record) | {"waitbound.driver": driver}
     span = TRACER.start_span(
         "waitbound.operation", context=parent, links=links, attributes=attributes
@@ -310,10 +354,11 @@ class _Request(Protocol):
 
 
 class Sending:
-    """One request being sent: the headers to send (``traceparent`` added where the
-    profile allows), and :meth:`answered` to call with its observation."""
+    """One request being sent, a context manager: inside, the request's span (if any)
+    is current; :attr:`headers` are the headers to send (``traceparent`` added where the
+    profile allows); call :meth:`answered` with the observation."""
 
-    __slots__ = ("_server", "done", "headers", "record", "request", "span")
+    __slots__ = ("_server", "_token", "done", "headers", "record", "request", "span")
 
     def __init__(
         self,
@@ -324,7 +369,26 @@ class Sending:
     ) -> None:
         self.record, self.request, self.headers, self.span = record, request, headers, span
         self._server: dict[str, str | int] | None = None
+        self._token: object = None
         self.done = False
+
+    def __enter__(self) -> Sending:
+        if self.span is not None:
+            self._token = context_api.attach(trace.set_span_in_context(self.span))
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        span = self.span
+        if span is None:
+            return
+        context_api.detach(self._token)  # type: ignore[arg-type]
+        if kind is not None:
+            span.set_attribute("error.type", kind.__name__)
+            span.set_status(StatusCode.ERROR)
+            _ANSWERED.pop(self.record.operation_id, None)
+            span.end()
+        elif not self.done:  # never answered: no answer to wait for
+            span.end()
 
     def server(self) -> dict[str, str | int]:
         if self._server is None:
@@ -334,6 +398,10 @@ class Sending:
     def answered(self, observation: Observation) -> None:
         """Record *observation*: the request's metrics now; its span's HTTP attributes
         (the span ends once the answer is persisted, see :func:`persisted`)."""
+        self.done = True
+        span = self.span
+        if span is None and not metering():
+            return
         status = observation.http_status
         error_type: str | None = None
         if status is None:
@@ -347,7 +415,6 @@ class Sending:
             record_request(
                 self.request.kind, self.request.method, status, observation.elapsed_s, server
             )
-        span = self.span
         if span is not None:
             if status is not None:
                 span.set_attribute("http.response.status_code", status)
@@ -358,9 +425,6 @@ class Sending:
             if error_type is not None:
                 span.set_attribute("error.type", error_type)
                 span.set_status(StatusCode.ERROR)
-        self.done = True
-        if span is None and not metering():
-            return
         stale = _ANSWERED.get(self.record.operation_id)
         if stale is not None and stale.span is not None:  # its answer was never persisted
             stale.span.end()
@@ -380,16 +444,15 @@ def _transport_error_type(what: str | None) -> str:
     return "transport_error"
 
 
-@contextmanager
 def sending(
     record: Record, request: _Request, headers: Mapping[str, str], profile: Profile
-) -> Iterator[Sending]:
+) -> Sending:
     """The span of one provider request (a child of its operation's run), current while
-    inside; with the profile's ``trace_context``, its ``traceparent`` is added to the
-    headers sent to an origin *record* trusts. Without an SDK: the headers as given."""
+    inside the returned context manager; with the profile's ``trace_context``, its
+    ``traceparent`` is added to the headers sent to an origin *record* trusts. Without
+    an SDK: no span, the headers as given."""
     if not tracing():
-        yield Sending(record, request, headers, None)
-        return
+        return Sending(record, request, headers, None)
     runs = _RUNS.get(record.operation_id)
     parent = trace.set_span_in_context(runs[-1].span) if runs else None
     attributes: dict[str, str | int] = {
@@ -410,18 +473,7 @@ def sending(
         carrier: dict[str, str] = {}
         _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
         sent = {**headers, **carrier}
-    sending_ = Sending(record, request, sent, span)
-    try:
-        with trace.use_span(span, end_on_exit=False, record_exception=False):
-            yield sending_
-    except BaseException as exc:
-        span.set_attribute("error.type", type(exc).__name__)
-        span.set_status(StatusCode.ERROR)
-        _ANSWERED.pop(record.operation_id, None)
-        span.end()
-        raise
-    if not sending_.done:  # never answered: no answer to wait for
-        span.end()
+    return Sending(record, request, sent, span)
 
 
 # --- what was persisted ----------------------------------------------------------------
@@ -539,14 +591,11 @@ def noted(
         record_outcome(record)
     if not tracing():
         return
-    current = trace.get_current_span().get_span_context()
-    recorded = recorded_context(store, record.operation_id)
-    parent = None
-    if not current.is_valid and recorded is not None:
-        parent = trace.set_span_in_context(NonRecordingSpan(recorded))
+    parent, links = _parent_of(store, record)
     span = TRACER.start_span(
         f"waitbound.{what}",
         context=parent,
+        links=links,
         attributes=_operation_attributes(record)
         | {f"waitbound.{k}": v for k, v in attributes.items()},
     )

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.runner import cli
@@ -76,7 +78,8 @@ def test_a_wait_exports_its_trace_and_metrics_over_otlp_http(tmp_path: Path) -> 
         for metric in scope.metrics
     }
     assert {"waitbound.outcomes", "waitbound.requests", "http.client.request.duration"} <= names
-    exported = b"".join(r.SerializeToString() for r in [*received.traces(), *metrics])
+    exported = b"".join(r.SerializeToString() for r in received.traces())
+    exported += b"".join(r.SerializeToString() for r in metrics)
     for secret in (TOKEN, "SECRET-QUERY", "sig="):
         assert secret.encode() not in exported
 
@@ -91,10 +94,9 @@ def test_serve_metrics_scrape_parsed_by_prometheus_client(tmp_path: Path) -> Non
         detached = cli("wait", f"{sim.base_url}/status", *STATE, *PACE, "--detach", "--json",
                        "--store", str(store), "--operation-id", "op-m")  # fmt: skip
         assert detached.returncode == 4, detached.stderr
-        with serving(store, token_file, "--metrics") as served:
-            with httpx.Client(timeout=30) as http:
-                families = _scrape_until_done(http, served.url, served.auth())
-                refused = http.get(f"{served.url}/metrics")
+        with serving(store, token_file, "--metrics") as served, httpx.Client(timeout=30) as http:
+            families = _scrape_until_done(http, served.url, served.auth())
+            refused = http.get(f"{served.url}/metrics")
     assert refused.status_code == 401
     samples = {  # the exporter's otel_scope_* labels left out
         (
@@ -117,9 +119,8 @@ def test_serve_metrics_scrape_parsed_by_prometheus_client(tmp_path: Path) -> Non
     assert "waitbound_store_transaction_duration_seconds" in families
 
 
-def _scrape_until_done(http: httpx.Client, url: str, auth: dict[str, str]) -> dict[str, object]:
+def _scrape_until_done(http: httpx.Client, url: str, auth: dict[str, str]) -> dict[str, Metric]:
     """Scrape until the worker's outcome shows (each scrape parsed whole)."""
-    import time
 
     deadline = time.monotonic() + 60
     while True:
@@ -128,7 +129,7 @@ def _scrape_until_done(http: httpx.Client, url: str, auth: dict[str, str]) -> di
         assert answer.headers["content-type"].startswith("text/plain")
         families = {f.name: f for f in text_string_to_metric_families(answer.text)}
         if "waitbound_outcomes" in families:
-            return families  # type: ignore[return-value]
+            return families
         assert time.monotonic() < deadline, answer.text
         time.sleep(0.2)
 
@@ -142,8 +143,8 @@ def test_metrics_public_only_on_loopback_and_without_the_token(tmp_path: Path) -
         answer = httpx.get(f"{served.url}/metrics", timeout=30)
         assert answer.status_code == 200
         assert httpx.get(f"{served.url}/operations/x", timeout=30).status_code == 401
-    refused = cli("serve", "--metrics", "--metrics-public", "--host", "0.0.0.0",
-                  "--allow-remote", "--store", str(store), "--token-file", str(token_file))  # fmt: skip
+    refused = cli("serve", "--metrics", "--metrics-public", "--host", "0.0.0.0", "--allow-remote",
+                  "--store", str(store), "--token-file", str(token_file))  # fmt: skip
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1
     assert "--metrics-public" in refused.stderr

@@ -1,19 +1,24 @@
-"""The OpenTelemetry SDK, installed once per test process with in-memory exporters.
+"""The OpenTelemetry SDK with in-memory exporters, installed for the tests that ask
+(the ``otel`` fixture) and removed after each: the API's globals are reset the way
+``opentelemetry-test-utils`` resets them, so every other test of the process runs with
+the API's no-op, as a user without an SDK does (no span, no ``trace_context``).
 
-A span processor forwards finished spans to the exporter only while a test captures
-(the ``otel`` fixture), so the other tests of the process record nothing. Metrics are
-read with delta temporality: each :meth:`Telemetry.metrics` call returns what was
-recorded since the last one (gauges: their current values).
+The same two providers are installed each time (waitbound's instruments, made once at
+import, stay bound to that meter provider). Metrics are read with delta temporality:
+each :meth:`Telemetry.metrics` call returns what was recorded since the last one
+(gauges: their current values).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import _internal as metrics_api
 from opentelemetry.sdk.metrics import (
     Counter,
     Histogram,
@@ -26,10 +31,12 @@ from opentelemetry.sdk.metrics import (
 from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
 
 
 class _Gate(SpanProcessor):
-    """Hands ended spans to *exporter* while ``open``."""
+    """Hands ended spans to *exporter* while ``open`` (a span begun in a test and ended
+    after it is not kept)."""
 
     def __init__(self, exporter: InMemorySpanExporter) -> None:
         self.exporter = exporter
@@ -81,13 +88,39 @@ def _installed() -> tuple[_Gate, Telemetry]:
     if not _STATE:
         exporter = InMemorySpanExporter()
         gate = _Gate(exporter)
-        provider = TracerProvider()
-        provider.add_span_processor(gate)
-        trace.set_tracer_provider(provider)
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(gate)
         reader = InMemoryMetricReader(preferred_temporality=_DELTA)
-        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
-        _STATE.update(gate=gate, telemetry=Telemetry(exporter, reader))
+        meter_provider = MeterProvider(metric_readers=[reader])
+        _STATE.update(
+            gate=gate,
+            telemetry=Telemetry(exporter, reader),
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+        )
+    _reset_globals()
+    trace.set_tracer_provider(_STATE["tracer_provider"])
+    metrics.set_meter_provider(_STATE["meter_provider"])
     return _STATE["gate"], _STATE["telemetry"]
+
+
+def _reset_globals() -> None:
+    """No global providers: the API's proxies again (``opentelemetry-test-utils``'
+    ``reset_trace_globals`` / ``reset_metrics_globals`` do the same)."""
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
+    metrics_api._METER_PROVIDER_SET_ONCE = Once()
+    metrics_api._METER_PROVIDER = None
+
+
+@contextmanager
+def without_sdk() -> Iterator[None]:
+    """Inside: no SDK installed (as in a process without one); after: installed again."""
+    _reset_globals()
+    try:
+        yield
+    finally:
+        _installed()
 
 
 @pytest.fixture
@@ -102,3 +135,4 @@ def otel() -> Iterator[Telemetry]:
     finally:
         gate.open = False
         telemetry.exporter.clear()
+        _reset_globals()

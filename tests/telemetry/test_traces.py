@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import Any
 
@@ -11,14 +12,19 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from tests.core.harness import PROFILE, SEED
-from tests.fakes import FakeClock, ScriptedProvider
-from tests.telemetry.conftest import Telemetry
-from waitbound import MemoryStore, Operation, OutcomeKind, Policy, parse_profile, wait
+from tests.fakes import FakeClock, ScriptedProvider, work_virtually
+from tests.telemetry.conftest import Telemetry, without_sdk
+from waitbound import MemoryStore, Operation, OutcomeKind, Policy, parse_profile, start, wait
 
 STATUS = "https://provider.test/jobs/7/status?sig=SECRET-QUERY"
 RESULT = "https://provider.test/jobs/7/result?token=SECRET-QUERY-2"
 TOKEN = "Bearer SECRET-TOKEN-123"
 SECRETS = ("SECRET-QUERY", "SECRET-QUERY-2", "SECRET-TOKEN-123", "sig=", "token=")
+
+
+HOST = "https://provider.test"
+RUNNING = (200, {"status": "running"})
+DONE = (200, {"status": "done"})
 
 
 class Crash(Exception):
@@ -199,3 +205,72 @@ def test_traceparent_goes_to_the_provider_only_where_the_profile_allows(otel: Te
     otel.exporter.clear()
     _, provider = _wait_killed_then_resumed(trace_context=False)
     assert not any("traceparent" in h for h in provider.seen_headers)
+
+
+def test_worker_steps_of_one_operation_are_one_trace(otel: Telemetry) -> None:
+    """A worker's steps (one run span each, driver ``worker``) of an operation created in
+    an agent's span are children of that span; those of one created outside any span
+    are children of its ``waitbound.create`` span: one trace per operation either way."""
+    clock = FakeClock()
+    store = MemoryStore()
+    profile = parse_profile(PROFILE, name="jobs")
+    policy = Policy(max_requests=10, base_delay_s=1, max_delay_s=2)
+    answers = {"/a": [RUNNING, DONE], "/b": [RUNNING, RUNNING, DONE]}
+    agent = trace.get_tracer("agent")
+    with agent.start_as_current_span("agent.tool_call"):
+        start(Operation(status_url=f"{HOST}/a", profile=profile, policy=policy),
+              operation_id="op-a", store=store, clock=clock)  # fmt: skip
+    start(Operation(status_url=f"{HOST}/b", profile=profile, policy=policy),
+          operation_id="op-b", store=store, clock=clock)  # fmt: skip
+    provider = ScriptedProvider(clock, answers)
+    work_virtually(store, clock, provider)
+    spans = otel.spans()
+    (tool_call,) = [s for s in spans if s.name == "agent.tool_call"]
+    (created,) = [s for s in spans if s.name == "waitbound.create"]
+    assert created.parent is None
+    assert (created.attributes or {})["waitbound.operation_id"] == "op-b"
+    for operation_id, root, steps in (("op-a", tool_call, 2), ("op-b", created, 3)):
+        runs = [
+            s
+            for s in spans
+            if s.name == "waitbound.operation"
+            and (s.attributes or {})["waitbound.operation_id"] == operation_id
+        ]
+        assert len(runs) == steps
+        assert {(s.attributes or {})["waitbound.driver"] for s in runs} == {"worker"}
+        assert {s.parent.span_id for s in runs if s.parent} == {root.context.span_id}
+        assert {s.context.trace_id for s in runs} == {root.context.trace_id}
+        assert all(len(_children(spans, run)) == 1 for run in runs)
+
+
+def test_an_operation_created_without_an_sdk_gets_a_trace_derived_from_its_id(
+    otel: Telemetry,
+) -> None:
+    """Created with no trace context recorded (no SDK then): its runs share the trace
+    whose id is derived from the operation id, whatever process runs them."""
+    clock = FakeClock()
+    store = MemoryStore()
+    profile = parse_profile(PROFILE, name="jobs")
+    operation = Operation(status_url=f"{HOST}/c", profile=profile, policy=Policy(base_delay_s=1))
+    with without_sdk():
+        start(operation, operation_id="op-c", store=store, clock=clock)
+    created = store.audit("op-c")[0].event
+    assert "trace_context" not in created.data
+    provider = ScriptedProvider(clock, {"/c": [RUNNING, DONE]})
+    naps = 0
+
+    def dying_sleep(seconds: float) -> None:
+        nonlocal naps
+        naps += 1
+        if naps == 1:
+            raise Crash
+        clock.sleep(seconds)
+
+    for sleep in (dying_sleep, clock.sleep):  # two processes, each one run
+        with contextlib.suppress(Crash):
+            wait(operation_id="op-c", store=store, client=provider.client(),
+                 clock=clock, sleep=sleep, rng=random.Random(SEED))  # fmt: skip
+    runs = [s for s in otel.spans() if s.name == "waitbound.operation"]
+    assert len(runs) == 2
+    assert len({s.context.trace_id for s in runs}) == 1
+    assert len({s.parent.span_id for s in runs if s.parent}) == 1
