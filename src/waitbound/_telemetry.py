@@ -254,14 +254,7 @@ def _end_run(started: Run, record: Record | None, failure: BaseException | None)
         opened.span.end()
     span = started.span
     if record is not None:
-        span.set_attributes(_operation_attributes(record))
-        if record.outcome is not None:
-            span.set_attribute("waitbound.outcome", record.outcome.value)
-            if record.reason is not None:
-                span.set_attribute("waitbound.reason", record.reason.value)
-            if record.outcome in _ERROR_OUTCOMES:
-                reason = f" ({record.reason.value})" if record.reason is not None else ""
-                span.set_status(StatusCode.ERROR, f"{record.outcome.value}{reason}")
+        _describe(span, record)
     if failure is not None:  # a loop closed unfinished: its caller stopped driving it
         what = "interrupted" if isinstance(failure, GeneratorExit) else type(failure).__name__
         span.set_attribute("error.type", what)
@@ -272,6 +265,19 @@ def _end_run(started: Run, record: Record | None, failure: BaseException | None)
         runs.remove(started)
         if not runs:
             _RUNS.pop(started.operation_id, None)
+
+
+def _describe(span: Span, record: Record) -> None:
+    """Set *record*'s state (and outcome: an ``ERROR`` status for ``failed``,
+    ``timed_out``, ``escalated``) on its run's *span*."""
+    span.set_attributes(_operation_attributes(record))
+    if record.outcome is not None:
+        span.set_attribute("waitbound.outcome", record.outcome.value)
+        if record.reason is not None:
+            span.set_attribute("waitbound.reason", record.reason.value)
+        if record.outcome in _ERROR_OUTCOMES:
+            reason = f" ({record.reason.value})" if record.reason is not None else ""
+            span.set_status(StatusCode.ERROR, f"{record.outcome.value}{reason}")
 
 
 def traced_loop(
@@ -538,6 +544,8 @@ def persisted(record: Record, events: Sequence[AuditEvent]) -> None:
                 profile=record.profile.name,
                 span=target,
             )
+    if runs:
+        _describe(runs[-1].span, record)
     if target is None:
         return
     for event in events:

@@ -182,11 +182,20 @@ def test_span_tree_of_a_throttled_wait_with_a_result_409_resumed_after_a_kill(
 
 
 def test_no_secret_no_query_and_no_user_info_in_any_attribute(otel: Telemetry) -> None:
-    """Every exported attribute, event attribute, link attribute, span name and status
-    text of a wait with credentials and secret-bearing queries is free of them."""
+    """Every exported span attribute, event attribute, link attribute, span name, status
+    text and metric attribute of a wait with credentials and secret-bearing queries is
+    free of them."""
     _wait_killed_then_resumed(trace_context=True)
     pairs = _every_attribute(otel.spans())
     assert len(pairs) > 50
+    metric_pairs = [
+        (f"{name}:{key}", value)
+        for name, points in otel.metrics().items()
+        for attributes, _ in points
+        for key, value in attributes.items()
+    ]
+    assert len(metric_pairs) > 10
+    pairs += metric_pairs
     for key, value in pairs:
         text = f"{key}={value}"
         for secret in SECRETS:
@@ -241,6 +250,8 @@ def test_worker_steps_of_one_operation_are_one_trace(otel: Telemetry) -> None:
         assert {s.parent.span_id for s in runs if s.parent} == {root.context.span_id}
         assert {s.context.trace_id for s in runs} == {root.context.trace_id}
         assert all(len(_children(spans, run)) == 1 for run in runs)
+        outcomes = [(s.attributes or {}).get("waitbound.outcome") for s in runs]
+        assert outcomes == [None] * (steps - 1) + ["succeeded"]
 
 
 def test_an_operation_created_without_an_sdk_gets_a_trace_derived_from_its_id(
