@@ -232,8 +232,10 @@ def _operation_attributes(record: Record) -> dict[str, str | int]:
     }
     if record.provider_state is not None:
         attributes["waitbound.state"] = str(record.provider_state)
-    if record.delay_source is not None:
-        attributes["waitbound.delay_source"] = record.delay_source.value
+    # always set: a span's attribute cannot be removed, and an outcome has no next poll
+    attributes["waitbound.delay_source"] = (
+        record.delay_source.value if record.delay_source is not None else "none"
+    )
     return attributes
 
 
@@ -560,10 +562,8 @@ def persisted(record: Record, events: Sequence[AuditEvent]) -> None:
                     if record.provider_state is not None
                     else {}
                 ),
-                **(
-                    {"waitbound.delay_source": record.delay_source.value}
-                    if record.delay_source is not None
-                    else {}
+                "waitbound.delay_source": (
+                    record.delay_source.value if record.delay_source is not None else "none"
                 ),
             }
         )
