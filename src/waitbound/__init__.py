@@ -58,6 +58,7 @@ from waitbound._escalations import (
     request_extension,
     request_extension_async,
 )
+from waitbound._metrics import observe_store
 from waitbound._observation import Observation
 from waitbound._operation import Operation, Submission, new_operation_id
 from waitbound._options import Option, option_costs
@@ -154,6 +155,7 @@ __all__ = [
     "load_audit_key",
     "load_profile",
     "new_operation_id",
+    "observe_store",
     "open_store",
     "option_costs",
     "parse_profile",

@@ -26,7 +26,7 @@ from typing import Final, Protocol
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from waitbound._clock import Clock
+from waitbound._clock import Clock, SystemClock
 from waitbound._push import OutboxEntry, OutboxStatus
 from waitbound._record import Record
 
@@ -339,14 +339,23 @@ METER.create_observable_up_down_counter(
 
 
 @contextmanager
-def observe_store(store: StoreReads, clock: Clock) -> Iterator[StoreGauges]:
-    """Report *store*'s gauges (operations in flight, open decision requests and the
-    oldest one's age, the outbox backlog) at every collection while inside.
+def observe_store(store: StoreReads, clock: Clock | None = None) -> Iterator[StoreGauges]:
+    """Report *store*'s gauges at every metrics collection while inside the block:
+    ``waitbound.operations.in_flight`` (by profile and phase),
+    ``waitbound.decisions.open``, ``waitbound.decisions.oldest_age`` (seconds) and
+    ``waitbound.outbox.backlog`` (by channel); see ``docs/operations.md``. A no-op
+    without an OpenTelemetry SDK meter provider.
+
+    Args:
+        store: a :class:`waitbound.Store` (read from the collecting thread: the stores
+            are thread-safe).
+        clock: gives "now" for the decision requests' age, and paces the snapshot
+            (``None``: the system clock).
 
     Each collection reads at most :data:`GAUGE_LIMIT` open operations and pending
     outbox entries (one snapshot per second, however many gauges read it).
     """
-    gauges = StoreGauges(store, clock)
+    gauges = StoreGauges(store, clock or SystemClock())
     with _GAUGES_LOCK:
         _GAUGES.append(gauges)
     try:

@@ -14,11 +14,11 @@ from waitbound import (
     Operation,
     Policy,
     SQLiteStore,
+    observe_store,
     parse_profile,
     start,
     wait,
 )
-from waitbound._metrics import observe_store
 
 URL = "https://provider.test"
 RUNNING = (200, {"status": "running"})

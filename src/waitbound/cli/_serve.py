@@ -22,7 +22,7 @@ import platformdirs
 import waitbound
 from waitbound import UsageError, WorkerSettings
 from waitbound._config_file import read_bounded
-from waitbound._metrics import observe_store
+from waitbound._metrics import metering, observe_store
 from waitbound._outbox import resolve_notify_secret, webhook_signer
 from waitbound._secrets import credential_values
 from waitbound.cli._common import (
@@ -373,7 +373,8 @@ def serve_command(  # noqa: PLR0917 - click passes every option
         routes, public = _metrics_routes(reader, public=metrics_public)
 
         async def main() -> None:
-            with observe_store(opened, service.clock) if metrics else nullcontext():
+            # the store's gauges, for /metrics and for OTLP export alike
+            with observe_store(opened, service.clock) if metering() else nullcontext():
                 await served()
 
         async def served() -> None:
