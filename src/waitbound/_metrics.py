@@ -14,6 +14,7 @@ backlog) are read from a store when metrics are collected (:func:`observe_store`
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter as Tally
@@ -25,6 +26,7 @@ from typing import Final, Protocol
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import _internal as metrics_internal
 
 from waitbound._clock import Clock, SystemClock
 from waitbound._push import OutboxEntry, OutboxStatus
@@ -111,8 +113,18 @@ STORE_TRANSACTION: Final = METER.create_histogram(
 )
 
 
+_FROM_ENVIRONMENT: Final = "OTEL_PYTHON_METER_PROVIDER" in os.environ
+"""A meter provider named by the environment is loaded by the API when first asked."""
+
+
 def metering() -> bool:
-    """Whether an SDK meter provider is installed (the API's own is a no-op)."""
+    """Whether an SDK meter provider is installed (the API's own is a no-op).
+
+    On every poll, so cheap: while the API holds no provider (its ``_METER_PROVIDER``),
+    nothing is recorded at all."""
+    held = getattr(metrics_internal, "_METER_PROVIDER", True)
+    if held is None and not _FROM_ENVIRONMENT:
+        return False
     return not type(metrics.get_meter_provider()).__module__.startswith("opentelemetry.metrics")
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -107,8 +108,17 @@ class _AuditReads(Protocol):
     def audit(self, operation_id: str) -> list[StoredAuditEvent]: ...
 
 
+_FROM_ENVIRONMENT: Final = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+"""A tracer provider named by the environment is loaded by the API when first asked."""
+
+
 def tracing() -> bool:
-    """Whether an SDK tracer provider is installed (the API's own is a no-op)."""
+    """Whether an SDK tracer provider is installed (the API's own is a no-op).
+
+    On every poll, so cheap: while the API holds no provider (its ``_TRACER_PROVIDER``,
+    which ``opentelemetry-test-utils`` resets too), no span is made at all."""
+    if getattr(trace, "_TRACER_PROVIDER", True) is None and not _FROM_ENVIRONMENT:
+        return False
     return not type(trace.get_tracer_provider()).__module__.startswith("opentelemetry.trace")
 
 
@@ -527,6 +537,9 @@ def persisted(record: Record, events: Sequence[AuditEvent]) -> None:
     among them is counted; with a JSON log, each is logged (``waitbound._logs``)."""
     if not events:
         return
+    logged = EVENTS.isEnabledFor(logging.INFO)
+    if not (logged or tracing() or metering()):
+        return  # nothing was registered either
     opened = _ANSWERED.pop(record.operation_id, None)
     if any(event.kind == "finished" for event in events):
         record_outcome(record)
@@ -536,7 +549,7 @@ def persisted(record: Record, events: Sequence[AuditEvent]) -> None:
     target = opened.span if opened is not None else None
     if target is None and runs:
         target = runs[-1].span
-    if EVENTS.isEnabledFor(logging.INFO):
+    if logged:
         for event in events:
             log_event(
                 record.operation_id,
