@@ -226,6 +226,8 @@ class Run:
 
     operation_id: str
     span: Span
+    last: Record | None = None
+    """The record as this run last persisted it (its span is described by it at the end)."""
 
 
 _RUNS: dict[str, list[Run]] = {}
@@ -265,6 +267,7 @@ def _end_run(started: Run, record: Record | None, failure: BaseException | None)
     if opened is not None and opened.span is not None:
         opened.span.end()
     span = started.span
+    record = record or started.last
     if record is not None:
         _describe(span, record)
     if failure is not None:  # a loop closed unfinished: its caller stopped driving it
@@ -560,7 +563,7 @@ def persisted(record: Record, events: Sequence[AuditEvent]) -> None:
                 span=target,
             )
     if runs:
-        _describe(runs[-1].span, record)
+        runs[-1].last = record
     if target is None:
         return
     for event in events:
