@@ -14,7 +14,16 @@ from opentelemetry.trace import SpanKind, StatusCode
 from tests.core.harness import PROFILE, SEED
 from tests.fakes import FakeClock, ScriptedProvider, work_virtually
 from tests.telemetry.conftest import Telemetry, without_sdk
-from waitbound import MemoryStore, Operation, OutcomeKind, Policy, parse_profile, start, wait
+from waitbound import (
+    MemoryStore,
+    Operation,
+    OutcomeKind,
+    Policy,
+    decide,
+    parse_profile,
+    start,
+    wait,
+)
 
 STATUS = "https://provider.test/jobs/7/status?sig=SECRET-QUERY"
 RESULT = "https://provider.test/jobs/7/result?token=SECRET-QUERY-2"
@@ -285,3 +294,42 @@ def test_an_operation_created_without_an_sdk_gets_a_trace_derived_from_its_id(
     assert len(runs) == 2
     assert len({s.context.trace_id for s in runs}) == 1
     assert len({s.parent.span_id for s in runs if s.parent}) == 1
+
+
+def test_a_decision_is_a_span_in_the_operations_trace(otel: Telemetry) -> None:
+    """An escalated wait (its budget spent), then a person's ``extend`` and a resume:
+    the decision is a ``waitbound.decision`` span with a ``waitbound.decided`` event
+    (its option), in the trace of the agent that created the operation; the outcome
+    counted once per outcome recorded."""
+    clock = FakeClock()
+    store = MemoryStore()
+    profile = parse_profile(PROFILE, name="jobs")
+    provider = ScriptedProvider(clock, {"/d": [RUNNING, RUNNING, DONE]})
+    agent = trace.get_tracer("agent")
+    with agent.start_as_current_span("agent.tool_call"):
+        first = wait(
+            Operation(status_url=f"{HOST}/d", profile=profile, policy=Policy(max_requests=2)),
+            operation_id="op-d", store=store, client=provider.client(), clock=clock,
+            sleep=clock.sleep, rng=random.Random(SEED),
+        )  # fmt: skip
+    assert first.outcome is OutcomeKind.ESCALATED
+    decide("op-d", "extend", why="one more look", by="ops@example", store=store, clock=clock)
+    again = wait(operation_id="op-d", store=store, client=provider.client(), clock=clock,
+                 sleep=clock.sleep, rng=random.Random(SEED))  # fmt: skip
+    assert again.outcome is OutcomeKind.SUCCEEDED
+    spans = otel.spans()
+    (tool_call,) = [s for s in spans if s.name == "agent.tool_call"]
+    (decision,) = [s for s in spans if s.name == "waitbound.decision"]
+    assert decision.parent is not None
+    assert decision.parent.span_id == tool_call.context.span_id
+    (decided,) = decision.events
+    assert decided.name == "waitbound.decided"
+    assert (decided.attributes or {})["waitbound.option"] == "extend"
+    runs = [s for s in spans if s.name == "waitbound.operation"]
+    assert [(s.attributes or {})["waitbound.outcome"] for s in runs] == ["escalated", "succeeded"]
+    assert {s.context.trace_id for s in [*runs, decision]} == {tool_call.context.trace_id}
+    outcomes = {
+        (a["waitbound.outcome"], a["waitbound.reason"]): p.value
+        for a, p in otel.metrics()["waitbound.outcomes"]
+    }
+    assert outcomes == {("escalated", "request_budget_exhausted"): 1, ("succeeded", "none"): 1}
