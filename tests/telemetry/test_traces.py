@@ -333,3 +333,27 @@ def test_a_decision_is_a_span_in_the_operations_trace(otel: Telemetry) -> None:
         for a, p in otel.metrics()["waitbound.outcomes"]
     }
     assert outcomes == {("escalated", "request_budget_exhausted"): 1, ("succeeded", "none"): 1}
+
+
+def test_a_webhook_delivery_applied_is_a_span_in_the_operations_trace(otel: Telemetry) -> None:
+    """A delivery matched to an operation an agent created, applied by the inbox sweep:
+    a ``waitbound.webhook`` span (receiver named) with the ``webhook_received`` event,
+    a child of the agent's span."""
+    from tests.core.test_inbox import NOW, delivery, stored
+    from waitbound._inbox import sweep_inbox
+
+    store = MemoryStore()
+    agent = trace.get_tracer("agent")
+    with agent.start_as_current_span("agent.tool_call"):
+        record = stored(store, job_id="job-w")
+    assert store.put_delivery(delivery(webhook_id="m1", job_id="job-w")) is not None
+    assert sweep_inbox(store, clock=FakeClock(NOW), rng=random.Random(SEED)) == 1
+    spans = otel.spans()
+    (tool_call,) = [s for s in spans if s.name == "agent.tool_call"]
+    (webhook,) = [s for s in spans if s.name == "waitbound.webhook"]
+    assert webhook.parent is not None
+    assert webhook.parent.span_id == tool_call.context.span_id
+    attributes = webhook.attributes or {}
+    assert attributes["waitbound.receiver"] == "reports"
+    assert attributes["waitbound.operation_id"] == record.operation_id
+    assert [e.name for e in webhook.events][:1] == ["waitbound.webhook_received"]
