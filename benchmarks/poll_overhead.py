@@ -19,7 +19,12 @@ its threads; the simulator's process is not counted); then a cProfile of one dur
 (SQLite) run, its heaviest functions (the request itself runs in a helper thread, which
 cProfile does not see: it shows as the caller's wait on a lock).
 
-Usage: ``python -m benchmarks.poll_overhead [--quick] [--polls N] [--runs R]``.
+``--otel-sdk`` installs the OpenTelemetry SDK first (a tracer provider exporting every
+span to an in-memory exporter through a simple processor, a meter provider with an
+in-memory reader): the cost of the instrumentation when it records (``docs/benchmarks.md``).
+Without it, no SDK is installed and every hook is the API's no-op.
+
+Usage: ``python -m benchmarks.poll_overhead [--quick] [--polls N] [--runs R] [--otel-sdk]``.
 """
 
 from __future__ import annotations
@@ -110,12 +115,33 @@ def _sqlite(directory: Path, run: int) -> Store:
     return SQLiteStore(directory / f"run-{run}.sqlite")
 
 
+def _install_sdk() -> None:
+    """The OpenTelemetry SDK with in-memory exporters (needs the otel extra)."""
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    trace.set_tracer_provider(provider)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    print("OpenTelemetry SDK installed: spans and metrics recorded in memory")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke check")
     parser.add_argument("--polls", type=int, help="requests per run")
     parser.add_argument("--runs", type=int, help="runs of each kind")
+    parser.add_argument(
+        "--otel-sdk", action="store_true", help="record traces and metrics in memory"
+    )
     args = parser.parse_args()
+    if args.otel_sdk:
+        _install_sdk()
     polls = args.polls or (QUICK_POLLS if args.quick else FULL_POLLS)
     runs = args.runs or (QUICK_RUNS if args.quick else FULL_RUNS)
     print_machine(machine(pg_dsn=None))

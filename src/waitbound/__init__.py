@@ -69,6 +69,7 @@ from waitbound._fan_in import (
     wait_any_async,
 )
 from waitbound._handle import AsyncOperationHandle, OperationHandle, OperationStatus
+from waitbound._metrics import observe_store
 from waitbound._observation import Observation
 from waitbound._operation import Operation, Submission, new_operation_id
 from waitbound._options import Option, option_costs
@@ -171,6 +172,7 @@ __all__ = [
     "load_audit_key",
     "load_profile",
     "new_operation_id",
+    "observe_store",
     "open_store",
     "option_costs",
     "parse_profile",

@@ -111,6 +111,7 @@ OTHER_KEYS: Final = (
     "throttle",
     "time_format",
     "webhook",
+    "trace_context",
 )
 URL_KIND_KEYS: Final = frozenset(("state", "http_status_states", "when_no_state", "unlisted_state"))
 UNLISTED_STATES: Final = ("unknown", "pending")
@@ -342,6 +343,9 @@ class Profile:
     webhook: WebhookContract | None = None
     """The provider's webhook contract (the ``webhook`` key), or ``None`` when the
     profile names none."""
+    trace_context: bool = False
+    """Send the W3C ``traceparent`` of each request's span to the provider (the
+    ``trace_context`` key; only to origins the operation trusts, only with an SDK)."""
 
     def throttled_by(
         self, status: int, headers: Mapping[str, str], *, body_throttled: bool = False
@@ -557,6 +561,8 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
     fold = data.get("case_insensitive_states", False)
     if not isinstance(fold, bool):
         raise ProfileError(f"{where}: case_insensitive_states must be true or false")
+    if not isinstance(data.get("trace_context", False), bool):
+        raise ProfileError(f"{where}: trace_context must be true or false")
     states: dict[_ValueKey, Classification] = {}
     listed: dict[_ValueKey, tuple[str, object]] = {}
     for list_name in STATE_LISTS:
@@ -635,6 +641,7 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         throttle=parse_throttle(where, data.get("throttle")),
         time_format=_parse_time_format(where, data.get("time_format")),
         webhook=None if "webhook" not in data else parse_webhook_contract(where, data["webhook"]),
+        trace_context=bool(data.get("trace_context", False)),
     )
 
 

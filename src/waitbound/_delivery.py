@@ -45,6 +45,7 @@ import httpx
 from waitbound._clock import Clock, SystemClock
 from waitbound._driver import holder_is_gone, new_owner
 from waitbound._errors import UsageError
+from waitbound._metrics import record_outbox_attempt
 from waitbound._outbox import (
     WEBHOOK_TIMEOUT_S,
     Attempt,
@@ -191,6 +192,10 @@ def _effect(
     return _Call(completion=completion, hidden=hidden)
 
 
+_ATTEMPT_RESULTS: Final = {OutboxStatus.DELIVERED: "delivered", OutboxStatus.FAILED: "failed"}
+"""An attempt's result as ``waitbound.outbox.attempts`` counts it (else ``retry``)."""
+
+
 def _settle(store: Store, after: OutboxEntry) -> bool:
     """Write an attempt's result; say in the log what a failure was (redacted)."""
     target = f" to {origin_only(after.target)}" if after.target else ""
@@ -207,6 +212,7 @@ def _settle(store: Store, after: OutboxEntry) -> bool:
             after.delivery_id, after.channel.value, target, after.attempts, after.last_error,
             after.next_attempt_at.isoformat(),
         )  # fmt: skip
+    record_outbox_attempt(after.channel.value, _ATTEMPT_RESULTS.get(after.status, "retry"))
     try:
         written = store.settle_outbox(after)
     except Exception as exc:  # one entry's store failure never stops the others

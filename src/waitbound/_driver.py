@@ -48,6 +48,7 @@ from waitbound._observation import Observation
 from waitbound._operation import Submission
 from waitbound._record import Record, RequestKind
 from waitbound._secrets import credential_values
+from waitbound._telemetry import persisted, sending, traced_loop
 from waitbound.stores import Store, open_store
 from waitbound.transports import (
     HttpSettings,
@@ -96,6 +97,8 @@ class _Send:
     headers: Mapping[str, str]
     content: bytes | None
     secrets: tuple[str, ...]
+    record: Record
+    """The reserved record the request is sent for (its span's attributes)."""
 
 
 MIN_SEND_S = 0.5
@@ -215,7 +218,7 @@ def _drive(
 
     def persist(record: Record, events: tuple[AuditEvent, ...]) -> Record:
         saved = store.save(record, events)
-        emit(on_event, events)
+        emit(on_event, events, saved)
         return saved
 
     known: Record | None = None
@@ -367,7 +370,7 @@ def exchange(
     failure: Exception | None = None
     observation: Observation | None = None
     try:
-        answer = yield _Send(request, sent, content, secrets)
+        answer = yield _Send(request, sent, content, secrets, reserved)
     except Exception as exc:  # the transport broke on this request only
         failure = exc
     else:
@@ -450,8 +453,13 @@ def _note(
     return fresh
 
 
-def emit(on_event: EventSink | None, events: Sequence[AuditEvent]) -> None:
-    """Hand persisted *events* to the caller's sink, if any."""
+def emit(
+    on_event: EventSink | None, events: Sequence[AuditEvent], record: Record | None = None
+) -> None:
+    """Hand persisted *events* to the caller's sink, if any; and, with the *record*
+    they were persisted with, to the traces and metrics (``waitbound._telemetry``)."""
+    if record is not None:
+        persisted(record, events)
     if on_event is not None:
         for event in events:
             on_event(event)
@@ -567,8 +575,9 @@ def loop(
     until: Callable[[Record], bool] | None = None,
     owner: str | None = None,
 ) -> Generator[_Sleep | _Send, Observation | None, Record]:
-    """The loop for *record*'s operation, as lease owner *owner* (a fresh id by default)."""
-    return _drive(
+    """The loop for *record*'s operation, as lease owner *owner* (a fresh id by default),
+    in one run span (``waitbound._telemetry``)."""
+    steps = _drive(
         tools.store,
         record.operation_id,
         owner=owner or new_owner(),
@@ -580,6 +589,7 @@ def loop(
         until=until,
         per_origin=tools.per_origin,
     )
+    return traced_loop(record, tools.store, steps)
 
 
 def run_sync_effects(
@@ -604,18 +614,20 @@ def run_sync_effects(
                 case _Sleep(seconds=seconds):
                     sleep(seconds)
                     effect = loop.send(None)
-                case _Send(request=request, headers=headers, content=content, secrets=secrets):
+                case _Send(request=request, content=content, secrets=secrets):
                     try:
-                        observation = send_sync(
-                            http_client,
-                            request,
-                            headers=headers,
-                            content=content,
-                            secrets=secrets,
-                            profile=profile,
-                            clock=tools.clock,
-                            settings=http,
-                        )
+                        with sending(effect.record, request, effect.headers, profile) as sent:
+                            observation = send_sync(
+                                http_client,
+                                request,
+                                headers=sent.headers,
+                                content=content,
+                                secrets=secrets,
+                                profile=profile,
+                                clock=tools.clock,
+                                settings=http,
+                            )
+                            sent.answered(observation)
                     except Exception as exc:  # the loop records it on this operation
                         effect = loop.throw(exc)
                     else:
@@ -755,16 +767,19 @@ def run_exchange_sync(
 async def _send_async(
     client: httpx.AsyncClient, effect: _Send, tools: Tools, profile: Profile, http: HttpSettings
 ) -> Observation:
-    return await send_async(
-        client,
-        effect.request,
-        headers=effect.headers,
-        content=effect.content,
-        secrets=effect.secrets,
-        profile=profile,
-        clock=tools.clock,
-        settings=http,
-    )
+    with sending(effect.record, effect.request, effect.headers, profile) as sent:
+        observation = await send_async(
+            client,
+            effect.request,
+            headers=sent.headers,
+            content=effect.content,
+            secrets=effect.secrets,
+            profile=profile,
+            clock=tools.clock,
+            settings=http,
+        )
+        sent.answered(observation)
+    return observation
 
 
 def one_step() -> Callable[[Record], bool]:

@@ -30,6 +30,7 @@ from waitbound._errors import ConflictError, DecisionConflictError, OperationNot
 from waitbound._options import SYSTEM, Option, cost, options
 from waitbound._outcome import Outcome, Reason
 from waitbound._record import Record
+from waitbound._telemetry import noted
 from waitbound.stores import Store, open_store
 
 __all__ = [
@@ -128,9 +129,11 @@ def _update(
             return record
         after, event = changed
         try:
-            return store.save(after, [event])
+            saved = store.save(after, [event])
         except ConflictError:
             continue
+        noted(store, saved, "decision", [event])
+        return saved
 
 
 def escalations(

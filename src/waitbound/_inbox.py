@@ -44,6 +44,7 @@ from waitbound._outcome import OutcomeKind
 from waitbound._protocol import UrlKind
 from waitbound._push import InboundDelivery
 from waitbound._record import Phase, Record
+from waitbound._telemetry import noted
 from waitbound.stores import Store
 
 __all__ = ["SAVE_ATTEMPTS", "apply_delivery", "sweep_inbox"]
@@ -264,9 +265,10 @@ def _apply(store: Store, delivery: InboundDelivery, *, clock: Clock, rng: random
         if transition is None:
             return
         try:
-            store.save(transition.record, transition.events)
+            saved = store.save(transition.record, transition.events)
         except ConflictError:
             if attempt == SAVE_ATTEMPTS:
                 raise
         else:
+            noted(store, saved, "webhook", transition.events, receiver=delivery.provider)
             return

@@ -28,6 +28,7 @@ from waitbound._options import Option, cancel_refusal
 from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Push, Record
 from waitbound._schedule import DelaySource
+from waitbound._telemetry import with_caller_context
 from waitbound._urls import checked_url, shown_url
 from waitbound.stores import Store
 from waitbound.stores._protocol import audit_key_of
@@ -229,7 +230,7 @@ def _check_signed(store: Store, record: Record) -> None:
 
 def _create(store: Store, record: Record, clock: Clock) -> Record:
     try:
-        return store.create(record, [created_event(record)])
+        return store.create(record, [with_caller_context(record, created_event(record))])
     except UsageError:  # created a moment ago by a process started with the same id
         existing = store.get(record.operation_id)
         if existing is None:

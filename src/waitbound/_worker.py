@@ -52,6 +52,7 @@ from typing import Protocol, TypeVar
 import anyio
 import httpx
 
+from waitbound import _telemetry as telemetry
 from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
 from waitbound._controller import Finish, Request, Send, Transition
@@ -282,7 +283,7 @@ class _GroupCommit:
             for (transition, waiter), result in zip(batch, results, strict=True):
                 waiter.result = result
                 if isinstance(result, Record):
-                    emit(self.on_event, transition.events)
+                    emit(self.on_event, transition.events, result)
         finally:
             for _, waiter in batch:
                 waiter.done.set()
@@ -420,19 +421,20 @@ async def work(
     async def step(reserved: Record, request: Request, lease: Lease) -> None:
         nonlocal steps
         try:
-            ended = await run_exchange_async(
-                exchange(
-                    reserved, request, lease=lease, clock=kit.clock, rng=kit.rng,
-                    headers=kit.headers, stopping=stop.is_set,
-                ),
-                kit,
-                reserved.profile,
-                client=http_client,
-                http=http,
-                persist=commit.save,
-                reread=reread,
-                sleep=nap,
-            )  # fmt: skip
+            with telemetry.run(reserved, kit.store):
+                ended = await run_exchange_async(
+                    exchange(
+                        reserved, request, lease=lease, clock=kit.clock, rng=kit.rng,
+                        headers=kit.headers, stopping=stop.is_set,
+                    ),
+                    kit,
+                    reserved.profile,
+                    client=http_client,
+                    http=http,
+                    persist=commit.save,
+                    reread=reread,
+                    sleep=nap,
+                )  # fmt: skip
             steps += 1
             if ended is not None:
                 outbox.note(ended)
@@ -486,12 +488,13 @@ async def work(
                     if record is None:  # pragma: no cover - a planned write is always made
                         origins.release(request.url)
                         continue
-                    emit(kit.on_event, reservation.events)
+                    emit(kit.on_event, reservation.events, record)
                     await room.acquire()
                     live.add(operation_id)
                     group.start_soon(step, record, request, lease_of(record, now, look.started))
                 case Finish(transition=finish) if record is not None:
-                    emit(kit.on_event, finish.events)
+                    with telemetry.run(record, kit.store):
+                        emit(kit.on_event, finish.events, record)
                     if record.is_final and (pause := hit("final")):
                         await nap(pause)
                     steps += 1

@@ -17,6 +17,7 @@ from waitbound.cli._profiles import profiles
 from waitbound.cli._serve import serve_command
 from waitbound.cli._sessions import sessions
 from waitbound.cli._sim import sim
+from waitbound.cli._telemetry import configure_sdk, otlp_wanted
 from waitbound.cli._waiting import cancel_command, run, submit, wait
 from waitbound.cli._watch import watch
 from waitbound.cli._worker import worker
@@ -33,6 +34,10 @@ __all__ = ["cli"]
 @click.version_option(waitbound.__version__, prog_name="waitbound")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
+    # OTEL_EXPORTER_OTLP_ENDPOINT: export this command's traces and metrics (serve
+    # configures its own, with its Prometheus reader when --metrics).
+    if ctx.invoked_subcommand not in (None, "serve") and otlp_wanted():
+        configure_sdk()
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 

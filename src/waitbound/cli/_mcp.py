@@ -11,6 +11,7 @@ import platformdirs
 import waitbound
 from waitbound._errors import UsageError
 from waitbound.cli._params import WholeRange
+from waitbound.cli._telemetry import LOG_FORMAT_OPTION, apply_log_format
 
 __all__ = ["MCP_TOOLS", "mcp_command"]
 
@@ -73,6 +74,7 @@ MCP_TOOLS = (
     show_default=True,
     help="Jobs the background worker drives at once (1 to 10000).",
 )
+@LOG_FORMAT_OPTION
 def mcp_command(  # noqa: PLR0917 - click passes every option
     config_path: str,
     store: str | None,
@@ -80,6 +82,7 @@ def mcp_command(  # noqa: PLR0917 - click passes every option
     host: str,
     port: int,
     concurrency: int,
+    log_format: str,
 ) -> int:
     try:
         from waitbound.mcp import Jobs, create_server, load_config
@@ -93,6 +96,7 @@ def mcp_command(  # noqa: PLR0917 - click passes every option
     spec = store or config.store or platformdirs.user_state_path("waitbound") / "mcp.db"
     opened = waitbound.open_store(spec)
     # stdout belongs to the protocol; the SDK's and httpx's chatter stays off stderr too.
+    apply_log_format(log_format)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     server = create_server(
         Jobs(config, opened), settings=waitbound.WorkerSettings(concurrency=concurrency)

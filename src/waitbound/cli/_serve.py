@@ -10,7 +10,8 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -21,6 +22,7 @@ import platformdirs
 import waitbound
 from waitbound import UsageError, WorkerSettings
 from waitbound._config_file import read_bounded
+from waitbound._metrics import metering, observe_store
 from waitbound._outbox import resolve_notify_secret, webhook_signer
 from waitbound._secrets import credential_values
 from waitbound.cli._common import (
@@ -31,9 +33,12 @@ from waitbound.cli._common import (
     opened_store,
 )
 from waitbound.cli._params import DURATION_HELP, WholeRange
+from waitbound.cli._telemetry import LOG_FORMAT_OPTION, apply_log_format, configure_sdk
 from waitbound.cli._worker import DRIVE_OPTIONS, credentials
 
 if TYPE_CHECKING:
+    from starlette.routing import BaseRoute
+
     from waitbound.web._config import ServeConfig
     from waitbound.web._tokens import Holder
 
@@ -263,8 +268,20 @@ def _token(path: Path) -> tuple[str, tuple[Holder, ...]]:
 )
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), help=TOKEN_FILE_HELP)
 @click.option("--no-worker", is_flag=True, help="Serve only; leave the operations to workers.")
+@click.option(
+    "--metrics",
+    is_flag=True,
+    help="Serve Prometheus text at GET /metrics (behind the token; needs the otel extra; "
+    "see docs/operations.md).",
+)
+@click.option(
+    "--metrics-public",
+    is_flag=True,
+    help="With --metrics: /metrics without the token (only on a loopback --host).",
+)
 @DRIVE_OPTIONS
 @MAX_RESPONSE_OPTION
+@LOG_FORMAT_OPTION
 def serve_command(  # noqa: PLR0917 - click passes every option
     host: str,
     allow_remote: bool,
@@ -281,7 +298,17 @@ def serve_command(  # noqa: PLR0917 - click passes every option
     credentials_file: Path | None,
     label_prefix: str,
     max_response_bytes: int | None,
+    metrics: bool,
+    metrics_public: bool,
+    log_format: str,
 ) -> int:
+    if metrics_public and not metrics:
+        raise UsageError("--metrics-public goes with --metrics")
+    if metrics_public and not is_loopback(host):
+        raise UsageError(
+            f"--metrics-public serves /metrics without the token: only on a loopback "
+            f"--host, not {host}"
+        )
     if not is_loopback(host) and not allow_remote:
         raise UsageError(
             f"--host {host} is not a loopback address: other machines could reach the "
@@ -292,6 +319,8 @@ def serve_command(  # noqa: PLR0917 - click passes every option
         from waitbound.web._service import Service
     except ImportError:
         raise UsageError(_SERVE_EXTRA) from None
+    apply_log_format(log_format)
+    reader = configure_sdk(prometheus=metrics)
     config = _load_config(config_file)
     per_origin = credentials(header_for, credentials_file)
     settings = WorkerSettings(
@@ -341,7 +370,14 @@ def serve_command(  # noqa: PLR0917 - click passes every option
             )
             click.echo(f"inbox: {url}/")
 
+        routes, public = _metrics_routes(reader, public=metrics_public)
+
         async def main() -> None:
+            # the store's gauges, for /metrics and for OTLP export alike
+            with observe_store(opened, service.clock) if metering() else nullcontext():
+                await served()
+
+        async def served() -> None:
             await serve(
                 service,
                 host,
@@ -353,7 +389,31 @@ def serve_command(  # noqa: PLR0917 - click passes every option
                 on_listening=listening,
                 http=http,
                 audit_key=audit_key,
+                routes=routes,
+                public=public,
             )
 
         anyio.run(main)
     return 0
+
+
+def _metrics_routes(
+    reader: object | None, *, public: bool
+) -> tuple[list[BaseRoute], Callable[[str], bool]]:
+    """The ``/metrics`` route over the Prometheus reader's registry (none without
+    *reader*), and which paths need no token (``/metrics`` too when *public*)."""
+    from waitbound.web._auth import is_public
+
+    if reader is None:
+        return [], is_public
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+    from waitbound.web._metrics import metrics_route
+
+    def collect() -> bytes:
+        return generate_latest(REGISTRY)
+
+    def open_path(path: str) -> bool:
+        return path == "/metrics" or is_public(path)
+
+    return [metrics_route(collect, CONTENT_TYPE_LATEST)], open_path if public else is_public

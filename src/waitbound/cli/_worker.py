@@ -34,6 +34,7 @@ from waitbound.cli._params import (
     positive_duration,
 )
 from waitbound.cli._render import worker_summary_lines
+from waitbound.cli._telemetry import LOG_FORMAT_OPTION, apply_log_format
 
 __all__ = ["DRIVE_OPTIONS", "WORKER_IN_MEMORY", "worker"]
 
@@ -130,6 +131,7 @@ DRIVE_OPTIONS = options(
 @click.option("--json", "as_json", is_flag=True, help="Print the exit summary as one JSON object.")
 @click.option("--progress/--quiet", default=None, help="Story lines on stderr.")
 @MAX_RESPONSE_OPTION
+@LOG_FORMAT_OPTION
 def worker(  # noqa: PLR0917 - click passes every option
     store: str | None,
     concurrency: int,
@@ -144,7 +146,11 @@ def worker(  # noqa: PLR0917 - click passes every option
     as_json: bool,
     progress: bool | None,
     max_response_bytes: int | None,
+    log_format: str,
 ) -> int:
+    if log_format == "json":  # the story goes to the JSON log (waitbound.events) instead
+        apply_log_format(log_format)
+        progress = False
     if headers:
         raise UsageError(
             "worker takes no --header (it would go to every origin in the store); "

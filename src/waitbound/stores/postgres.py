@@ -32,6 +32,7 @@ from psycopg_pool import ConnectionPool
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, StoreError, UsageError
+from waitbound._metrics import store_transaction
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Record
 from waitbound.stores._codec import from_text, load_object, to_text
@@ -338,6 +339,7 @@ class PostgresStore(ClaimsByReservation):
         """One pooled connection, one transaction: committed on success, else rolled back."""
         with (
             failures(self.label, self._secrets),
+            store_transaction("postgresql"),
             self._pool.connection() as conn,
             conn.transaction(),
         ):

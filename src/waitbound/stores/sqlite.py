@@ -27,6 +27,7 @@ from typing import Any, Final
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
+from waitbound._metrics import store_transaction
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Phase, Record
 from waitbound.stores._codec import brief, from_sqlite, from_text, load_object, to_sqlite
@@ -403,7 +404,7 @@ class SQLiteStore(ClaimsByReservation):
         """One ``BEGIN IMMEDIATE`` transaction under the store's lock. The rows written
         in it (``_pending_rows``) enter the cold-part cache once it commits; if it does
         not, their operations leave the cache (nothing is assumed of them)."""
-        with self._lock, self._damage():
+        with self._lock, self._damage(), store_transaction("sqlite"):
             self._pending_rows.clear()
             self._db.execute("BEGIN IMMEDIATE")
             try:

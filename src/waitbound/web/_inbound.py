@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 
 from waitbound._jmes import search
 from waitbound._json import JSON, Ambiguous, redact_json
+from waitbound._metrics import record_webhook_delivery
 from waitbound._push import InboundDelivery
 from waitbound._secrets import redact_text, secret_parts
 from waitbound._webhooks import Verified, WebhookRejected, verify
@@ -151,6 +152,7 @@ async def receive_webhook(request: Request) -> Response:
     name = request.path_params.get("provider", "")
     receiver = service.config.receivers.get(name)
     if receiver is None:
+        record_webhook_delivery("(unknown)", "unknown_receiver")
         return _error(404, "unknown_provider", "no [webhooks.NAME] receiver has this name")
     try:
         body = await read_body(request, receiver.max_body_bytes)
@@ -164,6 +166,7 @@ async def receive_webhook(request: Request) -> Response:
             tolerance_s=receiver.tolerance_s,
         )
     except WebhookRejected as rejected:
+        record_webhook_delivery(receiver.name, rejected.code)
         return _error(rejected.status, rejected.code, rejected.detail)
     delivery = read_delivery(receiver, verified, now, secrets=service.secrets)
     try:
@@ -175,7 +178,10 @@ async def receive_webhook(request: Request) -> Response:
             delivery.webhook_id,
             type(exc).__name__,
         )
+        record_webhook_delivery(receiver.name, "store_unavailable")
         return _error(503, "store_unavailable", "the delivery could not be stored; retry later")
+    verdict = "duplicate" if stored is None else "matched" if stored.operation_id else "unmatched"
+    record_webhook_delivery(receiver.name, verdict)
     if stored is not None:
         try:
             service.delivered(stored)

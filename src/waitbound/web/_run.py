@@ -21,7 +21,7 @@ import logging
 import random
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Final
@@ -29,6 +29,7 @@ from typing import Any, Final
 import anyio
 import anyio.to_thread
 import uvicorn
+from starlette.routing import BaseRoute
 
 import waitbound
 from waitbound._audit import AuditEvent
@@ -41,6 +42,7 @@ from waitbound.stores._inbox_retention import prune_inbox
 from waitbound.stores._sessions import sessions_of
 from waitbound.transports import HttpSettings
 from waitbound.web._app import DEFAULT_PING_S, DEFAULT_POLL_S, create_app
+from waitbound.web._auth import is_public
 from waitbound.web._budget import ConnectionBudget, reserve_of
 from waitbound.web._hosts import allowed_hosts
 from waitbound.web._protocol import (
@@ -205,6 +207,8 @@ async def serve(
     rng: random.Random | None = None,
     limits: Limits = Limits(),  # noqa: B008 - frozen value
     prune_every_s: float = PRUNE_EVERY_S,
+    routes: Sequence[BaseRoute] = (),
+    public: Callable[[str], bool] = is_public,
 ) -> None:
     """Serve *service* on *host*:*port* until a signal (or *stop*), with the worker
     and the inbox sweep in the same event loop.
@@ -228,6 +232,8 @@ async def serve(
             open connections at most (see ``waitbound.web._protocol``).
         prune_every_s: seconds between prunes of the webhook inbox (``[inbox]
             retention_days`` of the config; at start too).
+        routes, public: more routes (``/metrics``), and which paths need no token (see
+            ``create_app``).
 
     Raises:
         UsageError: the address cannot be bound.
@@ -249,6 +255,8 @@ async def serve(
         audit_key=audit_key,
         budget=budget,
         hosts=allowed_hosts(host, service.config.allowed_hosts),
+        routes=routes,
+        public=public,
     )
     sock = listen(host, port)
     url = url_of(sock)
