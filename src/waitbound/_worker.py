@@ -9,6 +9,14 @@ persisted, by the same exchange a ``wait`` runs (:func:`waitbound._driver.exchan
 the answers of every step in flight are written together too (:class:`_GroupCommit`:
 one ``Store.save_many`` per flush). Store calls run off the event loop, in a thread.
 
+The group commit pauses: once an answer is queued, the flusher waits up to
+``commit_pause_s`` (a few milliseconds) for the answers of the other steps in flight,
+and writes at once when every step in flight has queued its own; so one transaction
+carries many answers instead of about one. Only writes made after a request are
+paused (answers, released reservations, notes): every reservation is written by
+``reserve_due`` before its request is sent, never through the pause; the pause is
+bounded below the lease's margin, so an answer is still written while its lease holds.
+
 A lease is held only while deciding, sending one request and persisting its answer,
 never while an operation sleeps; it lasts ``lease_s`` exactly, and the request's timeout
 ends before it does. A worker that dies loses its leases when they expire, or at once
@@ -54,7 +62,7 @@ import httpx
 
 from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
-from waitbound._controller import Finish, Request, Send, Transition
+from waitbound._controller import Finish, Request, Send, Transition, lease_margin_s
 from waitbound._delivery import adopt_orphans, deliver_due_async
 from waitbound._driver import (
     Credentials,
@@ -78,7 +86,7 @@ from waitbound._urls import origin
 from waitbound.stores import Store
 from waitbound.transports import HttpSettings, new_async_client
 
-__all__ = ["WorkerSettings", "work"]
+__all__ = ["DEFAULT_COMMIT_PAUSE_S", "MAX_COMMIT_PAUSE_S", "WorkerSettings", "work"]
 
 _LOG = logging.getLogger("waitbound.worker")
 _BUSY_RECHECK_S = 0.01
@@ -87,6 +95,13 @@ claimed (another worker took it at that moment), in seconds."""
 
 _MIN_TOKEN_WAIT_S = 0.001
 """The shortest wait for a token of an origin's bucket, in seconds."""
+
+DEFAULT_COMMIT_PAUSE_S = 0.002
+"""How long the group commit waits for more answers once one is queued (seconds),
+chosen by measurement (``docs/benchmarks.md``, "The commit pause")."""
+
+MAX_COMMIT_PAUSE_S = 0.1
+"""The longest commit pause allowed (seconds): it delays every answer's write."""
 
 _LOOK_AHEAD = 2
 """After a pass left due operations for their origins' limits, the next offers the
@@ -111,6 +126,14 @@ class WorkerSettings:
         until_idle: return once no operation in the store is waiting.
         label_prefix: claim only operations whose ``label`` starts with this (a worker
             that holds only some providers' credentials drives only their operations).
+        commit_pause_s: once a step's answer is queued for the group commit, wait up
+            to this long for the answers of the other steps in flight, so that one
+            transaction writes them all (it ends at once when every step in flight has
+            queued its answer). 0: write at once. At most :data:`MAX_COMMIT_PAUSE_S`;
+            the worker keeps at most half the lease's margin
+            (``waitbound._controller.lease_margin_s``; :attr:`commit_pause_used_s`), so
+            an answer is still written while its lease holds. Reservations are never
+            paused.
 
     Raises:
         UsageError: a value out of range.
@@ -124,6 +147,7 @@ class WorkerSettings:
     idle_s: float = 1.0
     until_idle: bool = False
     label_prefix: str = ""
+    commit_pause_s: float = DEFAULT_COMMIT_PAUSE_S
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "per_origin_concurrency", "per_origin_burst"):
@@ -132,6 +156,16 @@ class WorkerSettings:
         for name in ("lease_s", "per_origin_rate", "idle_s"):
             if not getattr(self, name) > 0:
                 raise UsageError(f"{name} must be positive")
+        if not 0 <= self.commit_pause_s <= MAX_COMMIT_PAUSE_S:
+            raise UsageError(
+                f"commit_pause_s (--commit-pause) must be from 0 to {MAX_COMMIT_PAUSE_S:g} seconds"
+            )
+
+    @property
+    def commit_pause_used_s(self) -> float:
+        """The commit pause the worker keeps: ``commit_pause_s``, cut to half the lease's
+        margin when a short lease leaves less (seconds)."""
+        return min(self.commit_pause_s, lease_margin_s(self.lease_s) / 2)
 
 
 _T = TypeVar("_T")
@@ -235,14 +269,31 @@ class _GroupCommit:
     """The answers of every step in flight, persisted together: each step queues its
     transition and waits; one flusher writes everything queued with one
     ``Store.save_many`` (off the event loop) and hands each waiter its stored record or
-    its ConflictError; what arrives during a flush goes in the next."""
+    its ConflictError; what arrives during a flush goes in the next.
+
+    With a pause (``pause_s`` > 0), the flusher waits, once something is queued, until
+    every step in flight (``in_flight()``) has queued its transition or ``pause_s`` has
+    passed (``sleep``: the worker's own, so a virtual clock paces it too), whichever
+    comes first; then it writes the whole batch in one transaction. A batch is written
+    whole or not at all (``save_many`` is one transaction), and every waiter hears only
+    after that commit."""
 
     def __init__(
-        self, store: Store, on_event: Callable[[AuditEvent], None] | None, offload: _Offload
+        self,
+        store: Store,
+        on_event: Callable[[AuditEvent], None] | None,
+        offload: _Offload,
+        *,
+        pause_s: float = 0.0,
+        sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
+        in_flight: Callable[[], int] = lambda: 0,
     ) -> None:
         self.store, self.on_event, self.offload = store, on_event, offload
+        self.pause_s, self.sleep, self.in_flight = pause_s, sleep, in_flight
         self.queue: list[tuple[Transition, _Waiter]] = []
         self.ready = anyio.Event()
+        self.full: anyio.Event | None = None
+        """Set while the flusher pauses: every step in flight has queued."""
         self.flushes = 0
 
     async def save(self, transition: Transition) -> Record | ConflictError:
@@ -255,20 +306,41 @@ class _GroupCommit:
         waiter = _Waiter()
         self.queue.append((transition, waiter))
         self.ready.set()
+        self.check()
         await waiter.done.wait()
         if waiter.error is not None:
             raise waiter.error
         assert waiter.result is not None
         return waiter.result
 
+    def check(self) -> None:
+        """End the pause when nothing more can arrive: every step in flight queued (call
+        it when a step ends, too)."""
+        if self.full is not None and len(self.queue) >= self.in_flight():
+            self.full.set()
+
     async def run(self) -> None:
         """Flush whenever something is queued, until cancelled."""
         while True:
             await self.ready.wait()
             self.ready = anyio.Event()
+            if self.queue and self.pause_s > 0:
+                await self._gather()
             batch, self.queue = self.queue, []
             if batch:
+                if pause := hit("committing"):
+                    await self.sleep(pause)
                 await self._flush(batch)
+
+    async def _gather(self) -> None:
+        """Wait until every step in flight has queued, or the pause is over."""
+        self.full = anyio.Event()
+        try:
+            self.check()
+            if not self.full.is_set():
+                await _first_of(self.full.wait, functools.partial(self.sleep, self.pause_s))
+        finally:
+            self.full = None
 
     async def _flush(self, batch: Sequence[tuple[Transition, _Waiter]]) -> None:
         self.flushes += 1
@@ -382,7 +454,14 @@ async def work(
     http_client = client or new_async_client(settings.concurrency)
     offload: _Offload = _inline if inline_store else _in_thread
     live: set[str] = set()  # operations a step of ours runs on: never re-planned meanwhile
-    commit = _GroupCommit(kit.store, kit.on_event, offload)
+    commit = _GroupCommit(
+        kit.store,
+        kit.on_event,
+        offload,
+        pause_s=settings.commit_pause_used_s,
+        sleep=nap,
+        in_flight=live.__len__,
+    )
     outbox = _Deliveries(
         kit.store, kit.clock, kit.rng, owner, report, on_complete=on_complete, secret=notify_secret
     )
@@ -442,6 +521,7 @@ async def work(
             report(reserved.operation_id, exc)
         finally:
             live.discard(reserved.operation_id)
+            commit.check()  # one fewer step to wait for
             origins.release(request.url)
             room.release()
             finished.set()
