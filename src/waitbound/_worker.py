@@ -6,11 +6,11 @@ A pass of the worker reserves due operations in one store transaction
 reservations (the request counted, the lease taken, the audit event) are written
 together, before any request is sent. Each reserved request is then sent, and its answer
 persisted, by the same exchange a ``wait`` runs (:func:`waitbound._driver.exchange`);
-the answers of every step in flight are written together too (:class:`_GroupCommit`:
-one ``Store.save_many`` per flush). Store calls run off the event loop, in a thread.
+the answers of every step in flight are written together too (the group commit:
+one ``Store.save_many`` per batch). Store calls run off the event loop, in a thread.
 
-The group commit pauses: once an answer is queued, the flusher waits up to
-``commit_pause_s`` (a few milliseconds) for the answers of the other steps in flight,
+The group commit (``waitbound._group_commit``) pauses: once an answer is queued, it
+waits up to ``commit_pause_s`` (a few milliseconds) for the answers of the other steps in flight,
 and writes at once when every step in flight has queued its own; so one transaction
 carries many answers instead of about one. Only writes made after a request are
 paused (answers, released reservations, notes): every reservation is written by
@@ -52,10 +52,9 @@ import functools
 import logging
 import random
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Protocol, TypeVar
 
 import anyio
 import httpx
@@ -79,11 +78,13 @@ from waitbound._driver import (
 )
 from waitbound._errors import ConflictError, UsageError
 from waitbound._failpoints import hit
+from waitbound._group_commit import GroupCommit, Offload, first_of, in_thread, inline
 from waitbound._inbox import sweep_inbox
 from waitbound._outbox import OnComplete
 from waitbound._record import Phase, Record
 from waitbound._urls import origin
 from waitbound.stores import Store
+from waitbound.stores._protocol import Write
 from waitbound.transports import HttpSettings, new_async_client
 
 __all__ = ["DEFAULT_COMMIT_PAUSE_S", "MAX_COMMIT_PAUSE_S", "WorkerSettings", "work"]
@@ -168,26 +169,6 @@ class WorkerSettings:
         return min(self.commit_pause_s, lease_margin_s(self.lease_s) / 2)
 
 
-_T = TypeVar("_T")
-
-
-class _Offload(Protocol):
-    """How the worker makes a store call: ``await offload(fn, *args)``."""
-
-    async def __call__(self, fn: Callable[..., _T], /, *args: object) -> _T: ...
-
-
-async def _in_thread(fn: Callable[..., _T], /, *args: object) -> _T:
-    """A store call in a worker thread, off the event loop."""
-    return await anyio.to_thread.run_sync(fn, *args)
-
-
-async def _inline(fn: Callable[..., _T], /, *args: object) -> _T:
-    """A store call on the event loop itself (``work(inline_store=True)``, for tests)."""
-    await anyio.lowlevel.checkpoint()
-    return fn(*args)
-
-
 class _Bucket:
     """A token bucket: ``rate`` tokens a second, at most ``burst`` saved up."""
 
@@ -265,106 +246,36 @@ class _Pass:
     """For each due operation left for its origin's limits: seconds until a token (0: a slot)."""
 
 
-class _GroupCommit:
-    """The answers of every step in flight, persisted together: each step queues its
-    transition and waits; one flusher writes everything queued with one
-    ``Store.save_many`` (off the event loop) and hands each waiter its stored record or
-    its ConflictError; what arrives during a flush goes in the next.
-
-    With a pause (``pause_s`` > 0), the flusher waits, once something is queued, until
-    every step in flight (``in_flight()``) has queued its transition or ``pause_s`` has
-    passed (``sleep``: the worker's own, so a virtual clock paces it too), whichever
-    comes first; then it writes the whole batch in one transaction. A batch is written
-    whole or not at all (``save_many`` is one transaction), and every waiter hears only
-    after that commit."""
+class _Answers:
+    """The worker's group commit (``waitbound._group_commit``) of what its steps write
+    after their requests: each write is one item of ``Store.save_many``; its events
+    reach ``on_event`` once written."""
 
     def __init__(
         self,
         store: Store,
         on_event: Callable[[AuditEvent], None] | None,
-        offload: _Offload,
+        offload: Offload,
         *,
-        pause_s: float = 0.0,
-        sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
-        in_flight: Callable[[], int] = lambda: 0,
+        pause_s: float,
+        sleep: Callable[[float], Awaitable[object]],
+        in_flight: Callable[[], int],
     ) -> None:
-        self.store, self.on_event, self.offload = store, on_event, offload
-        self.pause_s, self.sleep, self.in_flight = pause_s, sleep, in_flight
-        self.queue: list[tuple[Transition, _Waiter]] = []
-        self.ready = anyio.Event()
-        self.full: anyio.Event | None = None
-        """Set while the flusher pauses: every step in flight has queued."""
-        self.flushes = 0
+        self.on_event = on_event
+        self.group: GroupCommit[Write, Record | ConflictError] = GroupCommit(
+            store.save_many, offload, pause_s=pause_s, sleep=sleep, in_flight=in_flight
+        )
 
     async def save(self, transition: Transition) -> Record | ConflictError:
-        """Persist *transition* with the next flush; its events reach ``on_event`` once
-        written.
+        """Persist *transition* with the next batch.
 
         Raises:
-            Exception: the store failed (the flush's whole batch is not written).
+            Exception: the store failed (that batch is not written).
         """
-        waiter = _Waiter()
-        self.queue.append((transition, waiter))
-        self.ready.set()
-        self.check()
-        await waiter.done.wait()
-        if waiter.error is not None:
-            raise waiter.error
-        assert waiter.result is not None
-        return waiter.result
-
-    def check(self) -> None:
-        """End the pause when nothing more can arrive: every step in flight queued (call
-        it when a step ends, too)."""
-        if self.full is not None and len(self.queue) >= self.in_flight():
-            self.full.set()
-
-    async def run(self) -> None:
-        """Flush whenever something is queued, until cancelled."""
-        while True:
-            await self.ready.wait()
-            self.ready = anyio.Event()
-            if self.queue and self.pause_s > 0:
-                await self._gather()
-            batch, self.queue = self.queue, []
-            if batch:
-                if pause := hit("committing"):
-                    await self.sleep(pause)
-                await self._flush(batch)
-
-    async def _gather(self) -> None:
-        """Wait until every step in flight has queued, or the pause is over."""
-        self.full = anyio.Event()
-        try:
-            self.check()
-            if not self.full.is_set():
-                await _first_of(self.full.wait, functools.partial(self.sleep, self.pause_s))
-        finally:
-            self.full = None
-
-    async def _flush(self, batch: Sequence[tuple[Transition, _Waiter]]) -> None:
-        self.flushes += 1
-        items = [(t.record, t.events) for t, _ in batch]
-        try:
-            results = await self.offload(self.store.save_many, items)
-        except Exception as exc:  # every waiter of this batch reports it
-            for _, waiter in batch:
-                waiter.error = exc
-        else:
-            for (transition, waiter), result in zip(batch, results, strict=True):
-                waiter.result = result
-                if isinstance(result, Record):
-                    emit(self.on_event, transition.events)
-        finally:
-            for _, waiter in batch:
-                waiter.done.set()
-
-
-@dataclass(slots=True)
-class _Waiter:
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: Record | ConflictError | None = None
-    error: Exception | None = None
+        result = await self.group.put((transition.record, transition.events))
+        if isinstance(result, Record):
+            emit(self.on_event, transition.events)
+        return result
 
 
 def _next_url(record: Record) -> str:
@@ -452,9 +363,9 @@ async def work(
     own_client = client is None
     # Its own connections, sized so every slot keeps one alive between steps.
     http_client = client or new_async_client(settings.concurrency)
-    offload: _Offload = _inline if inline_store else _in_thread
+    offload: Offload = inline if inline_store else in_thread
     live: set[str] = set()  # operations a step of ours runs on: never re-planned meanwhile
-    commit = _GroupCommit(
+    commit = _Answers(
         kit.store,
         kit.on_event,
         offload,
@@ -521,7 +432,7 @@ async def work(
             report(reserved.operation_id, exc)
         finally:
             live.discard(reserved.operation_id)
-            commit.check()  # one fewer step to wait for
+            commit.group.check()  # one fewer step to wait for
             origins.release(request.url)
             room.release()
             finished.set()
@@ -611,48 +522,31 @@ async def work(
         return min(settings.idle_s, max(ahead, _BUSY_RECHECK_S))
 
     try:
-        async with anyio.create_task_group() as flusher:
-            flusher.start_soon(commit.run)
-            try:
-                async with anyio.create_task_group() as group:
-                    while not stop.is_set():
-                        finished = anyio.Event()  # before the pass: a step ending in it counts
-                        pause = await one_pass(group)
-                        if idle:
-                            # A step may have ended final while this pass looked for
-                            # work (after its poke): its completion is owed before the end.
-                            outbox.poke(group)
-                            break
-                        if pause is None:
-                            continue
-                        # The pause ends with the sleep given (never a timer of its
-                        # own: under a virtual clock, no real time may end it).
-                        waits: list[Callable[[], Awaitable[object]]] = [
-                            stop.wait,
-                            finished.wait,
-                            functools.partial(nap, pause),
-                        ]
-                        if wake is not None:
-                            waits.append(functools.partial(wake, pause))
-                        await _first_of(*waits)
-            finally:
-                flusher.cancel_scope.cancel()
+        async with anyio.create_task_group() as group:
+            while not stop.is_set():
+                finished = anyio.Event()  # before the pass: a step ending in it counts
+                pause = await one_pass(group)
+                if idle:
+                    # A step may have ended final while this pass looked for
+                    # work (after its poke): its completion is owed before the end.
+                    outbox.poke(group)
+                    break
+                if pause is None:
+                    continue
+                # The pause ends with the sleep given (never a timer of its
+                # own: under a virtual clock, no real time may end it).
+                waits: list[Callable[[], Awaitable[object]]] = [
+                    stop.wait,
+                    finished.wait,
+                    functools.partial(nap, pause),
+                ]
+                if wake is not None:
+                    waits.append(functools.partial(wake, pause))
+                await first_of(*waits)
     finally:
         if own_client:
             await http_client.aclose()
     return steps
-
-
-async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:
-    """Return as soon as the first of *waits* returns."""
-    async with anyio.create_task_group() as group:
-
-        async def one(wait: Callable[[], Awaitable[object]]) -> None:
-            await wait()
-            group.cancel_scope.cancel()
-
-        for wait in waits:
-            group.start_soon(one, wait)
 
 
 def _log_error(operation_id: str, exc: Exception) -> None:

@@ -4,8 +4,10 @@ acknowledged.
 The receiver reads the body under its cap, verifies it (``waitbound._webhooks.verify``),
 reads the delivery (:func:`read_delivery`: every secret the service holds redacted
 first, then the job id, the event type and the payload, bounded) and stores it
-(``Store.put_delivery``, unique on provider and webhook id) before it answers 2xx, so
-an acknowledged delivery is never lost. Everything else is a 4xx JSON
+(unique on provider and webhook id) before it answers 2xx, so an acknowledged delivery
+is never lost: the deliveries arriving together are stored many to a transaction by
+the receiver's group commit (``web/_inbound_commit.py``, ``Store.put_deliveries``), and
+each is answered once its transaction committed. Everything else is a 4xx JSON
 ``{"error": CODE, "detail": LINE}`` and stores nothing; a store that fails is a 503
 (the provider retries). See ``docs/webhooks.md``.
 """
@@ -152,6 +154,11 @@ async def receive_webhook(request: Request) -> Response:
     receiver = service.config.receivers.get(name)
     if receiver is None:
         return _error(404, "unknown_provider", "no [webhooks.NAME] receiver has this name")
+    with service.inbound.handling(service.store):
+        return await _receive(request, service, receiver)
+
+
+async def _receive(request: Request, service: Service, receiver: Receiver) -> Response:
     try:
         body = await read_body(request, receiver.max_body_bytes)
         now = service.clock.now()
@@ -167,7 +174,7 @@ async def receive_webhook(request: Request) -> Response:
         return _error(rejected.status, rejected.code, rejected.detail)
     delivery = read_delivery(receiver, verified, now, secrets=service.secrets)
     try:
-        stored = await anyio.to_thread.run_sync(service.store.put_delivery, delivery)
+        stored = await service.inbound.put(service.store, delivery)
     except Exception as exc:  # any store failure: the provider must retry
         _LOG.warning(
             "webhook %s: storing delivery %s failed (%s)",
