@@ -10,9 +10,9 @@ the answers of every step in flight are written together too (the group commit:
 one ``Store.save_many`` per batch). Store calls run off the event loop, in a thread.
 
 The group commit (``waitbound._group_commit``) pauses: once an answer is queued, it
-waits up to ``commit_pause_s`` (a few milliseconds) for the answers of the other steps in flight,
-and writes at once when every step in flight has queued its own; so one transaction
-carries many answers instead of about one. Only writes made after a request are
+waits up to ``commit_pause_s`` (a few milliseconds) for the answers of the other steps
+in flight, and writes at once when every step in flight has queued its own; so one
+transaction carries many answers instead of about one. Only writes made after a request are
 paused (answers, released reservations, notes): every reservation is written by
 ``reserve_due`` before its request is sent, never through the pause; the pause is
 bounded below the lease's margin, so an answer is still written while its lease holds.
@@ -320,8 +320,9 @@ async def work(
             that ``client=None`` builds the worker's own, for ``settings.concurrency``
             requests at once, closed when this returns.
         sleep: the pause between looks for due work is ``sleep(pause_s)`` raced with a
-            step ending, *stop* and *wake* (``None``: ``anyio.sleep``); a step itself
-            never sleeps.
+            step ending, *stop* and *wake* (``None``: ``anyio.sleep``), and so is the
+            group commit's pause (``settings.commit_pause_s``); a step itself never
+            sleeps.
         on_error: called with an operation id and the exception when a step could not
             be taken (the store failed); the worker goes on with the other operations.
             ``None`` logs a warning on the ``waitbound.worker`` logger. A failure of the
