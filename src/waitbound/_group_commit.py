@@ -5,7 +5,8 @@ finds no write under way leads: it gathers what is queued — waiting, with a co
 pause, until every task in flight has queued its item or the pause has passed — and
 writes the whole batch with one call of the caller's *write* (one transaction, off the
 event loop), then hands every task its own result. What is queued meanwhile is
-written by the next leader, one of the tasks still waiting. No background task is
+written by the next leader: the first task still waiting, woken alone (each waiting
+task is woken once, when its batch is written or when it leads). No background task is
 needed, so a group commit lives as long as its owner (the worker, the webhook
 receiver of ``waitbound serve``) and nothing has to start or stop it.
 
@@ -64,10 +65,12 @@ async def first_of(*waits: Callable[[], Awaitable[object]]) -> None:
 
 
 class _Waiter(Generic[_Result]):
-    __slots__ = ("done", "error", "result", "taken")
+    __slots__ = ("done", "error", "result", "taken", "wake")
 
     def __init__(self) -> None:
-        self.done = anyio.Event()
+        self.done = False
+        self.wake = anyio.Event()
+        """Set when its batch was written, or when it is its turn to lead."""
         self.taken = False
         self.result: _Result | None = None
         self.error: Exception | None = None
@@ -101,8 +104,6 @@ class GroupCommit(Generic[_Item, _Result]):
         self.pause_s, self.sleep, self.in_flight = pause_s, sleep, in_flight
         self.queue: list[tuple[_Item, _Waiter[_Result]]] = []
         self.leading = False
-        self.turn = anyio.Event()
-        """Set when a leader is done: a task still queued leads next."""
         self.full: anyio.Event | None = None
         """Set while the leader pauses: every task in flight has queued."""
         self.batches: list[int] = []
@@ -121,16 +122,18 @@ class GroupCommit(Generic[_Item, _Result]):
         self.queue.append(entry)
         self.check()
         try:
-            while not waiter.done.is_set():
-                if self.leading:
-                    turn = self.turn
-                    await first_of(waiter.done.wait, turn.wait)
-                else:
+            while not waiter.done:
+                if not self.leading and not waiter.taken:
                     await self._lead()
+                    continue
+                # Woken once: its batch is written, or it leads next (never all at once).
+                waiter.wake = anyio.Event()
+                await waiter.wake.wait()
         except BaseException:
             if not waiter.taken and entry in self.queue:  # never written: not ours to write
                 self.queue.remove(entry)
                 self.check()
+                self._pass_on()
             raise
         if waiter.error is not None:
             raise waiter.error
@@ -157,8 +160,12 @@ class GroupCommit(Generic[_Item, _Result]):
                 await self._write(batch)
         finally:
             self.leading = False
-            turn, self.turn = self.turn, anyio.Event()
-            turn.set()
+            self._pass_on()
+
+    def _pass_on(self) -> None:
+        """No write under way: wake the first task still queued to lead the next."""
+        if not self.leading and self.queue:
+            self.queue[0][1].wake.set()
 
     async def _gather(self) -> None:
         """Wait until every task in flight has queued, or the pause is over."""
@@ -183,4 +190,5 @@ class GroupCommit(Generic[_Item, _Result]):
                 waiter.result = result
         finally:
             for _, waiter in batch:
-                waiter.done.set()
+                waiter.done = True
+                waiter.wake.set()
