@@ -14,6 +14,7 @@ each is answered once its transaction committed. Everything else is a 4xx JSON
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -89,7 +90,7 @@ def read_delivery(
         secrets: more strings to hide: every secret the service holds
             (``Service.secrets``).
     """
-    hidden = secret_parts([*redaction_strings(receiver.secrets), *secrets])
+    hidden = _hidden(receiver.secrets, tuple(secrets))
     redacted = redact_json(verified.payload, hidden)
     payload: dict[str, JSON] = redacted if isinstance(redacted, dict) else {}
     text = json.dumps(payload, ensure_ascii=False)
@@ -103,6 +104,13 @@ def read_delivery(
         payload=payload if kept else text[:KEPT_HEAD_CHARS] + "…",
         authoritative=receiver.authoritative and kept,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _hidden(receiver_secrets: tuple[str, ...], secrets: tuple[str, ...]) -> tuple[str, ...]:
+    """The strings :func:`read_delivery` redacts, computed once per receiver and
+    service (they are the configuration's, not the delivery's)."""
+    return secret_parts([*redaction_strings(receiver_secrets), *secrets])
 
 
 async def read_body(request: Request, limit: int, timeout_s: float = 10.0) -> bytes:
