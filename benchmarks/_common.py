@@ -236,7 +236,7 @@ def _work(  # noqa: PLR0917 - a child process's arguments, passed positionally
             if run_s is not None:
 
                 async def stop_later() -> None:
-                    await anyio.sleep(run_s)
+                    await anyio.sleep(max(0.0, run_s))
                     stop.set()
 
                 group.start_soon(stop_later)

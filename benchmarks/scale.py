@@ -140,6 +140,11 @@ def run(
         record_fleet(store, sim.base_url, sizes, t0)
         created_s = time.perf_counter() - began
         store.close()
+        if datetime.now(UTC) >= t0:  # the machine slowed down while recording
+            raise SystemExit(
+                f"recording took {created_s:.0f} s, past its {lead_s:.0f} s lead: the first "
+                "polls fell due before the worker started; run again on a quieter machine"
+            )
         span_s = min(sizes.operations / sizes.rate, sizes.measure_s + sizes.warmup_s)
         worker = WorkerProcess(
             spec,
