@@ -187,13 +187,16 @@ def arrival(entry: Mapping[str, Any]) -> datetime:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerReport:
     """What a worker child reported: steps taken, resident memory (MiB), seconds
-    worked, and when it stopped (aware UTC)."""
+    worked, when it stopped (aware UTC), and its group commits (``save_many`` calls and
+    the answers they wrote)."""
 
     steps: int
     peak_rss_mib: float
     final_rss_mib: float
     elapsed_s: float
     stopped_at: datetime
+    commits: int = 0
+    committed: int = 0
 
 
 def _memory_mib(field: str) -> float:
@@ -214,6 +217,15 @@ def _work(  # noqa: PLR0917 - a child process's arguments, passed positionally
     go: Event,
 ) -> None:
     store = spec.open()
+    commits = [0, 0]
+    save_many = store.save_many
+
+    def counted(items: Sequence[Any]) -> list[Any]:  # the group commits' sizes
+        commits[0] += 1
+        commits[1] += len(items)
+        return save_many(items)
+
+    store.save_many = counted  # type: ignore[method-assign]
     ready.set()
     go.wait()
     started = time.monotonic()
@@ -224,7 +236,7 @@ def _work(  # noqa: PLR0917 - a child process's arguments, passed positionally
             if run_s is not None:
 
                 async def stop_later() -> None:
-                    await anyio.sleep(run_s)
+                    await anyio.sleep(max(0.0, run_s))
                     stop.set()
 
                 group.start_soon(stop_later)
@@ -247,6 +259,8 @@ def _work(  # noqa: PLR0917 - a child process's arguments, passed positionally
             final_rss_mib=_memory_mib("VmRSS"),
             elapsed_s=time.monotonic() - started,
             stopped_at=datetime.now(UTC),
+            commits=commits[0],
+            committed=commits[1],
         )
     )
 

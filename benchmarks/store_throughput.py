@@ -18,6 +18,11 @@ drivers. Two paths are measured side by side:
 2. ``observe`` each answer → one ``store.save_many`` of the N answers (the group
    commit), one transaction, each a compare-and-swap with its two events.
 
+*batched, answers 1 a commit*: the same rounds, but each answer is its own
+``save_many`` of one, as the worker's group commit wrote them under steady load before
+its commit pause (answers arrive one by one, and a commit returns before the next):
+the difference between the two batched rows is what the commit pause buys the store.
+
 Only the HTTP request itself is left out: the answer is a canned
 ``200 {"status": "running"}`` observation. Each worker is a process with its own
 store (one database: SQLite in one file, PostgreSQL in one scratch schema, dropped
@@ -25,7 +30,7 @@ afterwards); per operation, each drives its own operations; batched, the workers
 reserve from all of them, as real workers do.
 
 Usage: ``python -m benchmarks.store_throughput [--quick] [--repeat N]
-[--profile STORE] [--batch N]``.
+[--profile STORE] [--batch N] [--only sqlite|postgres]``.
 """
 
 from __future__ import annotations
@@ -73,9 +78,10 @@ POLICY = Policy(
 TARGETS = {"sqlite": 5_000.0, "postgres": 2_000.0}
 """Transitions per second (issue 4): SQLite; PostgreSQL with 4 workers."""
 
-BATCHES = (0, WorkerSettings().concurrency, 64)
-"""Operations a round: 0 is the per-operation path; then the worker's default
-concurrency, and 64."""
+BATCHES = ((0, 0), (WorkerSettings().concurrency, 0), (64, 0), (64, 1))
+"""(operations a round, answers a commit): 0 operations is the per-operation path; then
+the worker's default concurrency and 64, every answer of a round in one commit (0);
+then 64 a round with each answer its own commit (1: no commit pause)."""
 
 LEASE_S = WorkerSettings().lease_s
 
@@ -124,9 +130,12 @@ def transition(store: Store, operation_id: str, owner: str, rng: random.Random) 
     store.save(after.record, after.events)
 
 
-def batch_round(store: Store, owner: str, rng: random.Random, size: int) -> int:
+def batch_round(
+    store: Store, owner: str, rng: random.Random, size: int, per_commit: int = 0
+) -> int:
     """One round of the worker's path: reserve up to *size* due operations in one
-    transaction, then persist their answers with one ``save_many``; return how many."""
+    transaction, then persist their answers with one ``save_many`` (*per_commit* > 0:
+    one ``save_many`` per that many answers); return how many."""
     clock = SystemClock()
     now = clock.now()
 
@@ -147,13 +156,22 @@ def batch_round(store: Store, owner: str, rng: random.Random, size: int) -> int:
         )
         for record in reserved
     ]
-    written = store.save_many([(a.record, a.events) for a in answers])
-    assert all(isinstance(w, Record) for w in written), "an answer of ours conflicted"
+    items = [(a.record, a.events) for a in answers]
+    step = per_commit or max(1, len(items))
+    for first in range(0, len(items), step):
+        written = store.save_many(items[first : first + step])
+        assert all(isinstance(w, Record) for w in written), "an answer of ours conflicted"
     return len(reserved)
 
 
 def _run_worker(  # noqa: PLR0917 - a child process's arguments
-    spec: StoreSpec, worker: int, sizes: Sizes, batch: int, go: Queue[float], out: Queue[int]
+    spec: StoreSpec,
+    worker: int,
+    sizes: Sizes,
+    batch: int,
+    go: Queue[float],
+    out: Queue[int],
+    per_commit: int = 0,
 ) -> None:
     """Create the operations, say so (``out``), then take the start time from *go*:
     warm up until it (wall clock), then count transitions for ``measure_s``."""
@@ -169,7 +187,7 @@ def _run_worker(  # noqa: PLR0917 - a child process's arguments
         if now >= end_at:
             break
         if batch:
-            count = batch_round(store, owner, rng, batch)
+            count = batch_round(store, owner, rng, batch, per_commit)
         else:
             transition(store, operation_id, owner, rng)
             count = 1
@@ -178,13 +196,16 @@ def _run_worker(  # noqa: PLR0917 - a child process's arguments
     out.put(done)
 
 
-def measure(spec: StoreSpec, workers: int, sizes: Sizes, batch: int = 0) -> float:
+def measure(
+    spec: StoreSpec, workers: int, sizes: Sizes, batch: int = 0, per_commit: int = 0
+) -> float:
     """Transitions per second of *workers* processes on *spec*, together (*batch*
-    operations a round; 0: one at a time, the per-operation path)."""
+    operations a round; 0: one at a time, the per-operation path; *per_commit*: answers
+    a commit, 0 for all of a round)."""
     out: Queue[int] = SPAWN.Queue()
     go: Queue[float] = SPAWN.Queue()
     children = [
-        SPAWN.Process(target=_run_worker, args=(spec, w, sizes, batch, go, out))
+        SPAWN.Process(target=_run_worker, args=(spec, w, sizes, batch, go, out, per_commit))
         for w in range(workers)
     ]
     for child in children:
@@ -249,6 +270,7 @@ def main() -> None:
     parser.add_argument(
         "--batch", type=int, default=0, help="with --profile: the worker's path, N a round"
     )
+    parser.add_argument("--only", choices=("sqlite", "postgres"), help="one store's rows only")
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
     if args.profile:
@@ -258,19 +280,24 @@ def main() -> None:
     info = machine()
     print_machine(info)
     rows = []
-    for (kind, workers), batch in itertools.product(
+    for (kind, workers), (batch, per_commit) in itertools.product(
         (("sqlite", 1), ("postgres", 1), ("postgres", 4)), BATCHES
     ):
+        if args.only and kind != args.only:
+            continue
         path = f"batched, {batch} a round" if batch else "per operation"
+        if per_commit:
+            path += f", answers {per_commit} a commit"
         if kind == "postgres" and info["postgresql"] == "unreachable":
             rows.append((kind, workers, path, "not run: PostgreSQL unreachable", "-", "-", "-"))
             continue
         rates = []
         for _ in range(repeat):
             with store_spec(kind, workers) as spec:
-                rates.append(measure(spec, workers, sizes, batch))
+                rates.append(measure(spec, workers, sizes, batch, per_commit))
         rate = statistics.median(rates)
-        target = TARGETS[kind] if batch and (kind == "sqlite" or workers == 4) else None
+        headline = batch and not per_commit and (kind == "sqlite" or workers == 4)
+        target = TARGETS[kind] if headline else None
         rows.append(
             (
                 kind,

@@ -11,7 +11,8 @@ The generator writes each pre-built HTTP/1.1 request on an asyncio stream and re
 the answer's head and its ``Content-Length`` body: a general HTTP client (httpx costs
 about as much per request as the server being measured) would measure itself.
 
-Usage: ``python -m benchmarks.webhooks_in [--quick] [--repeat N] [--profile]``.
+Usage: ``python -m benchmarks.webhooks_in [--quick] [--repeat N] [--profile]
+[--commit-pause DURATION]``.
 """
 
 from __future__ import annotations
@@ -116,8 +117,15 @@ def _wait_listening(port: int, server: subprocess.Popen[bytes]) -> None:
     raise SystemExit("serve did not start listening within 30 s")
 
 
-def measure(count: int, connections: int, *, profile_to: Path | None = None) -> float:
-    """Deliveries stored per second in one run (a fresh store and server)."""
+def measure(
+    count: int,
+    connections: int,
+    *,
+    profile_to: Path | None = None,
+    commit_pause: str | None = None,
+) -> float:
+    """Deliveries stored per second in one run (a fresh store and server; *commit_pause*:
+    its ``--commit-pause``, ``None`` for the default)."""
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         store = folder / "store.db"
@@ -134,6 +142,8 @@ def measure(count: int, connections: int, *, profile_to: Path | None = None) -> 
             command += ["-m", "cProfile", "-o", str(profile_to)]
         command += ["-m", "waitbound", "serve", "--no-worker", "--port", str(port)]
         command += ["--store", str(store), "--config", str(config), "--token-file", str(token)]
+        if commit_pause is not None:
+            command += ["--commit-pause", commit_pause]
         server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             _wait_listening(port, server)
@@ -163,13 +173,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--profile", action="store_true", help="also profile the server once")
+    parser.add_argument("--commit-pause", help="serve's --commit-pause (e.g. 0, 2ms)")
     args = parser.parse_args()
     count = 3_000 if args.quick else 20_000
     print_machine(machine(pg_dsn=None))
-    runs = [measure(count, args.connections) for _ in range(args.repeat)]
+    pause = args.commit_pause
+    runs = [measure(count, args.connections, commit_pause=pause) for _ in range(args.repeat)]
     median = statistics.median(runs)
     print_table(
-        "Webhooks in: verified deliveries stored per second, one serve process (SQLite)",
+        "Webhooks in: verified deliveries stored per second, one serve process (SQLite), "
+        f"commit pause {pause or 'default'}",
         ["deliveries", "connections", "stored/s (median)", "runs", "target", "verdict"],
         [
             [
@@ -184,7 +197,7 @@ def main() -> None:
     )
     if args.profile:
         path = Path(tempfile.gettempdir()) / "waitbound-webhooks-in.prof"
-        measure(count, args.connections, profile_to=path)
+        measure(count, args.connections, profile_to=path, commit_pause=pause)
         from benchmarks._common import top_of_profile
 
         print(top_of_profile(path))

@@ -15,6 +15,8 @@ conflict); each is also named with the request kind, e.g. ``reserved-result``.
 ``final``: the driver has just persisted a record that is final (``Record.is_final``:
 an outcome, no decision request open), by a finish without a request or by an answer's
 transition; its outbox entries are stored with it and none is delivered yet.
+``committing``: the worker's group commit has gathered a batch of answers (its commit
+pause is over) and is about to write it in one transaction.
 
 In-process tests set a failpoint with :func:`inject` (the same spec, counted afresh).
 """

@@ -6,8 +6,16 @@ A pass of the worker reserves due operations in one store transaction
 reservations (the request counted, the lease taken, the audit event) are written
 together, before any request is sent. Each reserved request is then sent, and its answer
 persisted, by the same exchange a ``wait`` runs (:func:`waitbound._driver.exchange`);
-the answers of every step in flight are written together too (:class:`_GroupCommit`:
-one ``Store.save_many`` per flush). Store calls run off the event loop, in a thread.
+the answers of every step in flight are written together too (the group commit:
+one ``Store.save_many`` per batch). Store calls run off the event loop, in a thread.
+
+The group commit (``waitbound._group_commit``) pauses: once an answer is queued, it
+waits up to ``commit_pause_s`` (a few milliseconds) for the answers of the other steps
+in flight, and writes at once when every step in flight has queued its own; so one
+transaction carries many answers instead of about one. Only writes made after a request are
+paused (answers, released reservations, notes): every reservation is written by
+``reserve_due`` before its request is sent, never through the pause; the pause is
+bounded below the lease's margin, so an answer is still written while its lease holds.
 
 A lease is held only while deciding, sending one request and persisting its answer,
 never while an operation sleeps; it lasts ``lease_s`` exactly, and the request's timeout
@@ -44,10 +52,9 @@ import functools
 import logging
 import random
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Protocol, TypeVar
 
 import anyio
 import httpx
@@ -55,7 +62,7 @@ import httpx
 from waitbound import _telemetry as telemetry
 from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
-from waitbound._controller import Finish, Request, Send, Transition
+from waitbound._controller import Finish, Request, Send, Transition, lease_margin_s
 from waitbound._delivery import adopt_orphans, deliver_due_async
 from waitbound._driver import (
     Credentials,
@@ -72,14 +79,16 @@ from waitbound._driver import (
 )
 from waitbound._errors import ConflictError, UsageError
 from waitbound._failpoints import hit
+from waitbound._group_commit import GroupCommit, Offload, first_of, in_thread, inline
 from waitbound._inbox import sweep_inbox
 from waitbound._outbox import OnComplete
 from waitbound._record import Phase, Record
 from waitbound._urls import origin
 from waitbound.stores import Store
+from waitbound.stores._protocol import Write
 from waitbound.transports import HttpSettings, new_async_client
 
-__all__ = ["WorkerSettings", "work"]
+__all__ = ["DEFAULT_COMMIT_PAUSE_S", "MAX_COMMIT_PAUSE_S", "WorkerSettings", "work"]
 
 _LOG = logging.getLogger("waitbound.worker")
 _BUSY_RECHECK_S = 0.01
@@ -88,6 +97,13 @@ claimed (another worker took it at that moment), in seconds."""
 
 _MIN_TOKEN_WAIT_S = 0.001
 """The shortest wait for a token of an origin's bucket, in seconds."""
+
+DEFAULT_COMMIT_PAUSE_S = 0.002
+"""How long the group commit waits for more answers once one is queued (seconds),
+chosen by measurement (``docs/benchmarks.md``, "The commit pause")."""
+
+MAX_COMMIT_PAUSE_S = 0.1
+"""The longest commit pause allowed (seconds): it delays every answer's write."""
 
 _LOOK_AHEAD = 2
 """After a pass left due operations for their origins' limits, the next offers the
@@ -112,6 +128,14 @@ class WorkerSettings:
         until_idle: return once no operation in the store is waiting.
         label_prefix: claim only operations whose ``label`` starts with this (a worker
             that holds only some providers' credentials drives only their operations).
+        commit_pause_s: once a step's answer is queued for the group commit, wait up
+            to this long for the answers of the other steps in flight, so that one
+            transaction writes them all (it ends at once when every step in flight has
+            queued its answer). 0: write at once. At most :data:`MAX_COMMIT_PAUSE_S`;
+            the worker keeps at most half the lease's margin
+            (``waitbound._controller.lease_margin_s``; :attr:`commit_pause_used_s`), so
+            an answer is still written while its lease holds. Reservations are never
+            paused.
 
     Raises:
         UsageError: a value out of range.
@@ -125,6 +149,7 @@ class WorkerSettings:
     idle_s: float = 1.0
     until_idle: bool = False
     label_prefix: str = ""
+    commit_pause_s: float = DEFAULT_COMMIT_PAUSE_S
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "per_origin_concurrency", "per_origin_burst"):
@@ -133,26 +158,16 @@ class WorkerSettings:
         for name in ("lease_s", "per_origin_rate", "idle_s"):
             if not getattr(self, name) > 0:
                 raise UsageError(f"{name} must be positive")
+        if not 0 <= self.commit_pause_s <= MAX_COMMIT_PAUSE_S:
+            raise UsageError(
+                f"commit_pause_s (--commit-pause) must be from 0 to {MAX_COMMIT_PAUSE_S:g} seconds"
+            )
 
-
-_T = TypeVar("_T")
-
-
-class _Offload(Protocol):
-    """How the worker makes a store call: ``await offload(fn, *args)``."""
-
-    async def __call__(self, fn: Callable[..., _T], /, *args: object) -> _T: ...
-
-
-async def _in_thread(fn: Callable[..., _T], /, *args: object) -> _T:
-    """A store call in a worker thread, off the event loop."""
-    return await anyio.to_thread.run_sync(fn, *args)
-
-
-async def _inline(fn: Callable[..., _T], /, *args: object) -> _T:
-    """A store call on the event loop itself (``work(inline_store=True)``, for tests)."""
-    await anyio.lowlevel.checkpoint()
-    return fn(*args)
+    @property
+    def commit_pause_used_s(self) -> float:
+        """The commit pause the worker keeps: ``commit_pause_s``, cut to half the lease's
+        margin when a short lease leaves less (seconds)."""
+        return min(self.commit_pause_s, lease_margin_s(self.lease_s) / 2)
 
 
 class _Bucket:
@@ -232,68 +247,36 @@ class _Pass:
     """For each due operation left for its origin's limits: seconds until a token (0: a slot)."""
 
 
-class _GroupCommit:
-    """The answers of every step in flight, persisted together: each step queues its
-    transition and waits; one flusher writes everything queued with one
-    ``Store.save_many`` (off the event loop) and hands each waiter its stored record or
-    its ConflictError; what arrives during a flush goes in the next."""
+class _Answers:
+    """The worker's group commit (``waitbound._group_commit``) of what its steps write
+    after their requests: each write is one item of ``Store.save_many``; its events
+    reach ``on_event`` once written."""
 
     def __init__(
-        self, store: Store, on_event: Callable[[AuditEvent], None] | None, offload: _Offload
+        self,
+        store: Store,
+        on_event: Callable[[AuditEvent], None] | None,
+        offload: Offload,
+        *,
+        pause_s: float,
+        sleep: Callable[[float], Awaitable[object]],
+        in_flight: Callable[[], int],
     ) -> None:
-        self.store, self.on_event, self.offload = store, on_event, offload
-        self.queue: list[tuple[Transition, _Waiter]] = []
-        self.ready = anyio.Event()
-        self.flushes = 0
+        self.on_event = on_event
+        self.group: GroupCommit[Write, Record | ConflictError] = GroupCommit(
+            store.save_many, offload, pause_s=pause_s, sleep=sleep, in_flight=in_flight
+        )
 
     async def save(self, transition: Transition) -> Record | ConflictError:
-        """Persist *transition* with the next flush; its events reach ``on_event`` once
-        written.
+        """Persist *transition* with the next batch.
 
         Raises:
-            Exception: the store failed (the flush's whole batch is not written).
+            Exception: the store failed (that batch is not written).
         """
-        waiter = _Waiter()
-        self.queue.append((transition, waiter))
-        self.ready.set()
-        await waiter.done.wait()
-        if waiter.error is not None:
-            raise waiter.error
-        assert waiter.result is not None
-        return waiter.result
-
-    async def run(self) -> None:
-        """Flush whenever something is queued, until cancelled."""
-        while True:
-            await self.ready.wait()
-            self.ready = anyio.Event()
-            batch, self.queue = self.queue, []
-            if batch:
-                await self._flush(batch)
-
-    async def _flush(self, batch: Sequence[tuple[Transition, _Waiter]]) -> None:
-        self.flushes += 1
-        items = [(t.record, t.events) for t, _ in batch]
-        try:
-            results = await self.offload(self.store.save_many, items)
-        except Exception as exc:  # every waiter of this batch reports it
-            for _, waiter in batch:
-                waiter.error = exc
-        else:
-            for (transition, waiter), result in zip(batch, results, strict=True):
-                waiter.result = result
-                if isinstance(result, Record):
-                    emit(self.on_event, transition.events, result)
-        finally:
-            for _, waiter in batch:
-                waiter.done.set()
-
-
-@dataclass(slots=True)
-class _Waiter:
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: Record | ConflictError | None = None
-    error: Exception | None = None
+        result = await self.group.put((transition.record, transition.events))
+        if isinstance(result, Record):
+            emit(self.on_event, transition.events, result)
+        return result
 
 
 def _next_url(record: Record) -> str:
@@ -338,8 +321,9 @@ async def work(
             that ``client=None`` builds the worker's own, for ``settings.concurrency``
             requests at once, closed when this returns.
         sleep: the pause between looks for due work is ``sleep(pause_s)`` raced with a
-            step ending, *stop* and *wake* (``None``: ``anyio.sleep``); a step itself
-            never sleeps.
+            step ending, *stop* and *wake* (``None``: ``anyio.sleep``), and so is the
+            group commit's pause (``settings.commit_pause_s``); a step itself never
+            sleeps.
         on_error: called with an operation id and the exception when a step could not
             be taken (the store failed); the worker goes on with the other operations.
             ``None`` logs a warning on the ``waitbound.worker`` logger. A failure of the
@@ -381,9 +365,16 @@ async def work(
     own_client = client is None
     # Its own connections, sized so every slot keeps one alive between steps.
     http_client = client or new_async_client(settings.concurrency)
-    offload: _Offload = _inline if inline_store else _in_thread
+    offload: Offload = inline if inline_store else in_thread
     live: set[str] = set()  # operations a step of ours runs on: never re-planned meanwhile
-    commit = _GroupCommit(kit.store, kit.on_event, offload)
+    commit = _Answers(
+        kit.store,
+        kit.on_event,
+        offload,
+        pause_s=settings.commit_pause_used_s,
+        sleep=nap,
+        in_flight=live.__len__,
+    )
     outbox = _Deliveries(
         kit.store, kit.clock, kit.rng, owner, report, on_complete=on_complete, secret=notify_secret
     )
@@ -444,6 +435,7 @@ async def work(
             report(reserved.operation_id, exc)
         finally:
             live.discard(reserved.operation_id)
+            commit.group.check()  # one fewer step to wait for
             origins.release(request.url)
             room.release()
             finished.set()
@@ -534,48 +526,31 @@ async def work(
         return min(settings.idle_s, max(ahead, _BUSY_RECHECK_S))
 
     try:
-        async with anyio.create_task_group() as flusher:
-            flusher.start_soon(commit.run)
-            try:
-                async with anyio.create_task_group() as group:
-                    while not stop.is_set():
-                        finished = anyio.Event()  # before the pass: a step ending in it counts
-                        pause = await one_pass(group)
-                        if idle:
-                            # A step may have ended final while this pass looked for
-                            # work (after its poke): its completion is owed before the end.
-                            outbox.poke(group)
-                            break
-                        if pause is None:
-                            continue
-                        # The pause ends with the sleep given (never a timer of its
-                        # own: under a virtual clock, no real time may end it).
-                        waits: list[Callable[[], Awaitable[object]]] = [
-                            stop.wait,
-                            finished.wait,
-                            functools.partial(nap, pause),
-                        ]
-                        if wake is not None:
-                            waits.append(functools.partial(wake, pause))
-                        await _first_of(*waits)
-            finally:
-                flusher.cancel_scope.cancel()
+        async with anyio.create_task_group() as group:
+            while not stop.is_set():
+                finished = anyio.Event()  # before the pass: a step ending in it counts
+                pause = await one_pass(group)
+                if idle:
+                    # A step may have ended final while this pass looked for
+                    # work (after its poke): its completion is owed before the end.
+                    outbox.poke(group)
+                    break
+                if pause is None:
+                    continue
+                # The pause ends with the sleep given (never a timer of its
+                # own: under a virtual clock, no real time may end it).
+                waits: list[Callable[[], Awaitable[object]]] = [
+                    stop.wait,
+                    finished.wait,
+                    functools.partial(nap, pause),
+                ]
+                if wake is not None:
+                    waits.append(functools.partial(wake, pause))
+                await first_of(*waits)
     finally:
         if own_client:
             await http_client.aclose()
     return steps
-
-
-async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:
-    """Return as soon as the first of *waits* returns."""
-    async with anyio.create_task_group() as group:
-
-        async def one(wait: Callable[[], Awaitable[object]]) -> None:
-            await wait()
-            group.cancel_scope.cancel()
-
-        for wait in waits:
-            group.start_soon(one, wait)
 
 
 def _log_error(operation_id: str, exc: Exception) -> None:

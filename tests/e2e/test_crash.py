@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from waitbound import Operation, Policy, Reason, SQLiteStore, parse_profile, start
+from waitbound import Operation, Policy, Reason, SQLiteStore, parse_profile, start, verify_audit
 from waitbound.sim import Simulator, parse_scenario
 
 POINTS = ("reserved-status", "answered-status", "reserved-result", "answered-result")
@@ -101,3 +101,67 @@ def test_a_killed_worker_never_buys_requests_or_fetches_a_result_twice(
         assert sim.count("result") <= 1
         # The provider never failed: a result answer lost to the kill is our fault.
         assert record.reason in (None, Reason.RESULT_UNCONFIRMED), record.error
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("nth", [1, 2])
+def test_a_worker_killed_in_a_paused_group_commit_leaves_no_half_written_row(
+    nth: int, tmp_path: Path
+) -> None:
+    """kill -9 at ``committing`` (a batch of answers gathered by the commit pause, not
+    yet written): every operation reads back whole with its audit chain intact, every
+    request that reached a provider was counted by a reservation committed before it,
+    and a restarted worker ends every operation within its budget."""
+    store_path = tmp_path / "store.db"
+    simulators = [Simulator(parse_scenario(SCENARIO)).start() for _ in range(4)]
+    try:
+        store = SQLiteStore(store_path)
+        policy = Policy(
+            base_delay_s=0.05,
+            max_delay_s=0.1,
+            deadline_s=60,
+            max_requests=MAX_REQUESTS,
+            request_timeout_s=2,
+            lease_s=1,
+        )
+        ids = [
+            start(Operation(status_url=f"{sim.base_url}/status", profile=PROFILE, policy=policy),
+                  store=store).operation_id
+            for sim in simulators
+        ]  # fmt: skip
+        store.close()
+        env = dict(os.environ)
+        env["WAITBOUND_FAILPOINT"] = f"committing:{nth}"
+        command = [sys.executable, "-m", "waitbound", "worker", "--until-idle", "--lease", "2s"]
+        crashed = subprocess.run(
+            [*command, "--commit-pause", "50ms", "--store", str(store_path)],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+        store = SQLiteStore(store_path)
+        try:
+            assert verify_audit(store) == []
+            for sim, operation_id in zip(simulators, ids, strict=True):
+                record = store.get(operation_id)
+                assert record is not None
+                assert sim.count("status") + sim.count("result") <= record.requests_used
+        finally:
+            store.close()
+        finished = _worker(store_path, None)
+        assert finished.returncode == 0, finished.stderr
+    finally:
+        for sim in simulators:
+            sim.stop()
+    store = SQLiteStore(store_path)
+    try:
+        assert verify_audit(store) == []
+        for sim, operation_id in zip(simulators, ids, strict=True):
+            record = store.get(operation_id)
+            assert record is not None
+            assert record.outcome is not None
+            assert sim.count("status") + sim.count("result") <= min(
+                MAX_REQUESTS, record.requests_used
+            )
+            assert sim.count("result") <= 1
+    finally:
+        store.close()

@@ -1024,6 +1024,37 @@ def test_put_delivery_stores_a_delivery_once_and_a_duplicate_writes_nothing(stor
     assert sorted(d.provider for d in store.inbox()) == ["github", PROVIDER]
 
 
+def test_put_deliveries_stores_a_batch_in_order_as_put_delivery_would(store: Store) -> None:
+    """One call, many deliveries: each stored and matched as put_delivery stores it, in
+    order; a duplicate of an earlier call and of an earlier delivery of the same call
+    are both None and write nothing."""
+    store.create(watched(), events("created"))
+    assert store.put_delivery(delivery("wh-0")) is not None
+    batch = [
+        delivery("wh-1"),
+        delivery("wh-0", payload={"again": True}),  # stored by the call before
+        delivery("wh-2", job_id="job-43"),
+        delivery("wh-1", job_id="job-43"),  # the same id earlier in this call
+        delivery("wh-1", provider="github"),
+    ]
+    assert store.put_deliveries(batch) == [
+        delivery("wh-1", operation_id="op-1"),
+        None,
+        delivery("wh-2", job_id="job-43"),
+        None,
+        delivery("wh-1", provider="github"),
+    ]
+    assert store.put_deliveries([]) == []
+    assert {(d.provider, d.webhook_id): d.operation_id for d in store.inbox(limit=1000)} == {
+        (PROVIDER, "wh-0"): "op-1",
+        (PROVIDER, "wh-1"): "op-1",
+        (PROVIDER, "wh-2"): None,
+        ("github", "wh-1"): None,
+    }
+    [kept] = [d for d in store.inbox(limit=1000) if d.webhook_id == "wh-0"]
+    assert kept.payload == delivery("wh-0").payload
+
+
 def test_put_delivery_keeps_odd_payload_values_exactly(store: Store) -> None:
     """A payload comes back with its exact JSON values (big floats, -0.0, NUL, non-ASCII)."""
     odd: dict[str, Any] = {"big": 1e16, "neg_zero": -0.0, "nul": "a\u0000b", "t": "é ✓ 🚀"}

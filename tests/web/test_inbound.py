@@ -56,6 +56,7 @@ from waitbound.web._inbound import (
     read_delivery,
     receive_webhook,
 )
+from waitbound.web._inbound_commit import InboundCommit
 from waitbound.web._service import Service as RealService
 
 
@@ -69,6 +70,7 @@ class Service:
     token: str = "test-token"
     delivered: Callable[[InboundDelivery], None] = field(default=lambda _: None)
     secrets: tuple[str, ...] = ()
+    inbound: InboundCommit = field(default_factory=InboundCommit)
 
 
 def _receiver(name: str, scheme: Scheme, secrets: tuple[str, ...], **changes: Any) -> Receiver:
@@ -348,6 +350,9 @@ def test_a_failing_store_is_503_not_500() -> None:
 
     class BrokenStore(MemoryStore):
         def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
+            raise StoreError("database is locked")
+
+        def put_deliveries(self, deliveries: Any) -> list[InboundDelivery | None]:
             raise StoreError("database is locked")
 
     made = _harness(BrokenStore())

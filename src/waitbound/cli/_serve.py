@@ -292,6 +292,7 @@ def serve_command(  # noqa: PLR0917 - click passes every option
     no_worker: bool,
     concurrency: int,
     lease: float,
+    commit_pause: float,
     per_origin_concurrency: int,
     per_origin_rate: float,
     header_for: Sequence[tuple[str, str]],
@@ -326,6 +327,7 @@ def serve_command(  # noqa: PLR0917 - click passes every option
     settings = WorkerSettings(
         concurrency=concurrency,
         lease_s=lease,
+        commit_pause_s=commit_pause,
         per_origin_concurrency=per_origin_concurrency,
         per_origin_rate=per_origin_rate,
         per_origin_burst=max(1, int(per_origin_rate)),

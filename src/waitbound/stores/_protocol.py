@@ -200,6 +200,17 @@ class Store(Protocol):
         """
         ...
 
+    def put_deliveries(self, deliveries: Sequence[InboundDelivery]) -> list[InboundDelivery | None]:
+        """Store many verified deliveries in ONE transaction, each exactly as
+        :meth:`put_delivery` stores it, in order (a delivery whose (provider, webhook
+        id) came earlier in the same call is a duplicate too). The group commit of
+        ``waitbound serve``'s receiver: written whole or not at all.
+
+        Returns:
+            One entry per delivery, in order: as :meth:`put_delivery` returns.
+        """
+        ...
+
     def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
         """Up to *limit* deliveries matched to an operation but not applied, oldest first."""
         ...

@@ -198,17 +198,25 @@ class MemoryStore(ClaimsByReservation):
     def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
         """See :meth:`Store.put_delivery`."""
         with self._lock:
-            key = (delivery.provider, delivery.webhook_id)
-            if key in self._inbox:
-                return None
-            matched = (
-                self._jobs.get((delivery.provider, delivery.job_id))
-                if delivery.job_id is not None
-                else None
-            )
-            stored = replace(delivery, operation_id=matched)
-            self._inbox[key] = stored
-            return stored
+            return self._put_delivery(delivery)
+
+    def put_deliveries(self, deliveries: Sequence[InboundDelivery]) -> list[InboundDelivery | None]:
+        """See :meth:`Store.put_deliveries`."""
+        with self._lock:
+            return [self._put_delivery(delivery) for delivery in deliveries]
+
+    def _put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
+        key = (delivery.provider, delivery.webhook_id)
+        if key in self._inbox:
+            return None
+        matched = (
+            self._jobs.get((delivery.provider, delivery.job_id))
+            if delivery.job_id is not None
+            else None
+        )
+        stored = replace(delivery, operation_id=matched)
+        self._inbox[key] = stored
+        return stored
 
     def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
         """See :meth:`Store.pending_deliveries`."""

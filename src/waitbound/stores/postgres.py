@@ -627,26 +627,62 @@ class PostgresStore(ClaimsByReservation):
     def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
         """See :meth:`Store.put_delivery` (one statement under the job's advisory lock)."""
         with self._transaction() as conn:
-            job_id = None if delivery.job_id is None else to_text(delivery.job_id)
-            if job_id is not None:
-                lock = _job_lock_key(self.schema, delivery.provider, job_id)
+            return self._put_delivery(conn, delivery)
+
+    def put_deliveries(self, deliveries: Sequence[InboundDelivery]) -> list[InboundDelivery | None]:
+        """See :meth:`Store.put_deliveries` (one transaction). First every job's advisory
+        lock, in the order of their keys; then the inserts, in (provider, webhook id)
+        order, deliveries of one id in the order given: two batches naming the same
+        jobs or ids never wait for each other in a circle."""
+        if not deliveries:
+            return []
+        locks = sorted({self._lock_of(d) for d in deliveries if d.job_id is not None})
+        order = sorted(
+            range(len(deliveries)),
+            key=lambda i: (deliveries[i].provider, to_text(deliveries[i].webhook_id)),
+        )
+        stored: list[InboundDelivery | None] = [None] * len(deliveries)
+        with self._transaction() as conn:
+            for lock in locks:
                 conn.execute(self._sql["push_lock"], (lock,))
-            event_type = None if delivery.event_type is None else to_text(delivery.event_type)
-            row = conn.execute(
-                self._sql["put_delivery"],
-                (
-                    delivery.provider,
-                    to_text(delivery.webhook_id),
-                    delivery.received_at,
-                    job_id,
-                    event_type,
-                    delivery.authoritative,
-                    encode_json(delivery.payload),
-                    delivery.provider,
-                    job_id,
-                    delivery.applied_at,
-                ),
-            ).fetchone()
+            for i in order:
+                stored[i] = self._put_delivery(conn, deliveries[i], locked=True)
+        return stored
+
+    def _lock_of(self, delivery: InboundDelivery) -> int:
+        """The advisory lock of *delivery*'s job (it names one)."""
+        assert delivery.job_id is not None
+        return _job_lock_key(self.schema, delivery.provider, to_text(delivery.job_id))
+
+    def _put_delivery(
+        self,
+        conn: psycopg.Connection[TupleRow],
+        delivery: InboundDelivery,
+        *,
+        locked: bool = False,
+    ) -> InboundDelivery | None:
+        """Store one delivery in the caller's transaction (``None``: a duplicate), under
+        its job's advisory lock (taken here unless *locked*: the caller holds it)."""
+        job_id = None if delivery.job_id is None else to_text(delivery.job_id)
+        if job_id is not None and not locked:
+            lock = _job_lock_key(self.schema, delivery.provider, job_id)
+            conn.execute(self._sql["push_lock"], (lock,))
+        event_type = None if delivery.event_type is None else to_text(delivery.event_type)
+        row = conn.execute(
+            self._sql["put_delivery"],
+            (
+                delivery.provider,
+                to_text(delivery.webhook_id),
+                delivery.received_at,
+                job_id,
+                event_type,
+                delivery.authoritative,
+                encode_json(delivery.payload),
+                delivery.provider,
+                job_id,
+                delivery.applied_at,
+            ),
+        ).fetchone()
         if row is None:
             return None
         return replace(delivery, operation_id=row[0])

@@ -673,30 +673,42 @@ class SQLiteStore(ClaimsByReservation):
     def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
         """See :meth:`Store.put_delivery` (one ``BEGIN IMMEDIATE`` transaction)."""
         with self._transaction() as db:
-            row = db.execute(
-                "SELECT operation_id FROM webhook_jobs WHERE provider = ? AND job_id = ?",
-                (delivery.provider, to_sqlite(delivery.job_id)),
-            ).fetchone()
-            matched: str | None = row[0] if row else None
-            cursor = db.execute(
-                "INSERT INTO inbox (provider, webhook_id, received_at, job_id, event_type,"
-                " authoritative, payload, operation_id, applied_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (provider, webhook_id) DO NOTHING",
-                (
-                    delivery.provider,
-                    to_sqlite(delivery.webhook_id),
-                    _instant(delivery.received_at),
-                    to_sqlite(delivery.job_id),
-                    to_sqlite(delivery.event_type),
-                    delivery.authoritative,
-                    encode_json(delivery.payload),
-                    matched,
-                    _instant(delivery.applied_at),
-                ),
-            )
-            if cursor.rowcount != 1:
-                return None
+            return self._put_delivery(db, delivery)
+
+    def put_deliveries(self, deliveries: Sequence[InboundDelivery]) -> list[InboundDelivery | None]:
+        """See :meth:`Store.put_deliveries` (one ``BEGIN IMMEDIATE`` transaction)."""
+        if not deliveries:
+            return []
+        with self._transaction() as db:
+            return [self._put_delivery(db, delivery) for delivery in deliveries]
+
+    @staticmethod
+    def _put_delivery(db: sqlite3.Connection, delivery: InboundDelivery) -> InboundDelivery | None:
+        """Store one delivery in the caller's transaction (``None``: a duplicate)."""
+        row = db.execute(
+            "SELECT operation_id FROM webhook_jobs WHERE provider = ? AND job_id = ?",
+            (delivery.provider, to_sqlite(delivery.job_id)),
+        ).fetchone()
+        matched: str | None = row[0] if row else None
+        cursor = db.execute(
+            "INSERT INTO inbox (provider, webhook_id, received_at, job_id, event_type,"
+            " authoritative, payload, operation_id, applied_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (provider, webhook_id) DO NOTHING",
+            (
+                delivery.provider,
+                to_sqlite(delivery.webhook_id),
+                _instant(delivery.received_at),
+                to_sqlite(delivery.job_id),
+                to_sqlite(delivery.event_type),
+                delivery.authoritative,
+                encode_json(delivery.payload),
+                matched,
+                _instant(delivery.applied_at),
+            ),
+        )
+        if cursor.rowcount != 1:
+            return None
         return replace(delivery, operation_id=matched)
 
     def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:

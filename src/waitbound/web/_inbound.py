@@ -4,14 +4,17 @@ acknowledged.
 The receiver reads the body under its cap, verifies it (``waitbound._webhooks.verify``),
 reads the delivery (:func:`read_delivery`: every secret the service holds redacted
 first, then the job id, the event type and the payload, bounded) and stores it
-(``Store.put_delivery``, unique on provider and webhook id) before it answers 2xx, so
-an acknowledged delivery is never lost. Everything else is a 4xx JSON
+(unique on provider and webhook id) before it answers 2xx, so an acknowledged delivery
+is never lost: the deliveries arriving together are stored many to a transaction by
+the receiver's group commit (``web/_inbound_commit.py``, ``Store.put_deliveries``), and
+each is answered once its transaction committed. Everything else is a 4xx JSON
 ``{"error": CODE, "detail": LINE}`` and stores nothing; a store that fails is a 503
 (the provider retries). See ``docs/webhooks.md``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -88,7 +91,7 @@ def read_delivery(
         secrets: more strings to hide: every secret the service holds
             (``Service.secrets``).
     """
-    hidden = secret_parts([*redaction_strings(receiver.secrets), *secrets])
+    hidden = _hidden(receiver.secrets, tuple(secrets))
     redacted = redact_json(verified.payload, hidden)
     payload: dict[str, JSON] = redacted if isinstance(redacted, dict) else {}
     text = json.dumps(payload, ensure_ascii=False)
@@ -102,6 +105,13 @@ def read_delivery(
         payload=payload if kept else text[:KEPT_HEAD_CHARS] + "…",
         authoritative=receiver.authoritative and kept,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _hidden(receiver_secrets: tuple[str, ...], secrets: tuple[str, ...]) -> tuple[str, ...]:
+    """The strings :func:`read_delivery` redacts, computed once per receiver and
+    service (they are the configuration's, not the delivery's)."""
+    return secret_parts([*redaction_strings(receiver_secrets), *secrets])
 
 
 async def read_body(request: Request, limit: int, timeout_s: float = 10.0) -> bytes:
@@ -154,6 +164,11 @@ async def receive_webhook(request: Request) -> Response:
     if receiver is None:
         record_webhook_delivery("(unknown)", "unknown_receiver")
         return _error(404, "unknown_provider", "no [webhooks.NAME] receiver has this name")
+    with service.inbound.handling(service.store):
+        return await _receive(request, service, receiver)
+
+
+async def _receive(request: Request, service: Service, receiver: Receiver) -> Response:
     try:
         body = await read_body(request, receiver.max_body_bytes)
         now = service.clock.now()
@@ -170,7 +185,7 @@ async def receive_webhook(request: Request) -> Response:
         return _error(rejected.status, rejected.code, rejected.detail)
     delivery = read_delivery(receiver, verified, now, secrets=service.secrets)
     try:
-        stored = await anyio.to_thread.run_sync(service.store.put_delivery, delivery)
+        stored = await service.inbound.put(service.store, delivery)
     except Exception as exc:  # any store failure: the provider must retry
         _LOG.warning(
             "webhook %s: storing delivery %s failed (%s)",

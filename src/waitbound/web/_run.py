@@ -35,9 +35,11 @@ import waitbound
 from waitbound._audit import AuditEvent
 from waitbound._driver import Credentials
 from waitbound._errors import UsageError
+from waitbound._group_commit import first_of
 from waitbound._inbox import sweep_inbox
 from waitbound._outbox import OnComplete
 from waitbound._worker import WorkerSettings
+from waitbound.stores import Store
 from waitbound.stores._inbox_retention import prune_inbox
 from waitbound.stores._sessions import sessions_of
 from waitbound.transports import HttpSettings
@@ -45,6 +47,7 @@ from waitbound.web._app import DEFAULT_PING_S, DEFAULT_POLL_S, create_app
 from waitbound.web._auth import is_public
 from waitbound.web._budget import ConnectionBudget, reserve_of
 from waitbound.web._hosts import allowed_hosts
+from waitbound.web._inbound_commit import InboundCommit
 from waitbound.web._protocol import (
     KEEP_ALIVE_S,
     MAX_HEAD_BYTES,
@@ -114,6 +117,21 @@ def url_of(sock: socket.socket) -> str:
     """``http://HOST:PORT`` of a bound socket (an IPv6 host in brackets)."""
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def worker_wake(store: Store, hinted: Nudge) -> Callable[[float], Awaitable[object]]:
+    """What ends the worker's idle pause in ``serve``: the sweep applied webhook
+    deliveries (*hinted*), or — on a store that has one, PostgreSQL — a wake-up from
+    the store (``wait_for_wakeup``: a ``NOTIFY`` that any process made an operation due
+    sooner), whichever comes first; as ``waitbound worker`` is woken."""
+    listen: Callable[[float], Awaitable[object]] | None = getattr(store, "wait_for_wakeup", None)
+    if listen is None:
+        return hinted.wait
+
+    async def wake(pause_s: float) -> None:
+        await first_of(functools.partial(hinted.wait, pause_s), functools.partial(listen, pause_s))
+
+    return wake
 
 
 async def _sweep_inbox(
@@ -241,7 +259,8 @@ async def serve(
     """
     current = service.delivered
     nudge = current if isinstance(current, Nudge) else Nudge(then=current)
-    service = replace(service, delivered=nudge)
+    inbound = InboundCommit(worker_settings.commit_pause_s)  # the worker's pause
+    service = replace(service, delivered=nudge, inbound=inbound)
     service.stopping.clear()  # a service served again streams again
     cap = connection_cap(limits.max_connections)
     general = cap - reserve_of(cap, limits.reserved_connections)
@@ -320,7 +339,7 @@ async def serve(
             http=http,
             notify_secret=notify_secret,
             on_complete=on_complete,
-            wake=hinted.wait,
+            wake=worker_wake(service.store, hinted),
         )
 
     async def prune() -> None:

@@ -19,6 +19,7 @@ from waitbound._json import JSON
 from waitbound._push import InboundDelivery
 from waitbound.stores import Store
 from waitbound.web._config import ServeConfig, redaction_strings
+from waitbound.web._inbound_commit import InboundCommit
 from waitbound.web._tokens import ADMIN, Holder
 
 __all__ = ["Nudge", "Service"]
@@ -103,6 +104,8 @@ class Service:
         health: what ``/healthz`` says besides ``ok`` (the background work writes it,
             e.g. ``inbox``: the last prune's counts), never read from the store per
             request.
+        inbound: the webhook receiver's group commit (its commit pause: ``waitbound
+            serve --commit-pause``, as the worker's).
     """
 
     store: Store
@@ -114,6 +117,7 @@ class Service:
     secrets: tuple[str, ...] = field(default=(), repr=False)
     holders: tuple[Holder, ...] = field(default=(), repr=False)
     health: dict[str, JSON] = field(default_factory=dict)
+    inbound: InboundCommit = field(default_factory=InboundCommit, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.holders:  # one token: the shared one, an admin
