@@ -415,7 +415,7 @@ def test_db_upgrade_applies_then_is_idempotent(dsn: str, bare_schema: str, tmp_p
     nothing."""
     first = _db_upgrade(tmp_path, "--store", dsn, "--schema", bare_schema)
     assert (first.returncode, first.stderr) == (0, "")
-    assert first.stdout == f"store {dsn} (schema {bare_schema}): applied versions 1, 2, 3, 4\n"
+    assert first.stdout == f"store {dsn} (schema {bare_schema}): applied versions 1, 2, 3, 4, 5\n"
     again = _db_upgrade(tmp_path, "--store", dsn, "--schema", bare_schema)
     assert (again.returncode, again.stderr) == (0, "")
     assert again.stdout == f"store {dsn} (schema {bare_schema}): already at version {LATEST}\n"
@@ -530,10 +530,10 @@ def test_a_version_1_schema_upgrades_to_the_push_path(
             row,
         )
     assert _tables(bare_schema) == ["audit_events", "operations", "schema_migrations"]
-    with pytest.raises(StoreError, match="schema version 1 is older than this waitbound's 4"):
+    with pytest.raises(StoreError, match="schema version 1 is older than this waitbound's 5"):
         postgres.PostgresStore(dsn, schema=bare_schema)
-    assert postgres.upgrade(dsn, schema=bare_schema) == [2, 3, 4]
-    assert _versions(bare_schema) == [1, 2, 3, 4]
+    assert postgres.upgrade(dsn, schema=bare_schema) == [2, 3, 4, 5]
+    assert _versions(bare_schema) == [1, 2, 3, 4, 5]
     assert "inbox" in _tables(bare_schema)
     assert "outbox" in _tables(bare_schema)
     assert "webhook_jobs" in _tables(bare_schema)

@@ -8,9 +8,11 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
-from waitbound._errors import ConflictError, StoreError, UsageError
+from waitbound._errors import ConflictError, UsageError
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
-from waitbound._record import Record
+from waitbound._record import Record, assemble
+from waitbound._record_parts import PARTS, Part, decode_part
+from waitbound.stores._codec import dump_json, load_object
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
@@ -19,12 +21,9 @@ from waitbound.stores._protocol import (
     Write,
     advance,
     cursor_of,
-    decode_record,
-    encode_record,
     is_claimable,
     outcomes,
     planned,
-    readable,
     webhook_key,
 )
 
@@ -34,8 +33,10 @@ __all__ = ["MemoryStore"]
 class MemoryStore(ClaimsByReservation):
     """A :class:`~waitbound.stores.Store` in a dict, thread-safe.
 
-    Records are kept encoded, as a durable store keeps them, so what comes back has
-    been through the same encoding.
+    Records are kept as a durable store keeps them: each part of a record goes through
+    its stored text (encoded, then decoded back) when a write changes it, so what a read
+    returns has been through the same encoding; the parts a write does not change (the
+    very objects it wrote or read last) are kept as they are.
 
     Args:
         audit_key: the audit key; every write then signs the chain head it leaves
@@ -45,7 +46,9 @@ class MemoryStore(ClaimsByReservation):
     def __init__(self, *, audit_key: bytes | None = None) -> None:
         self._audit_key = audit_key
         self._lock = threading.Lock()
-        self._records: dict[str, tuple[int, str]] = {}
+        self._records: dict[str, Record] = {}
+        self._written: dict[str, tuple[Part, ...]] = {}
+        """Each operation's parts as its last write gave them (before their encoding)."""
         self._events: dict[str, list[StoredAuditEvent]] = {}
         self._jobs: dict[tuple[str, str], str] = {}
         self._inbox: dict[tuple[str, str], InboundDelivery] = {}
@@ -57,7 +60,8 @@ class MemoryStore(ClaimsByReservation):
             if record.operation_id in self._records:
                 raise UsageError(f"operation {record.operation_id!r} exists already")
             stored, sealed = advance(record, events, self._audit_key)
-            self._records[record.operation_id] = (stored.version, encode_record(stored))
+            self._records[record.operation_id] = _kept(stored, None, ())
+            self._written[record.operation_id] = stored.parts()
             self._events[record.operation_id] = sealed
             self._push_writes(stored)
             return stored
@@ -65,8 +69,7 @@ class MemoryStore(ClaimsByReservation):
     def get(self, operation_id: str) -> Record | None:
         """See :meth:`Store.get`."""
         with self._lock:
-            entry = self._records.get(operation_id)
-        return decode_record(entry[1]) if entry else None
+            return self._records.get(operation_id)
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save`."""
@@ -87,11 +90,13 @@ class MemoryStore(ClaimsByReservation):
         written: list[Record | None] = []
         for record, events in items:
             entry = self._records.get(record.operation_id)
-            if entry is None or entry[0] != record.version:
+            if entry is None or entry.version != record.version:
                 written.append(None)
                 continue
             stored, sealed = advance(record, events, self._audit_key)
-            self._records[record.operation_id] = (stored.version, encode_record(stored))
+            op = record.operation_id
+            self._records[op] = _kept(stored, entry, self._written.get(op, ()))
+            self._written[op] = stored.parts()
             self._events[record.operation_id].extend(sealed)
             self._push_writes(stored)
             written.append(stored)
@@ -120,7 +125,7 @@ class MemoryStore(ClaimsByReservation):
     ) -> list[Record]:
         """See :meth:`Store.reserve_due`."""
         with self._lock:
-            records = [decode_record(text) for _, text in self._records.values()]
+            records = list(self._records.values())
             due = sorted(
                 (r for r in records if is_claimable(r, now, label_prefix, gone_owners)),
                 key=lambda r: r.next_poll_at,
@@ -133,7 +138,7 @@ class MemoryStore(ClaimsByReservation):
     ) -> tuple[datetime | None, list[str]]:
         """See :meth:`Store.next_claimable`."""
         with self._lock:
-            records = [decode_record(text) for _, text in self._records.values()]
+            records = list(self._records.values())
         drivable = [
             r
             for r in records
@@ -156,7 +161,7 @@ class MemoryStore(ClaimsByReservation):
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""
         with self._lock:
-            records = [decode_record(text) for _, text in self._records.values()]
+            records = list(self._records.values())
         open_ = [r for r in records if not r.is_finished]
         drivable = [r.next_poll_at for r in open_ if r.phase.value in DRIVABLE_PHASES]
         return len(open_), min(drivable, default=None)
@@ -171,8 +176,7 @@ class MemoryStore(ClaimsByReservation):
     ) -> list[Record]:
         """See :meth:`Store.recent`."""
         with self._lock:
-            rows = list(self._records.items())
-        records = readable(rows, lambda row: decode_record(row[1][1]), lambda row: row[0])
+            records = list(self._records.values())
         records = [
             r
             for r in records
@@ -184,16 +188,8 @@ class MemoryStore(ClaimsByReservation):
     def heads(self) -> list[tuple[str, int, str]]:
         """See :meth:`Store.heads`."""
         with self._lock:
-            rows = list(self._records.items())
-        found = []
-        for operation_id, (_, text) in sorted(rows):
-            try:
-                record = decode_record(text)
-            except StoreError:
-                found.append((operation_id, 0, ""))
-                continue
-            found.append((operation_id, record.audit_seq, record.audit_head))
-        return found
+            rows = sorted(self._records.items())
+        return [(operation_id, r.audit_seq, r.audit_head) for operation_id, r in rows]
 
     def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
         """See :meth:`Store.put_delivery`."""
@@ -331,8 +327,8 @@ class MemoryStore(ClaimsByReservation):
         with self._lock:
             labelled = {
                 operation_id
-                for operation_id, (_, text) in self._records.items()
-                if (decode_record(text).label or "").startswith(label_prefix)
+                for operation_id, record in self._records.items()
+                if (record.label or "").startswith(label_prefix)
             }
             events = [e for op in labelled for e in self._events.get(op, ())]
         after = sorted(
@@ -342,3 +338,21 @@ class MemoryStore(ClaimsByReservation):
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _kept(stored: Record, before: Record | None, written: tuple[Part, ...]) -> Record:
+    """*stored* as the store keeps it: every part that is neither *before*'s (the record
+    kept for the version *stored* replaces) nor the one the last write gave for it
+    (*written*) encoded to its stored text and decoded back; the others shared."""
+    kept: list[Part] = []
+    old = before.parts() if before is not None else (None,) * len(PARTS)
+    last = written or (None,) * len(PARTS)
+    for index, (part, (_, kind)) in enumerate(zip(stored.parts(), PARTS, strict=True)):
+        if part is old[index] or part is last[index]:
+            kept.append(old[index] or part)
+            continue
+        text = part.text(dump_json)
+        copy = decode_part(kind, load_object(text))
+        copy.keep_text(text)
+        kept.append(copy)
+    return assemble(kept, stored.version)
