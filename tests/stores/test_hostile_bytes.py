@@ -384,12 +384,12 @@ def _write_as_schema_3(schema: str, record: Any, sealed: Any, inbound: Any) -> N
     [event] = sealed
     with psycopg.connect(pg.DSN, autocommit=True) as conn:
         conn.execute(
-            f'INSERT INTO "{schema}".operations ({", ".join(names)})'  # type: ignore[arg-type]
+            f'INSERT INTO "{schema}".operations ({", ".join(names)})'
             f" VALUES ({', '.join(['%s'] * len(names))})",
             values,
         )
         conn.execute(
-            f'INSERT INTO "{schema}".audit_events'  # type: ignore[arg-type]
+            f'INSERT INTO "{schema}".audit_events'
             " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             (
@@ -404,12 +404,12 @@ def _write_as_schema_3(schema: str, record: Any, sealed: Any, inbound: Any) -> N
             ),
         )
         conn.execute(
-            f'INSERT INTO "{schema}".webhook_jobs'  # type: ignore[arg-type]
+            f'INSERT INTO "{schema}".webhook_jobs'
             " (provider, job_id, operation_id) VALUES (%s, %s, %s)",
             (record.push.webhook, record.job_id, record.operation_id),
         )
         conn.execute(
-            f'INSERT INTO "{schema}".inbox'  # type: ignore[arg-type]
+            f'INSERT INTO "{schema}".inbox'
             " (provider, webhook_id, received_at, job_id, event_type, authoritative,"
             " payload, operation_id, applied_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, NULL)",
             (
@@ -457,7 +457,7 @@ def test_db_upgrade_to_4_repairs_a_postgres_store_schema_3_poisoned(
             pytest.raises(psycopg.Error, match="unsupported Unicode escape sequence"),
         ):
             conn.execute(
-                f"SELECT data->>'label' FROM \"{schema}\".operations"  # type: ignore[arg-type]
+                f"SELECT data->>'label' FROM \"{schema}\".operations"
             )
         assert postgres.upgrade(pg.DSN, schema=schema) == [4, 5]
         store = postgres.PostgresStore(pg.DSN, schema=schema, audit_key=key)

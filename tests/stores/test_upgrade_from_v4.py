@@ -220,7 +220,7 @@ def test_a_damaged_v4_postgres_record_fails_the_upgrade_and_changes_nothing(
 
     with psycopg.connect(pg.DSN, autocommit=True) as conn:
         conn.execute(
-            f"UPDATE {v4_schema}.operations SET data = '[1]'"  # type: ignore[arg-type]
+            f"UPDATE {v4_schema}.operations SET data = '[1]'"
             " WHERE operation_id = 'op-fetching'"
         )
     done = run_cli(tmp_path, "db", "upgrade", "--store", pg.DSN, "--schema", v4_schema)
@@ -229,7 +229,7 @@ def test_a_damaged_v4_postgres_record_fails_the_upgrade_and_changes_nothing(
     assert "Traceback" not in done.stderr
     with psycopg.connect(pg.DSN) as conn:
         row = conn.execute(
-            f"SELECT max(version) FROM {v4_schema}.schema_migrations"  # type: ignore[arg-type]
+            f"SELECT max(version) FROM {v4_schema}.schema_migrations"
         ).fetchone()
     assert row is not None
     assert row[0] == 4

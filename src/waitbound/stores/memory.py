@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
@@ -33,10 +33,11 @@ __all__ = ["MemoryStore"]
 class MemoryStore(ClaimsByReservation):
     """A :class:`~waitbound.stores.Store` in a dict, thread-safe.
 
-    Records are kept as a durable store keeps them: each part of a record goes through
-    its stored text (encoded, then decoded back) when a write changes it, so what a read
-    returns has been through the same encoding; the parts a write does not change (the
-    very objects it wrote or read last) are kept as they are.
+    Records are kept as a durable store keeps them: a write encodes each part it
+    changed to its stored text (a value that cannot be stored fails the write), and a
+    read returns parts decoded from those texts, so what comes back has been through the
+    same encoding. A part is decoded once, by the first read after the write that
+    changed it (a wait that only writes decodes nothing).
 
     Args:
         audit_key: the audit key; every write then signs the chain head it leaves
@@ -46,9 +47,7 @@ class MemoryStore(ClaimsByReservation):
     def __init__(self, *, audit_key: bytes | None = None) -> None:
         self._audit_key = audit_key
         self._lock = threading.Lock()
-        self._records: dict[str, Record] = {}
-        self._written: dict[str, tuple[Part, ...]] = {}
-        """Each operation's parts as its last write gave them (before their encoding)."""
+        self._records: dict[str, _Kept] = {}
         self._events: dict[str, list[StoredAuditEvent]] = {}
         self._jobs: dict[tuple[str, str], str] = {}
         self._inbox: dict[tuple[str, str], InboundDelivery] = {}
@@ -60,8 +59,7 @@ class MemoryStore(ClaimsByReservation):
             if record.operation_id in self._records:
                 raise UsageError(f"operation {record.operation_id!r} exists already")
             stored, sealed = advance(record, events, self._audit_key)
-            self._records[record.operation_id] = _kept(stored, None, ())
-            self._written[record.operation_id] = stored.parts()
+            self._records[record.operation_id] = _Kept.of(stored, None)
             self._events[record.operation_id] = sealed
             self._push_writes(stored)
             return stored
@@ -69,7 +67,8 @@ class MemoryStore(ClaimsByReservation):
     def get(self, operation_id: str) -> Record | None:
         """See :meth:`Store.get`."""
         with self._lock:
-            return self._records.get(operation_id)
+            entry = self._records.get(operation_id)
+            return entry.read() if entry is not None else None
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save`."""
@@ -90,13 +89,11 @@ class MemoryStore(ClaimsByReservation):
         written: list[Record | None] = []
         for record, events in items:
             entry = self._records.get(record.operation_id)
-            if entry is None or entry.version != record.version:
+            if entry is None or entry.written.version != record.version:
                 written.append(None)
                 continue
             stored, sealed = advance(record, events, self._audit_key)
-            op = record.operation_id
-            self._records[op] = _kept(stored, entry, self._written.get(op, ()))
-            self._written[op] = stored.parts()
+            self._records[record.operation_id] = _Kept.of(stored, entry)
             self._events[record.operation_id].extend(sealed)
             self._push_writes(stored)
             written.append(stored)
@@ -125,7 +122,7 @@ class MemoryStore(ClaimsByReservation):
     ) -> list[Record]:
         """See :meth:`Store.reserve_due`."""
         with self._lock:
-            records = list(self._records.values())
+            records = [entry.read() for entry in self._records.values()]
             due = sorted(
                 (r for r in records if is_claimable(r, now, label_prefix, gone_owners)),
                 key=lambda r: r.next_poll_at,
@@ -138,7 +135,7 @@ class MemoryStore(ClaimsByReservation):
     ) -> tuple[datetime | None, list[str]]:
         """See :meth:`Store.next_claimable`."""
         with self._lock:
-            records = list(self._records.values())
+            records = [entry.read() for entry in self._records.values()]
         drivable = [
             r
             for r in records
@@ -161,7 +158,7 @@ class MemoryStore(ClaimsByReservation):
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""
         with self._lock:
-            records = list(self._records.values())
+            records = [entry.read() for entry in self._records.values()]
         open_ = [r for r in records if not r.is_finished]
         drivable = [r.next_poll_at for r in open_ if r.phase.value in DRIVABLE_PHASES]
         return len(open_), min(drivable, default=None)
@@ -176,7 +173,7 @@ class MemoryStore(ClaimsByReservation):
     ) -> list[Record]:
         """See :meth:`Store.recent`."""
         with self._lock:
-            records = list(self._records.values())
+            records = [entry.read() for entry in self._records.values()]
         records = [
             r
             for r in records
@@ -188,7 +185,7 @@ class MemoryStore(ClaimsByReservation):
     def heads(self) -> list[tuple[str, int, str]]:
         """See :meth:`Store.heads`."""
         with self._lock:
-            rows = sorted(self._records.items())
+            rows = sorted((op, entry.written) for op, entry in self._records.items())
         return [(operation_id, r.audit_seq, r.audit_head) for operation_id, r in rows]
 
     def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
@@ -327,8 +324,8 @@ class MemoryStore(ClaimsByReservation):
         with self._lock:
             labelled = {
                 operation_id
-                for operation_id, record in self._records.items()
-                if (record.label or "").startswith(label_prefix)
+                for operation_id, entry in self._records.items()
+                if (entry.written.label or "").startswith(label_prefix)
             }
             events = [e for op in labelled for e in self._events.get(op, ())]
         after = sorted(
@@ -340,19 +337,47 @@ class MemoryStore(ClaimsByReservation):
         """Nothing to release."""
 
 
-def _kept(stored: Record, before: Record | None, written: tuple[Part, ...]) -> Record:
-    """*stored* as the store keeps it: every part that is neither *before*'s (the record
-    kept for the version *stored* replaces) nor the one the last write gave for it
-    (*written*) encoded to its stored text and decoded back; the others shared."""
-    kept: list[Part] = []
-    old = before.parts() if before is not None else (None,) * len(PARTS)
-    last = written or (None,) * len(PARTS)
-    for index, (part, (_, kind)) in enumerate(zip(stored.parts(), PARTS, strict=True)):
-        if part is old[index] or part is last[index]:
-            kept.append(old[index] or part)
-            continue
-        text = part.text(dump_json)
-        copy = decode_part(kind, load_object(text))
-        copy.keep_text(text)
-        kept.append(copy)
-    return assemble(kept, stored.version)
+@dataclass(slots=True)
+class _Kept:
+    """One operation as the store keeps it (changed under the store's lock)."""
+
+    written: Record
+    """The record as its last write gave it; each of its parts' stored text computed."""
+    decoded: list[tuple[Part, Part] | None]
+    """Per part: (a written part, its copy decoded from its stored text), the last one
+    a read decoded."""
+    last: Record | None = None
+    """The record the last read built (``None``: none since the last write)."""
+
+    @classmethod
+    def of(cls, stored: Record, before: _Kept | None) -> _Kept:
+        """*stored*, written over *before* (its decoded copies still used for the parts
+        *stored* did not change). Encodes every part not encoded yet.
+
+        Raises:
+            ValueError: a value cannot be stored (not JSON, or nested too deeply).
+        """
+        for part in stored.parts():
+            part.text(dump_json)
+        decoded: list[tuple[Part, Part] | None] = (
+            list(before.decoded) if before is not None else [None] * len(PARTS)
+        )
+        return cls(stored, decoded)
+
+    def read(self) -> Record:
+        """The record as read back: each part decoded from its stored text (once)."""
+        if self.last is not None:
+            return self.last
+        parts: list[Part] = []
+        for index, (part, (_, kind)) in enumerate(zip(self.written.parts(), PARTS, strict=True)):
+            pair = self.decoded[index]
+            if pair is not None and (pair[0] is part or pair[1] is part):
+                parts.append(pair[1])  # written as read: the copy it was decoded to
+                continue
+            text = part.text(dump_json)
+            copy = decode_part(kind, load_object(text))
+            copy.keep_text(text)
+            self.decoded[index] = (part, copy)
+            parts.append(copy)
+        self.last = assemble(parts, self.written.version)
+        return self.last
