@@ -456,9 +456,7 @@ def test_db_upgrade_to_4_repairs_a_postgres_store_schema_3_poisoned(
             psycopg.connect(pg.DSN, autocommit=True) as conn,
             pytest.raises(psycopg.Error, match="unsupported Unicode escape sequence"),
         ):
-            conn.execute(
-                f"SELECT data->>'label' FROM \"{schema}\".operations"
-            )
+            conn.execute(f"SELECT data->>'label' FROM \"{schema}\".operations")
         assert postgres.upgrade(pg.DSN, schema=schema) == [4, 5]
         store = postgres.PostgresStore(pg.DSN, schema=schema, audit_key=key)
         try:

@@ -220,16 +220,13 @@ def test_a_damaged_v4_postgres_record_fails_the_upgrade_and_changes_nothing(
 
     with psycopg.connect(pg.DSN, autocommit=True) as conn:
         conn.execute(
-            f"UPDATE {v4_schema}.operations SET data = '[1]'"
-            " WHERE operation_id = 'op-fetching'"
+            f"UPDATE {v4_schema}.operations SET data = '[1]' WHERE operation_id = 'op-fetching'"
         )
     done = run_cli(tmp_path, "db", "upgrade", "--store", pg.DSN, "--schema", v4_schema)
     assert done.returncode != 0
     assert "'op-fetching' cannot be upgraded" in done.stderr
     assert "Traceback" not in done.stderr
     with psycopg.connect(pg.DSN) as conn:
-        row = conn.execute(
-            f"SELECT max(version) FROM {v4_schema}.schema_migrations"
-        ).fetchone()
+        row = conn.execute(f"SELECT max(version) FROM {v4_schema}.schema_migrations").fetchone()
     assert row is not None
     assert row[0] == 4
