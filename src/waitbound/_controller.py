@@ -43,6 +43,7 @@ from waitbound._options import undone_action
 from waitbound._outcome import Reason
 from waitbound._protocol import IDEMPOTENT_METHODS
 from waitbound._record import Phase, Record, RequestKind
+from waitbound._record_parts import Lease, evolve_part
 from waitbound._schedule import DelaySource
 from waitbound._urls import redact_url, resolve, shown_url
 
@@ -392,12 +393,15 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
         timeout_s = min(timeout_s, lease_s - lease_margin_s(lease_s))
     if kind == "cancel":
         method = record.profile.cancel.method
+    counters = record.counters
     counter = _COUNTERS[kind]
-    reserved = record.evolve(
-        in_flight=kind,
-        lease_owner=owner,
-        lease_expires_at=now + timedelta(seconds=held_s),
-        **{counter: getattr(record, counter) + 1},
+    # The reservation changes two parts: the lease (with the request in flight) and
+    # the counter of its kind; the others are shared, already encoded.
+    reserved = record.with_parts(
+        lease=Lease(
+            in_flight=kind, lease_owner=owner, lease_expires_at=now + timedelta(seconds=held_s)
+        ),
+        counters=evolve_part(counters, {counter: getattr(counters, counter) + 1}),
     )
     late_s = seconds_between(record.next_poll_at, now)
     budget = f" {reserved.requests_used} of {reserved.max_requests}"

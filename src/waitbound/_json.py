@@ -221,6 +221,13 @@ def contains_ambiguous(value: JSON) -> str | None:
     return None
 
 
+_CANONICAL: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+"""The canonical encoder, made once (``json.dumps`` with these options builds one per
+call; the text is the same)."""
+
+
 def canonical_json(value: object) -> str:
     """Encode *value* as compact JSON with sorted keys (stable for hashing).
 
@@ -229,9 +236,7 @@ def canonical_json(value: object) -> str:
             a bug here, since provider values are read by :func:`parse_provider_json`.
     """
     try:
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        return _CANONICAL.encode(value)
     except ValueError as exc:
         raise ValueError(
             f"canonical_json: a non-finite float (NaN or Infinity) is not JSON ({exc})"

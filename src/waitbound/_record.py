@@ -1,344 +1,102 @@
-"""The durable record of one operation, and the policy it was created with.
+"""The durable record of one operation: a small frozen value made of frozen parts.
 
-A record is a frozen value; every change is :meth:`Record.evolve` (what
-``dataclasses.replace`` returns, built faster) and every write
-is checked against ``version`` (compare-and-swap). It is stored as versioned JSON
-(``RECORD_SCHEMA``) holding only allowlisted fields: no raw headers, no secrets.
+A record is ten parts (:mod:`waitbound._record_parts`: ``contract``, ``submission``,
+``counters``, ``schedule``, ``lease``, ``answer``, ``ending``, ``oversight``, ``push``,
+``audit``) and a ``version``. Every change is :meth:`Record.evolve` (flat field names,
+routed to the parts they live in) or :meth:`Record.with_parts` (whole parts); both copy
+only the parts they change, so the others keep their encoding. Every write is checked
+against ``version`` (compare-and-swap). Each flat field (``record.status_requests_used``,
+``record.next_poll_at``, ...) is read from its part. A record is stored as its parts'
+JSON (a store writes only the parts a write changed) or as one flat versioned JSON
+object (:meth:`Record.to_json`, ``RECORD_SCHEMA``) holding only allowlisted fields: no
+raw headers, no secrets.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import math
 import operator
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import FrozenInstanceError, dataclass
 from datetime import datetime
-from enum import StrEnum
-from typing import Final, Literal, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Final, TypedDict, Unpack
 
-from waitbound._audit import GENESIS_HASH
-from waitbound._clock import utc
-from waitbound._contract import Profile, parse_profile
-from waitbound._errors import SchemaVersionError, StoreError, UsageError
-from waitbound._json import JSON, JSONScalar, canonical_json
+from waitbound._contract import Profile
+from waitbound._errors import SchemaVersionError, StoreError
+from waitbound._json import JSON, JSONScalar
 from waitbound._outcome import Outcome, OutcomeKind, Reason
+from waitbound._policy import MAX_COUNT, Policy
 from waitbound._protocol import FinalStateVia, UrlKind
-from waitbound._schedule import (
-    DEFAULT_BACKOFF_GROWTH,
-    DEFAULT_BACKOFF_JITTER_FLOOR,
-    DEFAULT_BASE_DELAY_S,
-    DEFAULT_HINT_JITTER,
-    DEFAULT_HINT_JITTER_MAX_S,
-    DEFAULT_MAX_DELAY_S,
-    DelaySource,
+from waitbound._record_parts import (
+    PARTS,
+    PLACES,
+    RECORD_SCHEMA,
+    Answer,
+    AuditHead,
+    Contract,
+    Counters,
+    Decision,
+    DecisionRequest,
+    Ending,
+    Grants,
+    Lease,
+    Oversight,
+    Part,
+    Phase,
+    Push,
+    RequestKind,
+    Schedule,
+    Submission,
+    decode_value,
+    evolve_part,
 )
+from waitbound._schedule import DelaySource
 from waitbound._urls import origin, origin_only, redact_url
 
 __all__ = [
     "FIELD_NAMES",
     "MAX_COUNT",
     "RECORD_SCHEMA",
+    "Answer",
+    "AuditHead",
+    "Contract",
+    "Counters",
     "Decision",
     "DecisionRequest",
+    "Ending",
     "Grants",
+    "Lease",
+    "Oversight",
     "Phase",
     "Policy",
     "Push",
     "Record",
+    "RecordChanges",
     "RequestKind",
+    "Schedule",
+    "Submission",
+    "assemble",
     "decode_fields",
     "field_json",
     "reported_counts",
 ]
 
-RECORD_SCHEMA: Final = 1
-_P = TypeVar("_P", "Grants", "DecisionRequest", "Decision", "Push")
-RequestKind = Literal["submit", "status", "result", "errors", "cancel"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Policy:
-    """The limits and pacing of one wait. Durations are in seconds.
-
-    Attributes:
-        deadline_s: from creation to the deadline (``deadline_at``).
-        max_requests: requests the operation may send in total: submit attempts,
-            status requests, result and errors pages and cancels all spend it.
-        max_transport_failures: 5xx answers, timeouts and connection errors tolerated;
-            one more escalates ``provider_failure``.
-        max_rate_limited: throttled answers (429, a throttling body) tolerated; one
-            more escalates ``rate_limited``.
-        base_delay_s: backoff base; ``max_delay_s``: backoff cap.
-        backoff_growth: each backoff step is this many times the last (from 1, a fixed
-            interval, to 10): ``raw = min(max_delay_s, base_delay_s * growth**attempt)``.
-        backoff_jitter_floor: the backoff is drawn uniformly from
-            ``[backoff_jitter_floor * raw, raw]`` (a fraction from 0 to 1; 1 is no jitter).
-        min_delay_s: the floor for every delay (more than 0); ``None`` means
-            ``min(1, base_delay_s)``. A provider hint below it is not a minimum: local
-            backoff applies.
-        not_found_grace_s: how long a 404 or 410 is read as "not visible yet" before
-            the job was ever seen (a 2xx body without a state stops at once).
-        request_timeout_s: the timeout of one request (never more than the time left).
-        confirm_window_s: how long a success without its required fields is re-checked.
-        confirm_max_requests: how many more status requests that re-check may send.
-        hint_jitter: the upward jitter added to provider hints (a fraction, 0.1 = 10 %).
-        hint_jitter_max_s: that jitter is also at most this many seconds: a hint ``h``
-            (at or above the floor) is waited
-            ``h + uniform(0, min(h * hint_jitter, hint_jitter_max_s))``. Spreading a
-            fleet told the same hint is the worker's per-origin pacing, not every
-            operation's lag.
-        lease_s: how long a worker's lease outlives the request it holds it for.
-        business_deadline_s: from creation to the business deadline, after which the
-            result would no longer be useful (``None``: none); waiting stops there with
-            reason ``business_deadline_exceeded`` even when ``deadline_s`` is later.
-        max_extensions: how many grants (``extend``, ``treat_as_pending``, ``cancel``,
-            ``fetch_result_again``) people's decisions may give one operation.
-        max_extension_s: the longest one grant may extend the deadline by; ``None``
-            means ``deadline_s``.
-        decision_timeout_s: how long an open decision request waits for a person before
-            it is closed as ``decision_timeout``.
-        backup_factor: when webhooks are expected (``Record.push.webhook``), local
-            backoff's base and cap are multiplied by this: polling becomes the backup
-            that still finds endings no webhook announces (at least 1).
-
-    Raises:
-        UsageError: a value out of range (durations must be finite and positive, at most
-            a year; counts whole and at most :data:`MAX_COUNT`).
-    """
-
-    deadline_s: float = 600.0
-    max_requests: int = 30
-    max_transport_failures: int = 3
-    max_rate_limited: int = 5
-    base_delay_s: float = DEFAULT_BASE_DELAY_S
-    max_delay_s: float = DEFAULT_MAX_DELAY_S
-    backoff_growth: float = DEFAULT_BACKOFF_GROWTH
-    backoff_jitter_floor: float = DEFAULT_BACKOFF_JITTER_FLOOR
-    min_delay_s: float | None = None
-    not_found_grace_s: float = 30.0
-    request_timeout_s: float = 30.0
-    confirm_window_s: float = 5.0
-    confirm_max_requests: int = 2
-    hint_jitter: float = DEFAULT_HINT_JITTER
-    hint_jitter_max_s: float = DEFAULT_HINT_JITTER_MAX_S
-    lease_s: float = 10.0
-    business_deadline_s: float | None = None
-    max_extensions: int = 3
-    max_extension_s: float | None = None
-    decision_timeout_s: float = 7 * 24 * 3600.0
-    backup_factor: float = 4.0
-
-    def __post_init__(self) -> None:
-        for name in (
-            "deadline_s",
-            "base_delay_s",
-            "max_delay_s",
-            "request_timeout_s",
-            "lease_s",
-            "decision_timeout_s",
-        ):
-            _check_number(name, getattr(self, name), positive=True)
-        for name in ("business_deadline_s", "max_extension_s"):
-            if getattr(self, name) is not None:
-                _check_number(name, getattr(self, name), positive=True)
-        for name in ("not_found_grace_s", "confirm_window_s", "hint_jitter", "hint_jitter_max_s"):
-            _check_number(name, getattr(self, name), positive=False)
-        if self.min_delay_s is not None:  # a zero floor would allow a tight loop
-            _check_number("min_delay_s", self.min_delay_s, positive=True)
-            if self.min_delay_s > self.max_delay_s:
-                raise UsageError(
-                    f"min_delay_s ({self.min_delay_s:g}) is above max_delay_s "
-                    f"({self.max_delay_s:g}); the floor must not exceed the cap"
-                )
-        for name in ("max_requests",):
-            _check_int(name, getattr(self, name), minimum=1)
-        for name in (
-            "max_transport_failures",
-            "max_rate_limited",
-            "confirm_max_requests",
-            "max_extensions",
-        ):
-            _check_int(name, getattr(self, name), minimum=0)
-        _check_ratio("backoff_growth", self.backoff_growth, 1.0, 10.0)
-        _check_ratio("backoff_jitter_floor", self.backoff_jitter_floor, 0.0, 1.0)
-        if not (isinstance(self.backup_factor, int | float) and 1 <= self.backup_factor <= 100):
-            raise UsageError(
-                f"backup_factor must be a number from 1 to 100, got {self.backup_factor!r}"
-            )
-        if self.max_delay_s < self.base_delay_s:
-            raise UsageError(
-                f"max_delay_s ({self.max_delay_s:g}) is below base_delay_s "
-                f"({self.base_delay_s:g}); raise the cap or lower the base"
-            )
-
-    @property
-    def floor_s(self) -> float:
-        """The smallest delay ever scheduled, in seconds."""
-        return self.min_delay_s if self.min_delay_s is not None else min(1.0, self.base_delay_s)
-
-    @property
-    def extension_ceiling_s(self) -> float:
-        """The longest one grant may extend the deadline by, in seconds."""
-        return self.max_extension_s if self.max_extension_s is not None else self.deadline_s
-
-
-@functools.lru_cache(maxsize=64)
-def _policy_json(policy: Policy) -> dict[str, JSON]:
-    """A policy as stored (the same few policies are written again and again; the
-    callers only read the dict)."""
-    return asdict(policy)
-
-
-@functools.lru_cache(maxsize=64)
-def _profile(name: str, table: str) -> Profile:
-    """A stored profile, parsed and validated once per distinct table (a profile is
-    immutable, so records may share it)."""
-    return parse_profile(json.loads(table), name=name)
-
-
-MAX_COUNT: Final = 100_000
-"""No budget may exceed this many requests or answers (a larger one is a typo, not a plan)."""
-
-MAX_DURATION_S: Final = 366 * 24 * 3600.0
-"""No duration may exceed a year (a deadline further away is a scheduling job, not a wait)."""
-
-
-def _check_number(name: str, value: object, *, positive: bool) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (positive and value == 0):  # type: ignore[operator]
-        need = "a positive" if positive else "a non-negative"
-        raise UsageError(f"{name} must be {need} number of seconds, got {value!r}")
-    if name.endswith("_s") and value > MAX_DURATION_S:  # type: ignore[operator]
-        raise UsageError(f"{name} must be at most a year ({MAX_DURATION_S:g} s), got {value!r}")
-
-
-def _check_ratio(name: str, value: object, low: float, high: float) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not low <= value <= high:  # type: ignore[operator]
-        raise UsageError(f"{name} must be a number from {low:g} to {high:g}, got {value!r}")
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise UsageError(f"{name} must be a whole number >= {minimum}, got {value!r}")
-    if value > MAX_COUNT:
-        raise UsageError(f"{name} must be at most {MAX_COUNT}, got {value!r}")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Grants:
-    """What people's decisions added to the policy's limits (never a reset: the
-    counters keep counting, the limits grow by these).
-
-    Attributes:
-        requests, transport_failures, rate_limited: added to ``max_requests``,
-            ``max_transport_failures`` and ``max_rate_limited``.
-        extensions: how many grants were made (bounded by ``policy.max_extensions``).
-        pending_states: provider states a person said to read as pending for this
-            operation only (``treat_as_pending``).
-    """
-
-    requests: int = 0
-    transport_failures: int = 0
-    rate_limited: int = 0
-    extensions: int = 0
-    pending_states: tuple[JSONScalar, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DecisionRequest:
-    """A decision a person is asked for: an escalation, a timeout, or an agent's request.
-
-    Attributes:
-        opened_at: when it was opened.
-        due_at: when it is closed as ``decision_timeout`` if nobody answers.
-        requested_by: ``waitbound`` (the operation stopped) or who asked (an agent's
-            label, e.g. ``agent:mcp:transcode``).
-        minutes, checks, why: an agent's proposed extension and its reason (``None``
-            for an escalation).
-        options: the options open when it was opened (checked again at the decision).
-    """
-
-    opened_at: datetime
-    due_at: datetime
-    options: tuple[str, ...] = ()
-    requested_by: str = "waitbound"
-    minutes: float | None = None
-    checks: int | None = None
-    why: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Decision:
-    """One decision a person made, as recorded (also an audit event ``decided``).
-
-    Attributes:
-        option: what was decided (``extend``, ``cancel``, ``abandon``, …, or
-            ``decision_timeout`` when nobody decided in time).
-        by: who decided; ``why``: their reason; ``at``: when.
-        detail: what the decision changed: the limits before and after, the grant, the
-            new profile's version, the credential label, the evidence (never a secret).
-    """
-
-    option: str
-    by: str
-    why: str
-    at: datetime
-    detail: dict[str, JSON] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Push:
-    """The push path of one operation: webhooks expected in, a completion sent out.
-
-    Attributes:
-        webhook: the receiver (a ``[webhooks.NAME]`` of ``waitbound serve``) whose
-            deliveries about this job are expected; polling then slows to the backup
-            schedule (``policy.backup_factor``). ``None``: polling only.
-        notify_url: where a signed completion webhook is sent when the operation
-            finishes (``None``: none).
-        callback: an ``on_complete`` callable is to be called when it finishes (the
-            process that waits, or a worker given one, delivers it).
-        deliveries: webhook deliveries applied to this operation so far.
-        last_delivery_at: when the last one was applied.
-    """
-
-    webhook: str | None = None
-    notify_url: str | None = None
-    callback: bool = False
-    deliveries: int = 0
-    last_delivery_at: datetime | None = None
-
-    @property
-    def notifies(self) -> bool:
-        """Whether a completion is delivered anywhere."""
-        return self.notify_url is not None or self.callback
-
-
-class Phase(StrEnum):
-    """Where an operation is in its life."""
-
-    SUBMITTING = "submitting"
-    """The job request is recorded; its receipt is not (yet)."""
-    WAITING = "waiting"
-    """Polling the status endpoint."""
-    FETCHING_RESULT = "fetching_result"
-    """Terminal success seen; fetching the result endpoint (once)."""
-    FETCHING_ERRORS = "fetching_errors"
-    """Completed with errors; fetching the first page of the errors (once)."""
-    DONE = "done"
-    """An outcome is recorded; nothing more is sent."""
-
-
 _UNFETCHED: Final = {Phase.FETCHING_RESULT: "result", Phase.FETCHING_ERRORS: "errors page"}
 """The piece an operation fetches after the provider's terminal answer, by phase."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Record:
     """Our durable record of waiting on one job. Instants are aware UTC.
+
+    Made of parts (each a frozen value, see :mod:`waitbound._record_parts`):
+    ``contract`` (what it was created with), ``submission`` (where the job is),
+    ``counters`` (budgets spent), ``schedule`` (deadline, next poll), ``lease`` (who
+    holds it, the request in flight), ``answer`` (the last answer), ``ending`` (phase,
+    outcome, result), ``oversight`` (grants, decisions, cancel requests), ``push``
+    (webhooks in, completion out) and ``audit`` (the chain's head), plus ``version``.
+    Every field of every part is also readable by its own name on the record
+    (``record.next_poll_at`` is ``record.schedule.next_poll_at``), and
+    ``Record(**fields)`` takes those flat names (or whole parts).
 
     ``in_flight`` names a request that was reserved (counted and persisted) but
     whose answer is not recorded yet; after a crash it stays counted.
@@ -359,101 +117,181 @@ class Record:
     ``audit_seq`` and ``audit_head`` name the last event of the audit chain;
     ``audit_mac`` is the HMAC of that head under the audit key kept outside the store
     (``None``: written without a key). See ``docs/audit.md``.
+
+    Raises:
+        TypeError: ``Record(...)`` given a name that is neither a field nor a part, or
+            without a required field (``operation_id``, ``profile``, ``policy``,
+            ``status_url``, ``created_at``, ``deadline_at``, ``next_poll_at``).
     """
 
-    operation_id: str
-    profile: Profile
-    policy: Policy
-    status_url: str | None
-    created_at: datetime
-    deadline_at: datetime
-    next_poll_at: datetime
-    business_deadline_at: datetime | None = None
-    caller_url: str | None = None
-    poll_kind: UrlKind = UrlKind.STATUS
-    poll_header: str | None = None
-    location_url: str | None = None
-    final_state_via: FinalStateVia | None = None
-    result_url: str | None = None
-    cancel_url: str | None = None
-    errors_url: str | None = None
-    job_id: str | None = None
-    label: str | None = None
-    submit_method: str | None = None
-    submit_url: str | None = None
-    submit_fingerprint: str | None = None
-    idempotency_key: str | None = None
-    submit_attempts: int = 0
-    max_submit_attempts: int = 1
-    phase: Phase = Phase.WAITING
-    outcome: OutcomeKind | None = None
-    reason: Reason | None = None
-    settled_outcome: OutcomeKind | None = None
-    provider_state: JSONScalar = None
-    progress: JSON = None
-    last_http_status: int | None = None
-    last_request_id: str | None = None
-    last_observed_at: datetime | None = None
-    job_seen_at: datetime | None = None
-    delay_source: DelaySource | None = None
-    attempt: int = 0
-    status_requests_used: int = 0
-    transport_failures_used: int = 0
-    rate_limited_used: int = 0
-    result_requests_used: int = 0
-    success_seen_at: datetime | None = None
-    confirm_requests_used: int = 0
-    in_flight: RequestKind | None = None
-    trusted_origins: tuple[str, ...] = ()
-    cancelable: bool | None = None
-    cancel_on_deadline: bool = False
-    cancel_due: bool = False
-    cancel_requests_used: int = 0
-    cancel_requested_at: datetime | None = None
-    cancel_requested_by: str | None = None
-    cancel_reason: str | None = None
-    result: JSON = None
-    error: JSON = None
-    counts: dict[str, JSON] | None = None
-    usage: JSON = None
-    errors: JSON = None
-    finished_at: datetime | None = None
-    result_fetched_at: datetime | None = None
-    lease_owner: str | None = None
-    lease_expires_at: datetime | None = None
-    stopped_phase: Phase | None = None
-    grants: Grants = Grants()
-    push: Push = Push()
-    decision_request: DecisionRequest | None = None
-    decisions: tuple[Decision, ...] = ()
-    decided_by: str | None = None
-    credential_label: str | None = None
-    audit_seq: int = 0
-    audit_head: str = GENESIS_HASH
-    audit_mac: str | None = None
-    version: int = 0
+    contract: Contract
+    submission: Submission
+    counters: Counters
+    schedule: Schedule
+    lease: Lease
+    answer: Answer
+    ending: Ending
+    oversight: Oversight
+    push: Push
+    audit: AuditHead
+    version: int
+
+    if TYPE_CHECKING:  # the flat fields, read from the parts (see PLACES)
+        operation_id: str
+        profile: Profile
+        policy: Policy
+        status_url: str | None
+        created_at: datetime
+        deadline_at: datetime
+        next_poll_at: datetime
+        business_deadline_at: datetime | None
+        caller_url: str | None
+        poll_kind: UrlKind
+        poll_header: str | None
+        location_url: str | None
+        final_state_via: FinalStateVia | None
+        result_url: str | None
+        cancel_url: str | None
+        errors_url: str | None
+        job_id: str | None
+        label: str | None
+        submit_method: str | None
+        submit_url: str | None
+        submit_fingerprint: str | None
+        idempotency_key: str | None
+        submit_attempts: int
+        max_submit_attempts: int
+        phase: Phase
+        outcome: OutcomeKind | None
+        reason: Reason | None
+        settled_outcome: OutcomeKind | None
+        provider_state: JSONScalar
+        progress: JSON
+        last_http_status: int | None
+        last_request_id: str | None
+        last_observed_at: datetime | None
+        job_seen_at: datetime | None
+        delay_source: DelaySource | None
+        attempt: int
+        status_requests_used: int
+        transport_failures_used: int
+        rate_limited_used: int
+        result_requests_used: int
+        success_seen_at: datetime | None
+        confirm_requests_used: int
+        in_flight: RequestKind | None
+        trusted_origins: tuple[str, ...]
+        cancelable: bool | None
+        cancel_on_deadline: bool
+        cancel_due: bool
+        cancel_requests_used: int
+        cancel_requested_at: datetime | None
+        cancel_requested_by: str | None
+        cancel_reason: str | None
+        result: JSON
+        error: JSON
+        counts: dict[str, JSON] | None
+        usage: JSON
+        errors: JSON
+        finished_at: datetime | None
+        result_fetched_at: datetime | None
+        lease_owner: str | None
+        lease_expires_at: datetime | None
+        stopped_phase: Phase | None
+        grants: Grants
+        decision_request: DecisionRequest | None
+        decisions: tuple[Decision, ...]
+        decided_by: str | None
+        credential_label: str | None
+        audit_seq: int
+        audit_head: str
+        audit_mac: str | None
+
+    def __init__(self, **values: Unpack[RecordFields]) -> None:
+        given: dict[int, object] = {}
+        grouped: dict[int, dict[str, object]] = {}
+        version: object = 0
+        for name, value in values.items():
+            place = _EVERY_PLACE.get(name)
+            if place is None:
+                raise TypeError(f"Record.__init__() got an unexpected keyword argument {name!r}")
+            index, field_name = place
+            if index == _VERSION:
+                version = value
+            elif field_name is None:
+                given[index] = value
+            else:
+                grouped.setdefault(index, {})[field_name] = value
+        for index, (attr, kind) in enumerate(PARTS):
+            changes = grouped.get(index)
+            if index in given:
+                part = given[index]
+                if changes:
+                    part = evolve_part(part, changes)  # type: ignore[type-var]
+            else:
+                part = kind(**changes) if changes else _DEFAULT_PARTS.get(attr) or kind()
+            object.__setattr__(self, attr, part)
+        object.__setattr__(self, "version", version)
 
     def evolve(self, **changes: Unpack[RecordChanges]) -> Record:
-        """A copy of this record with *changes* (field name → new value) applied.
+        """A copy of this record with *changes* (flat field name → new value) applied,
+        each routed to the part it lives in: only the parts touched are copied (the
+        others, and their kept encodings, are shared).
 
-        Equal to ``dataclasses.replace(self, **changes)``, but built by setting each
-        slot directly instead of running the generated frozen ``__init__`` (a step copies
-        its record several times; this takes about 40 % of the time). ``Record`` has no
-        ``__post_init__``, so nothing is skipped.
+        Equal to ``dataclasses.replace(self, **changes)``, built by setting slots
+        directly instead of running the frozen ``__init__`` (neither ``Record`` nor its
+        parts has a ``__post_init__``, so nothing is skipped).
 
         Raises:
             TypeError: a name in *changes* is not a field of :class:`Record` (the same
                 message ``dataclasses.replace`` gives).
         """
-        if not _FIELD_SET.issuperset(changes):
-            unknown = next(name for name in changes if name not in _FIELD_SET)
-            raise TypeError(f"Record.__init__() got an unexpected keyword argument {unknown!r}")
-        copy = object.__new__(Record)
-        for put, value in zip(_PUTS, _VALUES(self), strict=True):
-            put(copy, value)
+        parts = list(_PARTS_OF(self))
+        version = self.version
+        grouped: dict[int, dict[str, object]] = {}
         for name, value in changes.items():
-            _SLOTS[name].__set__(copy, value)
-        return copy
+            place = PLACES.get(name)
+            if place is None:
+                if name == "version":
+                    version = value  # type: ignore[assignment]
+                    continue
+                raise TypeError(f"Record.__init__() got an unexpected keyword argument {name!r}")
+            index, field_name = place
+            if field_name is None:
+                parts[index] = value
+            else:
+                found = grouped.get(index)
+                if found is None:
+                    grouped[index] = {field_name: value}
+                else:
+                    found[field_name] = value
+        for index, fields in grouped.items():
+            parts[index] = evolve_part(parts[index], fields)
+        return assemble(parts, version)
+
+    def with_parts(self, **parts: Unpack[PartChanges]) -> Record:
+        """A copy of this record with whole parts replaced (part name → new part), and
+        ``version`` when given; the other parts are shared.
+
+        Raises:
+            TypeError: a name is not a part (nor ``version``).
+        """
+        found = list(_PARTS_OF(self))
+        version = self.version
+        for name, value in parts.items():
+            index = _PART_INDEX.get(name)
+            if index is None:
+                if name != "version":
+                    raise TypeError(f"Record.with_parts() got an unexpected part {name!r}")
+                version = value  # type: ignore[assignment]
+            else:
+                found[index] = value
+        return assemble(found, version)
+
+    def parts(self) -> tuple[Part, ...]:
+        """The record's parts, in the order of :data:`~waitbound._record_parts.PARTS`."""
+        found: tuple[Part, ...] = _PARTS_OF(self)
+        return found
 
     @property
     def requests_used(self) -> int:
@@ -583,10 +421,18 @@ class Record:
         return redact_url(self.result_url)
 
     def to_json(self) -> dict[str, JSON]:
-        """Encode the record as versioned JSON (``schema`` = :data:`RECORD_SCHEMA`)."""
+        """Encode the record as versioned JSON (``schema`` = :data:`RECORD_SCHEMA`): one
+        flat object, every field of :data:`FIELD_NAMES` by name, each part's values as
+        its (kept) encoding holds them. Nested values are shared with the parts' kept
+        encodings: read them, do not change them."""
+        merged: dict[str, JSON] = {}
+        for part in _PARTS_OF(self):
+            merged.update(part.stored())
+        merged["push"] = dict(self.push.stored())
+        merged["version"] = self.version
         data: dict[str, JSON] = {"schema": RECORD_SCHEMA}
         for name in FIELD_NAMES:
-            data[name] = field_json(self, name)
+            data[name] = merged[name]
         return data
 
     def shown_json(self) -> dict[str, JSON]:
@@ -622,20 +468,70 @@ class Record:
         return cls(**decode_fields(data, FIELD_NAMES))  # type: ignore[arg-type]
 
 
-FIELD_NAMES: Final[tuple[str, ...]] = tuple(item.name for item in fields(Record))
-"""Every field of :class:`Record`, in declaration order."""
+_PARTS_OF: Final = operator.attrgetter(*(attr for attr, _ in PARTS))
+"""A record's parts, in :data:`~waitbound._record_parts.PARTS` order, as one tuple."""
+_PART_INDEX: Final = {attr: index for index, (attr, _) in enumerate(PARTS)}
+_VERSION: Final = -1
+_EVERY_PLACE: Final[dict[str, tuple[int, str | None]]] = {
+    **PLACES,
+    **{attr: (index, None) for attr, index in _PART_INDEX.items()},
+    "version": (_VERSION, None),
+}
+"""What ``Record(...)`` takes: each flat field's place, each part, and ``version``."""
+_DEFAULT_PARTS: Final[dict[str, Part]] = {
+    "counters": Counters(),
+    "lease": Lease(),
+    "answer": Answer(),
+    "ending": Ending(),
+    "oversight": Oversight(),
+    "push": Push(),
+    "audit": AuditHead(),
+}
+"""The parts a new record starts with when it names none of their fields (shared: a
+part is frozen, and its encoding is computed once for every record that holds it)."""
 
-_FIELD_SET: Final = frozenset(FIELD_NAMES)
-_SLOTS: Final = {name: getattr(Record, name) for name in FIELD_NAMES}
-"""Each field's slot (member descriptor); its ``__set__`` bypasses the frozen guard."""
-_PUTS: Final = tuple(_SLOTS[name].__set__ for name in FIELD_NAMES)
-_VALUES: Final = operator.attrgetter(*FIELD_NAMES)
-"""Every field's value of a record, in declaration order, as one tuple."""
+_SLOT_PUTS: Final = tuple(
+    Record.__dict__[attr].__set__ for attr in (*(attr for attr, _ in PARTS), "version")
+)
+
+
+def assemble(parts: Sequence[Part], version: int) -> Record:
+    """A record of *parts* (one of each kind, in
+    :data:`~waitbound._record_parts.PARTS` order) and *version*, without ``__init__``
+    (what a store builds from the parts it read)."""
+    record = object.__new__(Record)
+    for put, value in zip(_SLOT_PUTS, (*parts, version), strict=True):
+        put(record, value)
+    return record
+
+
+def _frozen(self: Record, name: str, value: object = None) -> None:
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+# A frozen slotted dataclass's own guard fails with a TypeError for a name that is not a
+# field (CPython's ``super(cls, self)`` names the class before ``slots`` rebuilt it); a
+# flat field is a property, not a field, so the record keeps its own guard.
+Record.__setattr__ = _frozen  # type: ignore[method-assign,assignment]
+Record.__delattr__ = _frozen  # type: ignore[method-assign,assignment]
+
+for _name, (_index, _field) in PLACES.items():
+    if _field is not None:
+        setattr(
+            Record,
+            _name,
+            property(
+                operator.attrgetter(f"{PARTS[_index][0]}.{_field}"),
+                doc=f"``{PARTS[_index][0]}.{_field}`` (see :class:`Record`).",
+            ),
+        )
+del _name, _index, _field
 
 
 class RecordChanges(TypedDict, total=False):
-    """The fields :meth:`Record.evolve` may change, each with its type (one key per
-    field of :class:`Record`, in the same order; a test keeps the two the same)."""
+    """The flat fields :meth:`Record.evolve` may change, each with its type: every
+    field of every part by its own name, ``push`` (the whole part) and ``version``, in
+    the order of :data:`FIELD_NAMES` (a test keeps these and the parts the same)."""
 
     operation_id: str
     profile: Profile
@@ -710,6 +606,41 @@ class RecordChanges(TypedDict, total=False):
     version: int
 
 
+class PartChanges(TypedDict, total=False):
+    """What :meth:`Record.with_parts` may replace: each part, and ``version``."""
+
+    contract: Contract
+    submission: Submission
+    counters: Counters
+    schedule: Schedule
+    lease: Lease
+    answer: Answer
+    ending: Ending
+    oversight: Oversight
+    push: Push
+    audit: AuditHead
+    version: int
+
+
+class RecordFields(RecordChanges, total=False):
+    """What ``Record(...)`` takes: the flat fields of :class:`RecordChanges` and whole
+    parts (a part given with some of its fields: the fields win)."""
+
+    contract: Contract
+    submission: Submission
+    counters: Counters
+    schedule: Schedule
+    lease: Lease
+    answer: Answer
+    ending: Ending
+    oversight: Oversight
+    audit: AuditHead
+
+
+FIELD_NAMES: Final[tuple[str, ...]] = tuple(RecordChanges.__annotations__)
+"""Every flat field of :class:`Record` (the stored JSON's keys, after ``schema``)."""
+
+
 _URL_FIELDS: Final = (
     "status_url",
     "caller_url",
@@ -722,105 +653,25 @@ _URL_FIELDS: Final = (
 
 
 def field_json(record: Record, name: str) -> JSON:
-    """The stored JSON of one field of *record* (as :meth:`Record.to_json` writes it)."""
-    value = getattr(record, name)
-    if name == "profile":
-        return {"name": value.name, "table": dict(value.source)}
-    if name == "policy":
-        return _policy_json(value)
-    if name == "decisions":
-        return [_part_json(decision) for decision in value]
-    return _part_json(value)
+    """The stored JSON of one flat field of *record* (as :meth:`Record.to_json` writes
+    it), read from its part's kept encoding (shared: do not change it)."""
+    if name == "version":
+        return record.version
+    index, field_name = PLACES[name]
+    part: Part = getattr(record, PARTS[index][0])
+    stored = part.stored()
+    return stored if field_name is None else stored[field_name]
 
 
-def decode_fields(data: dict[str, JSON], names: tuple[str, ...]) -> dict[str, object]:
-    """The typed values of the fields *names* found in *data* (stored JSON), ready for
-    ``Record(**values)``; a field absent from *data* is left out (its default applies).
+def decode_fields(data: Mapping[str, JSON], names: tuple[str, ...]) -> dict[str, object]:
+    """The typed values of the flat fields *names* found in *data* (stored JSON), ready
+    for ``Record(**values)``; a field absent from *data* is left out (its default
+    applies).
 
     Raises:
         ValueError, KeyError, TypeError, AssertionError: a stored value is damaged.
     """
-    values: dict[str, object] = {}
-    for name in names:
-        if name in data:
-            values[name] = _DECODERS.get(name, _same)(data[name])
-    return values
-
-
-def _same(raw: JSON) -> object:
-    return raw
-
-
-def _instant(raw: JSON) -> datetime | None:
-    return None if raw is None else utc(datetime.fromisoformat(str(raw)))
-
-
-def _stored_profile(raw: JSON) -> Profile:
-    assert isinstance(raw, dict)
-    return _profile(str(raw["name"]), canonical_json(raw["table"]))
-
-
-def _stored_policy(raw: JSON) -> Policy:
-    assert isinstance(raw, dict)
-    return Policy(**raw)  # type: ignore[arg-type]
-
-
-def _optional(kind: Callable[[str], object]) -> Callable[[JSON], object]:
-    def decode(raw: JSON) -> object:
-        return kind(str(raw)) if raw else None
-
-    return decode
-
-
-_DECODERS: Final[dict[str, Callable[[JSON], object]]] = {
-    "profile": _stored_profile,
-    "policy": _stored_policy,
-    "grants": lambda raw: _part(Grants, raw) if isinstance(raw, dict) else Grants(),
-    "push": lambda raw: _part(Push, raw) if isinstance(raw, dict) else Push(),
-    "decision_request": lambda raw: _part(DecisionRequest, raw) if isinstance(raw, dict) else raw,
-    "decisions": lambda raw: (
-        tuple(_part(Decision, d) for d in raw if isinstance(d, dict))
-        if isinstance(raw, list)
-        else raw
-    ),
-    "phase": lambda raw: Phase(str(raw)),
-    "stopped_phase": _optional(Phase),
-    "outcome": _optional(OutcomeKind),
-    "reason": _optional(Reason),
-    "settled_outcome": _optional(OutcomeKind),
-    "delay_source": _optional(DelaySource),
-    "poll_kind": lambda raw: UrlKind(str(raw)),
-    "final_state_via": _optional(FinalStateVia),
-    "trusted_origins": lambda raw: tuple(raw) if isinstance(raw, list | tuple) else raw,
-    **{name: _instant for name in FIELD_NAMES if name.endswith("_at")},
-}
-"""How each stored field becomes its typed value (others are stored as they are)."""
-
-
-def _part_json(value: object) -> JSON:
-    """A record value as stored: parts as objects, instants as RFC 3339, tuples as lists."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Grants | DecisionRequest | Decision | Push):
-        return {item.name: _part_json(getattr(value, item.name)) for item in fields(value)}
-    if isinstance(value, tuple):
-        return [_part_json(item) for item in value]
-    return value  # type: ignore[return-value]
-
-
-def _part(kind: type[_P], raw: dict[str, JSON]) -> _P:
-    """Decode a part written by :func:`_part_json` (unknown keys ignored)."""
-    values: dict[str, object] = {}
-    for item in fields(kind):
-        if item.name not in raw:
-            continue
-        value: object = raw[item.name]
-        if value is not None and (item.name == "at" or item.name.endswith("_at")):
-            value = utc(datetime.fromisoformat(str(value)))
-        elif isinstance(value, list):
-            value = tuple(value)
-        values[item.name] = value
-    return kind(**values)  # type: ignore[arg-type]
+    return {name: decode_value(name, data[name]) for name in names if name in data}
 
 
 def reported_counts(counts: Mapping[str, JSON] | None) -> dict[str, JSON] | None:

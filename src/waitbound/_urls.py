@@ -146,6 +146,7 @@ def same_url(url: str | None, other: str | None) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=1024)
 def origin(url: str) -> tuple[str, str | None, int | None]:
     """The origin (scheme, host, port) of an http(s) URL, as httpx sees it (memoized:
     every request asks it of the same few URLs).

@@ -570,11 +570,12 @@ def test_file_with_schema_version_but_no_tables_is_a_store_error(tmp_path: Path)
     assert_one_line_store_error(caught.value)
 
 
-def test_record_row_with_only_a_schema_number_is_a_store_error(tmp_path: Path) -> None:
-    """A record whose data is {"schema": 1} raises a one-line StoreError on get."""
+def test_record_row_with_an_empty_contract_part_is_a_store_error(tmp_path: Path) -> None:
+    """A record whose contract part is {} (no id, profile, policy or creation time)
+    raises a one-line StoreError on get."""
     path = tmp_path / "store.db"
     operation_id = finished_in(path)
-    raw_sql(path, """UPDATE operations SET data = '{"schema": 1}'""")
+    raw_sql(path, """UPDATE operations SET contract = '{}'""")
     store = SQLiteStore(path)
     try:
         with pytest.raises(StoreError) as caught:

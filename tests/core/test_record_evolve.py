@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from waitbound import Policy, Record, parse_profile
 from waitbound._record import FIELD_NAMES, RecordChanges
+from waitbound._record_parts import PARTS, Push
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 RECORD = Record(
@@ -94,6 +95,22 @@ def test_record_has_no_post_init_for_evolve_to_skip() -> None:
 
 
 def test_record_changes_names_every_field_with_its_type() -> None:
+    """RecordChanges names every flat field of the record, in FIELD_NAMES order: every
+    field of every part (with the type its part declares), ``push`` (a whole part) and
+    ``version``; no name twice, none left out."""
     assert tuple(RecordChanges.__annotations__) == FIELD_NAMES
-    assert get_type_hints(RecordChanges) == get_type_hints(Record)
+    want: dict[str, object] = {"version": int}
+    for attr, kind in PARTS:
+        if attr == "push":
+            want["push"] = Push
+            continue
+        hints = get_type_hints(kind)
+        for item in dataclasses.fields(kind):  # type: ignore[arg-type]
+            assert item.name not in want, item.name
+            want[item.name] = hints[item.name]
+    assert get_type_hints(RecordChanges) == want
     assert RecordChanges.__required_keys__ == frozenset()
+    assert get_type_hints(Record) == {
+        **dict(PARTS),
+        "version": int,
+    }

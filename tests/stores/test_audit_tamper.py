@@ -31,7 +31,8 @@ from tests.stores import pg
 from waitbound import AuditProblem, Operation, Policy, SQLiteStore, Store, parse_profile
 from waitbound._audit import GENESIS_HASH, StoredAuditEvent, seal
 from waitbound._clock import utc
-from waitbound.stores._rows import HOT_COLUMNS
+from waitbound._record_parts import PARTS, PLACES
+from waitbound.stores._rows import QUERY_COLUMNS
 
 KEY = b"an audit key of 32 bytes, or so!"
 URL = "http://provider.test/status"
@@ -71,27 +72,26 @@ class Target:
         finally:
             store.close()
 
-    def record_json(self, operation_id: str = "op-a") -> dict[str, Any]:
+    def part_json(self, column: str, operation_id: str = "op-a") -> dict[str, Any]:
         [(text,)] = self.execute(
-            "SELECT data FROM operations WHERE operation_id = ?", (operation_id,)
+            f"SELECT {column} FROM operations WHERE operation_id = ?", (operation_id,)
         )
         data: dict[str, Any] = json.loads(text) if isinstance(text, str) else text
         return data
 
     def set_record(self, changes: dict[str, Any], operation_id: str = "op-a") -> None:
-        """Rewrite fields of the stored record as a tamperer would: a hot field in its
-        column (schema 3), any other in the record's JSON."""
+        """Rewrite fields of the stored record as a tamperer would: each in the JSON of
+        the part holding it (schema 5), and in its typed query column when it has one."""
         for name, value in changes.items():
-            if name in HOT_COLUMNS:
+            if name in QUERY_COLUMNS:
                 self.execute(
                     f"UPDATE operations SET {name} = ? WHERE operation_id = ?",
                     (value, operation_id),
                 )
-        cold = {name: value for name, value in changes.items() if name not in HOT_COLUMNS}
-        if cold:
-            data = self.record_json(operation_id) | cold
+            column = PARTS[PLACES[name][0]][0]
+            data = self.part_json(column, operation_id) | {name: value}
             self.execute(
-                "UPDATE operations SET data = ? WHERE operation_id = ?",
+                f"UPDATE operations SET {column} = ? WHERE operation_id = ?",
                 (json.dumps(data), operation_id),
             )
 

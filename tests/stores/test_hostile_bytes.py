@@ -287,14 +287,15 @@ def test_a_damaged_row_is_left_out_of_listings_and_reported_by_verify(
         db = sqlite3.connect(path)
         with db:
             db.execute(
-                "UPDATE operations SET phase = 'no-such-phase' WHERE operation_id = ?",
+                """UPDATE operations SET ending = '{"phase": "no-such-phase"}'"""
+                " WHERE operation_id = ?",
                 ("op-damaged",),
             )
         db.close()
     else:
         schema = store.schema  # type: ignore[attr-defined]
         pg.execute(
-            f"UPDATE \"{schema}\".operations SET phase = 'no-such-phase'"
+            f"""UPDATE "{schema}".operations SET ending = '{{"phase": "no-such-phase"}}'"""
             " WHERE operation_id = 'op-damaged'"
         )
     reader = backend.open()
@@ -355,14 +356,86 @@ def _as_schema_3_wrote(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _write_as_schema_3(schema: str, record: Any, sealed: Any, inbound: Any) -> None:
+    """Rows as the schema-3 release wrote them (its writer is not this code's): the
+    record split into hot columns, ``poll`` and ``data``, the event, the delivery and
+    the job's registration, every JSON text as it was (``\\u0000`` escapes included),
+    every text raw."""
+    import psycopg
+
+    from waitbound._record import field_json
+    from waitbound.stores._rows_v4 import COLD_FIELDS, HOT_COLUMNS, POLL_FIELDS
+
+    def column(name: str) -> object:
+        value = getattr(record, name)
+        return value.value if hasattr(value, "value") else value
+
+    data = {"schema": 1, **{name: field_json(record, name) for name in COLD_FIELDS}}
+    poll = {name: field_json(record, name) for name in POLL_FIELDS}
+    names = ["operation_id", *HOT_COLUMNS, "created_at", "poll", "data_version", "data"]
+    values = [
+        record.operation_id,
+        *(column(name) for name in HOT_COLUMNS),
+        record.created_at,
+        _as_schema_3_wrote(poll),
+        record.version,
+        _as_schema_3_wrote(data),
+    ]
+    [event] = sealed
+    with psycopg.connect(pg.DSN, autocommit=True) as conn:
+        conn.execute(
+            f'INSERT INTO "{schema}".operations ({", ".join(names)})'
+            f" VALUES ({', '.join(['%s'] * len(names))})",
+            values,
+        )
+        conn.execute(
+            f'INSERT INTO "{schema}".audit_events'
+            " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                event.operation_id,
+                event.seq,
+                event.event.at,
+                event.event.kind,
+                event.event.summary,
+                _as_schema_3_wrote(dict(event.event.data)),
+                event.prev_hash,
+                event.hash,
+            ),
+        )
+        conn.execute(
+            f'INSERT INTO "{schema}".webhook_jobs'
+            " (provider, job_id, operation_id) VALUES (%s, %s, %s)",
+            (record.push.webhook, record.job_id, record.operation_id),
+        )
+        conn.execute(
+            f'INSERT INTO "{schema}".inbox'
+            " (provider, webhook_id, received_at, job_id, event_type, authoritative,"
+            " payload, operation_id, applied_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, NULL)",
+            (
+                record.push.webhook,
+                inbound.webhook_id,
+                inbound.received_at,
+                inbound.job_id,
+                inbound.event_type,
+                inbound.authoritative,
+                _as_schema_3_wrote(inbound.payload),
+                record.operation_id,
+            ),
+        )
+
+
 def test_db_upgrade_to_4_repairs_a_postgres_store_schema_3_poisoned(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A schema-3 store holding a NUL in a record, an event and a delivery (every ``->>``
-    over them failed) and a job id starting with U+0010: `db upgrade` applies 4, after
-    which the labelled listing works, every value reads back as schema 3 stored it, and
-    every chain still verifies with its key."""
-    from waitbound.stores import _postgres_schema, _protocol, _rows, postgres
+    over them failed) and a job id starting with U+0010: `db upgrade` applies 4 (and 5,
+    the parts), after which the labelled listing works, every value reads back as
+    schema 3 stored it, and every chain still verifies with its key."""
+    import psycopg
+
+    from waitbound.stores import _postgres_schema, postgres
+    from waitbound.stores._protocol import advance
 
     key = b"k" * 32
     nul: dict[str, Any] = {"text": "x\u0000y", "list": ["\u0000"], "\u0000key": 1}
@@ -371,32 +444,19 @@ def test_db_upgrade_to_4_repairs_a_postgres_store_schema_3_poisoned(
         with monkeypatch.context() as release_3:
             release_3.setattr(_postgres_schema, "MIGRATIONS", postgres.MIGRATIONS[:3])
             release_3.setattr(_postgres_schema, "SCHEMA_VERSION", 3)
-            release_3.setattr(postgres, "SCHEMA_VERSION", 3)
-            for module in (_rows, _protocol):
-                release_3.setattr(module, "dump_json", _as_schema_3_wrote)
-            for module in (_protocol, postgres):
-                release_3.setattr(module, "to_text", lambda text: text)
-            release_3.setattr(postgres, "from_text", lambda text: text)
             assert postgres.upgrade(pg.DSN, schema=schema) == [1, 2, 3]
-            old = postgres.PostgresStore(pg.DSN, schema=schema, audit_key=key)
-            try:
-                old.create(
-                    make_record(
-                        "op-nul",
-                        label="mcp:x",
-                        result=nul,
-                        job_id=dle,
-                        push=Push(webhook="reports"),
-                    ),
-                    [AuditEvent(at=T0, kind="created", summary="s", data=nul)],
-                )
-                old.put_delivery(delivery("wh-1", job_id=dle, payload=nul))
-                with pytest.raises(StoreError, match="unsupported Unicode escape sequence") as e:
-                    old.recent(label_prefix="mcp:")
-                assert "JSON data" not in str(e.value)  # no row's text in the message
-                assert "x\\u0000" not in str(e.value)
-            finally:
-                old.close()
+        record = make_record(
+            "op-nul", label="mcp:x", result=nul, job_id=dle, push=Push(webhook="reports")
+        )
+        stored, sealed = advance(
+            record, [AuditEvent(at=T0, kind="created", summary="s", data=nul)], key
+        )
+        _write_as_schema_3(schema, stored, sealed, delivery("wh-1", job_id=dle, payload=nul))
+        with (
+            psycopg.connect(pg.DSN, autocommit=True) as conn,
+            pytest.raises(psycopg.Error, match="unsupported Unicode escape sequence"),
+        ):
+            conn.execute(f"SELECT data->>'label' FROM \"{schema}\".operations")
         assert postgres.upgrade(pg.DSN, schema=schema) == [4, 5]
         store = postgres.PostgresStore(pg.DSN, schema=schema, audit_key=key)
         try:

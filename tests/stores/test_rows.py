@@ -1,6 +1,6 @@
-"""The schema-3 row split: the cold JSON is written only when it changes, and the
-per-store cache never decides what is stored (SQLite; the contract suite covers every
-store's round trips)."""
+"""The schema-5 row: a record's parts as JSON columns, each written only when it
+changed and encoded once, and a per-store cache that never decides what is stored
+(SQLite; the contract suite covers every store's round trips)."""
 
 from __future__ import annotations
 
@@ -10,67 +10,100 @@ from pathlib import Path
 
 from tests.stores.test_store_contract import events, make_record
 from waitbound import SQLiteStore
-from waitbound.stores._rows import COLD_FIELDS, HOT_COLUMNS, POLL_FIELDS, RecordRows
+from waitbound._record import FIELD_NAMES
+from waitbound._record_parts import PARTS, PLACES
+from waitbound.stores._codec import dump_json
+from waitbound.stores._rows import ALL_PARTS, PART_COLUMNS, RecordRows
 
 
-def _row(path: Path, operation_id: str = "op-1") -> tuple[str, int, int]:
+def _columns(path: Path, operation_id: str = "op-1") -> dict[str, str]:
     db = sqlite3.connect(path)
     try:
-        data, data_version, version = db.execute(
-            "SELECT data, data_version, version FROM operations WHERE operation_id = ?",
+        row = db.execute(
+            f"SELECT {', '.join(PART_COLUMNS)} FROM operations WHERE operation_id = ?",
             (operation_id,),
         ).fetchone()
-        return str(data), int(data_version), int(version)
+        return dict(zip(PART_COLUMNS, row, strict=True))
     finally:
         db.close()
 
 
+def _written(changed: tuple[int, ...]) -> set[str]:
+    return {PART_COLUMNS[index] for index in changed}
+
+
 def test_every_record_field_has_exactly_one_place() -> None:
-    """Hot columns, poll JSON and cold JSON split the record's fields without overlap."""
-    from waitbound._record import FIELD_NAMES
-
-    places = [*HOT_COLUMNS, *POLL_FIELDS, *COLD_FIELDS, "operation_id"]
+    """The parts split the record's flat fields without overlap; ``version`` is the
+    record's own, ``push`` a whole part."""
+    places = [*list(PLACES), "version"]
     assert sorted(places) == sorted(FIELD_NAMES)
+    assert len(set(places)) == len(places)
+    assert tuple(attr for attr, _ in PARTS) == PART_COLUMNS
 
 
-def test_a_poll_step_leaves_the_cold_json_as_it_was(tmp_path: Path) -> None:
-    """Counters, lease and the last answer change: ``data`` and ``data_version`` do not."""
+def test_a_poll_step_writes_only_the_parts_it_changed(tmp_path: Path) -> None:
+    """Counters, the last answer and the schedule change (and the audit head with the
+    events): only those four parts are written; contract, submission, ending,
+    oversight, push and lease keep their stored text."""
     path = tmp_path / "s.db"
     store = SQLiteStore(path)
     try:
         created = store.create(make_record(), events("created"))
-        before = _row(path)
-        stepped = store.save(
-            replace(created, status_requests_used=1, provider_state="running", attempt=1),
-            events("observed"),
-        )
-        data, data_version, version = _row(path)
-        assert (data, data_version) == before[:2]
-        assert version == stepped.version == 2
+        before = _columns(path)
+        stepped = created.evolve(status_requests_used=1, provider_state="running", attempt=1)
+        rows = store._rows  # the store's own cache: what its next save would write
+        assert _written(rows.row(replace(stepped, version=2), replaces=1).changed) == {
+            "counters",
+            "answer",
+            "schedule",
+        }
+        saved = store.save(stepped, events("observed"))
+        after = _columns(path)
+        unchanged = {"contract", "submission", "lease", "ending", "oversight", "push"}
+        assert {c: after[c] for c in unchanged} == {c: before[c] for c in unchanged}
+        assert after["counters"] != before["counters"]
+        assert saved.version == 2
         got = store.get("op-1")
         assert got is not None
-        assert (got.status_requests_used, got.provider_state) == (1, "running")
+        assert (got.status_requests_used, got.provider_state, got.attempt) == (1, "running", 1)
+        assert got.audit_seq == 2
     finally:
         store.close()
 
 
-def test_a_cold_change_rewrites_the_cold_json_with_a_new_data_version(tmp_path: Path) -> None:
-    """A label (cold) change writes ``data`` again, stamped with the new version."""
+def test_a_part_is_encoded_once_and_unchanged_parts_are_shared() -> None:
+    """A part's text is computed once and kept (the same string object comes back);
+    a change copies only the part it touches."""
+    record = make_record()
+    contract = record.contract
+    assert contract.text(dump_json) is contract.text(dump_json)
+    changed = record.evolve(label="renamed", attempt=2)
+    assert changed.contract is not contract
+    assert changed.schedule is not record.schedule
+    assert changed.counters is record.counters
+    assert changed.submission is record.submission
+    assert changed.push is record.push
+
+
+def test_a_contract_change_rewrites_only_the_contract(tmp_path: Path) -> None:
+    """A label change writes the contract part again (and nothing else of the parts)."""
     path = tmp_path / "s.db"
     store = SQLiteStore(path)
     try:
         created = store.create(make_record(), events("created"))
-        store.save(replace(created, label="renamed"), [])
-        data, data_version, version = _row(path)
-        assert '"label":"renamed"' in data
-        assert data_version == version == 2
+        renamed = created.evolve(label="renamed")
+        assert _written(store._rows.row(replace(renamed, version=2), replaces=1).changed) == {
+            "contract"
+        }
+        store.save(renamed, [])
+        assert '"label":"renamed"' in _columns(path)["contract"]
     finally:
         store.close()
 
 
 def test_a_store_whose_cache_is_stale_reads_and_writes_what_is_stored(tmp_path: Path) -> None:
-    """Store A caches version 1; B changes the cold part; A reads B's change (another
-    data_version), and a save through A of a record B read writes its cold part."""
+    """Store A caches version 1; B changes the contract; A reads B's change, and a save
+    through A of a record B read writes every part (A's entry is of another version)."""
     path = tmp_path / "s.db"
     a, b = SQLiteStore(path), SQLiteStore(path)
     try:
@@ -84,7 +117,7 @@ def test_a_store_whose_cache_is_stale_reads_and_writes_what_is_stored(tmp_path: 
         assert seen.label == "from-b"
         again = b.get("op-1")
         assert again is not None
-        a.save(replace(again, label="through-a"), [])  # A's entry is of another version
+        a.save(replace(again, label="through-a"), [])
         fresh = SQLiteStore(path)
         try:
             got = fresh.get("op-1")
@@ -103,11 +136,13 @@ def test_a_store_whose_cache_is_stale_reads_and_writes_what_is_stored(tmp_path: 
 
 
 def test_the_cache_is_bounded() -> None:
-    """A RecordRows of size 2 keeps the two most recently used operations."""
+    """A RecordRows of size 2 keeps the two most recently used operations: a save of
+    the evicted one writes every part, one of a kept one only what changed."""
     rows = RecordRows(lambda at: at.isoformat(), size=2)
+    records = {}
     for name in ("op-1", "op-2", "op-3"):
         record = replace(make_record(name), version=1)
         rows.written(record, rows.row(record, replaces=0))
-    assert rows.cached_data_version("op-1") == -1
-    assert rows.cached_data_version("op-2") == 1
-    assert rows.cached_data_version("op-3") == 1
+        records[name] = record
+    for name, want in (("op-1", ALL_PARTS), ("op-2", ()), ("op-3", ())):
+        assert rows.row(replace(records[name], version=2), replaces=1).changed == want, name

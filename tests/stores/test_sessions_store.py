@@ -124,8 +124,9 @@ def test_expired_sessions_are_not_listed_and_are_pruned(store: Store) -> None:
 
 
 def test_a_schema_3_sqlite_file_gains_the_sessions_table_when_opened(tmp_path: Path) -> None:
-    """A store at schema 3 opened for writing is brought to schema 4: the sessions table
-    exists, upgrade() reports [4, 5] (5: the group tables)."""
+    """A store at schema 3 opened for writing is brought to the current schema: the
+    sessions table exists, upgrade() reports [4, 5] (5: the record as parts and the
+    group tables)."""
     path = tmp_path / "v3.db"
     db = sqlite3.connect(path)
     for version in (1, 2, 3):

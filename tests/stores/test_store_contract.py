@@ -1772,18 +1772,24 @@ def test_sqlite_newer_file_schema_is_refused_with_upgrade_advice(tmp_path: Path)
 
 
 def test_sqlite_newer_record_schema_is_refused_on_get(tmp_path: Path) -> None:
-    """A stored record JSON with a newer "schema" raises SchemaVersionError on get."""
+    """A stored record with a newer "schema" (its contract part carries the number)
+    raises SchemaVersionError on get."""
     path = tmp_path / "s.db"
     _stored_with_events(path)
     db = sqlite3.connect(path)
     try:
-        (text,) = db.execute("SELECT data FROM operations WHERE operation_id = 'op-1'").fetchone()
+        (text,) = db.execute(
+            "SELECT contract FROM operations WHERE operation_id = 'op-1'"
+        ).fetchone()
     finally:
         db.close()
     data = json.loads(text)
     assert data["schema"] == 1
     data["schema"] = 99
-    _raw(path, ("UPDATE operations SET data = ? WHERE operation_id = 'op-1'", (json.dumps(data),)))
+    _raw(
+        path,
+        ("UPDATE operations SET contract = ? WHERE operation_id = 'op-1'", (json.dumps(data),)),
+    )
     store = SQLiteStore(path)
     try:
         with pytest.raises(SchemaVersionError, match="upgrade"):

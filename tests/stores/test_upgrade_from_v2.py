@@ -1,6 +1,6 @@
 """Stores written by the schema-2 release (tests/stores/fixtures, made by
-make_v2_fixtures.py) upgrade to schema 3 with their operations, counters, inbox, outbox
-and audit chains intact: through the real ``waitbound db upgrade`` CLI."""
+make_v2_fixtures.py) upgrade to the current schema (5) with their operations, counters,
+inbox, outbox and audit chains intact: through the real ``waitbound db upgrade`` CLI."""
 
 from __future__ import annotations
 
@@ -43,8 +43,9 @@ def _copy(tmp_path: Path) -> Path:
 
 
 def test_db_upgrade_migrates_a_v2_sqlite_store_keeping_every_fact(tmp_path: Path) -> None:
-    """`waitbound db upgrade` on the v2 file: applied 3 and 4 (the sessions
-    table); every operation, counter, phase, inbox and outbox row and every audit
+    """`waitbound db upgrade` on the v2 file: applied 3, 4 (the sessions table) and 5
+    (the record as parts, each row read once from its whole-record JSON); every
+    operation, counter, phase, inbox and outbox row and every audit
     verdict (with and without the key) as before; `audit verify` says the same."""
     path = _copy(tmp_path)
     assert _user_version(path) == 2
@@ -61,31 +62,33 @@ def test_db_upgrade_migrates_a_v2_sqlite_store_keeping_every_fact(tmp_path: Path
     assert json.loads(again.stdout)["applied"] == []
 
 
-def test_the_upgraded_sqlite_rows_hold_the_hot_fields_in_columns(tmp_path: Path) -> None:
-    """After the upgrade the counters are typed columns and ``data`` holds no hot field."""
+def test_the_upgraded_sqlite_rows_hold_the_record_as_parts(tmp_path: Path) -> None:
+    """After the upgrade each row holds its parts (the counters in ``counters``, the
+    last answer in ``answer``, the head in ``audit`` and in its query columns) and none
+    of the columns of schemas 1-4 (``data``, ``poll``, the counter columns)."""
     path = _copy(tmp_path)
     SQLiteStore(path).close()  # opening for writing upgrades it
     import sqlite3
 
     db = sqlite3.connect(path)
     try:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(operations)")}
         rows = db.execute(
-            "SELECT operation_id, status_requests_used, rate_limited_used, audit_seq,"
-            " audit_head, data_version, version, data, poll FROM operations"
+            "SELECT operation_id, counters, answer, audit, audit_seq, audit_head FROM operations"
         ).fetchall()
     finally:
         db.close()
-    for op, status, limited, seq, head, data_version, version, data, poll in rows:
+    assert not columns & {"data", "poll", "data_version", "status_requests_used", "audit_mac"}
+    for op, counters, answer, audit, seq, head in rows:
         want = EXPECTED["operations"][op]
-        assert (status, limited, seq, head) == (
-            want["status_requests_used"],
-            want["rate_limited_used"],
+        assert json.loads(counters)["status_requests_used"] == want["status_requests_used"]
+        assert json.loads(counters)["rate_limited_used"] == want["rate_limited_used"]
+        assert json.loads(answer)["provider_state"] == want["provider_state"]
+        assert (json.loads(audit)["audit_seq"], json.loads(audit)["audit_head"]) == (
             want["audit_seq"],
             want["audit_head"],
         )
-        assert data_version == version
-        assert "status_requests_used" not in json.loads(data)
-        assert "provider_state" in json.loads(poll)
+        assert (seq, head) == (want["audit_seq"], want["audit_head"])
 
 
 def test_a_v2_file_opened_read_only_is_read_and_left_as_it_is(tmp_path: Path) -> None:
@@ -131,7 +134,7 @@ def test_the_upgraded_store_goes_on_writing_and_signing(tmp_path: Path) -> None:
 
 
 def test_the_released_v2_scripts_are_unchanged() -> None:
-    """Schema 3 appends a migration; versions 1 and 2 stay as released."""
+    """Schemas 3 to 5 append migrations; versions 1 and 2 stay as released."""
     assert len(sqlite._MIGRATIONS) == 5
     assert sqlite._MIGRATIONS[1].lstrip().startswith("CREATE TABLE webhook_jobs")
 
@@ -170,9 +173,9 @@ def test_postgres_refuses_a_v2_schema_naming_db_upgrade(v2_schema: str) -> None:
 def test_db_upgrade_migrates_a_v2_postgres_schema_keeping_every_fact(
     v2_schema: str, tmp_path: Path
 ) -> None:
-    """`waitbound db upgrade --store DSN --schema S` on the v2 dump: applied 3 and 4 (the
-    sessions table, provider bytes re-encoded); every fact as the v2 release left it, the
-    audit verdicts included."""
+    """`waitbound db upgrade --store DSN --schema S` on the v2 dump: applied 3, 4 (the
+    sessions table, provider bytes re-encoded) and 5 (the parts); every fact as the v2
+    release left it, the audit verdicts included."""
     from waitbound.stores.postgres import PostgresStore
 
     done = run_cli(tmp_path, "db", "upgrade", "--store", pg.DSN, "--schema", v2_schema, "--json")

@@ -92,10 +92,18 @@ def _unescaped_value(value: JSON) -> JSON:
     return value
 
 
-def _dumps(value: object, *, allow_nan: bool) -> str:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan
+_ENCODERS: Final = {
+    allow_nan: json.JSONEncoder(
+        sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan
     )
+    for allow_nan in (False, True)
+}
+"""The two encoders :func:`_dumps` uses, made once (``json.dumps`` with these options
+builds one per call; the text is the same)."""
+
+
+def _dumps(value: object, *, allow_nan: bool) -> str:
+    return _ENCODERS[allow_nan].encode(value)
 
 
 def _needs_escapes(text: str) -> bool:

@@ -1,8 +1,8 @@
 """The PostgreSQL store's schema: one SQL script per version, applied by :func:`upgrade`.
 
 ``waitbound db upgrade`` applies the pending scripts (and the row rewrites some versions
-need: schema 3 splits the whole-record JSON into columns, schema 4 re-encodes provider
-bytes no query could read) in one transaction under an advisory lock; opening a store
+need: schema 4 re-encodes provider bytes no query could read, schema 5 rewrites every
+record as its parts) in one transaction under an advisory lock; opening a store
 never migrates it. A schema written by a newer waitbound is refused (``docs/stores.md``).
 """
 
@@ -20,13 +20,16 @@ from waitbound._errors import SchemaVersionError, StoreError, UsageError
 from waitbound.stores._codec import dump_json, load_json, to_text
 from waitbound.stores._postgres_conn import connection_info, dsn_secrets, failures, redact_dsn
 from waitbound.stores._protocol import decode_record
-from waitbound.stores._rows import HOT_COLUMNS, RecordRows
+from waitbound.stores._rows import PART_COLUMNS, QUERY_COLUMNS, RecordRows
+from waitbound.stores._rows_v4 import ROW_COLUMNS as V4_ROW_COLUMNS
+from waitbound.stores._rows_v4 import record_of_v4_row
 
 __all__ = [
     "DEFAULT_SCHEMA",
     "MIGRATIONS",
     "SCHEMA_VERSION",
-    "SET_HOT",
+    "SET_QUERY",
+    "V5_DROPPED",
     "apply_migrations",
     "checked_schema",
     "newer_schema",
@@ -151,9 +154,24 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     CREATE INDEX sessions_expiry ON {schema}.sessions (expires_at);
     """,
-    # 5: groups of operations waited on together (waitbound.stores._groups): additive,
-    # two tables of their own; the operations table is untouched.
+    # 5: the record as parts (waitbound.stores._rows): one JSON column per part. Every
+    # row is rewritten from the format the schema had before the upgrade by
+    # _rewrite_v5, which then drops the columns of schemas 1-4 that schema 5 no longer
+    # has (V5_DROPPED), in the same transaction.
+    # And, additive: the groups of operations waited on together (waitbound.stores._groups),
+    # two tables of their own.
     """
+    ALTER TABLE {schema}.operations
+        ADD COLUMN contract json NOT NULL DEFAULT '{{}}',
+        ADD COLUMN submission json NOT NULL DEFAULT '{{}}',
+        ADD COLUMN counters json NOT NULL DEFAULT '{{}}',
+        ADD COLUMN schedule json NOT NULL DEFAULT '{{}}',
+        ADD COLUMN lease json NOT NULL DEFAULT '{{}}',
+        ADD COLUMN answer json NOT NULL DEFAULT '{{}}',
+        ADD COLUMN ending json NOT NULL DEFAULT '{{}}',
+        ADD COLUMN oversight json NOT NULL DEFAULT '{{}}',
+        ADD COLUMN push json NOT NULL DEFAULT '{{}}',
+        ADD COLUMN audit json NOT NULL DEFAULT '{{}}';
     CREATE TABLE {schema}.op_groups (
         group_id      text PRIMARY KEY,
         kind          text NOT NULL,
@@ -186,7 +204,25 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
-SET_HOT: Final = ", ".join(f"{column} = %s" for column in HOT_COLUMNS)
+SET_QUERY: Final = ", ".join(f"{column} = %s" for column in QUERY_COLUMNS)
+"""The ``SET`` of the query columns (every write sets them)."""
+
+V5_DROPPED: Final = (
+    "in_flight",
+    "submit_attempts",
+    "status_requests_used",
+    "result_requests_used",
+    "cancel_requests_used",
+    "confirm_requests_used",
+    "transport_failures_used",
+    "rate_limited_used",
+    "attempt",
+    "audit_mac",
+    "poll",
+    "data_version",
+    "data",
+)
+"""The ``operations`` columns of schemas 1-4 that schema 5 drops (the parts hold them)."""
 
 
 def apply_migrations(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> list[int]:
@@ -206,14 +242,15 @@ def apply_migrations(conn: psycopg.Connection[TupleRow], schema: str, label: str
     if max(found, default=0) > SCHEMA_VERSION:
         raise newer_schema(label, schema, max(found))
     applied = []
+    was = max(found, default=0)
     for version, script in enumerate(MIGRATIONS, start=1):
         if version in found:
             continue
         conn.execute(sql.SQL(script).format(schema=ident))
-        if version == 3:
-            _rewrite_v3(conn, schema, label)
         if version == 4:
             _rewrite_v4(conn, schema)
+        if version == 5:
+            rewrite_v5(conn, schema, label, was=was)
         conn.execute(
             sql.SQL(
                 "INSERT INTO {}.schema_migrations (version, applied_at) VALUES (%s, now())"
@@ -224,28 +261,40 @@ def apply_migrations(conn: psycopg.Connection[TupleRow], schema: str, label: str
     return applied
 
 
-def _rewrite_v3(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> None:
-    """Split every row's whole-record JSON (schema 2) into the schema-3 columns."""
+def rewrite_v5(conn: psycopg.Connection[TupleRow], schema: str, label: str, *, was: int) -> None:
+    """Schema 5's row rewrite: read every record in the format the schema had (version
+    *was*: whole-record JSON up to 2, the split row of 3 and 4), write it as its parts,
+    then drop :data:`V5_DROPPED`. (An upgrade from 2 skips schema 3's own split: each
+    row is read once and written once.) A fresh schema has no rows: only the drop runs.
+
+    Raises:
+        StoreError: a stored record cannot be read (its id named; the caller's
+            transaction is rolled back, so nothing is changed).
+    """
     ident = sql.Identifier(schema)
     rows = RecordRows(lambda at: at)
+    parts = ", ".join(f"{column} = %s::json" for column in PART_COLUMNS)
     update = sql.SQL(
-        "UPDATE {schema}.operations SET " + SET_HOT + ", poll = %s::json, data_version = %s,"
-        " data = %s::json WHERE operation_id = %s AND version = %s"
+        "UPDATE {schema}.operations SET " + SET_QUERY + ", " + parts + " WHERE operation_id = %s"
     ).format(schema=ident)
+    v4_columns = V4_ROW_COLUMNS.replace(", poll,", ", poll::text,").removesuffix(", data")
+    columns = "operation_id, data::text" if was <= 2 else f"{v4_columns}, data::text"
     found = conn.execute(
-        sql.SQL("SELECT operation_id, data::text FROM {}.operations").format(ident)
+        sql.SQL("SELECT " + columns + " FROM {}.operations").format(ident)
     ).fetchall()
-    for operation_id, text in found:
+    for values in found:
+        operation_id = values[0]
         try:
-            record = decode_record(text)
+            record = decode_record(values[1]) if was <= 2 else record_of_v4_row(values)
         except StoreError as exc:
             raise StoreError(
                 f"store {where(label, schema)}: operation {operation_id!r} cannot be "
                 f"upgraded ({exc}); nothing was changed"
             ) from None
         row = rows.row(record, replaces=0)
-        op = record.operation_id
-        conn.execute(update, (*row.hot, row.poll, row.data_version, row.data, op, record.version))
+        conn.execute(update, (*row.query, *row.texts, operation_id))
+    drop = ", ".join(f"DROP COLUMN {column}" for column in V5_DROPPED)
+    conn.execute(sql.SQL("ALTER TABLE {}.operations " + drop).format(ident))
 
 
 _V4_JSON: Final = (

@@ -12,7 +12,7 @@ from waitbound._audit_record import asserted_digest
 from waitbound._errors import ConflictError, StoreError, UsageError
 from waitbound._json import JSON
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
-from waitbound._record import Record
+from waitbound._record import AuditHead, Record
 from waitbound.stores._codec import brief, dump_json, load_json, to_text
 
 __all__ = [
@@ -551,7 +551,7 @@ def advance(
     sealed = seal_all(
         record.operation_id, events, last_seq=record.audit_seq, last_hash=record.audit_head
     )
-    # One copy of the record, whatever changes (it has many fields; copies cost).
+    # One copy of the record: a new audit part when the head moved, the rest shared.
     seq, head, mac = record.audit_seq, record.audit_head, record.audit_mac
     if sealed:
         seq, head = sealed[-1].seq, sealed[-1].hash
@@ -563,7 +563,8 @@ def advance(
             mac = head_mac(audit_key, record.operation_id, seq, head, asserted_digest(record))
     elif sealed:
         mac = None
-    stored = record.evolve(
-        version=record.version + 1, audit_seq=seq, audit_head=head, audit_mac=mac
-    )
+    audit = record.audit
+    if (seq, head, mac) != (audit.audit_seq, audit.audit_head, audit.audit_mac):
+        audit = AuditHead(audit_seq=seq, audit_head=head, audit_mac=mac)
+    stored = record.with_parts(audit=audit, version=record.version + 1)
     return stored, sealed

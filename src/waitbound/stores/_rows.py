@@ -1,24 +1,26 @@
-"""A record as a database row (schema 3): hot typed columns, a small ``poll`` JSON, and
-the cold rest as JSON written only when it changes.
+"""A record as a database row (schema 5): its parts as JSON columns, written only when
+they change, and the few typed columns the store queries.
 
-Every step of an operation changes a few fields (the counters, the lease, the next
-poll time, what the last answer said) and leaves the rest (profile, policy, URLs,
-submission, grants, push, decisions, result, ...) as it was. So a row holds:
+A record is ten parts (:mod:`waitbound._record_parts`); a step changes a few of them
+(a reservation: ``counters`` and ``lease``; an observation: ``answer``, ``schedule``,
+``counters``, ``lease``; every write: ``audit``) and leaves the rest (``contract``,
+``submission``, ``oversight``, ``push``, usually ``ending``) as they were. So a row holds:
 
-- :data:`HOT_COLUMNS`: typed columns, written by every save;
-- ``poll``: the JSON object of :data:`POLL_FIELDS`, what an answer changes, written by
-  every save (a few dozen bytes);
-- ``data``: the JSON object of :data:`COLD_FIELDS` (``{"schema": RECORD_SCHEMA, ...}``)
-  and ``data_version``: the record version at which ``data`` was last written.
+- :data:`PART_COLUMNS`: one JSON text column per part, named after it;
+- :data:`QUERY_COLUMNS`: typed copies of what SQL selects and orders by (the version
+  the compare-and-swap checks, the phase, outcome, next poll time, lease, audit head),
+  written by every save (they are bound values, not encodings).
 
-:class:`RecordRows` keeps, per store, a bounded cache of the cold part it last read or
-wrote for each operation. A save writes ``data`` only when the cold part differs from
-the cached one (checked by identity first, as records change by
-``dataclasses.replace``, then by the encoded text); a get decodes ``data`` only when its
-``data_version`` is not the cached one. Correctness never depends on the cache: an
-entry is used for a save only when it describes the very version the save replaces
-(which the compare-and-swap on ``version`` then proves is the stored row), and a cache
-miss simply encodes and writes.
+:class:`RecordRows` keeps, per store, a bounded cache of the parts (and their texts) it
+last read or wrote for each operation. A save writes a part only when it is not the
+very object the cache holds for the version the save replaces (records change by
+sharing the parts they do not touch) and its text differs; each part's text is the
+encoding the part keeps (:meth:`~waitbound._record_parts.Part.text`), so a part is
+encoded once in its life whatever the number of saves. A read decodes a part only when
+its text is not the cached one. Correctness never depends on the cache: an entry is
+used for a save only when it describes the very version the save replaces (which the
+compare-and-swap on ``version`` then proves is the stored row), and a miss writes every
+part.
 """
 
 from __future__ import annotations
@@ -26,87 +28,61 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
 from waitbound._clock import utc
 from waitbound._errors import SchemaVersionError, StoreError
 from waitbound._json import JSON
-from waitbound._outcome import OutcomeKind
-from waitbound._record import FIELD_NAMES, RECORD_SCHEMA, Phase, Record, decode_fields, field_json
+from waitbound._record import Record, assemble
+from waitbound._record_parts import PARTS, RECORD_SCHEMA, Part, decode_part
 from waitbound.stores._codec import brief, dump_json, load_json
 
 __all__ = [
-    "COLD_FIELDS",
-    "HOT_COLUMNS",
-    "POLL_FIELDS",
+    "ALL_PARTS",
+    "PART_COLUMNS",
+    "QUERY_COLUMNS",
     "ROW_COLUMNS",
     "RecordRows",
     "Row",
 ]
 
-HOT_COLUMNS: Final[tuple[str, ...]] = (
+PART_COLUMNS: Final[tuple[str, ...]] = tuple(attr for attr, _ in PARTS)
+"""One JSON column per part, named as the part (``contract``, ``submission``, ...)."""
+
+QUERY_COLUMNS: Final[tuple[str, ...]] = (
     "version",
     "phase",
     "outcome",
     "next_poll_at",
     "lease_owner",
     "lease_expires_at",
-    "in_flight",
-    "submit_attempts",
-    "status_requests_used",
-    "result_requests_used",
-    "cancel_requests_used",
-    "confirm_requests_used",
-    "transport_failures_used",
-    "rate_limited_used",
-    "attempt",
     "audit_seq",
     "audit_head",
-    "audit_mac",
 )
-"""The record fields kept as typed columns of the same names (written by every save)."""
+"""Typed columns of the same names, copies of part fields that SQL reads (written by
+every save; the parts are the record)."""
 
-POLL_FIELDS: Final[tuple[str, ...]] = (
-    "provider_state",
-    "progress",
-    "last_http_status",
-    "last_request_id",
-    "last_observed_at",
-    "job_seen_at",
-    "success_seen_at",
-    "delay_source",
-    "cancelable",
-)
-"""The fields an answer changes besides the hot ones: the ``poll`` JSON column."""
-
-COLD_FIELDS: Final[tuple[str, ...]] = tuple(
-    name
-    for name in FIELD_NAMES
-    if name not in HOT_COLUMNS and name not in POLL_FIELDS and name != "operation_id"
-)
-"""The rest: the ``data`` JSON column, written only when one of them changed."""
-
-ROW_COLUMNS: Final = ", ".join(("operation_id", *HOT_COLUMNS, "poll", "data_version", "data"))
+ROW_COLUMNS: Final = ", ".join(("operation_id", "version", *PART_COLUMNS))
 """The columns :meth:`RecordRows.record` reads, in its order."""
 
-_INSTANTS: Final = frozenset({"next_poll_at", "lease_expires_at"})
-_POLL_INSTANTS: Final = frozenset(name for name in POLL_FIELDS if name.endswith("_at"))
+ALL_PARTS: Final[tuple[int, ...]] = tuple(range(len(PARTS)))
+"""Every part's index: what a create (or a save the cache knows nothing of) writes."""
+
+_KINDS: Final = tuple(kind for _, kind in PARTS)
 
 
 @dataclass(frozen=True, slots=True)
-class _Cold:
-    """What the cache knows of one operation's cold part."""
+class _Known:
+    """What the cache knows of one operation's stored parts."""
 
     version: int
-    """The record version it was read or written at (a save replacing exactly this
-    version may reuse it)."""
-    data_version: int
-    values: tuple[object, ...]
-    """The cold fields' values, in :data:`COLD_FIELDS` order."""
-    text: str
-    """The stored ``data`` text."""
+    """The record version they were read or written at (a save replacing exactly this
+    version may leave the unchanged ones out)."""
+    parts: tuple[Part, ...]
+    texts: tuple[str, ...]
+    """Each part's stored text, in :data:`PART_COLUMNS` order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,55 +90,48 @@ class Row:
     """A record as a row, ready for ``INSERT`` or ``UPDATE``.
 
     Attributes:
-        hot: the :data:`HOT_COLUMNS` values, in order (instants as the store keeps them).
-        poll: the ``poll`` JSON text.
-        data_version: the ``data_version`` the row has after the write.
-        data: the ``data`` JSON text to write, or ``None`` when the stored one is current.
+        query: the :data:`QUERY_COLUMNS` values, in order (instants as the store keeps
+            them).
+        changed: the indices (in :data:`PART_COLUMNS`) of the parts to write.
+        texts: their JSON texts, in the order of ``changed``.
     """
 
-    hot: tuple[object, ...]
-    poll: str
-    data_version: int
-    data: str | None
-    cold: _Cold
+    query: tuple[object, ...]
+    changed: tuple[int, ...]
+    texts: tuple[str, ...]
+    known: _Known
 
 
 class RecordRows:
-    """Turns records into rows and back for one store, with the cold-part cache.
+    """Turns records into rows and back for one store, with the parts cache.
 
     Args:
         instant: how the store keeps an instant (SQLite: ISO 8601 text; PostgreSQL: the
             aware ``datetime`` itself).
-        size: how many operations' cold parts are kept (least recently used go first).
+        size: how many operations' parts are kept (least recently used go first).
     """
 
     def __init__(self, instant: Callable[[datetime], object], *, size: int = 4096) -> None:
         self._instant = instant
         self._size = size
-        self._cache: OrderedDict[str, _Cold] = OrderedDict()
+        self._cache: OrderedDict[str, _Known] = OrderedDict()
         self._lock = threading.Lock()
 
     # -- the cache ---------------------------------------------------------------------
 
-    def _get(self, operation_id: str) -> _Cold | None:
+    def _get(self, operation_id: str) -> _Known | None:
         with self._lock:
             entry = self._cache.get(operation_id)
             if entry is not None:
                 self._cache.move_to_end(operation_id)
             return entry
 
-    def _put(self, operation_id: str, entry: _Cold) -> None:
+    def _put(self, operation_id: str, entry: _Known) -> None:
         with self._lock:
             self._cache[operation_id] = entry
             self._cache.move_to_end(operation_id)
             while len(self._cache) > self._size:
                 self._cache.popitem(last=False)
-
-    def cached_data_version(self, operation_id: str) -> int:
-        """The ``data_version`` cached for the operation (``-1``: none), so a read may
-        skip sending a ``data`` the cache holds."""
-        entry = self._get(operation_id)
-        return -1 if entry is None else entry.data_version
 
     def forget(self, operation_id: str) -> None:
         """Drop the operation's entry (a write of it failed: nothing is assumed)."""
@@ -180,175 +149,91 @@ class RecordRows:
         """*stored* (the record as it will be after the write) as a row.
 
         Args:
-            replaces: the version the write replaces (0 for a create): the cold part is
-                left out when the cache holds that version's and it is unchanged.
+            replaces: the version the write replaces (0 for a create): the parts the
+                cache holds for that version, unchanged, are left out.
         """
-        values = tuple([getattr(stored, name) for name in COLD_FIELDS])
+        parts = stored.parts()
         entry = self._get(stored.operation_id)
-        data: str | None
         if entry is not None and entry.version == replaces and replaces > 0:
-            if all(a is b for a, b in zip(values, entry.values, strict=True)):
-                text, data, data_version = entry.text, None, entry.data_version
-            else:
-                text = _cold_text(stored)
-                if text == entry.text:
-                    data, data_version = None, entry.data_version
-                else:
-                    data, data_version = text, stored.version
-        else:
-            text = _cold_text(stored)
-            data, data_version = text, stored.version
-        return Row(
-            hot=self.hot(stored),
-            poll=_poll_text(stored),
-            data_version=data_version,
-            data=data,
-            cold=_Cold(stored.version, data_version, values, text),
-        )
+            texts = list(entry.texts)
+            changed: list[int] = []
+            for index, (part, old) in enumerate(zip(parts, entry.parts, strict=True)):
+                if part is old:
+                    continue
+                text = part.text(dump_json)
+                if text != texts[index]:
+                    changed.append(index)
+                    texts[index] = text
+            written = tuple(changed)
+            known = _Known(stored.version, parts, tuple(texts))
+            return Row(self.query(stored), written, tuple(texts[i] for i in written), known)
+        every = tuple(part.text(dump_json) for part in parts)
+        return Row(self.query(stored), ALL_PARTS, every, _Known(stored.version, parts, every))
 
-    def hot(self, record: Record) -> tuple[object, ...]:
-        """The :data:`HOT_COLUMNS` values of *record*, in order."""
+    def query(self, record: Record) -> tuple[object, ...]:
+        """The :data:`QUERY_COLUMNS` values of *record*, in order."""
         instant = self._instant
-        lease = record.lease_expires_at
+        lease = record.lease
+        ending = record.ending
+        audit = record.audit
         return (
             record.version,
-            record.phase.value,
-            record.outcome.value if record.outcome is not None else None,
-            instant(record.next_poll_at),
-            record.lease_owner,
-            None if lease is None else instant(lease),
-            record.in_flight,
-            record.submit_attempts,
-            record.status_requests_used,
-            record.result_requests_used,
-            record.cancel_requests_used,
-            record.confirm_requests_used,
-            record.transport_failures_used,
-            record.rate_limited_used,
-            record.attempt,
-            record.audit_seq,
-            record.audit_head,
-            record.audit_mac,
+            ending.phase.value,
+            ending.outcome.value if ending.outcome is not None else None,
+            instant(record.schedule.next_poll_at),
+            lease.lease_owner,
+            None if lease.lease_expires_at is None else instant(lease.lease_expires_at),
+            audit.audit_seq,
+            audit.audit_head,
         )
 
     def written(self, stored: Record, row: Row) -> None:
         """Note that *row* (of *stored*) was committed."""
-        self._put(stored.operation_id, row.cold)
+        self._put(stored.operation_id, row.known)
 
     # -- reading -----------------------------------------------------------------------
 
     def record(self, row: Sequence[Any]) -> Record:
-        """The record of a row read as :data:`ROW_COLUMNS` (``data`` may be ``None``
-        when it was left out because its ``data_version`` is the cached one).
+        """The record of a row read as :data:`ROW_COLUMNS`.
 
         Raises:
-            SchemaVersionError: the cold part was written by a newer waitbound.
-            StoreError: the row is damaged, or ``data`` was left out but is not cached.
+            StoreError: the row is damaged.
         """
         operation_id = row[0]
-        data_version = int(row[-2])
-        text = row[-1]
-        version = int(row[1])
         entry = self._get(operation_id)
+        texts = tuple(str(text) for text in row[2:])
+        parts: list[Part] = []
         try:
-            if entry is not None and entry.data_version == data_version:
-                values = entry.values
-                stored_text = entry.text
-            elif text is None:
-                raise StoreError(
-                    f"operation {operation_id!r}: its stored data was not read (a cache miss)"
-                )
-            else:
-                stored_text = str(text)
-                values = _cold_values(operation_id, stored_text)
-            poll = load_json(row[-3])
-            record = Record(
-                operation_id=operation_id,
-                **dict(zip(COLD_FIELDS, values, strict=True)),  # type: ignore[arg-type]
-                **decode_fields(poll, POLL_FIELDS),  # type: ignore[arg-type]
-                **self._hot_values(row),
-            )
+            version = int(row[1])
+            for index, text in enumerate(texts):
+                if entry is not None and entry.texts[index] == text:
+                    parts.append(entry.parts[index])
+                    continue
+                data = load_json(text)
+                if not isinstance(data, dict):
+                    raise TypeError(f"its {PART_COLUMNS[index]} is not a JSON object")
+                if index == 0:
+                    _check_schema(operation_id, data)
+                part = decode_part(_KINDS[index], data)
+                part.keep_text(text)
+                parts.append(part)
+            record = assemble(parts, version)
+            if record.operation_id != operation_id:
+                raise ValueError(f"its contract names {record.operation_id!r}")
         except (TypeError, KeyError, ValueError, AssertionError) as exc:
             if isinstance(exc, StoreError):
                 raise
             raise StoreError(
                 f"operation {operation_id!r}: its stored record is damaged ({brief(exc)})"
             ) from None
-        self._put(operation_id, _Cold(version, data_version, values, stored_text))
+        self._put(operation_id, _Known(version, tuple(parts), texts))
         return record
 
-    @staticmethod
-    def _hot_values(row: Sequence[Any]) -> dict[str, Any]:
-        (
-            version,
-            phase,
-            outcome,
-            next_poll_at,
-            lease_owner,
-            lease_expires_at,
-            in_flight,
-            submit_attempts,
-            status_requests_used,
-            result_requests_used,
-            cancel_requests_used,
-            confirm_requests_used,
-            transport_failures_used,
-            rate_limited_used,
-            attempt,
-            audit_seq,
-            audit_head,
-            audit_mac,
-        ) = row[1 : 1 + len(HOT_COLUMNS)]
-        return {
-            "version": int(version),
-            "phase": Phase(phase),
-            "outcome": OutcomeKind(outcome) if outcome else None,
-            "next_poll_at": _moment(next_poll_at),
-            "lease_owner": lease_owner,
-            "lease_expires_at": None if lease_expires_at is None else _moment(lease_expires_at),
-            "in_flight": in_flight,
-            "submit_attempts": int(submit_attempts),
-            "status_requests_used": int(status_requests_used),
-            "result_requests_used": int(result_requests_used),
-            "cancel_requests_used": int(cancel_requests_used),
-            "confirm_requests_used": int(confirm_requests_used),
-            "transport_failures_used": int(transport_failures_used),
-            "rate_limited_used": int(rate_limited_used),
-            "attempt": int(attempt),
-            "audit_seq": int(audit_seq),
-            "audit_head": audit_head,
-            "audit_mac": audit_mac,
-        }
 
-
-def _moment(value: object) -> datetime:
-    """A stored instant (ISO 8601 text or a ``datetime``) as aware UTC."""
-    if isinstance(value, datetime):
-        return utc(value)
-    return utc(datetime.fromisoformat(str(value)))
-
-
-def _cold_text(record: Record) -> str:
-    data: dict[str, JSON] = {"schema": RECORD_SCHEMA}
-    for name in COLD_FIELDS:
-        data[name] = field_json(record, name)
-    return dump_json(data)
-
-
-def _poll_text(record: Record) -> str:
-    return dump_json({name: field_json(record, name) for name in POLL_FIELDS})
-
-
-def _cold_values(operation_id: str, text: str) -> tuple[object, ...]:
-    try:
-        data = load_json(text)
-    except ValueError as exc:
-        raise StoreError(
-            f"operation {operation_id!r}: its stored record is not valid JSON ({brief(exc)})"
-        ) from None
-    if not isinstance(data, dict):
-        raise StoreError(f"operation {operation_id!r}: its stored record is not a JSON object")
-    schema = data.get("schema")
+def _check_schema(operation_id: str, contract: dict[str, JSON]) -> None:
+    """Refuse a record whose contract part names a record format newer than this
+    waitbound's (:data:`~waitbound._record_parts.RECORD_SCHEMA`)."""
+    schema = contract.get("schema")
     if not isinstance(schema, int):
         raise StoreError(
             f"operation {operation_id!r}: its stored record has no valid schema number ({schema!r})"
@@ -358,29 +243,10 @@ def _cold_values(operation_id: str, text: str) -> tuple[object, ...]:
             f"operation record schema {schema!r} is newer than this waitbound "
             f"understands ({RECORD_SCHEMA}); upgrade waitbound to read it"
         )
-    decoded = decode_fields(data, COLD_FIELDS)
-    values = []
-    for name in COLD_FIELDS:
-        if name in decoded:
-            values.append(decoded[name])
-        elif _DEFAULTS[name] is MISSING:
-            raise KeyError(name)
-        else:
-            values.append(_DEFAULTS[name])
-    return tuple(values)
 
 
-def _defaults() -> dict[str, object]:
-    found: dict[str, object] = {}
-    for item in fields(Record):
-        if item.default is not MISSING:
-            found[item.name] = item.default
-        elif item.default_factory is not MISSING:
-            found[item.name] = item.default_factory()
-        else:
-            found[item.name] = MISSING
-    return found
-
-
-_DEFAULTS: Final = _defaults()
-"""Each field's default (``MISSING`` for a required one: a row without it is damaged)."""
+def moment(value: object) -> datetime:
+    """A stored instant (ISO 8601 text or a ``datetime``) as aware UTC."""
+    if isinstance(value, datetime):
+        return utc(value)
+    return utc(datetime.fromisoformat(str(value)))

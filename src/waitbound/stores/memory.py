@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
-from waitbound._errors import ConflictError, StoreError, UsageError
+from waitbound._errors import ConflictError, UsageError
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
-from waitbound._record import Record
+from waitbound._record import Record, assemble
+from waitbound._record_parts import PARTS, Part, decode_part
+from waitbound.stores._codec import dump_json, load_object
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
@@ -19,12 +21,9 @@ from waitbound.stores._protocol import (
     Write,
     advance,
     cursor_of,
-    decode_record,
-    encode_record,
     is_claimable,
     outcomes,
     planned,
-    readable,
     webhook_key,
 )
 
@@ -34,8 +33,11 @@ __all__ = ["MemoryStore"]
 class MemoryStore(ClaimsByReservation):
     """A :class:`~waitbound.stores.Store` in a dict, thread-safe.
 
-    Records are kept encoded, as a durable store keeps them, so what comes back has
-    been through the same encoding.
+    Records are kept as a durable store keeps them: a write encodes each part it
+    changed to its stored text (a value that cannot be stored fails the write), and a
+    read returns parts decoded from those texts, so what comes back has been through the
+    same encoding. A part is decoded once, by the first read after the write that
+    changed it (a wait that only writes decodes nothing).
 
     Args:
         audit_key: the audit key; every write then signs the chain head it leaves
@@ -45,7 +47,7 @@ class MemoryStore(ClaimsByReservation):
     def __init__(self, *, audit_key: bytes | None = None) -> None:
         self._audit_key = audit_key
         self._lock = threading.Lock()
-        self._records: dict[str, tuple[int, str]] = {}
+        self._records: dict[str, _Kept] = {}
         self._events: dict[str, list[StoredAuditEvent]] = {}
         self._jobs: dict[tuple[str, str], str] = {}
         self._inbox: dict[tuple[str, str], InboundDelivery] = {}
@@ -57,7 +59,7 @@ class MemoryStore(ClaimsByReservation):
             if record.operation_id in self._records:
                 raise UsageError(f"operation {record.operation_id!r} exists already")
             stored, sealed = advance(record, events, self._audit_key)
-            self._records[record.operation_id] = (stored.version, encode_record(stored))
+            self._records[record.operation_id] = _Kept.of(stored, None)
             self._events[record.operation_id] = sealed
             self._push_writes(stored)
             return stored
@@ -66,7 +68,7 @@ class MemoryStore(ClaimsByReservation):
         """See :meth:`Store.get`."""
         with self._lock:
             entry = self._records.get(operation_id)
-        return decode_record(entry[1]) if entry else None
+            return entry.read() if entry is not None else None
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save`."""
@@ -87,11 +89,11 @@ class MemoryStore(ClaimsByReservation):
         written: list[Record | None] = []
         for record, events in items:
             entry = self._records.get(record.operation_id)
-            if entry is None or entry[0] != record.version:
+            if entry is None or entry.written.version != record.version:
                 written.append(None)
                 continue
             stored, sealed = advance(record, events, self._audit_key)
-            self._records[record.operation_id] = (stored.version, encode_record(stored))
+            self._records[record.operation_id] = _Kept.of(stored, entry)
             self._events[record.operation_id].extend(sealed)
             self._push_writes(stored)
             written.append(stored)
@@ -120,7 +122,7 @@ class MemoryStore(ClaimsByReservation):
     ) -> list[Record]:
         """See :meth:`Store.reserve_due`."""
         with self._lock:
-            records = [decode_record(text) for _, text in self._records.values()]
+            records = [entry.read() for entry in self._records.values()]
             due = sorted(
                 (r for r in records if is_claimable(r, now, label_prefix, gone_owners)),
                 key=lambda r: r.next_poll_at,
@@ -133,7 +135,7 @@ class MemoryStore(ClaimsByReservation):
     ) -> tuple[datetime | None, list[str]]:
         """See :meth:`Store.next_claimable`."""
         with self._lock:
-            records = [decode_record(text) for _, text in self._records.values()]
+            records = [entry.read() for entry in self._records.values()]
         drivable = [
             r
             for r in records
@@ -156,7 +158,7 @@ class MemoryStore(ClaimsByReservation):
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""
         with self._lock:
-            records = [decode_record(text) for _, text in self._records.values()]
+            records = [entry.read() for entry in self._records.values()]
         open_ = [r for r in records if not r.is_finished]
         drivable = [r.next_poll_at for r in open_ if r.phase.value in DRIVABLE_PHASES]
         return len(open_), min(drivable, default=None)
@@ -171,8 +173,7 @@ class MemoryStore(ClaimsByReservation):
     ) -> list[Record]:
         """See :meth:`Store.recent`."""
         with self._lock:
-            rows = list(self._records.items())
-        records = readable(rows, lambda row: decode_record(row[1][1]), lambda row: row[0])
+            records = [entry.read() for entry in self._records.values()]
         records = [
             r
             for r in records
@@ -184,16 +185,8 @@ class MemoryStore(ClaimsByReservation):
     def heads(self) -> list[tuple[str, int, str]]:
         """See :meth:`Store.heads`."""
         with self._lock:
-            rows = list(self._records.items())
-        found = []
-        for operation_id, (_, text) in sorted(rows):
-            try:
-                record = decode_record(text)
-            except StoreError:
-                found.append((operation_id, 0, ""))
-                continue
-            found.append((operation_id, record.audit_seq, record.audit_head))
-        return found
+            rows = sorted((op, entry.written) for op, entry in self._records.items())
+        return [(operation_id, r.audit_seq, r.audit_head) for operation_id, r in rows]
 
     def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
         """See :meth:`Store.put_delivery`."""
@@ -339,8 +332,8 @@ class MemoryStore(ClaimsByReservation):
         with self._lock:
             labelled = {
                 operation_id
-                for operation_id, (_, text) in self._records.items()
-                if (decode_record(text).label or "").startswith(label_prefix)
+                for operation_id, entry in self._records.items()
+                if (entry.written.label or "").startswith(label_prefix)
             }
             events = [e for op in labelled for e in self._events.get(op, ())]
         after = sorted(
@@ -350,3 +343,49 @@ class MemoryStore(ClaimsByReservation):
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+@dataclass(slots=True)
+class _Kept:
+    """One operation as the store keeps it (changed under the store's lock)."""
+
+    written: Record
+    """The record as its last write gave it; each of its parts' stored text computed."""
+    decoded: list[tuple[Part, Part] | None]
+    """Per part: (a written part, its copy decoded from its stored text), the last one
+    a read decoded."""
+    last: Record | None = None
+    """The record the last read built (``None``: none since the last write)."""
+
+    @classmethod
+    def of(cls, stored: Record, before: _Kept | None) -> _Kept:
+        """*stored*, written over *before* (its decoded copies still used for the parts
+        *stored* did not change). Encodes every part not encoded yet.
+
+        Raises:
+            ValueError: a value cannot be stored (not JSON, or nested too deeply).
+        """
+        for part in stored.parts():
+            part.text(dump_json)
+        decoded: list[tuple[Part, Part] | None] = (
+            list(before.decoded) if before is not None else [None] * len(PARTS)
+        )
+        return cls(stored, decoded)
+
+    def read(self) -> Record:
+        """The record as read back: each part decoded from its stored text (once)."""
+        if self.last is not None:
+            return self.last
+        parts: list[Part] = []
+        for index, (part, (_, kind)) in enumerate(zip(self.written.parts(), PARTS, strict=True)):
+            pair = self.decoded[index]
+            if pair is not None and (pair[0] is part or pair[1] is part):
+                parts.append(pair[1])  # written as read: the copy it was decoded to
+                continue
+            text = part.text(dump_json)
+            copy = decode_part(kind, load_object(text))
+            copy.keep_text(text)
+            self.decoded[index] = (part, copy)
+            parts.append(copy)
+        self.last = assemble(parts, self.written.version)
+        return self.last

@@ -1,7 +1,8 @@
 """The PostgreSQL store, for many workers on many machines (psycopg 3, a connection pool).
 
-Records are rows with typed columns for what is queried (phase, next poll time,
-lease) and the versioned JSON document for the rest. Audit events are rows appended in
+Records are rows: one JSON column per part of the record (``waitbound.stores._rows``),
+written only when the part changed, and typed columns for what is queried (phase, next
+poll time, lease). Audit events are rows appended in
 the same transaction as the record change. Workers claim due operations with
 ``SELECT … FOR UPDATE SKIP LOCKED``, so two workers never claim the same operation and
 never wait on each other's claims.
@@ -9,7 +10,7 @@ never wait on each other's claims.
 The schema is versioned: :data:`MIGRATIONS` is applied by :func:`upgrade` (the
 ``waitbound db upgrade`` command), never by opening a store.
 
-The ``data`` columns are ``json``, not ``jsonb``: ``json`` keeps the text exactly as
+The JSON columns are ``json``, not ``jsonb``: ``json`` keeps the text exactly as
 written, while ``jsonb`` turns ``1e+16`` into an integer and ``-0.0`` into ``0.0`` (which
 breaks the audit chain's hashes) and refuses ``\\u0000`` in a string outright.
 """
@@ -46,7 +47,7 @@ from waitbound.stores._postgres_schema import (
     DEFAULT_SCHEMA,
     MIGRATIONS,
     SCHEMA_VERSION,
-    SET_HOT,
+    SET_QUERY,
     apply_migrations,
     checked_schema,
     newer_schema,
@@ -70,7 +71,7 @@ from waitbound.stores._protocol import (
     readable,
     webhook_key,
 )
-from waitbound.stores._rows import HOT_COLUMNS, ROW_COLUMNS, RecordRows, Row
+from waitbound.stores._rows import PART_COLUMNS, QUERY_COLUMNS, RecordRows, Row
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -90,7 +91,7 @@ def _audit_after_queries() -> dict[str, str]:
         " e.hash FROM {schema}.audit_events AS e"
     )
     join = " JOIN {schema}.operations AS o ON o.operation_id = e.operation_id"
-    labelled = "left(coalesce(o.data->>'label', ''), %s) = %s"
+    labelled = "left(coalesce(o.contract->>'label', ''), %s) = %s"
     after = '(e.at, e.operation_id COLLATE "C", e.seq) > (%s, %s, %s)'
     order = ' ORDER BY e.at, e.operation_id COLLATE "C", e.seq LIMIT %s'
     return {
@@ -136,24 +137,23 @@ def _claim_outbox_queries() -> dict[str, str]:
 NOTIFY_CHANNEL: Final = "waitbound_wakeup"
 """The ``LISTEN``/``NOTIFY`` channel; a notification's payload is the schema's name."""
 
-_READ: Final = ROW_COLUMNS.replace(", poll,", ", poll::text,").removesuffix(", data")
-"""The row's columns as :meth:`RecordRows.record` reads them, but ``data``."""
+_READ: Final = ", ".join(("operation_id", "version", *(f"{c}::text" for c in PART_COLUMNS)))
+"""The row's columns as :meth:`RecordRows.record` reads them."""
 
 
-def _write_query(*, data: bool) -> str:
+def _write_query(changed: tuple[int, ...]) -> str:
     """One record's write as ONE statement (atomic by itself, so a save needs no
     ``BEGIN``/``COMMIT`` round trips): the compare-and-swap update of its row, its audit
     events appended only when the update took, and a ``NOTIFY`` when the write made the
     operation due sooner than before. Returns one row when the update took, none on a
-    conflict."""
-    cold = ", data = %s::json" if data else ""
+    conflict. *changed*: the indices of the parts written (in ``PART_COLUMNS``)."""
+    parts = "".join(f", {PART_COLUMNS[index]} = %s::json" for index in changed)
     return (
         "WITH before AS (SELECT next_poll_at, phase FROM {schema}.operations"
         " WHERE operation_id = %s),"
         " updated AS (UPDATE {schema}.operations SET "
-        + SET_HOT
-        + ", poll = %s::json, data_version = %s"
-        + cold
+        + SET_QUERY
+        + parts
         + " WHERE operation_id = %s AND version = %s RETURNING 1),"
         " appended AS (INSERT INTO {schema}.audit_events"
         " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
@@ -167,45 +167,44 @@ def _write_query(*, data: bool) -> str:
 
 
 _QUERIES: Final = {
-    "insert": "INSERT INTO {schema}.operations (" + ROW_COLUMNS + ", created_at)"
-    " VALUES (" + ", ".join(["%s"] * (len(HOT_COLUMNS) + 1)) + ", %s::json, %s, %s::json, %s)"
-    " ON CONFLICT (operation_id) DO NOTHING RETURNING 1",
-    "get": "SELECT " + _READ + ", CASE WHEN data_version = %s THEN NULL ELSE data::text END"
-    " FROM {schema}.operations WHERE operation_id = %s",
-    "write_hot": _write_query(data=False),
-    "write_all": _write_query(data=True),
+    "insert": "INSERT INTO {schema}.operations (operation_id, "
+    + ", ".join((*QUERY_COLUMNS, *PART_COLUMNS))
+    + ", created_at) VALUES ("
+    + ", ".join(["%s"] * (len(QUERY_COLUMNS) + 1) + ["%s::json"] * len(PART_COLUMNS))
+    + ", %s) ON CONFLICT (operation_id) DO NOTHING RETURNING 1",
+    "get": "SELECT " + _READ + " FROM {schema}.operations WHERE operation_id = %s",
     "notify": "SELECT pg_notify(%s, %s)",
     "append": "INSERT INTO {schema}.audit_events"
     " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
     " VALUES (%s, %s, %s, %s, %s, %s::json, %s, %s)",
     "audit": "SELECT seq, at, kind, summary, data::text, prev_hash, hash"
     " FROM {schema}.audit_events WHERE operation_id = %s ORDER BY seq",
-    "reserve_due": "SELECT " + _READ + ", data::text FROM {schema}.operations"
+    "reserve_due": "SELECT " + _READ + " FROM {schema}.operations"
     " WHERE phase = ANY(%s) AND next_poll_at <= %s"
     " AND (lease_expires_at IS NULL OR lease_expires_at <= %s OR lease_owner = ANY(%s))"
     " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
-    "reserve_due_labelled": "SELECT " + _READ + ", data::text FROM {schema}.operations"
+    "reserve_due_labelled": "SELECT " + _READ + " FROM {schema}.operations"
     " WHERE phase = ANY(%s) AND next_poll_at <= %s"
     " AND (lease_expires_at IS NULL OR lease_expires_at <= %s OR lease_owner = ANY(%s))"
-    " AND left(coalesce(data->>'label', ''), %s) = %s"
+    " AND left(coalesce(contract->>'label', ''), %s) = %s"
     " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
     "next_claimable": "SELECT min(greatest(next_poll_at, lease_expires_at))"
     " FROM {schema}.operations WHERE phase = ANY(%s)",
     "next_claimable_labelled": "SELECT min(greatest(next_poll_at, lease_expires_at))"
     " FROM {schema}.operations WHERE phase = ANY(%s)"
-    " AND left(coalesce(data->>'label', ''), %s) = %s",
+    " AND left(coalesce(contract->>'label', ''), %s) = %s",
     "holders": "SELECT DISTINCT lease_owner FROM {schema}.operations"
     " WHERE phase = ANY(%s) AND next_poll_at <= %s AND lease_expires_at > %s"
     " AND lease_owner IS NOT NULL ORDER BY lease_owner LIMIT 100",
     "holders_labelled": "SELECT DISTINCT lease_owner FROM {schema}.operations"
     " WHERE phase = ANY(%s) AND next_poll_at <= %s AND lease_expires_at > %s"
-    " AND lease_owner IS NOT NULL AND left(coalesce(data->>'label', ''), %s) = %s"
+    " AND lease_owner IS NOT NULL AND left(coalesce(contract->>'label', ''), %s) = %s"
     " ORDER BY lease_owner LIMIT 100",
-    "recent": "SELECT " + _READ + ", data::text FROM {schema}.operations"
-    " WHERE left(coalesce(data->>'label', ''), %s) = %s AND (outcome IS NULL OR NOT %s)"
+    "recent": "SELECT " + _READ + " FROM {schema}.operations"
+    " WHERE left(coalesce(contract->>'label', ''), %s) = %s AND (outcome IS NULL OR NOT %s)"
     " ORDER BY created_at DESC, operation_id DESC LIMIT %s",
     # every operation: no row's JSON is read by the server
-    "recent_all": "SELECT " + _READ + ", data::text FROM {schema}.operations"
+    "recent_all": "SELECT " + _READ + " FROM {schema}.operations"
     " WHERE (outcome IS NULL OR NOT %s) ORDER BY created_at DESC, operation_id DESC LIMIT %s",
     "heads": "SELECT operation_id, audit_seq, audit_head FROM {schema}.operations"
     ' ORDER BY operation_id COLLATE "C"',
@@ -313,6 +312,8 @@ class PostgresStore(ClaimsByReservation):
             )
         ident = sql.Identifier(self.schema)
         self._sql = {name: sql.SQL(text).format(schema=ident) for name, text in _QUERIES.items()}
+        self._writes: dict[tuple[int, ...], sql.Composed] = {}
+        """One write statement per set of parts written (:func:`_write_query`)."""
         self._pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
             conninfo,
             min_size=min_size,
@@ -368,14 +369,7 @@ class PostgresStore(ClaimsByReservation):
         with self._transaction() as conn:
             cursor = conn.execute(
                 self._sql["insert"],
-                (
-                    stored.operation_id,
-                    *row.hot,
-                    row.poll,
-                    row.data_version,
-                    row.data,
-                    stored.created_at,
-                ),
+                (stored.operation_id, *row.query, *row.texts, stored.created_at),
             )
             if cursor.fetchone() is None:
                 raise UsageError(f"operation {record.operation_id!r} exists already")
@@ -389,14 +383,7 @@ class PostgresStore(ClaimsByReservation):
     def get(self, operation_id: str) -> Record | None:
         """See :meth:`Store.get`."""
         with self._read() as conn:
-            known = self._rows.cached_data_version(operation_id)
-            row = conn.execute(self._sql["get"], (known, operation_id)).fetchone()
-            if (
-                row is not None
-                and row[-1] is None
-                and (self._rows.cached_data_version(operation_id) != row[-2])
-            ):  # evicted meanwhile (another thread): read it whole
-                row = conn.execute(self._sql["get"], (-1, operation_id)).fetchone()
+            row = conn.execute(self._sql["get"], (operation_id,)).fetchone()
             return self._rows.record(row) if row else None
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
@@ -484,8 +471,8 @@ class PostgresStore(ClaimsByReservation):
         replaces: int,
     ) -> None:
         """Write one record by compare-and-swap on *replaces* (its stored version), in
-        one statement (:func:`_write_query`): the hot columns and ``poll`` always,
-        ``data`` only when ``row.data`` is given, its *sealed* audit events, and
+        one statement (:func:`_write_query`): the query columns always, the parts
+        that changed (``row.changed``), its *sealed* audit events, and
         ``NOTIFY`` (delivered at commit) when the write makes the operation due sooner
         than before (a decision resuming it, a webhook hint).
 
@@ -493,16 +480,13 @@ class PostgresStore(ClaimsByReservation):
             ConflictError: the stored version is not *replaces* (nothing was written).
         """
         op = stored.operation_id
-        cold = () if row.data is None else (row.data,)
         rows = audit_rows(sealed, lambda at: at)
         columns = [[event[i] for event in rows] for i in range(8)]  # one array per column
         drivable = stored.phase.value in DRIVABLE_PHASES
         args = (
             op,
-            *row.hot,
-            row.poll,
-            row.data_version,
-            *cold,
+            *row.query,
+            *row.texts,
             op,
             replaces,
             *columns,
@@ -512,9 +496,16 @@ class PostgresStore(ClaimsByReservation):
             NOTIFY_CHANNEL,
             self.schema,
         )
-        query = self._sql["write_hot" if row.data is None else "write_all"]
-        if conn.execute(query, args).fetchone() is None:
+        if conn.execute(self._write_sql(row.changed), args).fetchone() is None:
             raise ConflictError(op, replaces)
+
+    def _write_sql(self, changed: tuple[int, ...]) -> sql.Composed:
+        """The write statement for the parts *changed*, made once per set."""
+        found = self._writes.get(changed)
+        if found is None:
+            found = sql.SQL(_write_query(changed)).format(schema=sql.Identifier(self.schema))
+            self._writes[changed] = found
+        return found
 
     def reserve_due(
         self,

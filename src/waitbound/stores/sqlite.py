@@ -1,7 +1,8 @@
 """The embedded default store: one SQLite file (stdlib ``sqlite3``, WAL mode).
 
-Records are rows with typed columns for what is queried (phase, next poll time,
-lease) and a versioned JSON document for the rest. Audit events are rows in the same
+Records are rows: one JSON column per part of the record (``waitbound.stores._rows``),
+written only when the part changed, and typed columns for what is queried (phase, next
+poll time, lease). Audit events are rows in the same
 database, appended in the same ``BEGIN IMMEDIATE`` transaction as the record change, as
 are the push path's writes (``webhook_jobs``, the inbox's look-back match, the outbox).
 
@@ -14,6 +15,7 @@ since ``+`` sorts before ``.``), so SQL compares and orders them as text.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -48,7 +50,15 @@ from waitbound.stores._protocol import (
     readable,
     webhook_key,
 )
-from waitbound.stores._rows import HOT_COLUMNS, ROW_COLUMNS, RecordRows, Row
+from waitbound.stores._rows import (
+    PART_COLUMNS,
+    QUERY_COLUMNS,
+    ROW_COLUMNS,
+    RecordRows,
+    Row,
+)
+from waitbound.stores._rows_v4 import ROW_COLUMNS as V4_ROW_COLUMNS
+from waitbound.stores._rows_v4 import record_of_v4_row
 
 __all__ = ["SCHEMA_VERSION", "NotAStoreError", "SQLiteStore", "StoreNotFoundError"]
 
@@ -172,9 +182,23 @@ CREATE TABLE sessions (
 );
 CREATE INDEX sessions_expiry ON sessions (expires_at);
 """,
-    # 5: groups of operations waited on together (waitbound.stores._groups): additive,
-    # two tables of their own; the operations table is untouched.
+    # 5: the record as parts (waitbound.stores._rows): one JSON column per part. Every
+    # row is rewritten from the format the file had before the upgrade by
+    # _rewrite_v5, which then drops the schema-3 columns (_V5_DROPPED), in the same
+    # transaction.
+    # And, additive: the groups of operations waited on together (waitbound.stores._groups),
+    # two tables of their own.
     """
+ALTER TABLE operations ADD COLUMN contract TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE operations ADD COLUMN submission TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE operations ADD COLUMN counters TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE operations ADD COLUMN schedule TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE operations ADD COLUMN lease TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE operations ADD COLUMN answer TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE operations ADD COLUMN ending TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE operations ADD COLUMN oversight TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE operations ADD COLUMN push TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE operations ADD COLUMN audit TEXT NOT NULL DEFAULT '{}';
 CREATE TABLE op_groups (
     group_id      TEXT PRIMARY KEY,
     kind          TEXT NOT NULL,
@@ -301,8 +325,9 @@ class SQLiteStore(ClaimsByReservation):
                 if found > 0:  # a fresh file is created at the current schema
                     self._applied = applied
                 found = SCHEMA_VERSION
-            self._legacy = found < SCHEMA_VERSION
-            """Read-only on an older file: records are read from its whole-record JSON."""
+            self._legacy = found if found < SCHEMA_VERSION else 0
+            """Read-only on an older file: its schema version (records are read in its
+            format: whole-record JSON up to 2, split rows in 3 and 4); else 0."""
         except BaseException as exc:
             self._db.close()
             if isinstance(exc, sqlite3.DatabaseError):
@@ -367,25 +392,34 @@ class SQLiteStore(ClaimsByReservation):
                 for statement in _MIGRATIONS[version - 1].split(";"):
                     if statement.strip():
                         db.execute(statement)
-                if version == 3:
-                    self._rewrite_v3(db)
+                if version == 5:
+                    self._rewrite_v5(db, was=int(found))
             if pending:
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return pending
 
-    def _rewrite_v3(self, db: sqlite3.Connection) -> None:
-        """Split every row's whole-record JSON (schema 2) into the schema-3 columns."""
-        rows = db.execute("SELECT operation_id, data FROM operations").fetchall()
-        for operation_id, text in rows:
+    def _rewrite_v5(self, db: sqlite3.Connection, *, was: int) -> None:
+        """Schema 5's row rewrite: read every record in the format the file had
+        (schema *was*: whole-record JSON up to 2, the split row of 3 and 4), write it as
+        its parts, then drop the columns schema 5 no longer has. (An upgrade from 2
+        skips schema 3's own split: each row is read once and written once.)"""
+        if was <= 2:
+            rows = db.execute("SELECT operation_id, data FROM operations").fetchall()
+        else:
+            rows = db.execute(f"SELECT {V4_ROW_COLUMNS} FROM operations").fetchall()
+        for found in rows:
+            operation_id = found[0]
             try:
-                record = decode_record(text)
+                record = decode_record(found[1]) if was <= 2 else record_of_v4_row(found)
             except StoreError as exc:
                 raise StoreError(
                     f"store {self.path}: operation {operation_id!r} cannot be upgraded ({exc}); "
                     "nothing was changed"
                 ) from None
             row = self._rows.row(record, replaces=0)
-            self._write(db, record, row, [], replaces=record.version)
+            db.execute(_update(row.changed), (*row.query, *row.texts, operation_id, record.version))
+        for column in _V5_DROPPED:
+            db.execute(f"ALTER TABLE operations DROP COLUMN {column}")
 
     def upgrade(self) -> list[int]:
         """Apply pending schema migrations; return their versions.
@@ -453,14 +487,7 @@ class SQLiteStore(ClaimsByReservation):
             with self._transaction() as db:
                 db.execute(
                     _INSERT,
-                    (
-                        stored.operation_id,
-                        *row.hot,
-                        row.poll,
-                        row.data_version,
-                        row.data,
-                        _instant(stored.created_at),
-                    ),
+                    (stored.operation_id, *row.query, *row.texts, _instant(stored.created_at)),
                 )
                 self._append(db, sealed)
                 _push_writes(db, stored)
@@ -474,19 +501,21 @@ class SQLiteStore(ClaimsByReservation):
         with self._damage():
             if self._legacy:
                 row = self._db.execute(
-                    "SELECT data FROM operations WHERE operation_id = ?", (operation_id,)
+                    f"SELECT {self._legacy_columns} FROM operations WHERE operation_id = ?",
+                    (operation_id,),
                 ).fetchone()
-                return decode_record(row[0]) if row else None
-            row = self._db.execute(
-                _GET, (self._rows.cached_data_version(operation_id), operation_id)
-            ).fetchone()
-            if (
-                row is not None
-                and row[-1] is None
-                and (self._rows.cached_data_version(operation_id) != row[-2])
-            ):  # evicted meanwhile (another thread): read it whole
-                row = self._db.execute(_GET, (-1, operation_id)).fetchone()
+                return self._legacy_record(row) if row else None
+            row = self._db.execute(_GET, (operation_id,)).fetchone()
             return self._rows.record(row) if row else None
+
+    @property
+    def _legacy_columns(self) -> str:
+        """The columns a record is read from in an older file (read-only)."""
+        return "operation_id, data" if self._legacy <= 2 else V4_ROW_COLUMNS
+
+    def _legacy_record(self, row: Sequence[Any]) -> Record:
+        """A record read from an older file's row (read as :attr:`_legacy_columns`)."""
+        return decode_record(row[1]) if self._legacy <= 2 else record_of_v4_row(row)
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save`."""
@@ -532,21 +561,15 @@ class SQLiteStore(ClaimsByReservation):
         replaces: int,
     ) -> None:
         """Write one record in the caller's transaction: its row by compare-and-swap on
-        *replaces* (its stored version) — the hot columns and ``poll`` always, ``data``
-        only when ``row.data`` is given — then its *sealed* audit events.
+        *replaces* (its stored version) — the query columns always, the parts that
+        changed (``row.changed``) — then its *sealed* audit events.
 
         Raises:
             ConflictError: the stored version is not *replaces* (nothing was written).
         """
-        if row.data is None:
-            cursor = db.execute(
-                _UPDATE_HOT, (*row.hot, row.poll, row.data_version, stored.operation_id, replaces)
-            )
-        else:
-            cursor = db.execute(
-                _UPDATE_ALL,
-                (*row.hot, row.poll, row.data_version, row.data, stored.operation_id, replaces),
-            )
+        cursor = db.execute(
+            _update(row.changed), (*row.query, *row.texts, stored.operation_id, replaces)
+        )
         if cursor.rowcount != 1:
             raise ConflictError(stored.operation_id, replaces)
         SQLiteStore._append(db, sealed)
@@ -636,8 +659,9 @@ class SQLiteStore(ClaimsByReservation):
         self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
     ) -> list[Record]:
         """See :meth:`Store.recent`."""
-        columns = "operation_id, data" if self._legacy else ROW_COLUMNS
-        labelled, label_args = _label_filter(label_prefix)  # none: no row's JSON is read
+        columns = self._legacy_columns if self._legacy else ROW_COLUMNS
+        # none: no row's JSON is read
+        labelled, label_args = _label_filter(label_prefix, "data" if self._legacy else "contract")
         with self._damage():
             rows = self._db.execute(
                 f"SELECT {columns} FROM operations WHERE (outcome IS NULL OR NOT ?){labelled}"
@@ -645,13 +669,13 @@ class SQLiteStore(ClaimsByReservation):
                 (open_only, *label_args, limit),
             ).fetchall()
             if self._legacy:
-                return readable(rows, lambda row: decode_record(row[1]), lambda row: row[0])
+                return readable(rows, self._legacy_record, lambda row: row[0])
             return readable(rows, self._rows.record, lambda row: row[0])
 
     def heads(self) -> list[tuple[str, int, str]]:
         """See :meth:`Store.heads`."""
         with self._damage():
-            if self._legacy:
+            if 0 < self._legacy <= 2:
                 found = []
                 for operation_id, text in self._db.execute(
                     "SELECT operation_id, data FROM operations ORDER BY operation_id"
@@ -859,7 +883,7 @@ class SQLiteStore(ClaimsByReservation):
         joined = ""
         if label_prefix:  # the unfiltered stream reads no record's JSON
             joined = " JOIN operations AS o ON o.operation_id = e.operation_id"
-            conditions.append("substr(coalesce(json_extract(o.data, '$.label'), ''), 1, ?) = ?")
+            conditions.append("substr(coalesce(json_extract(o.contract, '$.label'), ''), 1, ?) = ?")
             args += [len(label_prefix), label_prefix]
         if cursor is not None:
             conditions.append("(e.at, e.operation_id, e.seq) > (?, ?, ?)")
@@ -919,13 +943,15 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
-def _label_filter(label_prefix: str) -> tuple[str, tuple[object, ...]]:
+def _label_filter(label_prefix: str, column: str = "contract") -> tuple[str, tuple[object, ...]]:
     """The ``AND …`` clause (and its arguments) keeping operations whose label starts with
-    *label_prefix*; nothing for the common, unfiltered look (it reads no record's JSON)."""
+    *label_prefix* (read from the JSON *column*: the ``contract`` part; ``data`` in a
+    file older than schema 5); nothing for the common, unfiltered look (it reads no
+    record's JSON)."""
     if not label_prefix:
         return "", ()
     return (
-        " AND substr(coalesce(json_extract(data, '$.label'), ''), 1, ?) = ?",
+        f" AND substr(coalesce(json_extract({column}, '$.label'), ''), 1, ?) = ?",
         (len(label_prefix), label_prefix),
     )
 
@@ -997,25 +1023,39 @@ def _filters(**equal: object) -> tuple[str, tuple[object, ...]]:
     return " WHERE " + " AND ".join(f"{column} = ?" for column in given), tuple(given.values())
 
 
-_HOT_SET: Final = ", ".join(f"{column} = ?" for column in HOT_COLUMNS)
 _INSERT: Final = (
-    f"INSERT INTO operations ({ROW_COLUMNS}, created_at)"
-    " VALUES (" + ", ".join("?" for _ in range(len(HOT_COLUMNS) + 5)) + ")"
+    f"INSERT INTO operations (operation_id, {', '.join(QUERY_COLUMNS)},"
+    f" {', '.join(PART_COLUMNS)}, created_at)"
+    " VALUES (" + ", ".join("?" for _ in range(len(QUERY_COLUMNS) + len(PART_COLUMNS) + 2)) + ")"
 )
-_GET: Final = (
-    "SELECT "
-    + ROW_COLUMNS.removesuffix(", data")
-    + ", CASE WHEN data_version = ? THEN NULL ELSE data END FROM operations"
-    " WHERE operation_id = ?"
+_GET: Final = f"SELECT {ROW_COLUMNS} FROM operations WHERE operation_id = ?"
+_V5_DROPPED: Final = (
+    "in_flight",
+    "submit_attempts",
+    "status_requests_used",
+    "result_requests_used",
+    "cancel_requests_used",
+    "confirm_requests_used",
+    "transport_failures_used",
+    "rate_limited_used",
+    "attempt",
+    "audit_mac",
+    "poll",
+    "data_version",
+    "data",
 )
-_UPDATE_HOT: Final = (
-    f"UPDATE operations SET {_HOT_SET}, poll = ?, data_version = ?"
-    " WHERE operation_id = ? AND version = ?"
-)
-_UPDATE_ALL: Final = (
-    f"UPDATE operations SET {_HOT_SET}, poll = ?, data_version = ?, data = ?"
-    " WHERE operation_id = ? AND version = ?"
-)
+"""The columns of schemas 1-4 that schema 5 drops (the parts hold their values)."""
+
+
+@functools.cache
+def _update(changed: tuple[int, ...]) -> str:
+    """The compare-and-swap ``UPDATE`` of one row: the query columns and the parts at
+    the indices *changed* (one statement text per set of parts; SQLite keeps each
+    prepared)."""
+    sets = [f"{column} = ?" for column in QUERY_COLUMNS]
+    sets += [f"{PART_COLUMNS[index]} = ?" for index in changed]
+    return f"UPDATE operations SET {', '.join(sets)} WHERE operation_id = ? AND version = ?"
+
 
 _INBOX_COLUMNS: Final = (
     "provider, webhook_id, received_at, job_id, event_type, authoritative, payload,"
