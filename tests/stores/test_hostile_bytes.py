@@ -397,7 +397,7 @@ def test_db_upgrade_to_4_repairs_a_postgres_store_schema_3_poisoned(
                 assert "x\\u0000" not in str(e.value)
             finally:
                 old.close()
-        assert postgres.upgrade(pg.DSN, schema=schema) == [4]
+        assert postgres.upgrade(pg.DSN, schema=schema) == [4, 5]
         store = postgres.PostgresStore(pg.DSN, schema=schema, audit_key=key)
         try:
             [listed] = store.recent(label_prefix="mcp:")

@@ -224,6 +224,7 @@ def test_upgrade_creates_the_schema_then_has_nothing_to_do(dsn: str, bare_schema
         "inbox",
         "operations",
         "outbox",
+        "schedule_history",
         "schema_migrations",
         "sessions",
         "webhook_jobs",
@@ -504,7 +505,7 @@ def test_a_version_1_schema_upgrades_to_the_push_path(
     dsn: str, bare_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A schema the version-1 release made (migration 1 only, one record as it wrote it)
-    is refused until upgraded; the upgrade applies [2, 3, 4], and the record and its log
+    is refused until upgraded; the upgrade applies [2, 3, 4, 5], and the record and its log
     read as before."""
     with monkeypatch.context() as previous_release:
         previous_release.setattr(postgres_schema, "MIGRATIONS", postgres.MIGRATIONS[:1])
@@ -530,10 +531,10 @@ def test_a_version_1_schema_upgrades_to_the_push_path(
             row,
         )
     assert _tables(bare_schema) == ["audit_events", "operations", "schema_migrations"]
-    with pytest.raises(StoreError, match="schema version 1 is older than this waitbound's 4"):
+    with pytest.raises(StoreError, match="schema version 1 is older than this waitbound's 5"):
         postgres.PostgresStore(dsn, schema=bare_schema)
-    assert postgres.upgrade(dsn, schema=bare_schema) == [2, 3, 4]
-    assert _versions(bare_schema) == [1, 2, 3, 4]
+    assert postgres.upgrade(dsn, schema=bare_schema) == [2, 3, 4, 5]
+    assert _versions(bare_schema) == [1, 2, 3, 4, 5]
     assert "inbox" in _tables(bare_schema)
     assert "outbox" in _tables(bare_schema)
     assert "webhook_jobs" in _tables(bare_schema)

@@ -328,13 +328,13 @@ def _user_version(path: Path) -> int:
 def test_a_version_1_file_is_upgraded_when_opened(tmp_path: Path) -> None:
     """Opening a version-1 file adds the push path's tables (version 2) and splits the
     record (version 3) in one transaction; its record and audit log read as before;
-    upgrade() reports [2, 3, 4], once."""
+    upgrade() reports [2, 3, 4, 5], once."""
     path = tmp_path / "v1.db"
     stored = _version_1_file(path)
     assert _tables(path) == ["audit_events", "operations"]
     store = SQLiteStore(path)
     try:
-        assert _user_version(path) == sqlite.SCHEMA_VERSION == 4
+        assert _user_version(path) == sqlite.SCHEMA_VERSION == 5
         assert _tables(path) == [
             "audit_events",
             "inbox",
@@ -348,7 +348,7 @@ def test_a_version_1_file_is_upgraded_when_opened(tmp_path: Path) -> None:
         assert got.to_json() == stored.to_json()
         waitbound.verify_chain(store.audit("op-1"), head=(got.audit_seq, got.audit_head))
         assert [e.event.kind for e in store.audit_after(None)] == ["created", "reserved"]
-        assert store.upgrade() == [2, 3, 4]
+        assert store.upgrade() == [2, 3, 4, 5]
         assert store.upgrade() == []
         assert store._migrate() == []  # a second opener finds nothing left to apply
         matched = store.put_delivery(
@@ -374,11 +374,11 @@ def test_a_version_1_file_is_upgraded_when_opened(tmp_path: Path) -> None:
 def test_upgrade_store_and_db_upgrade_report_the_migration_of_a_version_1_file(
     tmp_path: Path,
 ) -> None:
-    """upgrade_store on a version-1 file: applied (2, 3, 4), version 4; then nothing."""
+    """upgrade_store on a version-1 file: applied (2, 3, 4, 5), version 5; then nothing."""
     path = tmp_path / "v1.db"
     _version_1_file(path)
     assert upgrade_store(path, create=False) == SchemaUpgrade(
-        store=str(path), applied=(2, 3, 4), version=4
+        store=str(path), applied=(2, 3, 4, 5), version=5
     )
     assert upgrade_store(path, create=False).applied == ()
 

@@ -50,8 +50,8 @@ def test_db_upgrade_migrates_a_v2_sqlite_store_keeping_every_fact(tmp_path: Path
     assert _user_version(path) == 2
     done = run_cli(tmp_path, "db", "upgrade", "--store", str(path), "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"store": str(path), "applied": [3, 4], "version": 4}
-    assert _user_version(path) == 4
+    assert json.loads(done.stdout) == {"store": str(path), "applied": [3, 4, 5], "version": 5}
+    assert _user_version(path) == 5
     store = SQLiteStore(path, read_only=True)
     try:
         assert facts(store) == _expected()
@@ -132,7 +132,7 @@ def test_the_upgraded_store_goes_on_writing_and_signing(tmp_path: Path) -> None:
 
 def test_the_released_v2_scripts_are_unchanged() -> None:
     """Schema 3 appends a migration; versions 1 and 2 stay as released."""
-    assert len(sqlite._MIGRATIONS) == 4
+    assert len(sqlite._MIGRATIONS) == 5
     assert sqlite._MIGRATIONS[1].lstrip().startswith("CREATE TABLE webhook_jobs")
 
 
@@ -177,7 +177,7 @@ def test_db_upgrade_migrates_a_v2_postgres_schema_keeping_every_fact(
 
     done = run_cli(tmp_path, "db", "upgrade", "--store", pg.DSN, "--schema", v2_schema, "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["applied"] == [3, 4]
+    assert json.loads(done.stdout)["applied"] == [3, 4, 5]
     store = PostgresStore(pg.DSN, schema=v2_schema, max_size=2)
     try:
         assert facts(store) == _expected()

@@ -13,6 +13,7 @@ from waitbound.cli._deliveries import deliveries
 from waitbound.cli._inspect import show
 from waitbound.cli._mcp import mcp_command
 from waitbound.cli._profiles import profiles
+from waitbound.cli._schedules import schedules
 from waitbound.cli._serve import serve_command
 from waitbound.cli._sessions import sessions
 from waitbound.cli._sim import sim
@@ -53,6 +54,7 @@ for _command in (
     mcp_command,
     serve_command,
     sessions,
+    schedules,
     watch,
 ):
     cli.add_command(_command)

@@ -151,6 +151,21 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     CREATE INDEX sessions_expiry ON {schema}.sessions (expires_at);
     """,
+    # 5: the schedule history (waitbound._history): one row of duration evidence per
+    # finished operation, the newest HISTORY_LIMIT per key. Additive: its own table.
+    """
+    CREATE TABLE {schema}.schedule_history (
+        seq             bigserial PRIMARY KEY,
+        key             text NOT NULL,
+        operation_id    text NOT NULL UNIQUE,
+        accepted_at     timestamptz NOT NULL,
+        pending_seen_at timestamptz,
+        ended_seen_at   timestamptz,
+        outcome         text NOT NULL,
+        finished_at     timestamptz NOT NULL
+    );
+    CREATE INDEX schedule_history_key ON {schema}.schedule_history (key, seq);
+    """,
 )
 """The schema, one SQL script per version (``{schema}`` is the quoted schema name).
 Version N is ``MIGRATIONS[N - 1]``; a released script is never edited, only appended to."""

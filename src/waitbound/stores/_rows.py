@@ -75,6 +75,8 @@ POLL_FIELDS: Final[tuple[str, ...]] = (
     "last_request_id",
     "last_observed_at",
     "job_seen_at",
+    "pending_seen_at",
+    "ended_seen_at",
     "success_seen_at",
     "delay_source",
     "cancelable",
