@@ -109,13 +109,19 @@ class Survival:
         return None
 
 
+_MAX_POINTS: Final = 4000
+"""The grid never has more points than this: a tiny cap or a vast history makes its
+steps coarser, never its size (or the plan's cost) unbounded."""
+
+
 def _grid(end_s: float, *, resolution_s: float, max_step_s: float) -> list[float]:
     """0, then steps of *resolution_s* growing to 5 % of the time reached (at most
-    *max_step_s*), to *end_s* inclusive."""
+    *max_step_s*, at least ``end_s / 4000``), to *end_s* inclusive."""
     times = [0.0]
     t = 0.0
+    least = end_s / _MAX_POINTS
     while t < end_s:
-        t += min(max(resolution_s, t * _RELATIVE_STEP), max_step_s)
+        t += max(least, min(max(resolution_s, t * _RELATIVE_STEP), max_step_s))
         times.append(t)
     return times
 
@@ -215,11 +221,13 @@ class LearnedSchedule:
         e = max(0.0, elapsed_s)
         lo = bisect_left(times, e + self.floor_s)
         hi = bisect_right(times, e + self.cap_s) - 1
-        if lo > hi or lo >= len(times):
+        if lo >= len(times):
             return None
         s_e, a_e = _interpolated(times, self.survival, self.area, e)
         if s_e < 1e-9:
             return None
+        if lo > hi:  # the grid is coarser than the cap here: the next point is past it
+            return self.cap_s
         best, arg = math.inf, lo
         for j in range(lo, hi + 1):
             c = self.lam * (s_e * (times[j] - e) - (self.area[j] - a_e)) + self.cost[j]
