@@ -389,15 +389,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.combine is not None:
-        results, learned, formula = [], [], []
+        joined: list[MixResult] = []
+        adapted: list[JobRun] = []
+        plain: list[JobRun] = []
         for path in args.combine:
-            got, adapted, plain = _load(json.loads(path.read_text()))
-            results.extend(got)
-            learned.extend(adapted)
-            formula.extend(plain)
+            got, more_adapted, more_plain = _load(json.loads(path.read_text()))
+            joined.extend(got)
+            adapted.extend(more_adapted)
+            plain.extend(more_plain)
         order = list(Mix)
-        results.sort(key=lambda r: order.index(r.mix))
-        _report(results, learned, formula, args, f"(joined from {len(args.combine)} runs)")
+        joined.sort(key=lambda r: order.index(r.mix))
+        _report(joined, adapted, plain, args, f"(joined from {len(args.combine)} runs)")
         return 0
     jobs = args.jobs or (100 if args.quick else 500)
     adapt = args.adapt_jobs or (60 if args.quick else 300)
