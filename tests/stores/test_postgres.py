@@ -416,7 +416,7 @@ def test_db_upgrade_applies_then_is_idempotent(dsn: str, bare_schema: str, tmp_p
     nothing."""
     first = _db_upgrade(tmp_path, "--store", dsn, "--schema", bare_schema)
     assert (first.returncode, first.stderr) == (0, "")
-    assert first.stdout == f"store {dsn} (schema {bare_schema}): applied versions 1, 2, 3, 4\n"
+    assert first.stdout == f"store {dsn} (schema {bare_schema}): applied versions 1, 2, 3, 4, 5\n"
     again = _db_upgrade(tmp_path, "--store", dsn, "--schema", bare_schema)
     assert (again.returncode, again.stderr) == (0, "")
     assert again.stdout == f"store {dsn} (schema {bare_schema}): already at version {LATEST}\n"

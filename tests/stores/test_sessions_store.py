@@ -124,8 +124,8 @@ def test_expired_sessions_are_not_listed_and_are_pruned(store: Store) -> None:
 
 
 def test_a_schema_3_sqlite_file_gains_the_sessions_table_when_opened(tmp_path: Path) -> None:
-    """A store at schema 3 opened for writing is brought to schema 4: the sessions table
-    exists, upgrade() reports [4]."""
+    """A store at schema 3 opened for writing is brought to the current schema: the
+    sessions table exists, upgrade() reports [4, 5]."""
     path = tmp_path / "v3.db"
     db = sqlite3.connect(path)
     for version in (1, 2, 3):
@@ -135,16 +135,16 @@ def test_a_schema_3_sqlite_file_gains_the_sessions_table_when_opened(tmp_path: P
     db.close()
     store = SQLiteStore(path)
     try:
-        assert store.upgrade() == [4]
+        assert store.upgrade() == [4, 5]
         sessions_of(store).put_session(row(1))
         assert sessions_of(store).get_session(row(1).session_id) == row(1)
     finally:
         store.close()
-    assert sqlite.SCHEMA_VERSION == 4
+    assert sqlite.SCHEMA_VERSION == 5
 
 
 def test_a_schema_3_postgres_schema_gains_the_sessions_table_on_upgrade() -> None:
-    """`waitbound db upgrade` on a PostgreSQL schema at version 3 applies [4] only."""
+    """`waitbound db upgrade` on a PostgreSQL schema at version 3 applies [4, 5] only."""
     import psycopg
     from psycopg import sql
 
@@ -166,7 +166,7 @@ def test_a_schema_3_postgres_schema_gains_the_sessions_table_on_upgrade() -> Non
                     sql.SQL("INSERT INTO {}.schema_migrations VALUES (%s, now())").format(ident),
                     (version,),
                 )
-        assert upgrade(pg.require_postgres(), schema=schema) == [4]
+        assert upgrade(pg.require_postgres(), schema=schema) == [4, 5]
         store = PostgresStore(pg.require_postgres(), schema=schema, max_size=2)
         try:
             sessions_of(store).put_session(row(1))

@@ -198,7 +198,9 @@ def test_an_empty_file_is_made_a_store_only_when_writing(tmp_path: Path) -> None
         "inbox",
         "operations",
         "outbox",
+        "schedule_history",
         "sessions",
+        "sqlite_sequence",
         "webhook_jobs",
     ]
 
@@ -340,7 +342,9 @@ def test_a_version_1_file_is_upgraded_when_opened(tmp_path: Path) -> None:
             "inbox",
             "operations",
             "outbox",
+            "schedule_history",
             "sessions",
+            "sqlite_sequence",
             "webhook_jobs",
         ]
         got = store.get("op-1")
@@ -417,7 +421,15 @@ def test_a_version_2_file_missing_a_push_table_is_refused(tmp_path: Path) -> Non
     _raw(path, "DROP TABLE outbox")
     with pytest.raises(NotAStoreError, match="'outbox' is missing"):
         open_store(path)
-    assert _tables(path) == ["audit_events", "inbox", "operations", "sessions", "webhook_jobs"]
+    assert _tables(path) == [
+        "audit_events",
+        "inbox",
+        "operations",
+        "schedule_history",
+        "sessions",
+        "sqlite_sequence",
+        "webhook_jobs",
+    ]
 
 
 def test_a_failing_outbox_write_rolls_back_the_outcome(tmp_path: Path) -> None:

@@ -164,7 +164,7 @@ def test_postgres_refuses_a_v2_schema_naming_db_upgrade(v2_schema: str) -> None:
     with pytest.raises(StoreError, match="run `waitbound db upgrade --store") as raised:
         PostgresStore(pg.DSN, schema=v2_schema)
     assert "\n" not in str(raised.value)
-    assert "schema version 2 is older than this waitbound's 4" in str(raised.value)
+    assert "schema version 2 is older than this waitbound's 5" in str(raised.value)
 
 
 def test_db_upgrade_migrates_a_v2_postgres_schema_keeping_every_fact(
