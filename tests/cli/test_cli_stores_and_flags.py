@@ -290,7 +290,7 @@ def test_profiles_and_db_upgrade_print_json(tmp_path: Path) -> None:
     waitbound.SQLiteStore(store).close()
     upgraded = run_cli(tmp_path, "db", "upgrade", "--store", str(store), "--json")
     assert upgraded.returncode == 0, upgraded.stderr
-    assert json.loads(upgraded.stdout) == {"store": str(store), "applied": [], "version": 4}
+    assert json.loads(upgraded.stdout) == {"store": str(store), "applied": [], "version": 5}
 
 
 def test_worker_refuses_a_plain_header(tmp_path: Path) -> None:
