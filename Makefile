@@ -78,6 +78,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.poll_overhead
 	$(BIN)/python -m benchmarks.fleet_sim
 	$(BIN)/python -m benchmarks.schedule_efficiency
+	$(BIN)/python -m benchmarks.learned_schedule
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo

@@ -22,8 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import pairwise
 from statistics import NormalDist
 from typing import Final
+
+from waitbound._learned import LearnedSchedule, Survival, plan
 
 __all__ = [
     "MEDIAN_S",
@@ -32,17 +35,23 @@ __all__ = [
     "STALE_ESTIMATE_S",
     "Answer",
     "HintMode",
+    "Mix",
     "JobRun",
     "Provider",
     "Stats",
     "Strategy",
     "fixed_interval",
     "job_durations",
+    "interpolate_front",
     "markdown_table",
+    "mix_durations",
     "pareto_front",
     "percentile",
+    "poll_with",
     "run_jobs",
     "summarize",
+    "true_plan",
+    "true_survival",
 ]
 
 MEDIAN_S: Final = 60.0
@@ -290,3 +299,112 @@ def markdown_table(
             f"| {'◆' if label in fronts.get(mode, ()) else ''} |"
         )
     return "\n".join(lines) + "\n"
+
+
+# --- job mixes and the limit line (the learned-schedule benchmark) -----------------
+
+
+class Mix(StrEnum):
+    """A job mix: how long jobs of one key take (the learned-schedule benchmark).
+
+    ``lognormal``: median 60 s, p95 600 s (the mix above). ``bimodal``: 70 % of jobs
+    about 10 s, 30 % about 20 min (each log-normal with a spread of ±20 %). ``pareto``:
+    a heavy tail, Pareto with alpha = 1.2 and a median of 60 s.
+    """
+
+    LOGNORMAL = "lognormal"
+    BIMODAL = "bimodal"
+    PARETO = "pareto"
+
+
+BIMODAL_SHORT: Final = (0.7, 10.0)
+"""The bimodal mix's short jobs: their share and median (seconds)."""
+BIMODAL_LONG_S: Final = 1200.0
+"""The bimodal mix's long jobs' median (seconds)."""
+BIMODAL_SIGMA: Final = 0.2
+PARETO_ALPHA: Final = 1.2
+PARETO_SCALE_S: Final = MEDIAN_S / 2 ** (1 / PARETO_ALPHA)
+"""The Pareto mix's minimum (seconds), so that its median is :data:`MEDIAN_S`."""
+
+
+def mix_durations(mix: Mix, count: int, seed: int, *, slower: float = 1.0) -> list[float]:
+    """Return *count* durations (seconds) of *mix*, each times *slower*.
+
+    Deterministic for a given *mix* and *seed* (a private ``random.Random``); the
+    log-normal mix with seed *s* is :func:`job_durations` ``(count, s)``.
+    """
+    if mix is Mix.LOGNORMAL:
+        return [d * slower for d in job_durations(count, seed)]
+    rng = random.Random(f"durations:{mix}:{seed}")
+    out = []
+    for _ in range(count):
+        if mix is Mix.BIMODAL:
+            median = BIMODAL_SHORT[1] if rng.random() < BIMODAL_SHORT[0] else BIMODAL_LONG_S
+            out.append(math.exp(rng.gauss(math.log(median), BIMODAL_SIGMA)) * slower)
+        else:
+            out.append(PARETO_SCALE_S * (1.0 - rng.random()) ** (-1.0 / PARETO_ALPHA) * slower)
+    return out
+
+
+def true_survival(mix: Mix, t: float) -> float:
+    """``P(duration > t)`` of *mix* (t in seconds)."""
+    if t <= 0:
+        return 1.0
+    normal = NormalDist()
+    if mix is Mix.LOGNORMAL:
+        return 1.0 - normal.cdf((math.log(t) - math.log(MEDIAN_S)) / SIGMA)
+    if mix is Mix.BIMODAL:
+        share, short = BIMODAL_SHORT
+        return share * (1.0 - normal.cdf(math.log(t / short) / BIMODAL_SIGMA)) + (1.0 - share) * (
+            1.0 - normal.cdf(math.log(t / BIMODAL_LONG_S) / BIMODAL_SIGMA)
+        )
+    return 1.0 if t < PARETO_SCALE_S else (PARETO_SCALE_S / t) ** PARETO_ALPHA
+
+
+def poll_with(
+    next_delay_s: Callable[[float], float | None], duration_s: float, cap_s: float
+) -> JobRun:
+    """Poll one job of *duration_s* at exactly the times a plan gives (from t = 0, its
+    first poll after the first planned delay; past the plan's horizon, every *cap_s*);
+    the reference the limit line is measured by (no jitter, no store)."""
+    t, requests = 0.0, 0
+    while True:
+        delay = next_delay_s(t)
+        t += cap_s if delay is None else delay
+        requests += 1
+        if t >= duration_s:
+            return JobRun(duration_s=duration_s, requests=requests, detected_at=t)
+
+
+def interpolate_front(front: Sequence[tuple[float, float]], lag_s: float) -> float:
+    """Requests per job of a requests/lag curve (points ``(requests, lag)``) at *lag_s*,
+    linearly interpolated between the two points around it (NaN outside the curve)."""
+    points = sorted(front, key=lambda p: p[1])
+    for (r0, l0), (r1, l1) in pairwise(points):
+        if l0 <= lag_s <= l1:
+            w = (lag_s - l0) / (l1 - l0) if l1 > l0 else 0.0
+            return r0 + w * (r1 - r0)
+    return math.nan
+
+
+def true_plan(
+    mix: Mix, *, floor_s: float, cap_s: float, lag_target_s: float, resolution_s: float = 0.5
+) -> LearnedSchedule:
+    """The dynamic programme's schedule on *mix*'s true survival function (waitbound's
+    own planner, ``waitbound._learned.plan``, handed the exact ``S(t)`` instead of an
+    estimate): the limit no schedule within the same floor and cap beats on average."""
+    times, survival = [0.0], [1.0]
+    t = 0.0
+    while survival[-1] >= 0.002 and t < 1e7:
+        t += min(max(resolution_s, t * 0.05), cap_s / 4.0)
+        times.append(t)
+        survival.append(true_survival(mix, t))
+    estimate = Survival(times=tuple(times), survival=tuple(survival), jobs=0, ended=0, censored=0)
+    return plan(
+        estimate,
+        key=f"true {mix}",
+        history_version=0,
+        floor_s=floor_s,
+        cap_s=cap_s,
+        lag_target_s=lag_target_s,
+    )

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import math
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -50,7 +52,16 @@ from benchmarks._common import (
     top_of_profile,
     verdict,
 )
-from waitbound import MemoryStore, Operation, Policy, SQLiteStore, wait
+from waitbound import (
+    MemoryStore,
+    Operation,
+    OutcomeKind,
+    Phase,
+    Policy,
+    Record,
+    SQLiteStore,
+    wait,
+)
 from waitbound.stores import Store
 
 RATIO_TARGET = 0.8
@@ -58,8 +69,9 @@ FULL_POLLS, FULL_RUNS = 2_000, 5
 QUICK_POLLS, QUICK_RUNS = 200, 2
 
 
-def _policy(polls: int) -> Policy:
-    """*polls* status requests, each due 1 µs after the last; a deadline far away."""
+def _policy(polls: int, **learned: object) -> Policy:
+    """*polls* status requests, each due 1 µs after the last; a deadline far away.
+    *learned*: ``schedule="learned"`` and its key (the learned kind)."""
     return Policy(
         deadline_s=3600.0,
         max_requests=polls,
@@ -67,7 +79,90 @@ def _policy(polls: int) -> Policy:
         max_delay_s=1e-6,
         min_delay_s=1e-6,
         request_timeout_s=30.0,
+        **learned,  # type: ignore[arg-type]
     )
+
+
+LEARNED_KEY = "poll-overhead"
+
+
+def _learned_store() -> MemoryStore:
+    """A memory store holding 200 finished jobs of an hour under :data:`LEARNED_KEY`:
+    the learned kind plans every poll (the job never outlives the history)."""
+    store = MemoryStore()
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(200):
+        end = start + timedelta(seconds=3600 + i)
+        record = Record(
+            operation_id=f"history-{i}",
+            profile=PROFILE,
+            policy=Policy(schedule_key=LEARNED_KEY),
+            status_url="http://history.test/jobs/1",
+            created_at=start,
+            deadline_at=start + timedelta(hours=2),
+            next_poll_at=start,
+        )
+        created = store.create(record, [])
+        finished = created.evolve(
+            phase=Phase.DONE,
+            outcome=OutcomeKind.SUCCEEDED,
+            pending_seen_at=end - timedelta(seconds=30),
+            ended_seen_at=end,
+            finished_at=end,
+        )
+        store.save(finished, [])
+    return store
+
+
+def next_delay_cost_us(calls: int = 20_000) -> tuple[float, float]:
+    """CPU µs of one learned look-up plus one planned step on a realistic plan (cap
+    60 s, 1,000 log-normal jobs), and of the same look-up without a plan (formula)."""
+    import random
+
+    from waitbound._history import Evidence
+    from waitbound._learned import estimate, plan
+    from waitbound._schedule_models import ScheduleModels
+
+    rng = random.Random(1)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    evidence = []
+    for i in range(1000):
+        d = min(7200.0, 60.0 * math.exp(rng.gauss(0.0, 1.4)))
+        evidence.append(
+            Evidence(
+                operation_id=str(i),
+                key="k",
+                accepted_at=start,
+                pending_seen_at=start + timedelta(seconds=max(0.0, d - 20)),
+                ended_seen_at=start + timedelta(seconds=d),
+                outcome=OutcomeKind.SUCCEEDED,
+                finished_at=start + timedelta(seconds=d),
+            )
+        )
+    model = plan(
+        estimate(evidence, resolution_s=0.5, max_step_s=15.0),
+        key="k",
+        history_version=1,
+        floor_s=1.0,
+        cap_s=60.0,
+        lag_target_s=16.0,
+    )
+    store = _learned_store()
+    models = ScheduleModels(store)
+    record = store.get("history-0")
+    assert record is not None
+    learned = record.evolve(policy=Policy(schedule="learned", schedule_key=LEARNED_KEY))
+    models(learned, start)  # planned once, then cached
+    began = time.process_time()
+    for i in range(calls):
+        models(learned, start)
+        model.next_delay_s((i * 7.3) % 900.0)
+    per_call = (time.process_time() - began) / calls * 1e6
+    formula = record.evolve(policy=Policy())
+    began = time.process_time()
+    for _ in range(calls):
+        models(formula, start)
+    return per_call, (time.process_time() - began) / calls * 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +192,11 @@ def bare(status_url: str, polls: int) -> Run:
     return timer.run
 
 
-def durable(status_url: str, polls: int, store: Store) -> Run:
-    """One ``waitbound.wait`` making *polls* durable status requests."""
-    operation = Operation(status_url=status_url, profile=PROFILE, policy=_policy(polls))
+def durable(status_url: str, polls: int, store: Store, *, learned: bool = False) -> Run:
+    """One ``waitbound.wait`` making *polls* durable status requests (*learned*: on the
+    learned schedule, its key's history in *store*)."""
+    keys = {"schedule": "learned", "schedule_key": LEARNED_KEY} if learned else {}
+    operation = Operation(status_url=status_url, profile=PROFILE, policy=_policy(polls, **keys))
     with _Timer() as timer:
         outcome = wait(operation, store=store, sleep=_no_sleep)
     if outcome.reason != "request_budget_exhausted" or outcome.status_requests_used != polls:
@@ -148,7 +245,13 @@ def main() -> None:
     print(f"{polls} requests per run, {runs} runs of each kind, one simulator process")
 
     scenario = {"id": "poll-overhead", "endpoints": {"status": [RUNNING]}}
-    runs_of: dict[str, list[Run]] = {"bare": [], "durable, SQLite": [], "durable, memory": []}
+    runs_of: dict[str, list[Run]] = {
+        "bare": [],
+        "durable, SQLite": [],
+        "durable, memory": [],
+        "durable, memory, learned": [],
+    }
+    learned_store = _learned_store()
     with simulator(scenario) as sim, tempfile.TemporaryDirectory() as tmp:
         status_url = f"{sim.base_url}/status"
         directory = Path(tmp)
@@ -160,6 +263,9 @@ def main() -> None:
             "bare": lambda run: bare(status_url, polls),
             "durable, SQLite": lambda run: durable(status_url, polls, _sqlite(directory, run)),
             "durable, memory": lambda run: durable(status_url, polls, MemoryStore()),
+            "durable, memory, learned": lambda run: durable(
+                status_url, polls, learned_store, learned=True
+            ),
         }
         for run in range(runs):
             for kind, measure in kinds.items():
@@ -195,6 +301,14 @@ def main() -> None:
         "Poll cycles per second (medians; ratio = durable ÷ bare, target ≥ 0.8)",
         ["kind", "cycles/s", "runs", "µs/cycle", "CPU µs/cycle", "ratio", "verdict"],
         rows,
+    )
+    with_plan, lookup_only = next_delay_cost_us()
+    learned_move = medians["durable, memory, learned"] / medians["durable, memory"] - 1.0
+    print(
+        f"\nLearned schedule: one look-up and one planned step {with_plan:.1f} CPU µs; "
+        f"the look-up of a formula policy {lookup_only:.2f} CPU µs; durable (memory) "
+        f"cycles/s on the learned schedule {learned_move * 100:+.1f} % against the formula "
+        f"(target: within 5 %: {verdict(-abs(learned_move), -0.05)})"
     )
     print("\ncProfile of one durable (SQLite) run, heaviest by own time:\n")
     print(top)

@@ -181,11 +181,22 @@ class WaitboundRunner(Runner):
 
     gives_up = (WaitboundStopped,)
 
-    def __init__(self, bench: Bench, label: str, policy: Policy, *, entry: str = "submit") -> None:
+    def __init__(
+        self,
+        bench: Bench,
+        label: str,
+        policy: Policy,
+        *,
+        entry: str = "submit",
+        store: MemoryStore | None = None,
+    ) -> None:
         super().__init__(bench)
         self.label = label
         self.policy = policy
         self.entry = entry
+        self.store = store
+        """One store for every job (its history shared: the learned schedule), or a
+        fresh one per job (``None``)."""
         self.client = httpx.Client(transport=httpx.MockTransport(self._handle), trust_env=False)
 
     def _handle(self, request: httpx.Request) -> httpx.Response:
@@ -197,7 +208,8 @@ class WaitboundRunner(Runner):
         return httpx.Response(200, headers=hint_headers(hint), json=body)
 
     def poll(self, rng: random.Random) -> None:
-        clock, store = self.bench.clock, MemoryStore()
+        clock = self.bench.clock
+        store = self.store if self.store is not None else MemoryStore()
         if self.entry == "wait":
             operation = Operation(status_url=STATUS_URL, profile=PROFILE, policy=self.policy)
             outcome = wait(

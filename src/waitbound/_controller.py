@@ -38,6 +38,7 @@ from waitbound._decide import (
 )
 from waitbound._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._json import JSON, show
+from waitbound._learned import ModelLookup
 from waitbound._observation import Observation
 from waitbound._options import undone_action
 from waitbound._outcome import Reason
@@ -497,13 +498,22 @@ def internal_failure(record: Record, now: datetime, doing: str, exc: Exception) 
 # --- observing an answer ---------------------------------------------------------
 
 
-def observe(record: Record, observation: Observation, *, rng: random.Random) -> Transition:
+def observe(
+    record: Record,
+    observation: Observation,
+    *,
+    rng: random.Random,
+    models: ModelLookup | None = None,
+) -> Transition:
     """Record one answer and decide what follows.
 
     Args:
         record: the record as persisted by the :class:`Send` that reserved the request.
         observation: what the request returned; ``observation.at`` is "now".
         rng: draws the jitter.
+        models: the learned schedules a ``Policy.schedule = "learned"`` operation's
+            next status poll is planned from (``None``: the formula); see
+            ``_learned.py``.
 
     Returns:
         The new record (lease released) and two audit events: what was observed,
@@ -540,7 +550,7 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
                 base, now, Reason.INTEGRATION_FAILURE, bad_url, response=observation.body
             )
         case "submit":
-            step = decide_submit(base, observation, reading, rng)
+            step = decide_submit(base, observation, reading, rng, models=models)
         case "result":
             step = decide_result(base, observation, rng)
         case "errors":
@@ -548,7 +558,7 @@ def observe(record: Record, observation: Observation, *, rng: random.Random) -> 
         case "cancel":
             step = decide_cancel(base, observation)
         case _:
-            step = decide_status(base, observation, reading, rng)
+            step = decide_status(base, observation, reading, rng, models=models)
     after, kind, summary, extra = step
     if kind == "scheduled" and _hinted_in_flight(record, observation, after):
         # The answer may predate what the webhook announced: look again at once.

@@ -26,6 +26,7 @@ from waitbound._finish import (
     terminal,
 )
 from waitbound._json import JSON, show
+from waitbound._learned import ModelLookup
 from waitbound._next_poll import is_throttled, provider_trouble, schedule, throttled
 from waitbound._observation import Observation
 from waitbound._outcome import OutcomeKind, Reason
@@ -43,7 +44,12 @@ __all__ = [
 
 
 def decide_status(
-    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    rng: random.Random,
+    *,
+    models: ModelLookup | None = None,
 ) -> Step:
     """Decide what a status answer means (the tables in ``_answers.py`` and the rules
     in ``docs/waiting.md``), read by the kind of the URL that answered.
@@ -53,6 +59,8 @@ def decide_status(
         observation: the answer.
         reading: what the profile read from its JSON body, or ``None``.
         rng: draws the jitter of the next delay.
+        models: the learned schedules (``Policy.schedule = "learned"``); ``None``:
+            the formula.
     """
     now = observation.at
     code = observation.http_status
@@ -75,7 +83,9 @@ def decide_status(
             return throttled(record, observation, reading, rng)
         case Meaning.CLASSIFIED:
             assert answer.classification is not None
-            return _classified(record, observation, answer.classification, reading, rng)
+            return _classified(
+                record, observation, answer.classification, reading, rng, models=models
+            )
         case Meaning.DENIED:
             return escalate(
                 record,
@@ -89,7 +99,7 @@ def decide_status(
         case Meaning.BODY:
             found = _by_table(record, observation, reading)
             if found is not None:
-                return _classified(record, observation, found, reading, rng)
+                return _classified(record, observation, found, reading, rng, models=models)
             if reading is not None:
                 return _no_state(record, observation)
             problem = observation.body_problem or "an empty body"
@@ -177,6 +187,7 @@ def _classified(
     rng: random.Random,
     *,
     final_here: bool | None = None,
+    models: ModelLookup | None = None,
 ) -> Step:
     """A classified answer: pending → schedule (moving the polling URL when the answer
     names a new one); terminal → the outcome. *final_here*: this answer's body is the
@@ -200,6 +211,10 @@ def _classified(
         classification = Classification.PENDING
     if final_here is None:
         final_here = record.poll_kind is not UrlKind.STATUS
+    if classification is Classification.PENDING:  # the history's duration evidence
+        record = record.evolve(pending_seen_at=now)
+    elif classification in _TERMINAL and record.ended_seen_at is None:
+        record = record.evolve(ended_seen_at=now)
     match classification:
         case Classification.PENDING:
             if record.success_seen_at is not None:
@@ -219,7 +234,7 @@ def _classified(
                     f"{reading.expires_at.isoformat()}",
                     response=observation.body,
                 )
-            return _pending(record, observation, reading, rng, treated=treated)
+            return _pending(record, observation, reading, rng, treated=treated, models=models)
         case Classification.SUCCEEDED | Classification.PARTIAL:
             return _settle(record, observation, classification, reading, rng, final_here=final_here)
         case Classification.FAILED:
@@ -248,6 +263,7 @@ def _pending(
     rng: random.Random,
     *,
     treated: bool = False,
+    models: ModelLookup | None = None,
 ) -> Step:
     """Still running: look again later, at the polling URL this answer names (a new
     ``Location`` on every 202 moves it; same-origin and credential rules as ever)."""
@@ -278,7 +294,9 @@ def _pending(
             notes.append(f"polling URL moved from {redact_url(old)} to {redact_url(url)}")
             pinned = record.caller_url or record.submit_url or old
             record = record.evolve(status_url=url, caller_url=pinned)
-    after, kind, summary, extra = schedule(record, observation, reading, rng, note="; ".join(notes))
+    after, kind, summary, extra = schedule(
+        record, observation, reading, rng, note="; ".join(notes), models=models
+    )
     return after, kind, summary, extra | moved
 
 
@@ -602,7 +620,12 @@ def decide_errors(record: Record, observation: Observation) -> Step:
 
 
 def decide_submit(
-    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    rng: random.Random,
+    *,
+    models: ModelLookup | None = None,
 ) -> Step:
     """Read the first answer: an outcome already, or where and when to poll.
 
@@ -666,7 +689,7 @@ def decide_submit(
                 response=observation.body,
             )
         case Meaning.BODY:
-            return _receipt(record, observation, reading, rng)
+            return _receipt(record, observation, reading, rng, models=models)
         case _:
             return terminal(
                 record,
@@ -680,7 +703,12 @@ _TERMINAL: Final = frozenset(Classification) - {Classification.PENDING, Classifi
 
 
 def _receipt(
-    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    rng: random.Random,
+    *,
+    models: ModelLookup | None = None,
 ) -> Step:
     """A 2xx (or 303) first answer: end here, or poll where it says."""
     now = observation.at
@@ -749,6 +777,7 @@ def _receipt(
         rng,
         note=f"submitted:{job} status at {redact_url(receipt.status_url)}{kind_note} "
         f"(from the {receipt.status_url_origin})",
+        models=models,
     )
 
 

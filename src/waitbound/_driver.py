@@ -44,9 +44,11 @@ from waitbound._controller import (
 )
 from waitbound._errors import ConflictError, OperationNotFoundError
 from waitbound._failpoints import hit
+from waitbound._learned import ModelLookup
 from waitbound._observation import Observation
 from waitbound._operation import Submission
 from waitbound._record import Record, RequestKind
+from waitbound._schedule_models import models_for
 from waitbound._secrets import credential_values
 from waitbound._telemetry import persisted, sending, traced_loop
 from waitbound.stores import Store, open_store
@@ -262,6 +264,7 @@ def _drive(
                     rng=rng,
                     headers=headers,
                     submission=submission,
+                    models=models_for(store),
                 )
                 effect = next(steps)
                 try:
@@ -325,6 +328,7 @@ def exchange(
     headers: Callable[[Record], Mapping[str, str]],
     submission: Submission | None = None,
     stopping: Callable[[], bool] | None = None,
+    models: ModelLookup | None = None,
 ) -> Exchange:
     """Send a reserved request, observe its answer and persist it: the one copy of that
     part of the step, run by the loop above and by the worker (each carries out the
@@ -380,7 +384,9 @@ def exchange(
             yield _Pause(pause)
     current: Record | None = reserved
     while current is not None:
-        after = _answered(current, request, observation, failure, clock=clock, rng=rng)
+        after = _answered(
+            current, request, observation, failure, clock=clock, rng=rng, models=models
+        )
         if pause := hit("saving", f"saving-{kind}"):
             yield _Pause(pause)
         written = yield _Persist(after)
@@ -499,13 +505,14 @@ def _answered(
     *,
     clock: Clock,
     rng: random.Random,
+    models: ModelLookup | None = None,
 ) -> Transition:
     """The transition of one request's answer on *record*: the observation decided, or
     the transport's failure recorded on this operation."""
     if observation is None:
         assert failure is not None
         return internal_failure(record, clock.now(), f"the {request.kind} request", failure)
-    return _observed(record, observation, rng)
+    return _observed(record, observation, rng, models)
 
 
 def _note_missing_credentials(
@@ -521,10 +528,15 @@ def _note_missing_credentials(
     return replace(reservation, events=(*notes, replace(event, summary=summary)))
 
 
-def _observed(reserved: Record, observation: Observation, rng: random.Random) -> Transition:
+def _observed(
+    reserved: Record,
+    observation: Observation,
+    rng: random.Random,
+    models: ModelLookup | None = None,
+) -> Transition:
     """The controller's reading of an answer; one it cannot read stops this operation only."""
     try:
-        return observe(reserved, observation, rng=rng)
+        return observe(reserved, observation, rng=rng, models=models)
     except Exception as exc:
         what = f"reading the answer to the {observation.kind} request"
         return internal_failure(reserved, observation.at, what, exc)

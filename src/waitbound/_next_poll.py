@@ -10,11 +10,12 @@ webhooks. The rules are stated in ``docs/waiting.md`` (hints, backoff, budgets).
 from __future__ import annotations
 
 import random
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from waitbound._contract import Reading
 from waitbound._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._json import JSON, show
+from waitbound._learned import LearnedSchedule, ModelLookup
 from waitbound._observation import Observation
 from waitbound._outcome import Reason
 from waitbound._record import Phase, Record
@@ -99,6 +100,7 @@ def schedule(
     throttle: bool = False,
     demanded: bool = False,
     confirming: bool = False,
+    models: ModelLookup | None = None,
 ) -> Step:
     """Set ``next_poll_at`` from hints, backoff and jitter; stop if it lands past the deadline.
 
@@ -112,6 +114,14 @@ def schedule(
     (webhooks expected, see :func:`_on_backup_schedule`) the backoff's base and cap are
     multiplied by ``policy.backup_factor``, and a hint is a minimum of that backoff: the
     later of the two applies (its source recorded).
+
+    *models*: the learned schedules (``Policy.schedule = "learned"``, see
+    ``_learned.py``). Asked only where the formula's plain backoff would apply (no
+    valid hint, no throttle or demanded wait, no confirmation, not the backup
+    schedule, while waiting on the job): a planned delay replaces the backoff's,
+    jittered the same way (drawn from ``[jitter_floor * d, d]`` with ``d`` such that
+    the draw's mean is the plan, never above the cap) and never below the floor; the
+    deadline, the request budget and the worker's pacing apply to it as to any delay.
     """
     now = observation.at
     policy = record.policy
@@ -138,6 +148,7 @@ def schedule(
         backup_factor=policy.backup_factor if backup else None,
     )
     shape = {"growth": policy.backoff_growth, "jitter_floor": policy.backoff_jitter_floor}
+    extra_learned: dict[str, JSON] | None = None
     if hint is not None:
         minimum = hint.delay_s
         delay = hinted_delay_s(
@@ -151,6 +162,17 @@ def schedule(
             )
             if slower > delay:
                 delay, source = slower, DelaySource.BACKUP_POLLING
+    elif (
+        planned := _learned_delay_s(
+            record, now, models, plain=not (throttle or demanded or confirming or backup)
+        )
+    ) is not None:
+        minimum = floor
+        model, planned_s = planned
+        top = min(policy.max_delay_s, planned_s * 2.0 / (1.0 + policy.backoff_jitter_floor))
+        delay = max(floor, rng.uniform(policy.backoff_jitter_floor * top, top))
+        source = DelaySource.LEARNED_SCHEDULE
+        extra_learned = {"planned_s": round(planned_s, 3), **model.describe()}
     else:
         minimum = floor
         delay = backoff_delay_s(
@@ -170,6 +192,8 @@ def schedule(
             {"origin": bad.origin, "value": bad.value, "problem": bad.problem} for bad in invalid
         ]
     }
+    if extra_learned is not None:
+        extra["learned"] = extra_learned
     if hint is not None:
         extra["hint"] = {"origin": hint.origin, "delay_s": hint.delay_s}
     elif told is not None:
@@ -214,6 +238,21 @@ def schedule(
         f"({source.value}){ignored}"
     )
     return record, "scheduled", summary, extra
+
+
+def _learned_delay_s(
+    record: Record, now: datetime, models: ModelLookup | None, *, plain: bool
+) -> tuple[LearnedSchedule, float] | None:
+    """The learned schedule's planned delay (seconds) and its model, or ``None``: no
+    model (the formula applies), not a plain wait on the job (*plain* false, or not
+    waiting), or the job has outlived the model's horizon."""
+    if models is None or not plain or record.phase is not Phase.WAITING:
+        return None
+    model = models(record, now)
+    if model is None:
+        return None
+    planned = model.next_delay_s(seconds_between(record.created_at, now))
+    return None if planned is None else (model, planned)
 
 
 def _on_backup_schedule(record: Record, *, demanded: bool, confirming: bool) -> bool:

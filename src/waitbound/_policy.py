@@ -18,7 +18,20 @@ from waitbound._schedule import (
     DEFAULT_MAX_DELAY_S,
 )
 
-__all__ = ["MAX_COUNT", "MAX_DURATION_S", "Policy", "policy_json"]
+__all__ = [
+    "MAX_COUNT",
+    "MAX_DURATION_S",
+    "MAX_SCHEDULE_KEY",
+    "SCHEDULES",
+    "Policy",
+    "policy_json",
+]
+
+SCHEDULES: Final = ("formula", "learned")
+"""The schedules a :class:`Policy` may name (``Policy.schedule``)."""
+
+MAX_SCHEDULE_KEY: Final = 200
+"""The longest ``Policy.schedule_key``, in characters."""
 
 MAX_COUNT: Final = 100_000
 """No budget may exceed this many requests or answers (a larger one is a typo, not a plan)."""
@@ -93,6 +106,14 @@ class Policy:
         backup_factor: when webhooks are expected (``Record.push.webhook``), local
             backoff's base and cap are multiplied by this: polling becomes the backup
             that still finds endings no webhook announces (at least 1).
+        schedule: ``"formula"`` (the backoff above) or ``"learned"``: the next poll
+            time chosen from the store's history of this kind of job (see
+            ``docs/waiting.md``); with too little history, the formula.
+        schedule_key: which history a learned schedule reads and this operation adds
+            to (``None``: the profile plus the status URL's origin and path template).
+        lag_target_s: the learned schedule's target mean detection lag in seconds
+            (``None``: the formula's own lag on the same history, so the learned
+            schedule only saves requests).
 
     Raises:
         UsageError: a value out of range (durations must be finite and positive, at most
@@ -120,6 +141,9 @@ class Policy:
     max_extension_s: float | None = None
     decision_timeout_s: float = 7 * 24 * 3600.0
     backup_factor: float = 4.0
+    schedule: str = "formula"
+    schedule_key: str | None = None
+    lag_target_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -131,7 +155,7 @@ class Policy:
             "decision_timeout_s",
         ):
             _check_number(name, getattr(self, name), positive=True)
-        for name in ("business_deadline_s", "max_extension_s"):
+        for name in ("business_deadline_s", "max_extension_s", "lag_target_s"):
             if getattr(self, name) is not None:
                 _check_number(name, getattr(self, name), positive=True)
         for name in ("not_found_grace_s", "confirm_window_s", "hint_jitter", "hint_jitter_max_s"):
@@ -157,6 +181,18 @@ class Policy:
         if not (isinstance(self.backup_factor, int | float) and 1 <= self.backup_factor <= 100):
             raise UsageError(
                 f"backup_factor must be a number from 1 to 100, got {self.backup_factor!r}"
+            )
+        if self.schedule not in SCHEDULES:
+            raise UsageError(
+                f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}"
+            )
+        key = self.schedule_key
+        if key is not None and not (
+            isinstance(key, str) and 0 < len(key) <= MAX_SCHEDULE_KEY and key.isprintable()
+        ):
+            raise UsageError(
+                f"schedule_key must be printable text of 1 to {MAX_SCHEDULE_KEY} characters, "
+                f"got {str(key)[:40]!r}"
             )
         if self.max_delay_s < self.base_delay_s:
             raise UsageError(

@@ -171,6 +171,8 @@ class Record:
         last_request_id: str | None
         last_observed_at: datetime | None
         job_seen_at: datetime | None
+        pending_seen_at: datetime | None
+        ended_seen_at: datetime | None
         delay_source: DelaySource | None
         attempt: int
         status_requests_used: int
@@ -567,6 +569,8 @@ class RecordChanges(TypedDict, total=False):
     last_request_id: str | None
     last_observed_at: datetime | None
     job_seen_at: datetime | None
+    pending_seen_at: datetime | None
+    ended_seen_at: datetime | None
     delay_source: DelaySource | None
     attempt: int
     status_requests_used: int

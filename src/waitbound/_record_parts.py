@@ -309,6 +309,8 @@ class Answer(Part):
     last_request_id: str | None = None
     last_observed_at: datetime | None = None
     job_seen_at: datetime | None = None
+    pending_seen_at: datetime | None = None
+    ended_seen_at: datetime | None = None
     success_seen_at: datetime | None = None
     cancelable: bool | None = None
 

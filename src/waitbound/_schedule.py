@@ -96,6 +96,9 @@ class DelaySource(StrEnum):
     BACKUP_POLLING = "backup_polling"
     """Local backoff slowed by ``policy.backup_factor``: webhooks are expected, and
     polling is the backup that finds the endings no webhook announces."""
+    LEARNED_SCHEDULE = "learned_schedule"
+    """``Policy.schedule = "learned"``: the delay planned from the store's history of
+    this kind of job (the audit event names the model's version and sample)."""
     MANUAL_EXTENSION = "manual_extension"
     FIRST_POLL_AFTER = "first_poll_after"
     """The caller held a fresh answer when it started waiting: the first request waits

@@ -83,6 +83,7 @@ from waitbound._group_commit import GroupCommit, Offload, first_of, in_thread, i
 from waitbound._inbox import sweep_inbox
 from waitbound._outbox import OnComplete
 from waitbound._record import Phase, Record
+from waitbound._schedule_models import models_for
 from waitbound._urls import origin
 from waitbound.stores import Store
 from waitbound.stores._protocol import Write
@@ -406,6 +407,8 @@ async def work(
             case _:  # finished, or not due after all (a lease of ours still running)
                 return None
 
+    models = models_for(kit.store)  # the learned schedules, shared by every step
+
     async def reread(operation_id: str) -> Record | None:
         return await offload(kit.store.get, operation_id)
 
@@ -416,7 +419,7 @@ async def work(
                 ended = await run_exchange_async(
                     exchange(
                         reserved, request, lease=lease, clock=kit.clock, rng=kit.rng,
-                        headers=kit.headers, stopping=stop.is_set,
+                        headers=kit.headers, stopping=stop.is_set, models=models,
                     ),
                     kit,
                     reserved.profile,

@@ -421,7 +421,7 @@ def test_a_zero_floor_is_refused_by_the_policy_itself() -> None:
 def test_an_absurd_budget_is_refused_by_the_policy_itself(name: str) -> None:
     """A budget above 100,000 is a typo, not a plan: refused naming the field and limit."""
     with pytest.raises(UsageError, match=f"{name} must be at most 100000"):
-        Policy(**{name: 10**12})
+        Policy(**{name: 10**12})  # type: ignore[arg-type]
 
 
 def test_deadline_beyond_a_year_is_refused() -> None:

@@ -93,10 +93,10 @@ def test_a_controller_failure_on_one_operation_is_recorded_on_it_alone(
     that operation with the error named and its lease released; the others succeed."""
     real = waitbound._controller.observe
 
-    def observe(record: Any, observation: Observation, *, rng: random.Random) -> Any:
+    def observe(record: Any, observation: Observation, *, rng: random.Random, **kw: Any) -> Any:
         if record.operation_id == "op-5":
             raise KeyError("injected")
-        return real(record, observation, rng=rng)
+        return real(record, observation, rng=rng, **kw)
 
     monkeypatch.setattr("waitbound._driver.observe", observe)
     store, clock = MemoryStore(), FakeClock()

@@ -200,7 +200,9 @@ def test_an_empty_file_is_made_a_store_only_when_writing(tmp_path: Path) -> None
         "op_groups",
         "operations",
         "outbox",
+        "schedule_history",
         "sessions",
+        "sqlite_sequence",
         "webhook_jobs",
     ]
 
@@ -344,7 +346,9 @@ def test_a_version_1_file_is_upgraded_when_opened(tmp_path: Path) -> None:
             "op_groups",
             "operations",
             "outbox",
+            "schedule_history",
             "sessions",
+            "sqlite_sequence",
             "webhook_jobs",
         ]
         got = store.get("op-1")
@@ -427,7 +431,9 @@ def test_a_version_2_file_missing_a_push_table_is_refused(tmp_path: Path) -> Non
         "op_group_members",
         "op_groups",
         "operations",
+        "schedule_history",
         "sessions",
+        "sqlite_sequence",
         "webhook_jobs",
     ]
 

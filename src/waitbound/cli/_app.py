@@ -14,6 +14,7 @@ from waitbound.cli._groups import wait_all_command, wait_any_command
 from waitbound.cli._inspect import show
 from waitbound.cli._mcp import mcp_command
 from waitbound.cli._profiles import profiles
+from waitbound.cli._schedules import schedules
 from waitbound.cli._serve import serve_command
 from waitbound.cli._sessions import sessions
 from waitbound.cli._sim import sim
@@ -61,6 +62,7 @@ for _command in (
     mcp_command,
     serve_command,
     sessions,
+    schedules,
     watch,
 ):
     cli.add_command(_command)

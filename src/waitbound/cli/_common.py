@@ -154,7 +154,8 @@ def flag_names(message: str) -> str:
     return re.sub(
         r"\b(business_deadline|deadline|max_requests|max_transport_failures|max_rate_limited"
         r"|base_delay|max_delay|min_delay|not_found_grace|request_timeout|backoff_growth"
-        r"|backoff_jitter_floor|hint_jitter_max|first_poll_after)(?:_s)?\b",
+        r"|backoff_jitter_floor|hint_jitter_max|first_poll_after|schedule_key|lag_target"
+        r")(?:_s)?\b",
         lambda m: "--" + m.group(1).replace("_", "-"),
         message,
     )
@@ -174,6 +175,9 @@ _POLICY_FLAGS: Final = {
     "hint_jitter_max": "hint_jitter_max_s",
     "not_found_grace": "not_found_grace_s",
     "request_timeout": "request_timeout_s",
+    "schedule": "schedule",
+    "schedule_key": "schedule_key",
+    "lag_target": "lag_target_s",
 }
 
 
@@ -324,6 +328,28 @@ POLICY_OPTIONS = options(
         show_default=True,
         metavar="DURATION",
         help="The most one request may take; never more than the time left before the deadline.",
+    ),
+    click.option(
+        "--schedule",
+        type=click.Choice(["formula", "learned"]),
+        default="formula",
+        show_default=True,
+        help="When to poll: the backoff formula, or learned from this store's history of "
+        "the same kind of job (the formula until it has enough).",
+    ),
+    click.option(
+        "--schedule-key",
+        type=STORED_TEXT,
+        metavar="KEY",
+        help="The history a learned schedule reads and adds to [default: the profile, and "
+        "the status URL's origin and path with ids replaced].",
+    ),
+    click.option(
+        "--lag-target",
+        callback=positive_duration,
+        metavar="DURATION",
+        help="The learned schedule's target mean detection lag [default: the formula's own "
+        "lag on the same history: the same lag, fewer requests].",
     ),
     click.option("--result-url", help="Result endpoint, fetched once after a terminal success."),
     click.option("--cancel-url", help="Cancel endpoint, when no receipt or profile names one."),

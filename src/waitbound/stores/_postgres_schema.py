@@ -159,7 +159,8 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     # _rewrite_v5, which then drops the columns of schemas 1-4 that schema 5 no longer
     # has (V5_DROPPED), in the same transaction.
     # And, additive: the groups of operations waited on together (waitbound.stores._groups),
-    # two tables of their own.
+    # two tables of their own; and the schedule history (waitbound._history): one row of
+    # duration evidence per finished operation, the newest HISTORY_LIMIT per key.
     """
     ALTER TABLE {schema}.operations
         ADD COLUMN contract json NOT NULL DEFAULT '{{}}',
@@ -191,6 +192,17 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (group_id, position)
     );
     CREATE INDEX op_group_members_operation ON {schema}.op_group_members (operation_id);
+    CREATE TABLE {schema}.schedule_history (
+        seq             bigserial PRIMARY KEY,
+        key             text NOT NULL,
+        operation_id    text NOT NULL UNIQUE,
+        accepted_at     timestamptz NOT NULL,
+        pending_seen_at timestamptz,
+        ended_seen_at   timestamptz,
+        outcome         text NOT NULL,
+        finished_at     timestamptz NOT NULL
+    );
+    CREATE INDEX schedule_history_key ON {schema}.schedule_history (key, seq);
     """,
 )
 """The schema, one SQL script per version (``{schema}`` is the quoted schema name).

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from waitbound._audit import AuditEvent, StoredAuditEvent, head_is_authentic, head_mac, seal_all
 from waitbound._audit_record import asserted_digest
 from waitbound._errors import ConflictError, StoreError, UsageError
+from waitbound._history import Evidence, ScheduleSummary
 from waitbound._json import JSON
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
 from waitbound._record import AuditHead, Record
@@ -54,7 +55,10 @@ class Store(Protocol):
     """Durable operations and their audit logs.
 
     Every write is a compare-and-swap on ``Record.version`` and appends its audit
-    events in the same transaction, so the log never disagrees with the record.
+    events in the same transaction, so the log never disagrees with the record. A
+    write that records an outcome also adds the operation's duration evidence to the
+    schedule history in that transaction (``waitbound._history``, once per operation,
+    the newest ``HISTORY_LIMIT`` per key).
     """
 
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
@@ -141,6 +145,24 @@ class Store(Protocol):
         Returns:
             One entry per item, in order: the stored record, or the conflict.
         """
+        ...
+
+    def schedule_history(self, key: str) -> list[Evidence]:
+        """The schedule key's duration evidence, newest first (at most
+        ``HISTORY_LIMIT``; ``[]`` for an unknown key)."""
+        ...
+
+    def history_version(self, key: str) -> int:
+        """The key's history version: changes whenever its history does (0: none)."""
+        ...
+
+    def schedules(self) -> list[ScheduleSummary]:
+        """Every schedule key with history, by key."""
+        ...
+
+    def forget_schedule(self, key: str) -> int:
+        """Drop the key's history (the learned schedule starts cold again); return how
+        many pieces of evidence it held (0 for an unknown key)."""
         ...
 
     def pending_summary(self) -> tuple[int, datetime | None]:

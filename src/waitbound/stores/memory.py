@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._errors import ConflictError, UsageError
+from waitbound._history import HISTORY_LIMIT, Evidence, ScheduleSummary, evidence_of
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Record, assemble
 from waitbound._record_parts import PARTS, Part, decode_part
@@ -52,6 +53,9 @@ class MemoryStore(ClaimsByReservation):
         self._jobs: dict[tuple[str, str], str] = {}
         self._inbox: dict[tuple[str, str], InboundDelivery] = {}
         self._outbox: dict[str, OutboxEntry] = {}
+        self._history: dict[str, list[tuple[int, Evidence]]] = {}
+        self._history_of: set[str] = set()
+        self._history_seq = 0
 
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.create`."""
@@ -109,6 +113,49 @@ class MemoryStore(ClaimsByReservation):
                     self._inbox[where] = replace(delivery, operation_id=stored.operation_id)
         for entry in outbox_entries(stored, stored.finished_at or stored.created_at):
             self._outbox.setdefault(entry.delivery_id, entry)
+        evidence = evidence_of(stored)
+        if evidence is not None and evidence.operation_id not in self._history_of:
+            self._history_seq += 1
+            kept = self._history.setdefault(evidence.key, [])
+            kept.append((self._history_seq, evidence))
+            self._history_of.add(evidence.operation_id)
+            for _, dropped in kept[:-HISTORY_LIMIT]:
+                self._history_of.discard(dropped.operation_id)
+            del kept[:-HISTORY_LIMIT]
+
+    def schedule_history(self, key: str) -> list[Evidence]:
+        """See :meth:`Store.schedule_history`."""
+        with self._lock:
+            return [evidence for _, evidence in reversed(self._history.get(key, []))]
+
+    def history_version(self, key: str) -> int:
+        """See :meth:`Store.history_version`."""
+        with self._lock:
+            kept = self._history.get(key)
+            return kept[-1][0] if kept else 0
+
+    def schedules(self) -> list[ScheduleSummary]:
+        """See :meth:`Store.schedules`."""
+        with self._lock:
+            return [
+                ScheduleSummary(
+                    key=key,
+                    jobs=len(kept),
+                    censored=sum(1 for _, e in kept if e.censored),
+                    newest_at=max(e.finished_at for _, e in kept),
+                    version=kept[-1][0],
+                )
+                for key, kept in sorted(self._history.items())
+                if kept
+            ]
+
+    def forget_schedule(self, key: str) -> int:
+        """See :meth:`Store.forget_schedule`."""
+        with self._lock:
+            kept = self._history.pop(key, [])
+            for _, dropped in kept:
+                self._history_of.discard(dropped.operation_id)
+            return len(kept)
 
     def reserve_due(
         self,

@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, LiteralString, cast
 
 import anyio
 import psycopg
@@ -34,9 +34,11 @@ from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, StoreError, UsageError
 from waitbound._metrics import store_transaction
+from waitbound._history import Evidence, ScheduleSummary, evidence_of
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Record
 from waitbound.stores._codec import from_text, load_object, to_text
+from waitbound.stores._history_rows import Execute, HistoryRows
 from waitbound.stores._postgres_conn import (
     connection_info,
     dsn_secrets,
@@ -314,6 +316,12 @@ class PostgresStore(ClaimsByReservation):
         self._sql = {name: sql.SQL(text).format(schema=ident) for name, text in _QUERIES.items()}
         self._writes: dict[tuple[int, ...], sql.Composed] = {}
         """One write statement per set of parts written (:func:`_write_query`)."""
+        self._history = HistoryRows(
+            f'"{self.schema}".schedule_history',  # a checked lowercase identifier
+            mark="%s",
+            instant=lambda at: at,
+            read_instant=lambda at: utc(at) if isinstance(at, datetime) else None,
+        )
         self._pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
             conninfo,
             min_size=min_size,
@@ -591,8 +599,10 @@ class PostgresStore(ClaimsByReservation):
     def _has_push_writes(stored: Record) -> bool:
         """Whether writing *stored* has push-path statements to run (see
         :meth:`_push_writes`): then the write is a transaction of several statements."""
-        return webhook_key(stored) is not None or bool(
-            outbox_entries(stored, stored.finished_at or stored.created_at)
+        return (
+            webhook_key(stored) is not None
+            or bool(outbox_entries(stored, stored.finished_at or stored.created_at))
+            or evidence_of(stored) is not None
         )
 
     def _push_writes(self, conn: psycopg.Connection[TupleRow], stored: Record) -> None:
@@ -612,6 +622,29 @@ class PostgresStore(ClaimsByReservation):
         if entries:
             with conn.cursor() as cursor:
                 cursor.executemany(self._sql["add_outbox"], [_outbox_row(e) for e in entries])
+        self._history.record(_run(conn), stored)  # the schedule history's part
+
+    # -- the schedule history -----------------------------------------------------------
+
+    def schedule_history(self, key: str) -> list[Evidence]:
+        """See :meth:`Store.schedule_history`."""
+        with self._read() as conn:
+            return self._history.history(_run(conn), key)
+
+    def history_version(self, key: str) -> int:
+        """See :meth:`Store.history_version`."""
+        with self._read() as conn:
+            return self._history.version(_run(conn), key)
+
+    def schedules(self) -> list[ScheduleSummary]:
+        """See :meth:`Store.schedules`."""
+        with self._read() as conn:
+            return self._history.summaries(_run(conn))
+
+    def forget_schedule(self, key: str) -> int:
+        """See :meth:`Store.forget_schedule`."""
+        with self._read() as conn:
+            return self._history.forget(_run(conn), key)
 
     # -- the push path ------------------------------------------------------------------
 
@@ -881,3 +914,13 @@ def _audit_event(operation_id: str, row: Any) -> StoredAuditEvent:
         prev_hash=prev_hash,
         hash=digest,
     )
+
+
+def _run(conn: psycopg.Connection[TupleRow]) -> Execute:
+    """*conn*'s ``execute`` as the history's statements (built from checked names and
+    fixed text only, see :class:`HistoryRows`) run them."""
+
+    def execute(query: str, params: tuple[Any, ...]) -> psycopg.Cursor[TupleRow]:
+        return conn.execute(cast("LiteralString", query), params)  # type: ignore[redundant-cast]
+
+    return execute

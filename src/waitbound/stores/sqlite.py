@@ -30,9 +30,11 @@ from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
 from waitbound._metrics import store_transaction
+from waitbound._history import Evidence, ScheduleSummary
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Phase, Record
 from waitbound.stores._codec import brief, from_sqlite, from_text, load_object, to_sqlite
+from waitbound.stores._history_rows import Execute, HistoryRows
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
@@ -187,7 +189,8 @@ CREATE INDEX sessions_expiry ON sessions (expires_at);
     # _rewrite_v5, which then drops the schema-3 columns (_V5_DROPPED), in the same
     # transaction.
     # And, additive: the groups of operations waited on together (waitbound.stores._groups),
-    # two tables of their own.
+    # two tables of their own; and the schedule history (waitbound._history): one row of
+    # duration evidence per finished operation, the newest HISTORY_LIMIT per key.
     """
 ALTER TABLE operations ADD COLUMN contract TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE operations ADD COLUMN submission TEXT NOT NULL DEFAULT '{}';
@@ -218,6 +221,17 @@ CREATE TABLE op_group_members (
     PRIMARY KEY (group_id, position)
 );
 CREATE INDEX op_group_members_operation ON op_group_members (operation_id);
+CREATE TABLE schedule_history (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    key             TEXT NOT NULL,
+    operation_id    TEXT NOT NULL UNIQUE,
+    accepted_at     TEXT NOT NULL,
+    pending_seen_at TEXT,
+    ended_seen_at   TEXT,
+    outcome         TEXT NOT NULL,
+    finished_at     TEXT NOT NULL
+);
+CREATE INDEX schedule_history_key ON schedule_history (key, seq);
 """,
 )
 """The schema, one script per version: version N is ``_MIGRATIONS[N - 1]``. A released
@@ -241,6 +255,7 @@ _TABLES: Final[dict[int, frozenset[str]]] = {
             "sessions",
             "op_groups",
             "op_group_members",
+            "schedule_history",
         }
     ),
 }
@@ -491,6 +506,7 @@ class SQLiteStore(ClaimsByReservation):
                 )
                 self._append(db, sealed)
                 _push_writes(db, stored)
+                _HISTORY.record(_run(db), stored)
         except sqlite3.IntegrityError:
             raise UsageError(f"operation {record.operation_id!r} exists already") from None
         self._rows.written(stored, row)
@@ -547,6 +563,7 @@ class SQLiteStore(ClaimsByReservation):
                 written.append(None)
                 continue
             _push_writes(db, stored)
+            _HISTORY.record(_run(db), stored)
             self._pending_rows.append((stored, row))
             written.append(stored)
         return written
@@ -630,6 +647,32 @@ class SQLiteStore(ClaimsByReservation):
                 (*DRIVABLE_PHASES, stamp, stamp, *label_args),
             ).fetchall()
         return (_moment(earliest) if earliest else None), [owner for (owner,) in holders]
+
+    def schedule_history(self, key: str) -> list[Evidence]:
+        """See :meth:`Store.schedule_history`."""
+        if self._legacy:
+            return []
+        with self._damage():
+            return _HISTORY.history(_run(self._db), key)
+
+    def history_version(self, key: str) -> int:
+        """See :meth:`Store.history_version`."""
+        if self._legacy:
+            return 0
+        with self._damage():
+            return _HISTORY.version(_run(self._db), key)
+
+    def schedules(self) -> list[ScheduleSummary]:
+        """See :meth:`Store.schedules`."""
+        if self._legacy:
+            return []
+        with self._damage():
+            return _HISTORY.summaries(_run(self._db))
+
+    def forget_schedule(self, key: str) -> int:
+        """See :meth:`Store.forget_schedule`."""
+        with self._transaction() as db:
+            return _HISTORY.forget(_run(db), key)
 
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""
@@ -930,6 +973,20 @@ def _why(exc: BaseException) -> str:
 def _instant(value: datetime | None) -> str | None:
     """An instant as UTC ISO 8601 text: such texts sort as their instants do."""
     return utc(value).isoformat() if value is not None else None
+
+
+def _read_instant(value: object) -> datetime | None:
+    return utc(datetime.fromisoformat(str(value))) if value is not None else None
+
+
+_HISTORY: Final = HistoryRows(
+    "schedule_history", mark="?", instant=_instant, read_instant=_read_instant
+)
+
+
+def _run(db: sqlite3.Connection) -> Execute:
+    """*db*'s ``execute`` as the history's statements run them."""
+    return db.execute
 
 
 def _create_private(path: Path) -> None:
