@@ -33,8 +33,8 @@ from psycopg_pool import ConnectionPool
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, StoreError, UsageError
-from waitbound._metrics import store_transaction
 from waitbound._history import Evidence, ScheduleSummary, evidence_of
+from waitbound._metrics import store_transaction
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Record
 from waitbound.stores._codec import from_text, load_object, to_text

@@ -29,8 +29,8 @@ from typing import Any, Final
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
-from waitbound._metrics import store_transaction
 from waitbound._history import Evidence, ScheduleSummary
+from waitbound._metrics import store_transaction
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Phase, Record
 from waitbound.stores._codec import brief, from_sqlite, from_text, load_object, to_sqlite
