@@ -211,8 +211,23 @@ class Policy:
         return self.max_extension_s if self.max_extension_s is not None else self.deadline_s
 
 
+_LATER_FIELDS: Final[dict[str, JSON]] = {
+    "schedule": "formula",
+    "schedule_key": None,
+    "lag_target_s": None,
+}
+"""Fields added after records were first signed, with their defaults: stored only when
+set, so a record written before them encodes (and its MAC's digest of the asserted
+fields, the policy among them, verifies) exactly as it did."""
+
+
 @functools.lru_cache(maxsize=64)
 def policy_json(policy: Policy) -> dict[str, JSON]:
     """A policy as stored (the same few policies are written again and again; the
-    callers only read the dict)."""
-    return asdict(policy)
+    callers only read the dict): every field, less those of :data:`_LATER_FIELDS` that
+    hold their default."""
+    data: dict[str, JSON] = asdict(policy)
+    for name, default in _LATER_FIELDS.items():
+        if data[name] == default:
+            del data[name]
+    return data

@@ -134,8 +134,8 @@ def test_shared_client_survives_failed_calls(built: Built) -> None:
         broken = Operation(status_url=refused, profile=PROFILE, policy=POLICY)
         failed = wait(broken, store=MemoryStore(), sleep=_no_sleep)
         assert failed.reason is Reason.PROVIDER_FAILURE
-        with pytest.raises(Crash):
-            wait(_op(sim), store=MemoryStore(), sleep=crash)
+        with pytest.raises(Crash):  # a delay no request's time can use up: it sleeps
+            wait(_op(sim, min_delay_s=5, max_delay_s=5), store=MemoryStore(), sleep=crash)
     assert len(built.sync) == 1
     assert not built.sync[0].is_closed
     with _sim(DONE) as sim:
