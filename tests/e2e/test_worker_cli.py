@@ -33,7 +33,10 @@ def test_detached_operations_are_finished_by_a_worker(tmp_path: Path) -> None:
     )  # fmt: skip
     store = str(tmp_path / "s.db")
     with Simulator(scenario) as sim:
-        detach = ["wait", f"{sim.base_url}/status", *STATE, *PACE, "--detach", "--json"]
+        # the deadline runs from each creation, before three CLI launches and the
+        # worker's: a bound, never a timing check, so far past what a slow machine needs
+        detach = ["wait", f"{sim.base_url}/status", *STATE, *PACE, "--deadline", "300s",
+                  "--detach", "--json"]  # fmt: skip
         started = [json.loads(cli(*detach, "--store", store).stdout) for _ in range(3)]
         assert sim.count("status") == 0
         assert all(not s["done"] and "NOT complete" in s["message"] for s in started)
