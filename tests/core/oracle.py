@@ -466,10 +466,22 @@ class World:
                 assert after.version == record.version, "a refused cancel changed the record"
             self._end(before)
             return None
-        self.cancels.append(Decided("cancel", before.at, before.log, resuming=False))
-        self.acts.append(self.cancels[-1])
-        if before.finished:  # accepted on a stopped operation: it is open again
+        if before.finished:
+            # Accepted on a stopped operation: a person's decision of the cancel option,
+            # with the default grant (at least one check, at most the policy's) and the
+            # cancel's own requests on top; the operation was open again (the wait after
+            # the cancel may have ended it already).
+            after = self.record
+            granted = after.max_requests - record.requests_used
+            assert 1 <= granted <= self.policy.max_requests + 2, f"cancel: {granted} checks"
+            assert after.grants.extensions == record.grants.extensions + 1
+            decided = Decided("cancel", before.at, before.log, resuming=True, checks=granted)
+            self.decisions.append(decided)
             self.finished_events_allowed += 1
+        else:
+            decided = Decided("cancel", before.at, before.log, resuming=False)
+        self.cancels.append(decided)
+        self.acts.append(decided)
         return self._end(before, decided=True)
 
     def look(self) -> Record:

@@ -452,6 +452,21 @@ def test_a_persons_cancel_after_budget_exhaustion_is_carried_out() -> None:
     assert record.outcome is OutcomeKind.CANCELED or "cancel" in detail(record)
 
 
+def test_waitbound_cancel_after_budget_exhaustion_counts_its_grant() -> None:
+    """Found by a long hunt: ``waitbound cancel`` of an operation stopped at
+    request_budget_exhausted is a person's ``cancel`` decision, and its default grant
+    plus the cancel's own request are requests the budget allows (the oracle held them
+    to the policy's budget alone). The cancel is sent; every check holds."""
+    world = memory_world(max_requests=6)
+    stopped = world.drive(status=[RUNNING])
+    assert stopped.reason is Reason.REQUEST_BUDGET_EXHAUSTED
+    after = world.cancel(cancel=[Reply("accepted", 202, {})], status=[])
+    assert after is not None
+    assert world.provider.hits("cancel")
+    assert after.requests_used > world.policy.max_requests
+    assert [d.option for d in world.decisions] == ["cancel"]
+
+
 def test_a_persons_cancel_whose_window_passed_is_reported_not_sent() -> None:
     """Fault 4: the grant's window passes before anyone runs wait: the cancel is never
     sent, and the outcome says so."""
