@@ -329,17 +329,23 @@ def formula_lag_s(
 ) -> float:
     """The formula's expected mean lag (seconds) on *survival*: its mean poll times
     (each backoff step times the jitter's mean) until the horizon, then the same tail
-    as the plan's (half the cap per job still running)."""
+    as the plan's (half the cap per job still running).
+
+    A step shorter than the horizon's 1/4,000th (the grid's own finest guaranteed
+    step) counts as that long: the walk takes at most about 4,000 steps whatever the
+    policy's delays (1 µs delays would otherwise take billions), and the lag it adds
+    is at most half that step per job."""
     times, s = survival.times, survival.survival
     area = _areas(times, s)
     mean = (1.0 + jitter_floor) / 2.0
     t, attempt, lag = 0.0, 0, 0.0
     horizon = times[-1]
+    least = horizon / _MAX_POINTS
     while t < horizon:
         raw = backoff_raw_s(
             attempt, base_delay_s=base_delay_s, max_delay_s=max_delay_s, growth=growth
         )
-        step = max(floor_s, raw * mean)
+        step = max(floor_s, raw * mean, least)
         nxt = min(horizon, t + step)
         s_t, a_t = _interpolated(times, s, area, t)
         _, a_n = _interpolated(times, s, area, nxt)

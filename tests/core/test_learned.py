@@ -146,6 +146,34 @@ def _plan(
     )
 
 
+def test_microsecond_delays_plan_in_bounded_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A policy of 1 µs delays (floor, base and cap): the formula's expected lag is
+    walked in at most about 4,000 steps (the grid's size), not one per microsecond up
+    to the horizon (billions: a poll that never returned), and the plan keeps every
+    delay within the cap."""
+    import waitbound._learned as learned
+
+    steps = 0
+    counted = learned.backoff_raw_s
+
+    def counting(attempt: int, **kw: float) -> float:
+        nonlocal steps
+        steps += 1
+        assert steps <= 4_100, "the formula's walk is unbounded"
+        return counted(attempt, **kw)
+
+    monkeypatch.setattr(learned, "backoff_raw_s", counting)
+    evidence = [_evidence(3599.0, 3600.0 + i, i) for i in range(40)]
+    survival = estimate(evidence, resolution_s=0.25, max_step_s=1e-6 / 4)
+    lag = formula_lag_s(
+        survival, base_delay_s=1e-6, max_delay_s=1e-6, growth=1.5, jitter_floor=0.8,
+        floor_s=1e-6,
+    )  # fmt: skip
+    assert 0.0 <= lag <= survival.horizon_s / 4_000
+    model = plan(survival, key=KEY, history_version=1, floor_s=1e-6, cap_s=1e-6, lag_target_s=lag)
+    assert model.next_delay_s(10.0) == pytest.approx(1e-6)
+
+
 def test_the_plan_at_the_formulas_lag_needs_fewer_requests() -> None:
     """On a log-normal history, planned at the formula's own expected lag, the plan
     expects fewer requests than the formula needs on the same jobs."""
