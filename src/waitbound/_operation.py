@@ -472,11 +472,15 @@ def request_cancel(
         if record is None:
             raise OperationNotFoundError(operation_id)
         now = clock.now()
-        if record.is_finished and (expired := expire(record, now)) is not None:
+        if (expired := expire(record, now)) is not None:
+            # The first look closes a decision request past its due time (a running
+            # operation goes on as it was, and its cancel is then judged afresh).
             closed, note = expired
             try:
                 store.save(closed, [note])
             except ConflictError:
+                continue
+            if not closed.is_finished:
                 continue
             raise UsageError(
                 f"operation {operation_id} is finished ({closed.outcome}) and its decision "

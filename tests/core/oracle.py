@@ -457,10 +457,12 @@ class World:
             after = self.record
             if request is not None and request.due_at <= before.at:
                 # The one change a refusal may make: closing the expired decision
-                # request as decision_timeout (its reason; the outcome and counters stay).
+                # request as decision_timeout (a stopped operation's reason becomes
+                # that; the outcome and counters stay).
                 assert after.decision_request is None, "an expired request stayed open"
                 assert after.outcome == record.outcome
-                assert after.reason is Reason.DECISION_TIMEOUT
+                stopped = record.is_finished
+                assert after.reason is (Reason.DECISION_TIMEOUT if stopped else record.reason)
                 assert after.requests_used == record.requests_used
             else:
                 assert after.version == record.version, "a refused cancel changed the record"

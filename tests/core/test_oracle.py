@@ -467,6 +467,22 @@ def test_waitbound_cancel_after_budget_exhaustion_counts_its_grant() -> None:
     assert [d.option for d in world.decisions] == ["cancel"]
 
 
+def test_waitbound_cancel_closes_an_expired_request_on_a_running_operation() -> None:
+    """Found by a long hunt: an agent's request on an operation not yet polled lapses
+    (days pass); ``waitbound cancel`` is refused (nothing says the job is cancelable)
+    and, as the first look at it, closes the lapsed request as decision_timeout; the
+    operation goes on as it was (no reason set)."""
+    world = memory_world()
+    assert world.agent_asks(1, 1)
+    world.advance(8 * 86_400)
+    assert world.cancel(cancel=[Reply("accepted", 202, {})]) is None
+    record = world.record
+    assert record.decision_request is None
+    assert record.decisions[-1].option == "decision_timeout"
+    assert record.outcome is None
+    assert record.reason is None
+
+
 def test_a_persons_cancel_whose_window_passed_is_reported_not_sent() -> None:
     """Fault 4: the grant's window passes before anyone runs wait: the cancel is never
     sent, and the outcome says so."""
