@@ -226,22 +226,32 @@ def _open_group(
     return groups.create_group(row), handles
 
 
-def _scheduler(
-    kit: Tools,
+def _opened(
     members: Iterable[Member],
     *,
+    store: Store | None,
+    clock: Clock | None,
+    rng: random.Random | None,
+    on_event: EventSink | None,
+    headers: Mapping[str, str] | None,
+    notify_secret: str | None,
     kind: GroupKind,
     deadline: float | datetime | None,
     max_requests: int | None,
     group_id: str | None,
     pacing: WorkerSettings,
     cancel_rest: bool = False,
-) -> tuple[Scheduler, dict[str, OperationHandle | AsyncOperationHandle]]:
+) -> tuple[Scheduler, dict[str, OperationHandle | AsyncOperationHandle], str | None]:
+    """The group opened (or resumed) over *members*: its scheduler (``.kit``: the store
+    and tools it drives with), the members' handles by operation id, and the secret
+    completions are signed with."""
+    listed, store = _store_of(members, store)
+    kit = make_tools(store, clock, rng, on_event, headers)
     row, handles = _open_group(
-        kit, members, kind=kind, deadline=deadline, max_requests=max_requests, group_id=group_id
+        kit, listed, kind=kind, deadline=deadline, max_requests=max_requests, group_id=group_id
     )
     scheduler = Scheduler(kit, groups_of(kit.store), row, pacing=pacing, cancel_rest=cancel_rest)
-    return scheduler, handles
+    return scheduler, handles, notify_secret_for(None, notify_secret)
 
 
 def _drive_sync(
@@ -412,13 +422,12 @@ def wait_all(
     one request budget over all of them, recorded durably (resume with ``group_id``).
     One scheduler drives every member, one request at a time, with per-origin pacing.
     """
-    listed, store = _store_of(members, store)
-    kit = make_tools(store, clock, rng, on_event, headers)
-    secret = notify_secret_for(None, notify_secret)
-    scheduler, handles = _scheduler(
-        kit, listed, kind="all", deadline=deadline, max_requests=max_requests,
-        group_id=group_id, pacing=pacing,
+    scheduler, handles, secret = _opened(
+        members, store=store, clock=clock, rng=rng, on_event=on_event, headers=headers,
+        notify_secret=notify_secret, kind="all", deadline=deadline,
+        max_requests=max_requests, group_id=group_id, pacing=pacing,
     )  # fmt: skip
+    kit = scheduler.kit
     for record in _drive_sync(scheduler, client=client, sleep=sleep, http=http):
         _ended_sync(kit, record, handles, on_complete, secret)
     return _result(scheduler)
@@ -451,13 +460,12 @@ def wait_any(
     by ``group grp_…``) and its cancel request sent, within both budgets; the job's end
     is then learned by whoever waits on it next.
     """
-    listed, store = _store_of(members, store)
-    kit = make_tools(store, clock, rng, on_event, headers)
-    secret = notify_secret_for(None, notify_secret)
-    scheduler, handles = _scheduler(
-        kit, listed, kind="any", deadline=deadline, max_requests=max_requests,
-        group_id=group_id, pacing=pacing, cancel_rest=cancel_rest,
+    scheduler, handles, secret = _opened(
+        members, store=store, clock=clock, rng=rng, on_event=on_event, headers=headers,
+        notify_secret=notify_secret, kind="any", deadline=deadline,
+        max_requests=max_requests, group_id=group_id, pacing=pacing, cancel_rest=cancel_rest,
     )  # fmt: skip
+    kit = scheduler.kit
     for record in _drive_sync(scheduler, client=client, sleep=sleep, http=http):
         _ended_sync(kit, record, handles, on_complete, secret)
     return _result(scheduler)
@@ -488,13 +496,12 @@ def as_completed(
     iteration starts; stopping the iteration early leaves it ``waiting`` (resume with
     its ``group_id``, see ``waitbound show``).
     """
-    listed, store = _store_of(members, store)
-    kit = make_tools(store, clock, rng, on_event, headers)
-    secret = notify_secret_for(None, notify_secret)
-    scheduler, handles = _scheduler(
-        kit, listed, kind="as_completed", deadline=deadline, max_requests=max_requests,
-        group_id=group_id, pacing=pacing,
+    scheduler, handles, secret = _opened(
+        members, store=store, clock=clock, rng=rng, on_event=on_event, headers=headers,
+        notify_secret=notify_secret, kind="as_completed", deadline=deadline,
+        max_requests=max_requests, group_id=group_id, pacing=pacing,
     )  # fmt: skip
+    kit = scheduler.kit
     for record in _drive_sync(scheduler, client=client, sleep=sleep, http=http):
         _ended_sync(kit, record, handles, on_complete, secret)
         yield record.to_outcome()
@@ -519,13 +526,12 @@ async def wait_all_async(
     pacing: WorkerSettings = _DEFAULT_PACING,
 ) -> GroupResult:
     """:func:`wait_all` without blocking the event loop (anyio; *sleep* async)."""
-    listed, store = _store_of(members, store)
-    kit = make_tools(store, clock, rng, on_event, headers)
-    secret = notify_secret_for(None, notify_secret)
-    scheduler, handles = _scheduler(
-        kit, listed, kind="all", deadline=deadline, max_requests=max_requests,
-        group_id=group_id, pacing=pacing,
+    scheduler, handles, secret = _opened(
+        members, store=store, clock=clock, rng=rng, on_event=on_event, headers=headers,
+        notify_secret=notify_secret, kind="all", deadline=deadline,
+        max_requests=max_requests, group_id=group_id, pacing=pacing,
     )  # fmt: skip
+    kit = scheduler.kit
     async for record in _drive_async(
         scheduler, client=client, sleep=sleep or anyio.sleep, http=http
     ):
@@ -553,13 +559,12 @@ async def wait_any_async(
     pacing: WorkerSettings = _DEFAULT_PACING,
 ) -> GroupResult:
     """:func:`wait_any` without blocking the event loop (anyio; *sleep* async)."""
-    listed, store = _store_of(members, store)
-    kit = make_tools(store, clock, rng, on_event, headers)
-    secret = notify_secret_for(None, notify_secret)
-    scheduler, handles = _scheduler(
-        kit, listed, kind="any", deadline=deadline, max_requests=max_requests,
-        group_id=group_id, pacing=pacing, cancel_rest=cancel_rest,
+    scheduler, handles, secret = _opened(
+        members, store=store, clock=clock, rng=rng, on_event=on_event, headers=headers,
+        notify_secret=notify_secret, kind="any", deadline=deadline,
+        max_requests=max_requests, group_id=group_id, pacing=pacing, cancel_rest=cancel_rest,
     )  # fmt: skip
+    kit = scheduler.kit
     async for record in _drive_async(
         scheduler, client=client, sleep=sleep or anyio.sleep, http=http
     ):
@@ -586,13 +591,12 @@ async def as_completed_async(
     pacing: WorkerSettings = _DEFAULT_PACING,
 ) -> AsyncIterator[Outcome]:
     """:func:`as_completed` as an async iterator (``async for outcome in …``)."""
-    listed, store = _store_of(members, store)
-    kit = make_tools(store, clock, rng, on_event, headers)
-    secret = notify_secret_for(None, notify_secret)
-    scheduler, handles = _scheduler(
-        kit, listed, kind="as_completed", deadline=deadline, max_requests=max_requests,
-        group_id=group_id, pacing=pacing,
+    scheduler, handles, secret = _opened(
+        members, store=store, clock=clock, rng=rng, on_event=on_event, headers=headers,
+        notify_secret=notify_secret, kind="as_completed", deadline=deadline,
+        max_requests=max_requests, group_id=group_id, pacing=pacing,
     )  # fmt: skip
+    kit = scheduler.kit
     async for record in _drive_async(
         scheduler, client=client, sleep=sleep or anyio.sleep, http=http
     ):

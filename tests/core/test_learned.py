@@ -151,10 +151,10 @@ def test_microsecond_delays_plan_in_bounded_steps(monkeypatch: pytest.MonkeyPatc
     walked in at most about 4,000 steps (the grid's size), not one per microsecond up
     to the horizon (billions: a poll that never returned), and the plan keeps every
     delay within the cap."""
-    import waitbound._learned as learned
+    from waitbound._schedule import backoff_raw_s
 
     steps = 0
-    counted = learned.backoff_raw_s
+    counted = backoff_raw_s
 
     def counting(attempt: int, **kw: float) -> float:
         nonlocal steps
@@ -162,7 +162,7 @@ def test_microsecond_delays_plan_in_bounded_steps(monkeypatch: pytest.MonkeyPatc
         assert steps <= 4_100, "the formula's walk is unbounded"
         return counted(attempt, **kw)
 
-    monkeypatch.setattr(learned, "backoff_raw_s", counting)
+    monkeypatch.setattr("waitbound._learned.backoff_raw_s", counting)
     evidence = [_evidence(3599.0, 3600.0 + i, i) for i in range(40)]
     survival = estimate(evidence, resolution_s=0.25, max_step_s=1e-6 / 4)
     lag = formula_lag_s(
