@@ -47,8 +47,9 @@ from waitbound._errors import ConflictError, UsageError
 from waitbound._operation import request_cancel
 from waitbound._outcome import Reason
 from waitbound._record import Record
+from waitbound._token_bucket import TokenBucket
 from waitbound._urls import origin
-from waitbound._worker import WorkerSettings, _Bucket
+from waitbound._worker import WorkerSettings
 from waitbound.stores._groups import GroupKind, GroupRow, GroupStore
 
 __all__ = [
@@ -132,7 +133,7 @@ class Scheduler:
         self.owner = new_owner()
         self.pacing = pacing
         self.cancel_rest = cancel_rest
-        self.buckets: dict[object, _Bucket] = {}
+        self.buckets: dict[object, TokenBucket] = {}
         self.members: dict[str, _Member] = {}
         self.order: list[str] = []
         self.ended_order: list[str] = []
@@ -281,7 +282,7 @@ class Scheduler:
         key = origin(url)
         bucket = self.buckets.get(key)
         if bucket is None:
-            bucket = _Bucket(
+            bucket = TokenBucket(
                 self.pacing.per_origin_rate, self.pacing.per_origin_burst, self.kit.clock
             )
             self.buckets[key] = bucket

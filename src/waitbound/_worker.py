@@ -84,6 +84,7 @@ from waitbound._inbox import sweep_inbox
 from waitbound._outbox import OnComplete
 from waitbound._record import Phase, Record
 from waitbound._schedule_models import models_for
+from waitbound._token_bucket import TokenBucket
 from waitbound._urls import origin
 from waitbound.stores import Store
 from waitbound.stores._protocol import Write
@@ -95,9 +96,6 @@ _LOG = logging.getLogger("waitbound.worker")
 _BUSY_RECHECK_S = 0.01
 """The shortest pause between looks for due work when one looked due but was not
 claimed (another worker took it at that moment), in seconds."""
-
-_MIN_TOKEN_WAIT_S = 0.001
-"""The shortest wait for a token of an origin's bucket, in seconds."""
 
 DEFAULT_COMMIT_PAUSE_S = 0.002
 """How long the group commit waits for more answers once one is queued (seconds),
@@ -171,31 +169,9 @@ class WorkerSettings:
         return min(self.commit_pause_s, lease_margin_s(self.lease_s) / 2)
 
 
-class _Bucket:
-    """A token bucket: ``rate`` tokens a second, at most ``burst`` saved up."""
-
-    def __init__(self, rate: float, burst: int, clock: Clock) -> None:
-        self.rate, self.burst, self.clock = rate, float(burst), clock
-        self.tokens = float(burst)
-        self.at = clock.monotonic()
-
-    def take(self) -> float:
-        """Take a token if one is there now (return 0); else take none and return how
-        long until one is (seconds)."""
-        now = self.clock.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return 0.0
-        # At least a millisecond: a rounding error's wait would otherwise be too short
-        # to move a clock (a virtual one, or a coarse monotonic one) at all.
-        return max(_MIN_TOKEN_WAIT_S, (1 - self.tokens) / self.rate)
-
-
 @dataclass(slots=True)
 class _Origin:
-    bucket: _Bucket
+    bucket: TokenBucket
     in_flight: int = 0
 
 
@@ -215,7 +191,7 @@ class _Origins:
         key = origin(url)
         with self.lock:
             if key not in self.limits:
-                bucket = _Bucket(
+                bucket = TokenBucket(
                     self.settings.per_origin_rate, self.settings.per_origin_burst, self.clock
                 )
                 self.limits[key] = _Origin(bucket)
