@@ -78,9 +78,13 @@ def test_the_retention_setting_is_read_from_serve_toml(tmp_path: Path) -> None:
     assert load_serve_config(path).inbox_retention_s is None
     path.write_text("[inbox]\nretention_days = 7\n")
     assert load_serve_config(path).inbox_retention_s == 7 * 86400.0
-    path.write_text('[inbox]\nretention_days = "forever"\n')
-    with pytest.raises(UsageError, match=r"inbox\.retention_days"):
-        load_serve_config(path)
+    path.write_text("[inbox]\nretention_days = 0.5\n")
+    assert load_serve_config(path).inbox_retention_s == 0.5 * 86400.0
+    for bad in ('"forever"', "1e-320", "0.01", "-1", "3651", "nan", "inf", "true"):
+        path.write_text(f"[inbox]\nretention_days = {bad}\n")
+        with pytest.raises(UsageError, match=r"inbox\.retention_days") as refused:
+            load_serve_config(path)
+        assert "\n" not in str(refused.value)
 
 
 def test_serve_prunes_the_inbox_at_start_and_healthz_shows_the_counts() -> None:

@@ -135,6 +135,10 @@ MAX_BODY_BYTES_RANGE: Final = (1024, 32 * 1024 * 1024)
 _TOP_KEYS: Final = frozenset(("webhooks", "notify", "auth", "inbox"))
 INBOX_RETENTION_DAYS_RANGE: Final = (0, 3650)
 """``[inbox] retention_days`` bounds, inclusive (0: keep forever)."""
+MIN_INBOX_RETENTION_DAYS: Final = 1 / 24
+"""The shortest positive ``retention_days`` (one hour): the prune runs every hour, so a
+shorter one means nothing an hour does not, and a tiny one (``1e-320``) is a typo that
+would drop every delivery as soon as it is done."""
 AUTH_KEYS: Final = frozenset(("trusted_proxies", "user_header", "proxy_role", "allowed_hosts"))
 """The keys of the ``[auth]`` table."""
 _HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
@@ -210,10 +214,15 @@ def _retention(table: object) -> float | None:
     _known(table, frozenset(("retention_days",)), "inbox")
     days = table.get("retention_days", DEFAULT_INBOX_RETENTION_DAYS)
     low, high = INBOX_RETENTION_DAYS_RANGE
-    if isinstance(days, bool) or not isinstance(days, int | float) or not low <= days <= high:
+    if (
+        isinstance(days, bool)
+        or not isinstance(days, int | float)
+        or not low <= days <= high
+        or 0 < days < MIN_INBOX_RETENTION_DAYS
+    ):
         raise UsageError(
-            f"inbox.retention_days must be a number of days from {low} to {high} "
-            "(0: keep every delivery)"
+            f"inbox.retention_days must be 0 (keep every delivery) or a number of days "
+            f"from 1/24 (one hour, how often the inbox is pruned) to {high}, got {days!r:.40}"
         )
     return None if days == 0 else float(days) * 86400.0
 
