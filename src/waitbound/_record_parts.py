@@ -409,9 +409,15 @@ def evolve_part(part: _P, changes: Mapping[str, object]) -> _P:
 # -- encoding ------------------------------------------------------------------------
 
 
+_AS_THEY_ARE: Final = frozenset((str, int, float, bool, type(None)))
+"""Value types stored as they are (most fields): no further test is needed."""
+
+
 def value_json(value: object) -> JSON:
     """A record value as stored: sub-values as objects, instants as RFC 3339, tuples as
     lists; JSON values as they are."""
+    if type(value) in _AS_THEY_ARE:
+        return value  # type: ignore[return-value]
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, Grants | DecisionRequest | Decision | Push):
@@ -423,6 +429,8 @@ def value_json(value: object) -> JSON:
 
 def field_value_json(name: str, value: object) -> JSON:
     """The stored JSON of the field *name* holding *value*."""
+    if type(value) in _AS_THEY_ARE:
+        return value  # type: ignore[return-value]
     if name == "profile":
         assert isinstance(value, Profile)
         return {"name": value.name, "table": dict(value.source)}
