@@ -203,6 +203,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         finished_at     timestamptz NOT NULL
     );
     CREATE INDEX schedule_history_key ON {schema}.schedule_history (key, seq);
+    CREATE TABLE IF NOT EXISTS {schema}.pace_calendar (
+        origin  text NOT NULL,
+        bucket  bigint NOT NULL,
+        planned integer NOT NULL,
+        PRIMARY KEY (origin, bucket)
+    );
     """,
 )
 """The schema, one SQL script per version (``{schema}`` is the quoted schema name).
