@@ -31,7 +31,8 @@ number of requests scattered uniformly at random, the same seed); and the mean
 detection lag (job end → the first poll after it, over jobs that ended before the
 deadline), and the seconds pacing added per poll.
 
-Usage: ``python -m benchmarks.fleet_waves [--operations N] [--seeds N] [--spread F]``.
+Usage: ``python -m benchmarks.fleet_waves [--operations N] [--seeds N] [--spread F]
+[--quick]`` (about 2 s).
 """
 
 from __future__ import annotations
@@ -273,7 +274,10 @@ def main() -> None:
         default=None,
         help=f"try another spread factor (default {pacing.SPREAD_FACTOR}; tuning only)",
     )
+    parser.add_argument("--quick", action="store_true", help="100 operations, one seed")
     args = parser.parse_args()
+    if args.quick:
+        args.operations, args.seeds = 100, 1
     if args.spread is not None:  # tuning: the stores call choose() with its default
         assert pacing.choose.__kwdefaults__ is not None
         pacing.choose.__kwdefaults__["spread"] = args.spread
