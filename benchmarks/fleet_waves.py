@@ -229,7 +229,7 @@ def measure(*, operations: int, seeds: Sequence[int]) -> list[list[object]]:
             ]
 
             def med(name: str, got: list[Figures] = got) -> float:
-                return statistics.median(getattr(f, name) for f in got)
+                return float(statistics.median(float(getattr(f, name)) for f in got))
 
             rows.append(
                 [
