@@ -13,9 +13,17 @@ mean))``, ``mean`` the average count per bucket from now to ``planned_at + windo
 fleet that arrives as one wave learns its own mean rate and is spread to near it; a
 lone operation is never delayed (``allowed >= 1``, and the mean includes itself).
 
-Pure functions and values (no clock, no store, no global random); the stores hold the
-calendar and call :func:`choose` under their own lock or transaction. The driver hands
-the controller a :class:`Pacer` made by :func:`pacer_for`.
+Where no bucket up to ``latest_at`` has room, the planned time stands: a bounded lag
+beats a perfect spread. The caller's ``latest_at`` (``_next_poll.paced``) is the
+planned time plus the policy's ``max_delay_s``, never past the deadline, so pacing
+never breaks a bound; it never changes how many requests are sent.
+
+:func:`span` and :func:`choose` are pure (no clock, no store, no global random): the
+stores hold the calendar and call them under their own lock or transaction, so every
+store decides alike. :func:`pacer_for` is the one adapter: the :class:`Pacer` the
+drivers and the worker hand the controller (as they hand it the learned schedules'
+look-up), which calls the store's ``pace`` and keeps the planned time when the store
+has none or fails.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ BUCKET_S: Final = 1.0
 SPREAD_FACTOR: Final = 2.0
 """A bucket may hold this many times the window's mean count. Chosen with the fleet
 benchmark (``benchmarks/fleet_waves.py``, ``docs/benchmarks.md`` §12): 1.5 spread
-the default schedule's fleet further but added 3.7 s of mean lag; 2.0 keeps the
+the default schedule's fleet further but added 4 s of mean lag; 2.0 keeps the
 steady state under Poisson's peak-to-mean for both mixes at +0.2 s for the default
 schedule; 3 and more leave waves that reach 1.2-1.5x Poisson."""
 

@@ -19,6 +19,7 @@ from tests.core.test_properties import ANSWERS, PROFILE, URL, Provider
 from tests.fakes import FakeClock
 from waitbound import MemoryStore, Operation, Policy, Record, wait
 from waitbound._controller import observe
+from waitbound._errors import StoreError
 from waitbound._observation import Observation
 from waitbound._pacing import SPREAD_FACTOR, choose, origin_key, pacer_for, span
 from waitbound._story import story_line
@@ -225,3 +226,21 @@ def test_a_paced_poll_is_between_its_planned_time_and_its_latest(
     assert paced.record.evolve(next_poll_at=planned) == plain.record
     if got > planned:
         assert "paced_by_origin" in paced.events[-1].data
+
+
+class _NoCalendar:
+    """A third-party store without ``pace``."""
+
+
+class _Down(MemoryStore):
+    def pace(self, *args: object, **kwargs: object) -> datetime:
+        raise StoreError("the calendar is down")
+
+
+def test_a_store_without_a_calendar_or_down_paces_nothing() -> None:
+    """A store without ``pace``, or one that fails, keeps the planned time."""
+    planned = T0 + timedelta(seconds=7)
+    later = planned + timedelta(seconds=60)
+    for store in (_NoCalendar(), _Down()):
+        pacer = pacer_for(store)
+        assert pacer(ORIGIN, planned, latest_at=later, now=T0, rng=random.Random(1)) == planned
