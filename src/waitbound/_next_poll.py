@@ -255,8 +255,9 @@ def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) ->
     stays a minimum (the time only moves later), the delay source stays the rule that
     planned it, and the audit names what pacing added (``paced_by_origin``).
 
-    Any other step (an outcome, an escalation, a result fetch, a poll due now) is
-    returned as it is, as is every step without a *pacer* or with pacing off.
+    Any other step (an outcome, an escalation, a result fetch, a poll due now, a
+    confirmation re-check, which must fit its ``confirm_window_s``) is returned as it
+    is, as is every step without a *pacer* or with pacing off.
     """
     record, kind, summary, extra = step
     planned = record.next_poll_at
@@ -265,6 +266,7 @@ def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) ->
         or kind != "scheduled"
         or not record.policy.origin_pacing
         or record.phase is not Phase.WAITING
+        or record.success_seen_at is not None  # a confirmation re-check fits its window
         or planned <= now
     ):
         return step

@@ -16,8 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.core.test_properties import ANSWERS, PROFILE, URL, Provider
-from tests.fakes import FakeClock
-from waitbound import MemoryStore, Operation, Policy, Record, wait
+from tests.core.test_worker import PROFILE as DONE_PROFILE
+from tests.core.test_worker import Provider as WorkerProvider
+from tests.core.test_worker import _run_worker
+from tests.fakes import Autojump, FakeClock
+from waitbound import MemoryStore, Operation, OutcomeKind, Policy, Record, start, wait
 from waitbound._controller import observe
 from waitbound._errors import StoreError
 from waitbound._observation import Observation
@@ -244,3 +247,48 @@ def test_a_store_without_a_calendar_or_down_paces_nothing() -> None:
     for store in (_NoCalendar(), _Down()):
         pacer = pacer_for(store)
         assert pacer(ORIGIN, planned, latest_at=later, now=T0, rng=random.Random(1)) == planned
+
+
+def test_a_worker_paces_a_wave_through_the_calendar() -> None:
+    """60 operations started together on one origin, driven by one worker: every one
+    ends succeeded after its three polls, and the worker's second wave was spread
+    (its scheduled events say paced_by_origin), never sooner than planned."""
+    store = MemoryStore()
+    clock = FakeClock()
+    policy = Policy(origin_pacing=True, base_delay_s=5.0, max_delay_s=10.0, deadline_s=120)
+    ids = [
+        start(
+            Operation(
+                status_url=f"http://provider.test/jobs/{i}", profile=DONE_PROFILE, policy=policy
+            ),
+            store=store,
+            clock=clock,
+        ).operation_id
+        for i in range(60)
+    ]
+    jump = Autojump(clock)
+    provider = WorkerProvider(jump)
+    _run_worker(store, provider, clock, jump, concurrency=60, idle_s=0.05)
+    assert [store.get(i).outcome for i in ids] == [OutcomeKind.SUCCEEDED] * 60  # type: ignore[union-attr]
+    notes = [
+        s.event.data["paced_by_origin"]
+        for i in ids
+        for s in store.audit(i)
+        if s.event.kind == "scheduled" and "paced_by_origin" in s.event.data
+    ]
+    assert notes
+    assert all(0 < n["added_s"] <= policy.max_delay_s for n in notes)  # type: ignore[index,operator]
+
+
+def test_a_confirmation_recheck_is_not_paced() -> None:
+    """A success without its required output is confirmed inside its window: those
+    re-checks keep their time however crowded the origin is."""
+    store = MemoryStore()
+    start_at = FakeClock().now()
+    _crowd(store, start_at + timedelta(seconds=1), 3000, seconds=3)  # a wave at 1-4 s
+    done_bare = {**RUNNING, "body": {"status": "done"}}
+    _, record = _wait(PACED, store, [done_bare] * 4, seed=4)
+    scheduled = [s.event for s in store.audit(record.operation_id) if s.event.kind == "scheduled"]
+    assert scheduled
+    assert all("confirming" in e.summary for e in scheduled)
+    assert not [e for e in scheduled if "paced_by_origin" in e.data]
