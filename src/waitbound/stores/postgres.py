@@ -53,6 +53,7 @@ from waitbound.stores._postgres_schema import (
     SET_QUERY,
     apply_migrations,
     checked_schema,
+    ensure_calendar,
     newer_schema,
     schema_version,
     upgrade,
@@ -668,7 +669,7 @@ class PostgresStore(ClaimsByReservation):
         two workers pacing one origin take turns and never count a bucket twice over)."""
         if not self._calendar_ready:
             with self._transaction() as conn:
-                _run(conn)(self._calendar.create, ())
+                ensure_calendar(conn, self.schema)
             self._calendar_ready = True
         with self._transaction() as conn:
             conn.execute(self._sql["push_lock"], (_pace_lock_key(self.schema, origin),))
