@@ -41,8 +41,9 @@ class CalendarRows:
     def __init__(self, table: str, *, mark: str, keep_s: int = 0) -> None:
         self._keep_s = keep_s
         self.create = CALENDAR_DDL.format(table=table)
-        self._prune_origin = f"DELETE FROM {table} WHERE origin = {mark} AND bucket < {mark}"
-        self._prune_all = f"DELETE FROM {table} WHERE bucket < {mark}"
+        self._prune = (  # the origin's past, and every origin's older than keep_s
+            f"DELETE FROM {table} WHERE (origin = {mark} AND bucket < {mark}) OR bucket < {mark}"
+        )
         self._read = (
             f"SELECT bucket, planned FROM {table}"
             f" WHERE origin = {mark} AND bucket >= {mark} AND bucket <= {mark}"
@@ -65,8 +66,7 @@ class CalendarRows:
     ) -> datetime:
         """See :meth:`~waitbound.stores.Store.pace` (in the caller's transaction)."""
         where = span(planned_at, latest_at=latest_at, now=now)
-        execute(self._prune_origin, (origin, where.first))
-        execute(self._prune_all, (where.first - self._keep_s,))
+        execute(self._prune, (origin, where.first, where.first - self._keep_s))
         rows = execute(self._read, (origin, where.first, where.last)).fetchall()
         counts = {int(bucket): int(planned) for bucket, planned in rows}
         bucket, at = choose(counts, planned_at, latest_at=latest_at, now=now, rng_offset=rng_offset)
