@@ -57,7 +57,7 @@ BUCKET_S: Final = 1.0
 
 SPREAD_FACTOR: Final = 2.0
 """A bucket may hold this many times the window's mean count. Chosen with the fleet
-benchmark (``benchmarks/fleet_waves.py``, ``docs/benchmarks.md`` §12): 1.5 spread
+benchmark (``benchmarks/fleet_waves.py``, ``docs/benchmarks.md`` §13): 1.5 spread
 the default schedule's fleet further but added 4 s of mean lag; 2.0 keeps the
 steady state under Poisson's peak-to-mean for both mixes at +0.2 s for the default
 schedule; 3 and more leave waves that reach 1.2-1.5x Poisson."""
