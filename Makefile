@@ -79,6 +79,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.fleet_sim
 	$(BIN)/python -m benchmarks.schedule_efficiency
 	$(BIN)/python -m benchmarks.learned_schedule
+	$(BIN)/python -m benchmarks.fleet_waves
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo

@@ -39,9 +39,11 @@ from waitbound._decide import (
 from waitbound._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._json import JSON, show
 from waitbound._learned import ModelLookup
+from waitbound._next_poll import paced
 from waitbound._observation import Observation
 from waitbound._options import undone_action
 from waitbound._outcome import Reason
+from waitbound._pacing import Pacer
 from waitbound._protocol import IDEMPOTENT_METHODS
 from waitbound._record import Phase, Record, RequestKind
 from waitbound._record_parts import Lease, evolve_part
@@ -504,6 +506,7 @@ def observe(
     *,
     rng: random.Random,
     models: ModelLookup | None = None,
+    pacer: Pacer | None = None,
 ) -> Transition:
     """Record one answer and decide what follows.
 
@@ -514,6 +517,9 @@ def observe(
         models: the learned schedules a ``Policy.schedule = "learned"`` operation's
             next status poll is planned from (``None``: the formula); see
             ``_learned.py``.
+        pacer: the store's origin calendar a ``Policy.origin_pacing`` operation's next
+            status poll is paced through, after every other rule (``None``: not
+            paced); see ``_pacing.py``.
 
     Returns:
         The new record (lease released) and two audit events: what was observed,
@@ -567,6 +573,7 @@ def observe(
             "; a webhook arrived while this request was in flight, so its answer may "
             "predate it: the next check is due now"
         )
+    after, kind, summary, extra = paced((after, kind, summary, extra), now, pacer, rng)
     observed = audit_event(
         after,
         now,

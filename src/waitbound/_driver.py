@@ -47,6 +47,7 @@ from waitbound._failpoints import hit
 from waitbound._learned import ModelLookup
 from waitbound._observation import Observation
 from waitbound._operation import Submission
+from waitbound._pacing import Pacer, pacer_for
 from waitbound._record import Record, RequestKind
 from waitbound._schedule_models import models_for
 from waitbound._secrets import credential_values
@@ -265,6 +266,7 @@ def _drive(
                     headers=headers,
                     submission=submission,
                     models=models_for(store),
+                    pacer=pacer_for(store),
                 )
                 effect = next(steps)
                 try:
@@ -329,6 +331,7 @@ def exchange(
     submission: Submission | None = None,
     stopping: Callable[[], bool] | None = None,
     models: ModelLookup | None = None,
+    pacer: Pacer | None = None,
 ) -> Exchange:
     """Send a reserved request, observe its answer and persist it: the one copy of that
     part of the step, run by the loop above and by the worker (each carries out the
@@ -385,7 +388,14 @@ def exchange(
     current: Record | None = reserved
     while current is not None:
         after = _answered(
-            current, request, observation, failure, clock=clock, rng=rng, models=models
+            current,
+            request,
+            observation,
+            failure,
+            clock=clock,
+            rng=rng,
+            models=models,
+            pacer=pacer,
         )
         if pause := hit("saving", f"saving-{kind}"):
             yield _Pause(pause)
@@ -506,13 +516,14 @@ def _answered(
     clock: Clock,
     rng: random.Random,
     models: ModelLookup | None = None,
+    pacer: Pacer | None = None,
 ) -> Transition:
     """The transition of one request's answer on *record*: the observation decided, or
     the transport's failure recorded on this operation."""
     if observation is None:
         assert failure is not None
         return internal_failure(record, clock.now(), f"the {request.kind} request", failure)
-    return _observed(record, observation, rng, models)
+    return _observed(record, observation, rng, models, pacer)
 
 
 def _note_missing_credentials(
@@ -533,10 +544,11 @@ def _observed(
     observation: Observation,
     rng: random.Random,
     models: ModelLookup | None = None,
+    pacer: Pacer | None = None,
 ) -> Transition:
     """The controller's reading of an answer; one it cannot read stops this operation only."""
     try:
-        return observe(reserved, observation, rng=rng, models=models)
+        return observe(reserved, observation, rng=rng, models=models, pacer=pacer)
     except Exception as exc:
         what = f"reading the answer to the {observation.kind} request"
         return internal_failure(reserved, observation.at, what, exc)

@@ -39,6 +39,7 @@ from waitbound._operation import Operation, open_operation
 from waitbound._outbox import OnComplete
 from waitbound._outcome import Outcome, Reason
 from waitbound._own_delivery import deliver_async, deliver_sync, notify_secret_for
+from waitbound._pacing import pacer_for
 from waitbound._record import Record
 from waitbound._worker import WorkerSettings
 from waitbound.stores import Store
@@ -272,7 +273,7 @@ def _drive_sync(
             case Go(reserved=reserved, request=request, lease=lease):
                 steps = exchange(
                     reserved, request, lease=lease, clock=kit.clock, rng=kit.rng,
-                    headers=kit.headers,
+                    headers=kit.headers, pacer=pacer_for(kit.store),
                 )  # fmt: skip
                 ended = run_exchange_sync(
                     steps, kit, reserved.profile, client=client, http=http, sleep=sleep
@@ -317,7 +318,7 @@ async def _drive_async(
                 case Go(reserved=reserved, request=request, lease=lease):
                     steps = exchange(
                         reserved, request, lease=lease, clock=kit.clock, rng=kit.rng,
-                        headers=kit.headers,
+                        headers=kit.headers, pacer=pacer_for(kit.store),
                     )  # fmt: skip
                     ended = await run_exchange_async(
                         steps,

@@ -18,6 +18,7 @@ from waitbound._json import JSON, show
 from waitbound._learned import LearnedSchedule, ModelLookup
 from waitbound._observation import Observation
 from waitbound._outcome import Reason
+from waitbound._pacing import Pacer, origin_key
 from waitbound._record import Phase, Record
 from waitbound._schedule import (
     DelaySource,
@@ -27,7 +28,14 @@ from waitbound._schedule import (
     read_hints,
 )
 
-__all__ = ["THROTTLE_FACTOR", "is_throttled", "provider_trouble", "schedule", "throttled"]
+__all__ = [
+    "THROTTLE_FACTOR",
+    "is_throttled",
+    "paced",
+    "provider_trouble",
+    "schedule",
+    "throttled",
+]
 
 THROTTLE_FACTOR = 4.0
 """A throttle without a hint backs off at least this many times the current delay."""
@@ -238,6 +246,52 @@ def schedule(
         f"({source.value}){ignored}"
     )
     return record, "scheduled", summary, extra
+
+
+def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) -> Step:
+    """Origin pacing (``Policy.origin_pacing``, see ``_pacing.py``), after every other
+    rule: a scheduled status poll may move later, to where its origin's calendar has
+    room, by at most the policy's ``max_delay_s`` and never past the deadline; a hint
+    stays a minimum (the time only moves later), the delay source stays the rule that
+    planned it, and the audit names what pacing added (``paced_by_origin``).
+
+    Any other step (an outcome, an escalation, a result fetch, a poll due now, a
+    confirmation re-check, which must fit its ``confirm_window_s``) is returned as it
+    is, as is every step without a *pacer* or with pacing off.
+    """
+    record, kind, summary, extra = step
+    planned = record.next_poll_at
+    if (
+        pacer is None
+        or kind != "scheduled"
+        or not record.policy.origin_pacing
+        or record.phase is not Phase.WAITING
+        or record.success_seen_at is not None  # a confirmation re-check fits its window
+        or planned <= now
+    ):
+        return step
+    where = origin_key(record.status_url)
+    if where is None:
+        return step
+    latest = min(planned + timedelta(seconds=record.policy.max_delay_s), record.stop_at)
+    if latest <= planned:
+        return step
+    at = pacer(where, planned, latest_at=latest, now=now, rng=rng)
+    at = min(latest, max(planned, at))
+    added_s = seconds_between(planned, at)
+    if added_s <= 0:
+        return step
+    record = record.evolve(next_poll_at=at)
+    summary += (
+        f"; paced by origin {where}: {added_s:.3g}s later, so the polls of operations "
+        f"due together spread (next request in {seconds_between(now, at):.3g}s)"
+    )
+    return (
+        record,
+        kind,
+        summary,
+        extra | {"paced_by_origin": {"origin": where, "added_s": round(added_s, 3)}},
+    )
 
 
 def _learned_delay_s(

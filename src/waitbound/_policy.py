@@ -114,6 +114,11 @@ class Policy:
         lag_target_s: the learned schedule's target mean detection lag in seconds
             (``None``: the formula's own lag on the same history, so the learned
             schedule only saves requests).
+        origin_pacing: pace this operation's status polls through the store's
+            per-origin calendar (``waitbound._pacing``): when many operations on one
+            store and origin become due in the same second, their polls are spread
+            to near the origin's own mean rate, each moved later only, by at most
+            ``max_delay_s`` and never past the deadline (see ``docs/waiting.md``).
 
     Raises:
         UsageError: a value out of range (durations must be finite and positive, at most
@@ -144,6 +149,7 @@ class Policy:
     schedule: str = "formula"
     schedule_key: str | None = None
     lag_target_s: float | None = None
+    origin_pacing: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -182,6 +188,8 @@ class Policy:
             raise UsageError(
                 f"backup_factor must be a number from 1 to 100, got {self.backup_factor!r}"
             )
+        if not isinstance(self.origin_pacing, bool):
+            raise UsageError(f"origin_pacing must be true or false, got {self.origin_pacing!r}")
         if self.schedule not in SCHEDULES:
             raise UsageError(
                 f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}"
@@ -215,6 +223,7 @@ _LATER_FIELDS: Final[dict[str, JSON]] = {
     "schedule": "formula",
     "schedule_key": None,
     "lag_target_s": None,
+    "origin_pacing": False,
 }
 """Fields added after records were first signed, with their defaults: stored only when
 set, so a record written before them encodes (and its MAC's digest of the asserted

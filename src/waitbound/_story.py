@@ -48,13 +48,18 @@ def printable(text: str) -> str:
 
 def event_details(kind: str, data: Mapping[str, JSON]) -> list[str]:
     """The state, next poll and requests-used parts of a story line, e.g.
-    ``["state running", "next 12:00:10.000Z (local_backoff)", "requests 3/30"]``."""
+    ``["state running", "next 12:00:10.000Z (local_backoff)", "requests 3/30"]``; a
+    poll origin pacing moved says so: ``(local_backoff, paced_by_origin +2.5s)``."""
     parts = []
     if data.get("state") is not None:
         parts.append(f"state {printable(show(data['state']))}")
     next_poll_at = data.get("next_poll_at")
     if isinstance(next_poll_at, str) and kind in NEXT_KINDS:
-        parts.append(f"next {short_time(next_poll_at)} ({data.get('delay_source') or 'now'})")
+        source = str(data.get("delay_source") or "now")
+        paced = data.get("paced_by_origin")  # origin pacing moved it (``_pacing.py``)
+        if isinstance(paced, dict) and isinstance(paced.get("added_s"), int | float):
+            source += f", paced_by_origin +{paced['added_s']:g}s"
+        parts.append(f"next {short_time(next_poll_at)} ({source})")
     if "requests_used" in data:
         parts.append(f"requests {data['requests_used']}/{data['max_requests']}")
     return parts

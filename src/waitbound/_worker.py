@@ -82,6 +82,7 @@ from waitbound._failpoints import hit
 from waitbound._group_commit import GroupCommit, Offload, first_of, in_thread, inline
 from waitbound._inbox import sweep_inbox
 from waitbound._outbox import OnComplete
+from waitbound._pacing import pacer_for
 from waitbound._record import Phase, Record
 from waitbound._schedule_models import models_for
 from waitbound._token_bucket import TokenBucket
@@ -384,6 +385,7 @@ async def work(
                 return None
 
     models = models_for(kit.store)  # the learned schedules, shared by every step
+    pacer = pacer_for(kit.store)  # the origin calendar (Policy.origin_pacing)
 
     async def reread(operation_id: str) -> Record | None:
         return await offload(kit.store.get, operation_id)
@@ -396,6 +398,7 @@ async def work(
                     exchange(
                         reserved, request, lease=lease, clock=kit.clock, rng=kit.rng,
                         headers=kit.headers, stopping=stop.is_set, models=models,
+                        pacer=pacer,
                     ),
                     kit,
                     reserved.profile,

@@ -377,3 +377,21 @@ def test_first_poll_after_without_a_status_url_is_refused(tmp_path: Path) -> Non
         run_cli(tmp_path, "wait", "--operation-id", "op-1", "--first-poll-after", "5s"), tmp_path
     )
     assert "--first-poll-after is set when an operation is created" in line
+
+
+def test_origin_pacing_flag_is_stored_in_the_policy(tmp_path: Path, running: Simulator) -> None:
+    """``--origin-pacing`` sets ``Policy.origin_pacing``; without it the policy stores no
+    such field (a record written before it encodes as it did)."""
+    store = tmp_path / "s.db"
+    _detached(tmp_path, f"{running.base_url}/status", store, "paced", "--origin-pacing")
+    _detached(tmp_path, f"{running.base_url}/status", store, "plain")
+    opened = waitbound.SQLiteStore(store)
+    try:
+        paced, plain = opened.get("paced"), opened.get("plain")
+        assert paced is not None
+        assert plain is not None
+        assert paced.policy.origin_pacing is True
+        assert plain.policy.origin_pacing is False
+        assert "origin_pacing" not in waitbound._policy.policy_json(plain.policy)
+    finally:
+        opened.close()

@@ -226,6 +226,7 @@ def test_upgrade_creates_the_schema_then_has_nothing_to_do(dsn: str, bare_schema
         "op_groups",
         "operations",
         "outbox",
+        "pace_calendar",
         "schedule_history",
         "schema_migrations",
         "sessions",

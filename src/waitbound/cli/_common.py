@@ -178,6 +178,7 @@ _POLICY_FLAGS: Final = {
     "schedule": "schedule",
     "schedule_key": "schedule_key",
     "lag_target": "lag_target_s",
+    "origin_pacing": "origin_pacing",
 }
 
 
@@ -350,6 +351,13 @@ POLICY_OPTIONS = options(
         metavar="DURATION",
         help="The learned schedule's target mean detection lag [default: the formula's own "
         "lag on the same history: the same lag, fewer requests].",
+    ),
+    click.option(
+        "--origin-pacing",
+        is_flag=True,
+        help="Pace the status polls through this store's per-origin calendar: many "
+        "operations due in the same second are spread (each moved later only, by at most "
+        "--max-delay, never past the deadline).",
     ),
     click.option("--result-url", help="Result endpoint, fetched once after a terminal success."),
     click.option("--cancel-url", help="Cancel endpoint, when no receipt or profile names one."),

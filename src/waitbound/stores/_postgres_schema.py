@@ -32,6 +32,7 @@ __all__ = [
     "V5_DROPPED",
     "apply_migrations",
     "checked_schema",
+    "ensure_calendar",
     "newer_schema",
     "schema_version",
     "upgrade",
@@ -203,6 +204,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         finished_at     timestamptz NOT NULL
     );
     CREATE INDEX schedule_history_key ON {schema}.schedule_history (key, seq);
+    CREATE TABLE IF NOT EXISTS {schema}.pace_calendar (
+        origin  text NOT NULL,
+        bucket  bigint NOT NULL,
+        planned integer NOT NULL,
+        PRIMARY KEY (origin, bucket)
+    );
     """,
 )
 """The schema, one SQL script per version (``{schema}`` is the quoted schema name).
@@ -385,6 +392,19 @@ def checked_schema(schema: str) -> str:
             f"schema name {schema!r} is not a lowercase identifier (a-z, 0-9, _; at most 63)"
         )
     return schema
+
+
+def ensure_calendar(conn: psycopg.Connection[TupleRow], schema: str) -> None:
+    """Create the pacing calendar of a schema-5 store made before it (``CREATE TABLE IF
+    NOT EXISTS``, inside the caller's transaction, under the schema's upgrade lock so
+    two processes doing it at once do not collide in the catalogue)."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {}.pace_calendar (origin text NOT NULL,"
+            " bucket bigint NOT NULL, planned integer NOT NULL, PRIMARY KEY (origin, bucket))"
+        ).format(sql.Identifier(schema))
+    )
 
 
 def _lock_key(schema: str) -> int:

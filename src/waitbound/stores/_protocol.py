@@ -165,6 +165,40 @@ class Store(Protocol):
         many pieces of evidence it held (0 for an unknown key)."""
         ...
 
+    def pace(
+        self,
+        origin: str,
+        planned_at: datetime,
+        *,
+        latest_at: datetime,
+        now: datetime,
+        rng_offset: float,
+    ) -> datetime:
+        """Pace one poll of *origin* planned at *planned_at* through the origin's
+        calendar (``waitbound._pacing``), atomically: read the counts of the buckets
+        :func:`~waitbound._pacing.span` names, pick the time with
+        :func:`~waitbound._pacing.choose`, count the poll in its bucket, and prune every
+        bucket before *now*'s (the calendar stays bounded).
+
+        Args:
+            origin: ``scheme://host:port`` of the status URL.
+            planned_at: the time every other rule chose (aware UTC).
+            latest_at: the latest the poll may move to (aware UTC).
+            now: the current time (aware UTC).
+            rng_offset: where in its bucket a moved poll lands, in ``[0, 1)``.
+
+        Returns:
+            The poll time, at or after *planned_at* and at or before *latest_at*.
+
+        Raises:
+            StoreError: the store could not answer (the caller then keeps *planned_at*).
+        """
+        ...
+
+    def calendar_size(self) -> int:
+        """How many (origin, bucket) counts the pacing calendar holds."""
+        ...
+
     def pending_summary(self) -> tuple[int, datetime | None]:
         """How many operations have no outcome yet, and the earliest ``next_poll_at``
         among those a worker can drive (``None`` when there are none)."""

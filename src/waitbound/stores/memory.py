@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._errors import ConflictError, UsageError
 from waitbound._history import HISTORY_LIMIT, Evidence, ScheduleSummary, evidence_of
+from waitbound._pacing import choose, span
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Record, assemble
 from waitbound._record_parts import PARTS, Part, decode_part
@@ -56,6 +57,8 @@ class MemoryStore(ClaimsByReservation):
         self._history: dict[str, list[tuple[int, Evidence]]] = {}
         self._history_of: set[str] = set()
         self._history_seq = 0
+        self._calendar: dict[str, dict[int, int]] = {}
+        self._pruned_before = 0
 
     def create(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.create`."""
@@ -156,6 +159,38 @@ class MemoryStore(ClaimsByReservation):
             for _, dropped in kept:
                 self._history_of.discard(dropped.operation_id)
             return len(kept)
+
+    def pace(
+        self,
+        origin: str,
+        planned_at: datetime,
+        *,
+        latest_at: datetime,
+        now: datetime,
+        rng_offset: float,
+    ) -> datetime:
+        """See :meth:`Store.pace` (under the store's lock)."""
+        with self._lock:
+            where = span(planned_at, latest_at=latest_at, now=now)
+            if where.first > self._pruned_before:  # once per bucket: every origin's past
+                self._pruned_before = where.first
+                for origin_name in list(self._calendar):
+                    kept = self._calendar[origin_name]
+                    for old in [b for b in kept if b < where.first]:
+                        del kept[old]
+                    if not kept:
+                        del self._calendar[origin_name]
+            counts = self._calendar.setdefault(origin, {})
+            bucket, at = choose(
+                counts, planned_at, latest_at=latest_at, now=now, rng_offset=rng_offset
+            )
+            counts[bucket] = counts.get(bucket, 0) + 1
+            return at
+
+    def calendar_size(self) -> int:
+        """How many (origin, bucket) counts the calendar holds (tests: it stays bounded)."""
+        with self._lock:
+            return sum(len(kept) for kept in self._calendar.values())
 
     def reserve_due(
         self,

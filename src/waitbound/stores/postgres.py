@@ -37,6 +37,7 @@ from waitbound._history import Evidence, ScheduleSummary, evidence_of
 from waitbound._metrics import store_transaction
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Record
+from waitbound.stores._calendar_rows import CalendarRows
 from waitbound.stores._codec import from_text, load_object, to_text
 from waitbound.stores._history_rows import Execute, HistoryRows
 from waitbound.stores._postgres_conn import (
@@ -52,6 +53,7 @@ from waitbound.stores._postgres_schema import (
     SET_QUERY,
     apply_migrations,
     checked_schema,
+    ensure_calendar,
     newer_schema,
     schema_version,
     upgrade,
@@ -322,6 +324,12 @@ class PostgresStore(ClaimsByReservation):
             instant=lambda at: at,
             read_instant=lambda at: utc(at) if isinstance(at, datetime) else None,
         )
+        self._calendar = CalendarRows(
+            f'"{self.schema}".pace_calendar', mark="%s", keep_s=_CALENDAR_KEEP_S
+        )
+        self._calendar_ready = False
+        """Whether the calendar table is known to exist (a schema-5 store made before
+        it gets it at the first :meth:`pace`)."""
         self._pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
             conninfo,
             min_size=min_size,
@@ -646,6 +654,39 @@ class PostgresStore(ClaimsByReservation):
         with self._read() as conn:
             return self._history.forget(_run(conn), key)
 
+    # -- origin pacing ------------------------------------------------------------------
+
+    def pace(
+        self,
+        origin: str,
+        planned_at: datetime,
+        *,
+        latest_at: datetime,
+        now: datetime,
+        rng_offset: float,
+    ) -> datetime:
+        """See :meth:`Store.pace` (one transaction under the origin's advisory lock, so
+        two workers pacing one origin take turns and never count a bucket twice over)."""
+        if not self._calendar_ready:
+            with self._transaction() as conn:
+                ensure_calendar(conn, self.schema)
+            self._calendar_ready = True
+        with self._transaction() as conn:
+            conn.execute(self._sql["push_lock"], (_pace_lock_key(self.schema, origin),))
+            return self._calendar.pace(
+                _run(conn),
+                origin,
+                planned_at,
+                latest_at=latest_at,
+                now=now,
+                rng_offset=rng_offset,
+            )
+
+    def calendar_size(self) -> int:
+        """See :meth:`Store.calendar_size`."""
+        with self._read() as conn:
+            return self._calendar.size(_run(conn))
+
     # -- the push path ------------------------------------------------------------------
 
     def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
@@ -868,6 +909,17 @@ class PostgresStore(ClaimsByReservation):
         """Close the pool and its connections (the listening one included)."""
         self._drop_listener()
         self._pool.close()
+
+
+_CALENDAR_KEEP_S: Final = 300
+"""Other origins' buckets are pruned once this many seconds old (a margin for the
+workers' clock skew: the prune never touches a bucket a live transaction counts in)."""
+
+
+def _pace_lock_key(schema: str, origin: str) -> int:
+    """The advisory lock one origin's pacing takes (a signed 64-bit key)."""
+    text = f"waitbound pace\x1f{schema}\x1f{origin}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
 
 
 def _job_lock_key(schema: str, provider: str, job_id: str) -> int:

@@ -33,6 +33,7 @@ from waitbound._history import Evidence, ScheduleSummary
 from waitbound._metrics import store_transaction
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Phase, Record
+from waitbound.stores._calendar_rows import CalendarRows
 from waitbound.stores._codec import brief, from_sqlite, from_text, load_object, to_sqlite
 from waitbound.stores._history_rows import Execute, HistoryRows
 from waitbound.stores._protocol import (
@@ -232,6 +233,12 @@ CREATE TABLE schedule_history (
     finished_at     TEXT NOT NULL
 );
 CREATE INDEX schedule_history_key ON schedule_history (key, seq);
+CREATE TABLE pace_calendar (
+    origin  TEXT NOT NULL,
+    bucket  BIGINT NOT NULL,
+    planned INTEGER NOT NULL,
+    PRIMARY KEY (origin, bucket)
+);
 """,
 )
 """The schema, one script per version: version N is ``_MIGRATIONS[N - 1]``. A released
@@ -256,10 +263,16 @@ _TABLES: Final[dict[int, frozenset[str]]] = {
             "op_groups",
             "op_group_members",
             "schedule_history",
+            "pace_calendar",
         }
     ),
 }
-"""The tables a file of each schema version holds, exactly."""
+"""The tables a file of each schema version holds, exactly (but see :data:`_ADDED_IN_5`)."""
+
+_ADDED_IN_5: Final = frozenset({"pace_calendar"})
+"""Tables added to schema 5 before it was released: a schema-5 file written by an
+earlier build lacks them, and gets them (``CREATE TABLE IF NOT EXISTS``) when it is
+opened for writing; read-only, it is read without them."""
 
 
 class SQLiteStore(ClaimsByReservation):
@@ -340,6 +353,8 @@ class SQLiteStore(ClaimsByReservation):
                 if found > 0:  # a fresh file is created at the current schema
                     self._applied = applied
                 found = SCHEMA_VERSION
+            if found == SCHEMA_VERSION and not read_only:
+                self._db.execute(_CALENDAR.create)  # a schema-5 file older than it
             self._legacy = found if found < SCHEMA_VERSION else 0
             """Read-only on an older file: its schema version (records are read in its
             format: whole-record JSON up to 2, split rows in 3 and 4); else 0."""
@@ -383,6 +398,8 @@ class SQLiteStore(ClaimsByReservation):
                 f"store {self.path} is a SQLite database but not a waitbound store (it has "
                 f"table {foreign[0]!r}); name another file (nothing in it was changed)"
             )
+        if found == SCHEMA_VERSION:
+            tables |= _ADDED_IN_5
         if found == 0 or tables != expected:
             missing = (
                 "its schema version" if found == 0 else f"table {sorted(expected - tables)[0]!r}"
@@ -673,6 +690,33 @@ class SQLiteStore(ClaimsByReservation):
         """See :meth:`Store.forget_schedule`."""
         with self._transaction() as db:
             return _HISTORY.forget(_run(db), key)
+
+    def pace(
+        self,
+        origin: str,
+        planned_at: datetime,
+        *,
+        latest_at: datetime,
+        now: datetime,
+        rng_offset: float,
+    ) -> datetime:
+        """See :meth:`Store.pace` (one write transaction)."""
+        with self._transaction() as db:
+            return _CALENDAR.pace(
+                _run(db),
+                origin,
+                planned_at,
+                latest_at=latest_at,
+                now=now,
+                rng_offset=rng_offset,
+            )
+
+    def calendar_size(self) -> int:
+        """See :meth:`Store.calendar_size`."""
+        if self._legacy:
+            return 0
+        with self._damage():
+            return _CALENDAR.size(_run(self._db))
 
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""
@@ -982,6 +1026,9 @@ def _read_instant(value: object) -> datetime | None:
 _HISTORY: Final = HistoryRows(
     "schedule_history", mark="?", instant=_instant, read_instant=_read_instant
 )
+
+
+_CALENDAR: Final = CalendarRows("pace_calendar", mark="?")
 
 
 def _run(db: sqlite3.Connection) -> Execute:

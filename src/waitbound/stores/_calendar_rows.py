@@ -1,0 +1,79 @@
+"""The origin pacing calendar as rows of a SQL table (``pace_calendar``, schema 5).
+
+One copy of the statements for SQLite and PostgreSQL (they differ only in their
+parameter mark). A row is one origin's count of polls planned in one bucket (a whole
+number of seconds since the Unix epoch, ``waitbound._pacing.BUCKET_S`` wide). The
+caller runs :meth:`CalendarRows.pace` inside one write transaction, serialized per
+origin (SQLite: the store's write lock; PostgreSQL: an advisory lock on the origin).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+from waitbound._pacing import choose, span
+from waitbound.stores._history_rows import Execute
+
+__all__ = ["CALENDAR_DDL", "CalendarRows"]
+
+CALENDAR_DDL: Final = (
+    "CREATE TABLE IF NOT EXISTS {table} (origin TEXT NOT NULL, bucket BIGINT NOT NULL,"
+    " planned INTEGER NOT NULL, PRIMARY KEY (origin, bucket))"
+)
+"""The table (``{table}``: its SQL name). ``IF NOT EXISTS``: a schema-5 store made
+before the calendar existed gets it where the store opens (SQLite) or at its first
+``pace`` (PostgreSQL); see ``docs/stores.md``."""
+
+
+class CalendarRows:
+    """The statements of one store's ``pace_calendar`` table.
+
+    Args:
+        table: the table's name as SQL (quoted and schema-qualified where needed).
+        mark: the parameter mark (``?`` or ``%s``).
+        keep_s: buckets of other origins older than this before now are pruned too
+            (seconds; 0 in SQLite, whose writes are serialized; a margin in
+            PostgreSQL, so the prune never touches a row another origin's transaction
+            holds, whatever the workers' clock skew).
+    """
+
+    def __init__(self, table: str, *, mark: str, keep_s: int = 0) -> None:
+        self._keep_s = keep_s
+        self.create = CALENDAR_DDL.format(table=table)
+        self._prune = (  # the origin's past, and every origin's older than keep_s
+            f"DELETE FROM {table} WHERE (origin = {mark} AND bucket < {mark}) OR bucket < {mark}"
+        )
+        self._read = (
+            f"SELECT bucket, planned FROM {table}"
+            f" WHERE origin = {mark} AND bucket >= {mark} AND bucket <= {mark}"
+        )
+        self._add = (
+            f"INSERT INTO {table} AS c (origin, bucket, planned) VALUES ({mark}, {mark}, 1)"
+            " ON CONFLICT (origin, bucket) DO UPDATE SET planned = c.planned + 1"
+        )
+        self._size = f"SELECT count(*) FROM {table}"
+
+    def pace(
+        self,
+        execute: Execute,
+        origin: str,
+        planned_at: datetime,
+        *,
+        latest_at: datetime,
+        now: datetime,
+        rng_offset: float,
+    ) -> datetime:
+        """See :meth:`~waitbound.stores.Store.pace` (in the caller's transaction)."""
+        where = span(planned_at, latest_at=latest_at, now=now)
+        execute(self._prune, (origin, where.first, where.first - self._keep_s))
+        rows = execute(self._read, (origin, where.first, where.last)).fetchall()
+        counts = {int(bucket): int(planned) for bucket, planned in rows}
+        bucket, at = choose(counts, planned_at, latest_at=latest_at, now=now, rng_offset=rng_offset)
+        execute(self._add, (origin, bucket))
+        return at
+
+    def size(self, execute: Execute) -> int:
+        """How many rows the table holds."""
+        (count,) = execute(self._size, ()).fetchone()
+        return int(count)

@@ -1,0 +1,120 @@
+"""The origin pacing calendar (``Store.pace``), against every store: a lone poll is
+never moved, a wave is spread so no bucket holds more than allowed, a poll is never
+earlier than planned nor later than its latest time, origins are paced apart, and
+the calendar stays bounded."""
+
+from __future__ import annotations
+
+import math
+import random
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+
+from tests.stores import pg
+from tests.stores.test_store_contract import T0, backend, store
+from waitbound import SQLiteStore, Store
+from waitbound._pacing import SPREAD_FACTOR, span
+
+__all__ = ["backend", "store"]  # the fixtures, imported for pytest
+
+A = "https://api.example:443"
+B = "https://other.example:443"
+
+
+def _at(seconds: float) -> timedelta:
+    return timedelta(seconds=seconds)
+
+
+def test_a_lone_poll_is_never_moved(store: Store) -> None:
+    """One operation on an origin: every poll goes out exactly when planned."""
+    now = T0
+    for step in range(20):
+        planned = now + _at(5.0 + step)
+        got = store.pace(A, planned, latest_at=planned + _at(60), now=now, rng_offset=0.5)
+        assert got == planned
+        now = got
+
+
+def test_a_wave_is_spread_within_allowed_and_bounds(store: Store) -> None:
+    """300 polls planned for one instant: none earlier than planned or later than its
+    latest time, and no bucket holds more than the allowed count."""
+    rng = random.Random(3)
+    planned = T0 + _at(10.25)
+    latest = planned + _at(60)
+    got = [
+        store.pace(A, planned, latest_at=latest, now=T0, rng_offset=rng.random())
+        for _ in range(300)
+    ]
+    assert all(planned <= at <= latest for at in got)
+    counts: dict[int, int] = {}
+    for at in got:
+        counts[math.floor(at.timestamp())] = counts.get(math.floor(at.timestamp()), 0) + 1
+    where = span(planned, latest_at=latest, now=T0)
+    buckets = where.mean_last - where.first + 1
+    assert max(counts.values()) <= math.ceil(SPREAD_FACTOR * 300 / buckets)
+    assert len(counts) > 1
+    assert got[0] == planned  # the first of the wave was not moved
+
+
+def test_no_room_up_to_latest_keeps_the_planned_time(store: Store) -> None:
+    """With its latest time one bucket away, a wave cannot be spread: bounded lag beats
+    a perfect spread, so the polls beyond the room keep their planned time."""
+    planned = T0 + _at(5.0)
+    latest = planned + _at(0.5)
+    got = [store.pace(A, planned, latest_at=latest, now=T0, rng_offset=0.9) for _ in range(50)]
+    assert all(planned <= at <= latest for at in got)
+    assert got.count(planned) > 1
+
+
+def test_origins_are_paced_apart(store: Store) -> None:
+    """A wave on one origin does not move the polls of another."""
+    planned = T0 + _at(5.0)
+    for _ in range(100):
+        store.pace(A, planned, latest_at=planned + _at(60), now=T0, rng_offset=0.5)
+    assert store.pace(B, planned, latest_at=planned + _at(60), now=T0, rng_offset=0.5) == planned
+
+
+def test_the_calendar_stays_bounded(store: Store) -> None:
+    """Buckets before now are pruned: an hour of steady polling keeps about a window's
+    worth of buckets, whatever ran before."""
+    now = T0
+    for _ in range(3600 // 2):
+        planned = now + _at(5)
+        store.pace(A, planned, latest_at=planned + _at(60), now=now, rng_offset=0.5)
+        now += _at(2)
+    assert store.calendar_size() <= 15
+
+
+def test_a_sqlite_schema_5_file_without_the_calendar_gets_it(tmp_path: Path) -> None:
+    """A SQLite store written at schema 5 before the calendar existed opens, and paces."""
+    path = tmp_path / "old5.db"
+    SQLiteStore(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE pace_calendar")
+    reopened = SQLiteStore(path)
+    try:
+        planned = T0 + _at(5)
+        assert (
+            reopened.pace(A, planned, latest_at=planned + _at(1), now=T0, rng_offset=0) == planned
+        )
+        assert reopened.calendar_size() == 1
+    finally:
+        reopened.close()
+
+
+def test_a_postgres_schema_5_store_without_the_calendar_gets_it() -> None:
+    """A PostgreSQL store at schema 5 made before the calendar existed gets the table at
+    its first pace."""
+    from waitbound.stores.postgres import PostgresStore
+
+    with pg.fresh_schema() as schema:
+        pg.execute(f'DROP TABLE "{schema}".pace_calendar')
+        opened = PostgresStore(pg.DSN, schema=schema, max_size=1)
+        try:
+            planned = T0 + _at(5)
+            got = opened.pace(A, planned, latest_at=planned + _at(1), now=T0, rng_offset=0)
+            assert got == planned
+            assert opened.calendar_size() == 1
+        finally:
+            opened.close()
