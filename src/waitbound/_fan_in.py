@@ -41,6 +41,7 @@ from waitbound._outcome import Outcome, Reason
 from waitbound._own_delivery import deliver_async, deliver_sync, notify_secret_for
 from waitbound._pacing import pacer_for
 from waitbound._record import Record
+from waitbound._schedule_models import models_for
 from waitbound._worker import WorkerSettings
 from waitbound.stores import Store
 from waitbound.stores._groups import GroupKind, GroupRow, groups_of, is_group_id, new_group_id
@@ -273,7 +274,8 @@ def _drive_sync(
             case Go(reserved=reserved, request=request, lease=lease):
                 steps = exchange(
                     reserved, request, lease=lease, clock=kit.clock, rng=kit.rng,
-                    headers=kit.headers, pacer=pacer_for(kit.store),
+                    headers=kit.headers, models=models_for(kit.store),
+                    pacer=pacer_for(kit.store),
                 )  # fmt: skip
                 ended = run_exchange_sync(
                     steps, kit, reserved.profile, client=client, http=http, sleep=sleep
@@ -318,7 +320,8 @@ async def _drive_async(
                 case Go(reserved=reserved, request=request, lease=lease):
                     steps = exchange(
                         reserved, request, lease=lease, clock=kit.clock, rng=kit.rng,
-                        headers=kit.headers, pacer=pacer_for(kit.store),
+                        headers=kit.headers, models=models_for(kit.store),
+                        pacer=pacer_for(kit.store),
                     )  # fmt: skip
                     ended = await run_exchange_async(
                         steps,

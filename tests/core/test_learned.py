@@ -28,7 +28,9 @@ from waitbound import (
     Phase,
     Policy,
     Record,
+    start,
     wait,
+    wait_all,
 )
 from waitbound._history import Evidence
 from waitbound._learned import (
@@ -305,6 +307,30 @@ def test_a_warm_key_plans_and_the_audit_explains_it() -> None:
         replace(LEARNED, schedule="formula"), MemoryStore(), _done_after(150.0)
     )
     assert len(times) < len(formula_times)
+
+
+def test_a_fan_in_group_plans_its_members_on_the_learned_schedule() -> None:
+    """``wait_all`` drives a member whose policy is learned on the learned schedule
+    (the group's exchanges were handed no model: every member was on the formula)."""
+    store = MemoryStore()
+    seed_history(store, _lognormal(200))
+    clock = FakeClock()
+    began = clock.now()
+    answer = _done_after(150.0)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return answer(0, (clock.now() - began).total_seconds())
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    member = start(
+        Operation(status_url=URL, profile=PROFILE, policy=LEARNED),
+        store=store, clock=clock, client=client, sleep=clock.sleep,
+    )  # fmt: skip
+    result = wait_all([member], client=client, clock=clock, sleep=clock.sleep, rng=random.Random(1))
+    assert result.stopped is None
+    assert [o.outcome for o in result.done] == [OutcomeKind.SUCCEEDED]
+    sources = {d.get("delay_source") for d in _delay_sources(store, member.operation_id)}
+    assert DelaySource.LEARNED_SCHEDULE.value in sources
 
 
 def test_a_hint_still_wins_over_the_learned_schedule() -> None:
