@@ -14,7 +14,7 @@ import pytest
 
 from tests.stores import pg
 from waitbound import MemoryStore, SQLiteStore, Store, UsageError
-from waitbound.stores import sqlite
+from waitbound.stores import _sqlite_schema
 from waitbound.stores._groups import GroupRow, groups_of, is_group_id, new_group_id
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -157,7 +157,7 @@ def test_a_schema_4_sqlite_file_gains_the_group_tables_when_opened(tmp_path: Pat
     path = tmp_path / "v4.db"
     db = sqlite3.connect(path)
     for version in (1, 2, 3, 4):
-        db.executescript(sqlite._MIGRATIONS[version - 1])
+        db.executescript(_sqlite_schema.MIGRATIONS[version - 1])
     db.execute("PRAGMA user_version = 4")
     db.commit()
     db.close()

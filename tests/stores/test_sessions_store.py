@@ -13,7 +13,7 @@ import pytest
 
 from tests.stores import pg
 from waitbound import MemoryStore, SQLiteStore, Store, UsageError
-from waitbound.stores import sqlite
+from waitbound.stores import _sqlite_schema, sqlite
 from waitbound.stores._sessions import SessionRow, sessions_of
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -130,7 +130,7 @@ def test_a_schema_3_sqlite_file_gains_the_sessions_table_when_opened(tmp_path: P
     path = tmp_path / "v3.db"
     db = sqlite3.connect(path)
     for version in (1, 2, 3):
-        db.executescript(sqlite._MIGRATIONS[version - 1])
+        db.executescript(_sqlite_schema.MIGRATIONS[version - 1])
     db.execute("PRAGMA user_version = 3")
     db.commit()
     db.close()

@@ -28,6 +28,7 @@ from waitbound.stores import (
     NotAStoreError,
     SchemaUpgrade,
     StoreNotFoundError,
+    _sqlite_schema,
     sqlite,
     upgrade_store,
 )
@@ -284,7 +285,7 @@ CREATE TABLE IF NOT EXISTS audit_events (
 
 def test_the_released_version_1_script_is_unchanged() -> None:
     """A released migration is never edited: files at version 1 exist."""
-    assert sqlite._MIGRATIONS[0] == V1_SCHEMA
+    assert _sqlite_schema.MIGRATIONS[0] == V1_SCHEMA
 
 
 def _version_1_file(path: Path) -> Record:

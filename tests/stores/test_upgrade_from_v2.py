@@ -15,7 +15,7 @@ from tests.cli.helpers import run_cli
 from tests.stores import pg
 from tests.stores.make_v2_fixtures import facts
 from waitbound import SQLiteStore, StoreError, open_store
-from waitbound.stores import sqlite
+from waitbound.stores import _sqlite_schema
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXPECTED: dict[str, Any] = json.loads((FIXTURES / "v2-expected.json").read_text())
@@ -135,8 +135,8 @@ def test_the_upgraded_store_goes_on_writing_and_signing(tmp_path: Path) -> None:
 
 def test_the_released_v2_scripts_are_unchanged() -> None:
     """Schemas 3 to 5 append migrations; versions 1 and 2 stay as released."""
-    assert len(sqlite._MIGRATIONS) == 5
-    assert sqlite._MIGRATIONS[1].lstrip().startswith("CREATE TABLE webhook_jobs")
+    assert len(_sqlite_schema.MIGRATIONS) == 5
+    assert _sqlite_schema.MIGRATIONS[1].lstrip().startswith("CREATE TABLE webhook_jobs")
 
 
 # ---------------------------------------------------------------------------- PostgreSQL
