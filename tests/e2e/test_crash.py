@@ -12,11 +12,24 @@ import random
 import signal
 import subprocess
 import sys
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from waitbound import Operation, Policy, Reason, SQLiteStore, parse_profile, start, verify_audit
+from waitbound import (
+    Operation,
+    OutcomeKind,
+    Phase,
+    Policy,
+    Reason,
+    Record,
+    SQLiteStore,
+    parse_profile,
+    start,
+    verify_audit,
+)
 from waitbound.sim import Simulator, parse_scenario
 
 POINTS = ("reserved-status", "answered-status", "reserved-result", "answered-result")
@@ -77,6 +90,10 @@ def test_a_killed_worker_never_buys_requests_or_fetches_a_result_twice(
             request_timeout_s=2,
             lease_s=1,  # a dead worker's request lease expires within 3 s
         )
+        learned = seed % 2 == 1  # every other seed: the learned schedule, origin-paced
+        if learned:
+            policy = replace(policy, schedule="learned", schedule_key=KEY, origin_pacing=True)
+            _seed_history(store)
         ids = [
             start(Operation(status_url=f"{sim.base_url}/status", profile=PROFILE, policy=policy),
                   store=store).operation_id
@@ -101,6 +118,43 @@ def test_a_killed_worker_never_buys_requests_or_fetches_a_result_twice(
         assert sim.count("result") <= 1
         # The provider never failed: a result answer lost to the kill is our fault.
         assert record.reason in (None, Reason.RESULT_UNCONFIRMED), record.error
+    if learned:  # the worker planned from the history, before the kill or after it
+        assert any(_learned_delays(store_path, i) for i in ids)
+
+
+KEY = "crash-learned"
+
+
+def _seed_history(store: SQLiteStore) -> None:
+    """Thirty finished jobs of 30-59 s under :data:`KEY` (more than the cold start's
+    minimum, and longer than the test's jobs live, so the plan speaks for all of their
+    polls), written through the store as any finished operation is."""
+    began = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(30):
+        ended = began + timedelta(seconds=30.0 + i)
+        record = Record(
+            operation_id=f"history-{i}", profile=PROFILE, policy=Policy(schedule_key=KEY),
+            status_url="http://history.test/jobs/1", created_at=began,
+            deadline_at=began + timedelta(hours=1), next_poll_at=began,
+        )  # fmt: skip
+        created = store.create(record, [])
+        store.save(
+            created.evolve(
+                phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=ended,
+                pending_seen_at=ended - timedelta(seconds=0.05), ended_seen_at=ended,
+            ),
+            [],
+        )  # fmt: skip
+
+
+def _learned_delays(store_path: Path, operation_id: str) -> list[object]:
+    """The scheduled events of *operation_id* whose delay the learned schedule chose."""
+    store = SQLiteStore(store_path)
+    try:
+        sources = [e.event.data.get("delay_source") for e in store.audit(operation_id)]
+    finally:
+        store.close()
+    return [source for source in sources if source == "learned_schedule"]
 
 
 @pytest.mark.e2e
