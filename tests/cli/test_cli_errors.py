@@ -147,6 +147,26 @@ CASES: dict[str, tuple[Mapping[str, str | bytes], list[str], tuple[str, ...]]] =
         ],
         ("operation id", "bad id!"),
     ),
+    "operation-id-empty-wait": (
+        {},
+        ["wait", "{url}", *INLINE, "--operation-id", "", "--store", "{tmp}/flag-store.db"],
+        ("operation id", "''"),
+    ),
+    "operation-id-empty-run": (
+        {},
+        [
+            "run",
+            "POST",
+            "{url}",
+            *INLINE,
+            "--operation-id",
+            "",
+            "--detach",
+            "--store",
+            "{tmp}/flag-store.db",
+        ],
+        ("operation id", "''"),
+    ),
     "show-store-missing": (
         {},
         ["show", "op-never-made", "--store", "{tmp}/flag-store.db"],

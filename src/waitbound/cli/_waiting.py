@@ -209,7 +209,7 @@ def wait(  # noqa: PLR0917 - click passes every option
         raise UsageError(flag_names(str(exc))) from None
     if operation is not None:
         _check_push(operation, needs_secret=not detach)  # before the store is opened
-    op_id = operation_id or waitbound.new_operation_id()
+    op_id = waitbound.new_operation_id() if operation_id is None else operation_id
     names = header_names(sent)
     if detach:
         if operation is None:
@@ -335,7 +335,8 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
     http = http_settings(flags.pop("max_response_bytes"))
     submission = _submission(flags)
     _check_push(submission, needs_secret=True)
-    op_id = flags.pop("operation_id") or waitbound.new_operation_id()
+    given = flags.pop("operation_id")
+    op_id = waitbound.new_operation_id() if given is None else given
     as_json = bool(flags.pop("as_json"))
     sink = Progress(
         flags.pop("progress"),
