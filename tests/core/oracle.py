@@ -15,11 +15,11 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from unittest import mock
 
 import httpx
@@ -31,6 +31,7 @@ from waitbound import (
     MemoryStore,
     Operation,
     OutcomeKind,
+    Phase,
     Policy,
     Reason,
     Record,
@@ -270,6 +271,32 @@ class Kill:
     where: str
 
 
+LEARNED_KEY = "oracle-learned"
+"""The schedule key of a world on the learned schedule."""
+
+
+def seed_history(store: Store, key: str, jobs: int = 25) -> None:
+    """*jobs* finished operations under *key* (2 to 50 s long, more than the cold
+    start's minimum), written through *store* as any finished operation is, so a
+    learned-schedule operation plans from them."""
+    began = datetime(2025, 1, 1, tzinfo=UTC)
+    for i in range(jobs):
+        ended = began + timedelta(seconds=2.0 + 2.0 * i)
+        record = Record(
+            operation_id=f"history-{i}", profile=parse_profile(INLINE, name="oracle"),
+            policy=Policy(schedule_key=key), status_url=f"{BASE}/history/{i}",
+            created_at=began, deadline_at=began + timedelta(hours=1), next_poll_at=began,
+        )  # fmt: skip
+        created = store.create(record, [])
+        store.save(
+            created.evolve(
+                phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=ended,
+                pending_seen_at=ended - timedelta(seconds=1), ended_seen_at=ended,
+            ),
+            [],
+        )  # fmt: skip
+
+
 # --- the world: one operation, one provider, one store ------------------------------
 
 
@@ -293,6 +320,13 @@ class World:
     """One operation waited on through the public API, and everything the oracle
     needs to judge it. Every method is one step; :meth:`check` runs after each."""
 
+    POLICY: ClassVar[Policy] = Policy(
+        deadline_s=120, max_requests=6, max_transport_failures=2, max_rate_limited=2,
+        base_delay_s=1, max_delay_s=8, request_timeout_s=10, not_found_grace_s=5,
+        lease_s=5,
+    )  # fmt: skip
+    """The policy of a world that is given none."""
+
     def __init__(
         self,
         store: Store,
@@ -312,11 +346,7 @@ class World:
         self.provider = Provider(self.clock)
         self.client = httpx.Client(transport=httpx.MockTransport(self.provider))
         self.rng = random.Random(seed)
-        self.policy = policy or Policy(
-            deadline_s=120, max_requests=6, max_transport_failures=2, max_rate_limited=2,
-            base_delay_s=1, max_delay_s=8, request_timeout_s=10, not_found_grace_s=5,
-            lease_s=5,
-        )  # fmt: skip
+        self.policy = policy or World.POLICY
         self.profile = parse_profile(self.table, name="oracle")
         self.result_url = None if self.inline else f"{BASE}{RESULT_PATH}"
         self.submission = Submission(

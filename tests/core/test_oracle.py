@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from tests.cli.helpers import run_cli
 from tests.core.oracle import (
     FIRST_STATUS,
     JOB,
+    LEARNED_KEY,
     OP,
     OUTPUT,
     RESULT_BODY,
@@ -41,6 +43,7 @@ from tests.core.oracle import (
     World,
     check,
     detail,
+    seed_history,
     status,
     words,
 )
@@ -241,10 +244,22 @@ class Oracle(RuleBasedStateMachine):
         variant=st.sampled_from(["inline", "fetched"]),
         via_submit=st.booleans(),
         seed=st.integers(0, 3),
+        learned=st.booleans(),
     )
-    def begin(self, variant: str, via_submit: bool, seed: int) -> None:
+    def begin(self, variant: str, via_submit: bool, seed: int, learned: bool) -> None:
+        """One operation; with *learned*, on the learned schedule (its key's history
+        seeded with finished jobs) and paced by its origin, so every claim is also
+        checked where those features meet the rest."""
         self.store = self.new_store()
-        self.world = World(self.store, variant=variant, via_submit=via_submit, seed=seed)
+        policy = None
+        if learned:
+            seed_history(self.store, LEARNED_KEY)
+            policy = replace(
+                World.POLICY, schedule="learned", schedule_key=LEARNED_KEY, origin_pacing=True
+            )
+        self.world = World(
+            self.store, variant=variant, via_submit=via_submit, seed=seed, policy=policy
+        )
 
     @property
     def w(self) -> World:
