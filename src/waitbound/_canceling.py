@@ -14,7 +14,7 @@ from waitbound._observation import Observation
 from waitbound._outcome import Reason
 from waitbound._record import Record
 
-__all__ = ["decide_cancel"]
+__all__ = ["accepted_cancel", "decide_cancel"]
 
 
 def decide_cancel(record: Record, observation: Observation) -> Step:
@@ -38,7 +38,9 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
         verdict = "accepted" if accepted else "not accepted"
         return timed_out(record, now, f"; cancel requested at the deadline ({answer}): {verdict}")
     if accepted:
-        record = record.evolve(next_poll_at=now, delay_source=None, attempt=0)
+        record = record.evolve(
+            next_poll_at=now, delay_source=None, attempt=0, cancel_accepted_at=now
+        )
         summary = f"cancel accepted ({answer}); the status endpoint will tell how the job ends"
         return record, "cancel_answered", summary, {"http_status": code, "accepted": True}
     refused = code is not None and 400 <= code < 500 and code != 429
@@ -67,3 +69,17 @@ def _cancel_asker(record: Record) -> str:
         "decided" if last is not None and last.option == "cancel" and last.at == at else "requested"
     )
     return f"the cancel {how} by {record.cancel_requested_by} at {at.isoformat()}"
+
+
+def accepted_cancel(record: Record) -> str | None:
+    """What a stop without a terminal answer must also say when the provider accepted
+    a cancel (``cancel_accepted_at``) and no answer since said how the job ended: "the
+    cancel requested by ana at … was accepted by the provider at …, but how the job
+    ended is not known"; ``None`` otherwise."""
+    at = record.cancel_accepted_at
+    if at is None or record.ended_seen_at is not None:  # a terminal answer was seen
+        return None
+    return (
+        f"{_cancel_asker(record)} was accepted by the provider at {at.isoformat()}, but "
+        "how the job ended is not known"
+    )

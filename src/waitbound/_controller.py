@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent
-from waitbound._canceling import decide_cancel
+from waitbound._canceling import accepted_cancel, decide_cancel
 from waitbound._contract import Reading
 from waitbound._decide import (
     decide_errors,
@@ -275,7 +275,7 @@ def plan(
             )
             step = escalate(record, now, Reason.RESULT_UNCONFIRMED, detail)
             return _finish_early(record, now, notes, step)
-        why = f"; {undone}: {late}" if undone else ""
+        why = f"; {undone}: {late}" if undone else _accepted_cancel_note(record)
         return _finish_early(record, now, notes, deadline_reached(record, now, why))
     if record.cancel_due and cancel_at and budget_left:
         return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
@@ -317,7 +317,8 @@ def _plan_submit(
         why = "its body and headers are not at hand (they are never stored)"
     else:
         if now >= record.stop_at:
-            return _finish_early(record, now, notes, deadline_reached(record, now))
+            why = _accepted_cancel_note(record)
+            return _finish_early(record, now, notes, deadline_reached(record, now, why))
         if now < record.next_poll_at:
             until = min(record.next_poll_at, record.stop_at)
             return Sleep(until=until, seconds=seconds_between(now, until))
@@ -354,8 +355,17 @@ def _budget_spent(record: Record, now: datetime, notes: list[AuditEvent], why: s
         )
     if why:
         detail = f"{why}: {detail}"
+    if (cancel := accepted_cancel(record)) is not None:
+        detail = f"{detail}; {cancel}"
     step = escalate(record, now, Reason.REQUEST_BUDGET_EXHAUSTED, detail)
     return _finish_early(record, now, notes, step)
+
+
+def _accepted_cancel_note(record: Record) -> str:
+    """``"; the cancel … was accepted …"`` for a stop's detail (see
+    :func:`~waitbound._canceling.accepted_cancel`), or ``""``."""
+    cancel = accepted_cancel(record)
+    return f"; {cancel}" if cancel is not None else ""
 
 
 def _finish_early(record: Record, now: datetime, notes: list[AuditEvent], step: Step) -> Finish:

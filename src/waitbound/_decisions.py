@@ -265,6 +265,7 @@ def decide_record(
                 cancel_requested_at=now,
                 cancel_requested_by=who,
                 cancel_reason=reason_text,
+                cancel_accepted_at=None,
             )
         case Option.TREAT_AS_PENDING:
             pending = (*record.grants.pending_states, record.provider_state)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
+from waitbound._canceling import accepted_cancel
 from waitbound._contract import Reading
 from waitbound._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._json import JSON, show
@@ -232,8 +233,9 @@ def schedule(
                 f"{note or 'throttled'}: {wait}, past the deadline",
             )
         else:
+            cancel = accepted_cancel(record)
             record, kind, summary, more = deadline_reached(
-                record, now, f"; {wait}, past the deadline"
+                record, now, f"; {wait}, past the deadline" + (f"; {cancel}" if cancel else "")
             )
         return record, kind, summary, extra | more
     next_poll_at = min(now + timedelta(seconds=delay), record.stop_at)

@@ -512,6 +512,7 @@ def request_cancel(
                 cancel_requested_at=now,
                 cancel_requested_by=who,
                 cancel_reason=reason,
+                cancel_accepted_at=None,
             )
         try:
             return store.save(due, [event])

@@ -190,6 +190,7 @@ class Record:
         cancel_requested_at: datetime | None
         cancel_requested_by: str | None
         cancel_reason: str | None
+        cancel_accepted_at: datetime | None
         result: JSON
         error: JSON
         counts: dict[str, JSON] | None
@@ -588,6 +589,7 @@ class RecordChanges(TypedDict, total=False):
     cancel_requested_at: datetime | None
     cancel_requested_by: str | None
     cancel_reason: str | None
+    cancel_accepted_at: datetime | None
     result: JSON
     error: JSON
     counts: dict[str, JSON] | None

@@ -348,6 +348,7 @@ class Oversight(Part):
     cancel_requested_at: datetime | None = None
     cancel_requested_by: str | None = None
     cancel_reason: str | None = None
+    cancel_accepted_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

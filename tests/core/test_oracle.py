@@ -498,6 +498,23 @@ def test_waitbound_cancel_closes_an_expired_request_on_a_running_operation() -> 
     assert record.reason is None
 
 
+def test_an_accepted_cancel_with_no_request_left_says_so() -> None:
+    """Found by a long hunt: the budget ran out, a person granted one more check and
+    then asked for a cancel; the cancel took that last request and the provider
+    accepted it. The stop says the cancel was accepted and that how the job ended is
+    not known (it said only "without a terminal answer, last state running")."""
+    world = memory_world()
+    stopped = world.drive(status=[RUNNING])
+    assert stopped.reason is Reason.REQUEST_BUDGET_EXHAUSTED
+    assert world.decide("extend", checks=1)
+    after = world.cancel(cancel=[Reply("accepted", 202, {})])
+    assert after is not None
+    assert after.reason is Reason.REQUEST_BUDGET_EXHAUSTED
+    said = detail(after)
+    assert "was accepted by the provider" in said, said
+    assert "how the job ended is not known" in said, said
+
+
 def test_a_persons_cancel_whose_window_passed_is_reported_not_sent() -> None:
     """Fault 4: the grant's window passes before anyone runs wait: the cancel is never
     sent, and the outcome says so."""

@@ -21,9 +21,14 @@ from waitbound._audit_check import verify_audit
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXPECTED: dict[str, Any] = json.loads((FIXTURES / "v4-expected.json").read_text())
-ADDED_FIELDS: dict[str, Any] = {"pending_seen_at": None, "ended_seen_at": None}
-"""Record fields added after the schema-4 release (the learned schedule's evidence): an
-upgraded record has them empty; every field the release wrote is as it was."""
+ADDED_FIELDS: dict[str, Any] = {
+    "pending_seen_at": None,
+    "ended_seen_at": None,
+    "cancel_accepted_at": None,
+}
+"""Record fields added after the schema-4 release (the learned schedule's evidence, when
+a cancel was accepted): an upgraded record has them empty; every field the release
+wrote is as it was."""
 for _operation in EXPECTED["operations"].values():
     _operation["record"] = {**_operation["record"], **ADDED_FIELDS}
 KEY = bytes.fromhex(EXPECTED["audit_key_hex"])
