@@ -232,6 +232,8 @@ class Outcome:
                 if self.next_check_at is not None:
                     after = f" Check again after {_whole_seconds(self.next_check_at)} s."
                 return f"{job} has STARTED and is NOT complete. {unfinished}{after}"
+            case OutcomeKind.SUCCEEDED if self.result is None:
+                return f"{job} SUCCEEDED; it returned no result."
             case OutcomeKind.SUCCEEDED:
                 return f"{job} SUCCEEDED; its result is available."
             case OutcomeKind.COMPLETED_WITH_ERRORS:
