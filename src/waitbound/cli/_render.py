@@ -219,7 +219,7 @@ def record_summary(record: Record) -> list[str]:
         f"{record.transport_failures_used}/{record.max_transport_failures}   rate limited "
         f"{record.rate_limited_used}/{record.max_rate_limited}",
         f"  state        {printable(show(record.provider_state))}   "
-        f"last HTTP {record.last_http_status}",
+        f"last HTTP {record.last_http_status or '(no answer)'}",
     ]
     if record.job_id:
         job = record.job_id if len(record.job_id) <= 200 else record.job_id[:199] + "…"
