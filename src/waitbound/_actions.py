@@ -14,6 +14,7 @@ cancelable before a terminal state.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -313,11 +314,18 @@ def parse_cancel(where: str, data: object) -> CancelContract:
     always = section.get("always", False)
     if not isinstance(always, bool):
         raise ProfileError(f"{where}: cancel.always must be true or false")
-    return CancelContract(
-        method=str(method),
-        url_template=_optional_text(where, "cancel.url_template", section),
-        always=always,
-    )
+    template = _optional_text(where, "cancel.url_template", section)
+    unknown = sorted(set(_PLACEHOLDER.findall(template or "")) - {"job_id", "status_url"})
+    if unknown:
+        raise ProfileError(
+            f"{where}: cancel.url_template names {{{unknown[0][:40]}}}; only {{job_id}} and "
+            "{status_url} are filled in (or give a URL relative to the status URL)"
+        )
+    return CancelContract(method=str(method), url_template=template, always=always)
+
+
+_PLACEHOLDER: Final = re.compile(r"\{([^{}]*)\}")
+"""A ``{name}`` in a URL template."""
 
 
 def _optional_text(where: str, key: str, section: Mapping[str, object]) -> str | None:

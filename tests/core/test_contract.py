@@ -180,3 +180,19 @@ def test_a_huge_or_deeply_nested_profile_file_is_one_clear_line(tmp_path: Path) 
     deep_toml.write_text("state = " + "[" * 100_000 + "]" * 100_000 + "\n")
     with pytest.raises(ProfileError, match=r"nested too deeply|not valid TOML"):
         load_profile(deep_toml)
+
+
+@pytest.mark.parametrize("template", ["{base_url}/cancel", "{status_url}/{id}", "{}/cancel"])
+def test_a_cancel_template_naming_what_is_never_filled_in_is_refused(template: str) -> None:
+    """A placeholder other than ``{job_id}`` and ``{status_url}`` would stay as it is and
+    make no URL, so the cancel would fail only when a person asks for it: the profile is
+    refused when it is loaded, in one line naming the placeholder."""
+    table = {
+        "state": "status", "pending": ["running"], "succeeded": ["done"],
+        "cancel": {"url_template": template},
+    }  # fmt: skip
+    with pytest.raises(ProfileError, match=r"cancel\.url_template names \{") as refused:
+        parse_profile(table)
+    assert "\n" not in str(refused.value)
+    table["cancel"] = {"url_template": "{status_url}/cancel/{job_id}"}
+    assert parse_profile(table).cancel.url_template == "{status_url}/cancel/{job_id}"
