@@ -97,7 +97,7 @@ def _grant(record: Record, minutes: float | None, checks: int | None) -> _Grant:
     if minutes > ceiling:
         raise UsageError(
             f"minutes {minutes:g} is beyond the ceiling of {span(ceiling)} for one grant "
-            "(policy max_extension_s)"
+            f"(policy max_extension_s): give at most {math.floor(ceiling * 1e4) / 1e4:g} minutes"
         )
     limit = min(record.policy.max_requests, MAX_COUNT)
     if isinstance(checks, bool) or not isinstance(checks, int) or not 1 <= checks <= limit:
