@@ -27,7 +27,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent
-from waitbound._canceling import accepted_cancel, decide_cancel
+from waitbound._canceling import (
+    accepted_cancel,
+    after_refused_cancel,
+    decide_cancel,
+    refused_cancel_look,
+)
 from waitbound._contract import Reading
 from waitbound._decide import (
     decide_errors,
@@ -575,6 +580,8 @@ def observe(
             step = decide_cancel(base, observation)
         case _:
             step = decide_status(base, observation, reading, rng, models=models)
+            if refused_cancel_look(record, observation.kind):
+                step = after_refused_cancel(step, observation)
     after, kind, summary, extra = step
     if kind == "scheduled" and _hinted_in_flight(record, observation, after):
         # The answer may predate what the webhook announced: look again at once.

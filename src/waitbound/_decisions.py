@@ -266,6 +266,8 @@ def decide_record(
                 cancel_requested_by=who,
                 cancel_reason=reason_text,
                 cancel_accepted_at=None,
+                cancel_refused_at=None,
+                cancel_refused=None,
             )
         case Option.TREAT_AS_PENDING:
             pending = (*record.grants.pending_states, record.provider_state)

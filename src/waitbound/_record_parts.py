@@ -349,6 +349,8 @@ class Oversight(Part):
     cancel_requested_by: str | None = None
     cancel_reason: str | None = None
     cancel_accepted_at: datetime | None = None
+    cancel_refused_at: datetime | None = None
+    cancel_refused: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

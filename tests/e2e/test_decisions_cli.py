@@ -271,10 +271,11 @@ def test_a_decided_cancel_with_the_default_grant_ends_canceled(tmp_path: Path) -
 
 
 def test_a_refused_cancel_stops_at_once_and_the_outcome_says_so(tmp_path: Path) -> None:
-    """Regression (issue 20): `waitbound cancel` of a stopped, cancelable job (accepted:
-    its options list cancel) that the provider refuses with 409: no polling on until the
-    budget is spent; escalated / cancel_not_accepted, the refusal in the outcome, the
-    job's last state kept."""
+    """Regression (issue 20, issue 33): `waitbound cancel` of a stopped, cancelable job
+    (accepted: its options list cancel) that the provider refuses with 409: no polling on
+    until the budget is spent, only the one status look that tells whether the job
+    already ended; still running: escalated / cancel_not_accepted, the refusal in the
+    outcome, the job's last state kept."""
     scenario = {
         "id": "cancel-refused",
         "description": "Cancelable and running forever; the cancel is refused with 409.",
@@ -291,6 +292,7 @@ def test_a_refused_cancel_stops_at_once_and_the_outcome_says_so(tmp_path: Path) 
         assert outcome["provider_state"] == "running"
         assert "the cancel decided by ann at" in outcome["error"]["detail"]
         assert "was refused by the provider (HTTP 409)" in outcome["error"]["detail"]
-        assert "cancel" not in outcome["options"]
+        assert "the status look after it showed the job still" in outcome["error"]["detail"]
+        assert "cancel" in outcome["options"]  # the look said it is cancelable
         assert sim.count("cancel") == 1
-        assert sim.count("status") == 3  # stopped at once: nothing polled after the refusal
+        assert sim.count("status") == 4  # one look after the refusal, then stopped
