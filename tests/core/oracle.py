@@ -951,6 +951,16 @@ def _reason_is_true(world: World, record: Record, facts: Seen, reason: Reason) -
             return finished >= record.deadline_at or "deadline" in words(record)
         case Reason.DECISION_TIMEOUT:
             return any(d.option == "decision_timeout" for d in record.decisions)
+        case Reason.CANCEL_NOT_ACCEPTED:
+            # A cancel was answered, not accepted; the status look after it (if any was
+            # sent) did not show an end: only a job still running ends so (issue 33).
+            if not facts.cancel:
+                return False
+            last = facts.cancel[-1]
+            if last.delivered and 200 <= (last.reply.code or 0) < 300:
+                return False
+            after = [m for h, m in facts.status if h.n > last.n]
+            return not any(m in TERMINAL for m in after[:1]) and "last seen null" not in words(record)
         case _:
             return True
 
