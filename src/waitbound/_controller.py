@@ -41,6 +41,7 @@ from waitbound._decide import (
     decide_submit,
     first_answer_kind,
 )
+from waitbound._estimate import provider_estimate
 from waitbound._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._json import JSON, show
 from waitbound._learned import ModelLookup
@@ -565,6 +566,10 @@ def observe(
         cancel_url=cancel_url,
         errors_url=errors_url,
     )
+    if observation.kind in ("status", "submit"):
+        end, source = provider_estimate(base, observation, reading)
+        if end != base.estimated_end_at or source != base.estimate_from:
+            base = base.evolve(estimated_end_at=end, estimate_from=source)
     match observation.kind:
         case _ if bad_url is not None:
             step = escalate(

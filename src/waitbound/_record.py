@@ -184,6 +184,8 @@ class Record:
         in_flight: RequestKind | None
         trusted_origins: tuple[str, ...]
         cancelable: bool | None
+        estimated_end_at: datetime | None
+        estimate_from: str | None
         cancel_on_deadline: bool
         cancel_due: bool
         cancel_requests_used: int
@@ -597,6 +599,8 @@ class RecordChanges(TypedDict, total=False):
     in_flight: RequestKind | None
     trusted_origins: tuple[str, ...]
     cancelable: bool | None
+    estimated_end_at: datetime | None
+    estimate_from: str | None
     cancel_on_deadline: bool
     cancel_due: bool
     cancel_requests_used: int

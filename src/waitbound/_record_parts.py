@@ -313,6 +313,8 @@ class Answer(Part):
     ended_seen_at: datetime | None = None
     success_seen_at: datetime | None = None
     cancelable: bool | None = None
+    estimated_end_at: datetime | None = None
+    estimate_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

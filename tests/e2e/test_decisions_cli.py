@@ -296,3 +296,36 @@ def test_a_refused_cancel_stops_at_once_and_the_outcome_says_so(tmp_path: Path) 
         assert "cancel" in outcome["options"]  # the look said it is cancelable
         assert sim.count("cancel") == 1
         assert sim.count("status") == 4  # one look after the refusal, then stopped
+
+
+def test_decide_as_requested_grants_the_agents_proposal(escalated: Setup) -> None:
+    """Regression (issue 33): `waitbound decide ID as-requested` grants what the agent
+    proposed with request_extension (here 1.5 minutes, 2 checks); the option is listed
+    with its cost; minutes given with it are refused in one line, exit 2."""
+    import waitbound
+
+    store = waitbound.open_store(escalated.store)
+    try:
+        waitbound.request_extension(
+            OP, minutes=1.5, checks=2, why="slow export", by="agent:mcp", store=store
+        )
+    finally:
+        store.close()
+    code, listed = escalated.json("escalations")
+    assert code == 0
+    options = {o["option"]: o["cost"] for o in listed["escalations"][0]["options"]}
+    assert (
+        "as agent:mcp requested: by at least 1.5 minutes with 2 more checks"
+        in (options["as_requested"])
+    )
+    code, out, err = escalated.run(
+        "decide", OP, "as-requested", "--minutes", "2", "--why", "x", "--by", "ann"
+    )
+    assert code == 2 and "minutes and checks do not apply" in err and "\n" not in err.strip()
+    code, decided = escalated.json("decide", OP, "as-requested", "--why", "ok", "--by", "ann")
+    assert code == 0, decided
+    assert decided["decision"]["option"] == "as_requested"
+    grant = decided["decision"]["detail"]["grant"]
+    assert (grant["minutes"], grant["checks"]) == (1.5, 2)
+    after = decided["decision"]["detail"]["limits_after"]
+    assert after["max_requests"] == 3 + 2

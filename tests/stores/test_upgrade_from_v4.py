@@ -27,6 +27,8 @@ ADDED_FIELDS: dict[str, Any] = {
     "cancel_accepted_at": None,
     "cancel_refused_at": None,
     "cancel_refused": None,
+    "estimated_end_at": None,
+    "estimate_from": None,
 }
 """Record fields added after the schema-4 release (the learned schedule's evidence, when
 a cancel was accepted or refused): an upgraded record has them empty; every field the release
