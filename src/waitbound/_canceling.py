@@ -93,8 +93,9 @@ def after_refused_cancel(step: Step, observation: Observation) -> Step:
 
     A job the look shows ended (a terminal answer, its result still to fetch, a success
     being confirmed) keeps that end: the cancel came too late, and the outcome's
-    :attr:`~waitbound.Outcome.note` says so (``Record.late_cancel``). A job still running (or a look that got no
-    usable answer) stops ``escalated`` / ``cancel_not_accepted``: the job may still run.
+    :attr:`~waitbound.Outcome.note` says so (``Record.late_cancel``). A job still
+    running (or a look that got no usable answer) stops ``escalated`` /
+    ``cancel_not_accepted``: the job may still run.
     """
     record, kind, summary, extra = step
     now = observation.at

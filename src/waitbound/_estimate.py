@@ -53,10 +53,14 @@ def provider_estimate(
         return kept
     now = observation.at
     seconds = reading.estimated_duration_s
-    if isinstance(seconds, int | float) and not isinstance(seconds, bool):
-        if math.isfinite(seconds) and 0 <= seconds <= _LONGEST_S:
-            end = record.created_at + timedelta(seconds=float(seconds))
-            return end, f"the provider's estimated duration of {_span(float(seconds))}"
+    if (
+        isinstance(seconds, int | float)
+        and not isinstance(seconds, bool)
+        and math.isfinite(seconds)
+        and 0 <= seconds <= _LONGEST_S
+    ):
+        end = record.created_at + timedelta(seconds=float(seconds))
+        return end, f"the provider's estimated duration of {_span(float(seconds))}"
     expires = reading.expires_at
     if expires is not None and now < expires <= now + timedelta(seconds=_LONGEST_S):
         return expires, "the job's own expiry time (expires_at)"

@@ -626,7 +626,9 @@ class World:
         assert after.outcome is None, f"{option}: the operation is not due again"
         if option == "as_requested":  # exactly the agent's proposal (issue 33)
             asked = record.decision_request
-            assert asked is not None and asked.minutes is not None and asked.checks is not None
+            assert asked is not None
+            assert asked.minutes is not None
+            assert asked.checks is not None
             minutes, checks = asked.minutes, asked.checks
             assert after.deadline_at >= now + timedelta(minutes=minutes) - timedelta(seconds=1)
         if checks is None:  # the default grant: at least one check, at most the policy's

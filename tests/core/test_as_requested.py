@@ -170,11 +170,13 @@ def test_the_suggested_grant_is_derived_from_the_providers_estimate_and_says_so(
     job = Job(answer, max_requests=3, deadline_s=60, max_extension_s=3600)
     record = job.record  # a 540 s hint past a 60 s deadline: stopped at once
     assert record.reason in (Reason.REQUEST_BUDGET_EXHAUSTED, Reason.DEADLINE_EXCEEDED)
-    assert record.estimate_from is not None and source in record.estimate_from
+    assert record.estimate_from is not None
+    assert source in record.estimate_from
     request = record.decision_request
-    assert request is not None and record.estimated_end_at is not None
+    assert request is not None
+    assert record.estimated_end_at is not None
     left_s = (record.estimated_end_at - request.opened_at).total_seconds()
-    minutes, checks = suggested_grant(record)
+    minutes, _ = suggested_grant(record)
     assert minutes * 60 >= left_s * 1.25
     assert minutes * 60 < left_s * 1.25 + 60
     words = cost(record, waitbound.Option.EXTEND)
@@ -203,4 +205,5 @@ def test_the_escalation_message_says_what_the_job_is_its_progress_and_estimate()
     assert "Source: inline profile, http://provider.test/status" in lines
     assert "Progress: 40" in lines
     estimate = [line for line in lines if line.startswith("Provider estimate: ends by ")]
-    assert estimate and "estimated duration of 9 minutes" in estimate[0]
+    assert estimate
+    assert "estimated duration of 9 minutes" in estimate[0]

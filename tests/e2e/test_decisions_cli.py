@@ -318,10 +318,12 @@ def test_decide_as_requested_grants_the_agents_proposal(escalated: Setup) -> Non
         "as agent:mcp requested: by at least 1.5 minutes with 2 more checks"
         in (options["as_requested"])
     )
-    code, out, err = escalated.run(
+    code, _, err = escalated.run(
         "decide", OP, "as-requested", "--minutes", "2", "--why", "x", "--by", "ann"
     )
-    assert code == 2 and "minutes and checks do not apply" in err and "\n" not in err.strip()
+    assert code == 2
+    assert "minutes and checks do not apply" in err
+    assert "\n" not in err.strip()
     code, decided = escalated.json("decide", OP, "as-requested", "--why", "ok", "--by", "ann")
     assert code == 0, decided
     assert decided["decision"]["option"] == "as_requested"
