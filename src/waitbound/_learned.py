@@ -30,6 +30,7 @@ job slower than nearly all seen) it answers ``None`` and the formula applies.
 from __future__ import annotations
 
 import math
+import random
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from datetime import datetime
 from typing import Final
 
 from waitbound._history import Evidence
+from waitbound._policy import Policy
 from waitbound._record import Record
 from waitbound._schedule import backoff_raw_s
 
@@ -48,6 +50,7 @@ __all__ = [
     "Survival",
     "estimate",
     "formula_lag_s",
+    "learned_jitter_s",
     "plan",
 ]
 
@@ -246,6 +249,24 @@ class LearnedSchedule:
             "censored": self.censored,
             "lag_target_s": round(self.lag_target_s, 3),
         }
+
+
+def learned_jitter_s(planned_s: float, policy: Policy, rng: random.Random) -> float:
+    """A planned delay, jittered so a fleet of jobs accepted together does not poll in
+    one wave, with the draw's mean exactly the plan (seconds).
+
+    Drawn from ``[jitter_floor * top, top]`` with ``top`` such that the mean is
+    *planned_s*; where that ``top`` would pass the cap (``max_delay_s``), from the
+    interval centred on the plan that ends at the cap instead: clipping at the cap
+    would pull the mean below the plan, and a plan near the cap (a long job's polls)
+    would then spend up to a tenth more requests than planned."""
+    floor = policy.backoff_jitter_floor
+    cap = policy.max_delay_s
+    top = planned_s * 2.0 / (1.0 + floor)
+    if top <= cap:
+        return rng.uniform(floor * top, top)
+    top = max(planned_s, cap)
+    return rng.uniform(max(0.0, 2.0 * planned_s - top), top)
 
 
 ModelLookup = Callable[[Record, datetime], LearnedSchedule | None]
