@@ -210,8 +210,7 @@ def _self_consistent(
         total = sum(overlaps) or 1.0
         for offset, share in enumerate(overlaps):
             mass[first + offset] += share / total / jobs
-    for k in after:
-        mass[cells] += 1.0 / jobs
+    mass[cells] += len(after) / jobs
     by_cell = [0] * (cells + 1)
     for k in after:
         by_cell[k] += 1
