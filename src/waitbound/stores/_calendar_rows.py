@@ -5,17 +5,24 @@ parameter mark). A row is one origin's count of polls planned in one bucket (a w
 number of seconds since the Unix epoch, ``waitbound._pacing.BUCKET_S`` wide). The
 caller runs :meth:`CalendarRows.pace` inside one write transaction, serialized per
 origin (SQLite: the store's write lock; PostgreSQL: an advisory lock on the origin).
+
+Inside it, the work does not grow with how far ahead the poll is: the window's mean
+is one ``sum`` over the origin's rows in it (an index range of the primary key), and
+the first bucket with room is found by reading only the full buckets from the planned
+one, in order and in batches of :data:`FULL_BATCH`, up to the first gap
+(:func:`waitbound._pacing.first_room`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Final
 
-from waitbound._pacing import choose, span
+from waitbound._pacing import Span, first_room, room, settle, span
 from waitbound.stores._history_rows import Execute
 
-__all__ = ["CALENDAR_DDL", "CalendarRows"]
+__all__ = ["CALENDAR_DDL", "FULL_BATCH", "CalendarRows"]
 
 CALENDAR_DDL: Final = (
     "CREATE TABLE IF NOT EXISTS {table} (origin TEXT NOT NULL, bucket BIGINT NOT NULL,"
@@ -24,6 +31,10 @@ CALENDAR_DDL: Final = (
 """The table (``{table}``: its SQL name). ``IF NOT EXISTS``: a schema-5 store made
 before the calendar existed gets it where the store opens (SQLite) or at its first
 ``pace`` (PostgreSQL); see ``docs/stores.md``."""
+
+
+FULL_BATCH: Final = 64
+"""How many full buckets one read of the gap search fetches."""
 
 
 class CalendarRows:
@@ -44,9 +55,13 @@ class CalendarRows:
         self._prune = (  # the origin's past, and every origin's older than keep_s
             f"DELETE FROM {table} WHERE (origin = {mark} AND bucket < {mark}) OR bucket < {mark}"
         )
-        self._read = (
-            f"SELECT bucket, planned FROM {table}"
+        self._total = (
+            f"SELECT coalesce(sum(planned), 0) FROM {table}"
             f" WHERE origin = {mark} AND bucket >= {mark} AND bucket <= {mark}"
+        )
+        self._full = (
+            f"SELECT bucket FROM {table} WHERE origin = {mark} AND bucket >= {mark}"
+            f" AND bucket <= {mark} AND planned >= {mark} ORDER BY bucket LIMIT {FULL_BATCH}"
         )
         self._add = (
             f"INSERT INTO {table} AS c (origin, bucket, planned) VALUES ({mark}, {mark}, 1)"
@@ -67,11 +82,30 @@ class CalendarRows:
         """See :meth:`~waitbound.stores.Store.pace` (in the caller's transaction)."""
         where = span(planned_at, latest_at=latest_at, now=now)
         execute(self._prune, (origin, where.first, where.first - self._keep_s))
-        rows = execute(self._read, (origin, where.first, where.last)).fetchall()
-        counts = {int(bucket): int(planned) for bucket, planned in rows}
-        bucket, at = choose(counts, planned_at, latest_at=latest_at, now=now, rng_offset=rng_offset)
+        bucket, at = where.planned, planned_at
+        if latest_at > planned_at:
+            (total,) = execute(self._total, (origin, where.first, where.mean_last)).fetchone()
+            allowed = room(int(total), where)
+            found = first_room(self._full_buckets(execute, origin, where, allowed), where)
+            bucket, at = settle(
+                found, where, planned_at, latest_at=latest_at, rng_offset=rng_offset
+            )
         execute(self._add, (origin, bucket))
         return at
+
+    def _full_buckets(
+        self, execute: Execute, origin: str, where: Span, allowed: int
+    ) -> Iterator[int]:
+        """The origin's buckets from ``where.planned`` to ``where.latest`` holding
+        *allowed* polls or more, ascending, read lazily in batches."""
+        start = where.planned
+        while start <= where.latest:
+            rows = execute(self._full, (origin, start, where.latest, allowed)).fetchall()
+            for (bucket,) in rows:
+                yield int(bucket)
+            if len(rows) < FULL_BATCH:
+                return
+            start = int(rows[-1][0]) + 1
 
     def size(self, execute: Execute) -> int:
         """How many rows the table holds."""
