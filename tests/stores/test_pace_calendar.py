@@ -8,8 +8,15 @@ from __future__ import annotations
 import math
 import random
 import sqlite3
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import waitbound
 
 from tests.stores import pg
 from tests.stores.test_store_contract import T0, backend, store
@@ -118,3 +125,98 @@ def test_a_postgres_schema_5_store_without_the_calendar_gets_it() -> None:
             assert opened.calendar_size() == 1
         finally:
             opened.close()
+
+
+_OWN_CODE = str(Path(waitbound.__file__).parent)
+
+
+class _LockedWork:
+    """Counts the work a store does while it holds its write transaction (SQLite: the
+    file's write lock; PostgreSQL: the origin's advisory lock; memory: the store's lock):
+    lines of waitbound's own code run, and SQLite's virtual-machine steps (in
+    hundreds). Counting, not timing: the figures do not depend on the machine."""
+
+    def __init__(self, store: Store) -> None:
+        self.inside = False
+        self.lines = 0
+        self.vm_steps = 0
+        if hasattr(store, "_transaction"):
+            original = store._transaction
+
+            @contextmanager
+            def counted() -> Iterator[Any]:
+                with original() as db:
+                    self.inside = True
+                    try:
+                        yield db
+                    finally:
+                        self.inside = False
+
+            store._transaction = counted  # type: ignore[method-assign]
+        else:
+            store._lock = _FlaggedLock(store._lock, self)  # type: ignore[attr-defined]
+        db = getattr(store, "_db", None)
+        if isinstance(db, sqlite3.Connection):
+            db.set_progress_handler(self._step, 100)
+
+    def _step(self) -> int:
+        if self.inside:
+            self.vm_steps += 1
+        return 0
+
+    def _line(self, frame: FrameType, event: str, arg: object) -> Any:
+        if event == "line" and self.inside:
+            self.lines += 1
+        return self._line
+
+    def _call(self, frame: FrameType, event: str, arg: object) -> Any:
+        return self._line if frame.f_code.co_filename.startswith(_OWN_CODE) else None
+
+    def of(self, call: Callable[[], object]) -> int:
+        """The work *call* does under the store's write lock (lines + hundreds of steps)."""
+        self.lines = self.vm_steps = 0
+        previous = sys.gettrace()
+        sys.settrace(self._call)
+        try:
+            call()
+        finally:
+            sys.settrace(previous)
+        return self.lines + self.vm_steps
+
+
+class _FlaggedLock:
+    def __init__(self, lock: Any, work: _LockedWork) -> None:
+        self._held, self._work = lock, work
+
+    def __enter__(self) -> None:
+        self._held.acquire()
+        self._work.inside = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._work.inside = False
+        self._held.release()
+
+
+def test_a_year_ahead_poll_does_no_more_work_under_the_write_lock(store: Store) -> None:
+    """A poll planned a day, 180 days or a year ahead is paced with the work of one
+    planned a minute ahead, on a calendar that holds a spread wave, counted while the
+    store's write lock is held (the calendar walked every second from now to the
+    planned poll inside the transaction: 2 s of CPU for 180 days, 4 s for a year, while
+    other writers waited)."""
+    wave = T0 + _at(30)
+    for k in range(150):
+        store.pace(A, wave, latest_at=wave + _at(300), now=T0, rng_offset=(k % 10) / 10)
+    work = _LockedWork(store)
+    costs: dict[float, int] = {}
+    for days in (60 / 86_400, 1, 180, 365):
+        planned = T0 + timedelta(days=days)
+        latest = planned + _at(600)
+        paced: list[Any] = []
+        costs[days] = work.of(
+            lambda p=planned, q=latest: paced.append(
+                store.pace(A, p, latest_at=q, now=T0, rng_offset=0.5)
+            )
+        )
+        assert planned <= paced[0] <= latest
+        assert costs[days] > 0
+        assert costs[days] <= costs[60 / 86_400] + 10, costs
