@@ -193,7 +193,9 @@ def choose(
         return where.planned, planned_at
     total = sum(n for b, n in counts.items() if where.first <= b <= where.mean_last)
     allowed = room(total, where, spread=spread)
-    full = sorted(b for b, n in counts.items() if where.planned <= b <= where.latest and n >= allowed)
+    full = sorted(
+        b for b, n in counts.items() if where.planned <= b <= where.latest and n >= allowed
+    )
     return settle(
         first_room(full, where), where, planned_at, latest_at=latest_at, rng_offset=rng_offset
     )

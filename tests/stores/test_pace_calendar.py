@@ -17,11 +17,10 @@ from types import FrameType
 from typing import Any
 
 import waitbound
-
 from tests.stores import pg
 from tests.stores.test_store_contract import T0, backend, store
 from waitbound import SQLiteStore, Store
-from waitbound._pacing import SPREAD_FACTOR, span
+from waitbound._pacing import SPREAD_FACTOR, choose, span
 
 __all__ = ["backend", "store"]  # the fixtures, imported for pytest
 
@@ -220,3 +219,20 @@ def test_a_year_ahead_poll_does_no_more_work_under_the_write_lock(store: Store) 
         assert planned <= paced[0] <= latest
         assert costs[days] > 0
         assert costs[days] <= costs[60 / 86_400] + 10, costs
+
+
+def test_a_wave_a_year_ahead_is_spread_like_the_pure_rule(store: Store) -> None:
+    """200 polls planned for one instant a year ahead: a year's mean leaves room for one
+    a second, so each goes to the first free second after the others — the search
+    crosses more full buckets than one read holds — and every store places each poll
+    where ``choose`` on the same counts does."""
+    planned = T0 + timedelta(days=365, seconds=0.25)
+    latest = planned + _at(600)
+    counts: dict[int, int] = {}
+    for k in range(200):
+        offset = (k % 7) / 7
+        bucket, want = choose(counts, planned, latest_at=latest, now=T0, rng_offset=offset)
+        counts[bucket] = counts.get(bucket, 0) + 1
+        got = store.pace(A, planned, latest_at=latest, now=T0, rng_offset=offset)
+        assert got == want
+    assert sorted(counts) == list(range(min(counts), min(counts) + 200))

@@ -8,9 +8,10 @@ origin (SQLite: the store's write lock; PostgreSQL: an advisory lock on the orig
 
 Inside it, the work does not grow with how far ahead the poll is: the window's mean
 is one ``sum`` over the origin's rows in it (an index range of the primary key), and
-the first bucket with room is found by reading only the full buckets from the planned
+the first bucket with room is found by reading only occupied buckets from the planned
 one, in order and in batches of :data:`FULL_BATCH`, up to the first gap
-(:func:`waitbound._pacing.first_room`).
+(:func:`waitbound._pacing.first_room`). The sum and the first batch are one statement:
+a pace is a prune, a read and an upsert, as many round trips as a walk took.
 """
 
 from __future__ import annotations
@@ -55,8 +56,12 @@ class CalendarRows:
         self._prune = (  # the origin's past, and every origin's older than keep_s
             f"DELETE FROM {table} WHERE (origin = {mark} AND bucket < {mark}) OR bucket < {mark}"
         )
-        self._total = (
-            f"SELECT coalesce(sum(planned), 0) FROM {table}"
+        self._read = (  # the first batch of occupied buckets from the planned one, and
+            # the window's total as a row without a bucket: one round trip for both
+            f"SELECT bucket, planned FROM (SELECT bucket, planned FROM {table}"
+            f" WHERE origin = {mark} AND bucket >= {mark} AND bucket <= {mark}"
+            f" ORDER BY bucket LIMIT {FULL_BATCH}) AS near"
+            f" UNION ALL SELECT NULL, coalesce(sum(planned), 0) FROM {table}"
             f" WHERE origin = {mark} AND bucket >= {mark} AND bucket <= {mark}"
         )
         self._full = (
@@ -84,9 +89,14 @@ class CalendarRows:
         execute(self._prune, (origin, where.first, where.first - self._keep_s))
         bucket, at = where.planned, planned_at
         if latest_at > planned_at:
-            (total,) = execute(self._total, (origin, where.first, where.mean_last)).fetchone()
-            allowed = room(int(total), where)
-            found = first_room(self._full_buckets(execute, origin, where, allowed), where)
+            rows = execute(
+                self._read,
+                (origin, where.planned, where.latest, origin, where.first, where.mean_last),
+            ).fetchall()
+            total = sum(int(n) for b, n in rows if b is None)
+            near = sorted((int(b), int(n)) for b, n in rows if b is not None)
+            allowed = room(total, where)
+            found = first_room(self._full_buckets(execute, origin, where, allowed, near), where)
             bucket, at = settle(
                 found, where, planned_at, latest_at=latest_at, rng_offset=rng_offset
             )
@@ -94,11 +104,21 @@ class CalendarRows:
         return at
 
     def _full_buckets(
-        self, execute: Execute, origin: str, where: Span, allowed: int
+        self,
+        execute: Execute,
+        origin: str,
+        where: Span,
+        allowed: int,
+        near: list[tuple[int, int]],
     ) -> Iterator[int]:
         """The origin's buckets from ``where.planned`` to ``where.latest`` holding
-        *allowed* polls or more, ascending, read lazily in batches."""
-        start = where.planned
+        *allowed* polls or more, ascending: first those of *near* (the first batch of
+        occupied buckets, already read), then, only if the search goes past them,
+        further batches read lazily."""
+        yield from (bucket for bucket, count in near if count >= allowed)
+        if len(near) < FULL_BATCH:
+            return
+        start = near[-1][0] + 1
         while start <= where.latest:
             rows = execute(self._full, (origin, start, where.latest, allowed)).fetchall()
             for (bucket,) in rows:
