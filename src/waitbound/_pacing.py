@@ -27,10 +27,10 @@ PostgreSQL's advisory lock on the origin) is held for no longer.
 
 :func:`span`, :func:`room`, :func:`first_room`, :func:`settle` and :func:`choose` are
 pure (no clock, no store, no global random): the stores hold the calendar and call
-them under their own lock or transaction, so every store decides alike. :func:`pacer_for` is the one adapter: the :class:`Pacer` the
-drivers and the worker hand the controller (as they hand it the learned schedules'
-look-up), which calls the store's ``pace`` and keeps the planned time when the store
-has none or fails.
+them under their own lock or transaction, so every store decides alike.
+:func:`pacer_for` is the one adapter: the :class:`Pacer` the drivers and the worker
+hand the controller (as they hand it the learned schedules' look-up), which calls the
+store's ``pace`` and keeps the planned time when the store has none or fails.
 """
 
 from __future__ import annotations

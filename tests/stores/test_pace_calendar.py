@@ -212,7 +212,7 @@ def test_a_year_ahead_poll_does_no_more_work_under_the_write_lock(store: Store) 
         latest = planned + _at(600)
         paced: list[Any] = []
         costs[days] = work.of(
-            lambda p=planned, q=latest: paced.append(
+            lambda p=planned, q=latest, out=paced: out.append(
                 store.pace(A, p, latest_at=q, now=T0, rng_offset=0.5)
             )
         )
