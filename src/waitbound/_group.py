@@ -177,6 +177,7 @@ class Scheduler:
                     reason=f"another member of group {self.group.group_id} ended first",
                     requested_by=f"group {self.group.group_id}",
                     by_a_person=False,
+                    once=True,  # another process's group may have asked already
                 )
             except UsageError:  # not cancelable now (or no cancel action): left as it is
                 continue
@@ -304,8 +305,12 @@ class Scheduler:
         reservation = reservation_of(send, self.kit.headers, per_origin=self.kit.per_origin)
         try:
             reserved = self.kit.store.save(reservation.record, reservation.events)
-        except ConflictError:  # someone wrote it meanwhile: the group's count stays spent
+        except ConflictError:  # someone wrote it meanwhile: nothing is sent, so the
+            # group gives back the request it counted (it counts requests sent only)
             member.stale = True
+            released = self.groups.release_group(self.group.group_id)
+            if released is not None:
+                self.group = released
             return None
         emit(self.kit.on_event, reservation.events)
         member.record = reserved

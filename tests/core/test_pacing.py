@@ -344,7 +344,7 @@ class _CountingCounts(dict[int, int]):
         self.reads += 1
         return super().__getitem__(key)
 
-    def items(self):  # type: ignore[no-untyped-def,override]
+    def items(self):
         for item in super().items():
             self.reads += 1
             yield item

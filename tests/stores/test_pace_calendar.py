@@ -151,7 +151,7 @@ class _LockedWork:
                     finally:
                         self.inside = False
 
-            store._transaction = counted  # type: ignore[method-assign]
+            store._transaction = counted
         else:
             store._lock = _FlaggedLock(store._lock, self)  # type: ignore[attr-defined]
         db = getattr(store, "_db", None)
@@ -211,11 +211,11 @@ def test_a_year_ahead_poll_does_no_more_work_under_the_write_lock(store: Store) 
         planned = T0 + timedelta(days=days)
         latest = planned + _at(600)
         paced: list[Any] = []
-        costs[days] = work.of(
-            lambda p=planned, q=latest, out=paced: out.append(
-                store.pace(A, p, latest_at=q, now=T0, rng_offset=0.5)
-            )
-        )
+
+        def one(p: Any = planned, q: Any = latest, out: list[Any] = paced) -> None:
+            out.append(store.pace(A, p, latest_at=q, now=T0, rng_offset=0.5))
+
+        costs[days] = work.of(one)
         assert planned <= paced[0] <= latest
         assert costs[days] > 0
         assert costs[days] <= costs[60 / 86_400] + 10, costs

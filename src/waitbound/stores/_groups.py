@@ -118,6 +118,12 @@ class GroupStore(Protocol):
         spent (nothing counted). Atomic: two processes driving one group never both
         take its last request."""
 
+    def release_group(self, group_id: str) -> GroupRow | None:
+        """Give back one request :meth:`spend_group` counted and that was not sent (the
+        member's reservation lost a race with another process), whatever the group's
+        state, never below zero; commit it and return the group as stored (``None``:
+        no such group)."""
+
     def end_group(
         self, group_id: str, *, state: GroupState, reason: str | None, at: datetime
     ) -> GroupRow | None:
@@ -159,6 +165,15 @@ class _MemoryGroups:
             if row is None or row.state != "waiting" or row.requests_left == 0:
                 return None
             row = replace(row, requests_used=row.requests_used + 1, version=row.version + 1)
+            self._rows[group_id] = row
+            return row
+
+    def release_group(self, group_id: str) -> GroupRow | None:
+        with self._lock:
+            row = self._rows.get(group_id)
+            if row is None or row.requests_used == 0:
+                return row
+            row = replace(row, requests_used=row.requests_used - 1, version=row.version + 1)
             self._rows[group_id] = row
             return row
 
@@ -320,6 +335,16 @@ class _SQLGroups:
                 (group_id,),
             )
             return self._one(db, group_id) if counted else None
+
+    def release_group(self, group_id: str) -> GroupRow | None:
+        with self._store._transaction() as db:  # type: ignore[attr-defined]
+            self._update(
+                db,
+                "UPDATE {g} SET requests_used = requests_used - 1, version = version + 1"
+                " WHERE group_id = ? AND requests_used > 0",
+                (group_id,),
+            )
+            return self._one(db, group_id)
 
     def end_group(
         self, group_id: str, *, state: GroupState, reason: str | None, at: datetime
