@@ -5,7 +5,9 @@ race is played out deterministically (no threads, no sleeps, a virtual clock).
 
 - the group's counter charges only requests that were sent: a process whose member's
   reservation lost the race gives back what it counted;
-- ``cancel_rest`` from two processes sends each member's cancel once.
+- ``cancel_rest`` from two processes sends each member's cancel once;
+- the group's budget counts every request to its members, whoever sends it (a worker,
+  another process's ``wait``).
 """
 
 from __future__ import annotations
@@ -18,9 +20,19 @@ import httpx
 import pytest
 
 from tests.core.harness import PROFILE
+from tests.core.test_worker import _run_worker
 from tests.fakes import FakeClock, ScriptedProvider
 from tests.stores.test_store_contract import Backend, backend
-from waitbound import Operation, Policy, Store, parse_profile
+from waitbound import (
+    Operation,
+    OutcomeKind,
+    Policy,
+    Reason,
+    Store,
+    parse_profile,
+    wait,
+    wait_all,
+)
 from waitbound._driver import exchange, run_exchange_sync
 from waitbound._driver import tools as make_tools
 from waitbound._group import Ended, Go, Nap, Scheduler, Stop
@@ -209,3 +221,67 @@ def test_cancel_rest_from_two_processes_sends_one_cancel_per_member(
         assert not record.cancel_due
         requested = [e for e in first.audit(name) if e.event.kind == "cancel_requested"]
         assert len(requested) == 1
+
+
+def test_the_group_budget_counts_the_requests_another_process_sends_to_its_members(
+    backend: Backend,
+) -> None:
+    """A group of two members (budget 6) is waiting; another process's ``wait`` drives
+    the first member to its end (4 requests). The group counted them: resumed, it has 2
+    requests left, sends them to the second member and stops
+    ``request_budget_exhausted`` — the provider saw 6 requests to the group's members
+    while it waited (it counted none of the 4, sent 5 more and the provider saw 9)."""
+    clock = FakeClock()
+    provider = ScriptedProvider(
+        clock,
+        {"/s0": [_running(0), _running(0), _running(0), _done(0)], "/s1": [_running(1)]},
+    )
+    client = provider.client()
+    first = backend.open()
+    _members(first, clock, 2, PROFILE)
+    row = _group(first, clock, 2, "all", max_requests=6)
+    other = backend.open()
+    outcome = wait(operation_id="op-0", store=other, client=client, clock=clock, sleep=clock.sleep)
+    assert outcome.outcome is OutcomeKind.SUCCEEDED
+    assert provider.count("/s0") == 4
+    counted = groups_of(first).get_group(row.group_id)
+    assert counted is not None
+    assert counted.requests_used == 4
+    result = wait_all(
+        group_id=row.group_id, store=first, client=client, clock=clock, sleep=clock.sleep
+    )
+    assert result.stopped is Reason.REQUEST_BUDGET_EXHAUSTED
+    assert result.requests_used == len(provider.requests) == 6
+    assert provider.count("/s1") == 2
+
+
+def test_the_group_budget_counts_the_requests_a_worker_sends_to_its_members(
+    backend: Backend,
+) -> None:
+    """A worker drives a waiting group's members (and an operation outside it): every
+    request it sent to a member is on the group's counter, none of the others; a group
+    that ended counts nothing more."""
+    clock = FakeClock()
+    provider = ScriptedProvider(
+        clock,
+        {
+            "/s0": [_running(0), _done(0)],
+            "/s1": [_running(1), _running(1), _done(1)],
+            "/s2": [_running(2), _done(2)],
+        },
+    )
+    first = backend.open()
+    _members(first, clock, 3, PROFILE)
+    row = _group(first, clock, 2, "all", max_requests=50)
+    ended = _group(first, clock, 2, "all", max_requests=50)
+    groups_of(first).end_group(ended.group_id, state="stopped", reason="x", at=clock.now())
+    worker_store = backend.open()
+    _run_worker(worker_store, provider, clock)  # type: ignore[arg-type]
+    assert provider.count("/s0") + provider.count("/s1") == 5
+    assert provider.count("/s2") == 2
+    counted = groups_of(first).get_group(row.group_id)
+    assert counted is not None
+    assert counted.requests_used == 5
+    untouched = groups_of(first).get_group(ended.group_id)
+    assert untouched is not None
+    assert untouched.requests_used == 0

@@ -35,6 +35,7 @@ from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus,
 from waitbound._record import Phase, Record
 from waitbound.stores._calendar_rows import CalendarRows
 from waitbound.stores._codec import brief, from_sqlite, from_text, load_object, to_sqlite
+from waitbound.stores._group_charges import charge_sql, charges
 from waitbound.stores._history_rows import Execute, HistoryRows
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
@@ -385,6 +386,8 @@ class SQLiteStore(ClaimsByReservation):
                 written.append(None)
                 continue
             _push_writes(db, stored)
+            for counted_by in charges(events):  # the member's groups count it too
+                db.execute(_CHARGE, (counted_by, stored.operation_id))
             _HISTORY.record(_run(db), stored)
             self._pending_rows.append((stored, row))
             written.append(stored)
@@ -827,6 +830,9 @@ def _instant(value: datetime | None) -> str | None:
 def _read_instant(value: object) -> datetime | None:
     return utc(datetime.fromisoformat(str(value))) if value is not None else None
 
+
+_CHARGE: Final = charge_sql("", "?")
+"""A reserved request charged to the member's other waiting groups (``_groups``)."""
 
 _HISTORY: Final = HistoryRows(
     "schedule_history", mark="?", instant=_instant, read_instant=_read_instant
