@@ -11,8 +11,8 @@ write transaction, so it is also how long the write lock is held): the median an
 slowest, in milliseconds. The calendar used to walk every second from now to the
 planned poll: 2 s for a poll 180 days ahead, 4 s for a year.
 
-Usage: ``python -m benchmarks.pace_far [--calls N] [--wave N] [--no-postgres]``
-(about 10 s).
+Usage: ``python -m benchmarks.pace_far [--calls N] [--wave N] [--no-postgres]
+[--quick]`` (about 20 s; ``--quick``: 20 calls, a wave of 100).
 """
 
 from __future__ import annotations
@@ -88,7 +88,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200, help="paces per distance")
     parser.add_argument("--wave", type=int, default=1000, help="polls crowding the origin")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="20 calls, a wave of 100")
     args = parser.parse_args()
+    if args.quick:
+        args.calls, args.wave = 20, 100
     print_machine(machine(pg_dsn=None if args.no_postgres else PG_DSN))
     rows: list[list[object]] = []
     with _stores(not args.no_postgres) as stores:
