@@ -386,7 +386,7 @@ def serve_command(  # noqa: PLR0917 - click passes every option
                 port,
                 worker=not no_worker,
                 worker_settings=settings,
-                headers=per_origin if per_origin.table else None,
+                headers=per_origin.bound() if per_origin.table else None,
                 notify_secret=notify_secret,
                 on_listening=listening,
                 http=http,

@@ -113,14 +113,14 @@ class Jobs:
         self.http = http or HttpSettings(max_body_bytes=config.max_response_bytes)
         self._changed = anyio.Event()
         self._secrets = config.secrets()
-        self._holds_credentials = any(p.headers for p in config.providers.values())
+        self._credentials = config.credentials()
 
     # -- plumbing -----------------------------------------------------------------
 
     def credentials(self, record: Record) -> Mapping[str, str]:
-        """The headers of the provider that started *record* (``{}`` for others)."""
-        provider = self.config.providers.get(provider_of(record) or "")
-        return provider.headers if provider else {}
+        """The headers *record*'s own URL gets: its provider's, when that URL is under
+        the provider's ``base_url`` (``{}`` otherwise, and for other operations)."""
+        return self._credentials(record)
 
     def changed(self) -> anyio.Event:
         """An event set at the next change this process makes or sees (an operation
@@ -172,8 +172,8 @@ class Jobs:
         await work(
             self.store,
             settings=replace(settings or WorkerSettings(), label_prefix=LABEL_PREFIX),
-            # none configured: no story line says a request went without them
-            headers=self.credentials if self._holds_credentials else None,
+            # bound to each provider's places: a record naming elsewhere is refused
+            headers=self._credentials,
             client=self.client,
             clock=self.clock,
             rng=self.rng,
@@ -253,7 +253,7 @@ class Jobs:
             submission,
             operation_id=operation_id,
             store=self.store,
-            headers=chosen.headers,
+            headers=self._credentials,
             client=self.client,
             clock=self.clock,
             rng=self.rng,
@@ -328,7 +328,7 @@ class Jobs:
             await check_async(
                 record.operation_id,
                 store=self.store,
-                headers=self.credentials(record),
+                headers=self._credentials,
                 client=self.client,
                 clock=self.clock,
                 rng=self.rng,
