@@ -66,8 +66,7 @@ class Recorder:
 
     @property
     def base_url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def authorizations(self) -> list[str]:
         return [h["authorization"] for _, _, h in self.seen if "authorization" in h]
