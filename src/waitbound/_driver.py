@@ -48,6 +48,7 @@ from waitbound._credentials import BoundCredentials, headers_for, refuse_outside
 from waitbound._errors import ConflictError, OperationNotFoundError
 from waitbound._failpoints import hit
 from waitbound._learned import ModelLookup
+from waitbound._metrics import label_origins
 from waitbound._observation import Observation
 from waitbound._operation import Submission
 from waitbound._pacing import Pacer, pacer_for
@@ -585,6 +586,8 @@ def tools(
     on_event: EventSink | None,
     headers: Credentials | None,
 ) -> Tools:
+    if isinstance(headers, BoundCredentials):  # the configured origins: metric labels
+        label_origins(place.origin for b in headers.bindings for place in b.places)
     if callable(headers):
         per_record = headers
     else:
