@@ -292,3 +292,68 @@ def test_a_place_holds_only_whole_segments_under_its_path(url: str, inside: bool
     """origin = scheme + host + port; the path under the base path by whole segments;
     a dot segment or an escaped separator is never under it."""
     assert Place.of("https://api.example.com/v1/").holds(url) is inside
+
+
+def test_the_worker_command_sends_no_credential_where_a_hostile_record_points(
+    tmp_path: Path,
+) -> None:
+    """``waitbound worker --header-for ORIGIN --until-idle`` on a shared SQLite store
+    holding the hostile records: the attacker never receives the header."""
+    from waitbound.cli import run
+
+    db = tmp_path / "shared.db"
+    store = SQLiteStore(db)
+    with recorder() as provider, recorder() as attacker:
+        try:
+            _hostile(
+                store,
+                f"{provider.base_url}/jobs/1",
+                result_url=f"{attacker.base_url}/result/steal",
+                trusted_origins=(attacker.base_url,),
+            )
+            _hostile(store, f"{attacker.base_url}/jobs/steal")
+        finally:
+            store.close()
+        code = run(
+            [
+                "worker", "--store", str(db), "--until-idle", "--quiet",
+                "--header-for", provider.base_url, f"Authorization: Bearer {SECRET}",
+            ]
+        )  # fmt: skip
+        assert code == 0
+        assert attacker.seen
+        assert attacker.authorizations() == []
+        assert provider.authorizations() == [f"Bearer {SECRET}"]
+
+
+def test_serve_hands_its_worker_the_bound_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``waitbound serve --header-for``: its worker gets the one rule, under which a
+    record trusting the attacker's origin gets no header there."""
+    from waitbound.cli import run
+    from waitbound.web import _run
+
+    given: list[Any] = []
+
+    async def recorded(*args: Any, **kwargs: Any) -> None:
+        given.append(kwargs["headers"])
+
+    monkeypatch.setattr(_run, "serve", recorded)
+    token = tmp_path / "token"
+    token.write_text("tok_" + "s" * 40)
+    token.chmod(0o600)
+    code = run(
+        [
+            "serve", "--store", str(tmp_path / "ops.db"), "--token-file", str(token),
+            "--header-for", "https://api.example", f"Authorization: Bearer {SECRET}",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    [bound] = given
+    assert isinstance(bound, BoundCredentials)
+    hostile = _record("https://api.example/jobs/1", trusted_origins=("http://127.0.0.1:9",))
+    assert headers_for(bound, hostile, "http://127.0.0.1:9/steal") == {}
+    assert headers_for(bound, hostile, "https://api.example/jobs/1") == {
+        "Authorization": f"Bearer {SECRET}"
+    }
