@@ -357,3 +357,55 @@ def test_serve_hands_its_worker_the_bound_credentials(
     assert headers_for(bound, hostile, "https://api.example/jobs/1") == {
         "Authorization": f"Bearer {SECRET}"
     }
+
+
+async def test_an_origin_the_configuration_trusts_is_driven_with_the_headers(
+    tmp_path: Path,
+) -> None:
+    """``trusted_origins`` in a provider's configuration: a record of its label whose
+    status URL is there is driven, with the provider's headers; the configuration
+    alone widens where they go."""
+    store = SQLiteStore(tmp_path / "s.db")
+    try:
+        with recorder() as provider, recorder() as files:
+            data = {
+                "providers": {
+                    "reports": {
+                        "base_url": f"{provider.base_url}/api",
+                        "profile": PROFILE,
+                        "headers": {"Authorization": "Bearer ${REPORTS_TOKEN}"},
+                        "trusted_origins": [files.base_url],
+                    }
+                }
+            }
+            config = parse_config(data, base_dir=tmp_path, environ={"REPORTS_TOKEN": SECRET})
+            _hostile(store, f"{files.base_url}/any/path")
+            with anyio.fail_after(20):
+                await Jobs(config, store).drive(
+                    anyio.Event(), WorkerSettings(until_idle=True, idle_s=0.05)
+                )
+            assert files.authorizations() == [f"Bearer {SECRET}"]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "origins", [["https://files.example/x"], ["https://files.example?a=1"], "https://x", [1]]
+)
+def test_a_trusted_origin_with_a_path_or_not_an_origin_is_one_line(origins: object) -> None:
+    """``trusted_origins`` takes origins only: anything else stops the server in one
+    line naming the key."""
+    from waitbound import UsageError
+
+    data = {
+        "providers": {
+            "reports": {
+                "base_url": "https://api.example",
+                "profile": PROFILE,
+                "trusted_origins": origins,
+            }
+        }
+    }
+    with pytest.raises(UsageError, match=r"providers\.reports\.trusted_origins") as caught:
+        parse_config(data, base_dir=Path("."))
+    assert "\n" not in str(caught.value)

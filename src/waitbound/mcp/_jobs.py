@@ -257,6 +257,7 @@ class Jobs:
             content_type="application/json" if body is not None else None,
             idempotency_key=idempotency_key,
             label=chosen.label,
+            trusted_origins=chosen.trusted_origins,  # what its story says reaches them
         )
         operation_id = None
         if idempotency_key is not None:
