@@ -236,3 +236,37 @@ def test_a_wave_a_year_ahead_is_spread_like_the_pure_rule(store: Store) -> None:
         got = store.pace(A, planned, latest_at=latest, now=T0, rng_offset=offset)
         assert got == want
     assert sorted(counts) == list(range(min(counts), min(counts) + 200))
+
+
+def test_other_origins_rows_are_not_read_at_every_pace(store: Store) -> None:
+    """The calendar of one origin costs the same under the write lock whether other
+    origins hold 100 or 600 future seconds: their past is swept at most once a minute,
+    not by a scan of the whole table at every pace (lines and SQLite steps counted)."""
+    costs = []
+    work = _LockedWork(store)
+    rounds = (
+        ("https://b.example:443", 100, "https://a1.example:443"),
+        ("https://c.example:443", 500, "https://a2.example:443"),
+    )
+    for other, size, paced in rounds:
+        for k in range(size):
+            at = T0 + timedelta(days=300, seconds=k)
+            store.pace(other, at, latest_at=at, now=T0, rng_offset=0.0)
+        planned = T0 + _at(30)
+
+        def one(p: Any = planned, name: str = paced) -> None:
+            store.pace(name, p, latest_at=p + _at(60), now=T0, rng_offset=0.0)
+
+        costs.append(work.of(one))
+    assert costs[1] <= costs[0] + 5, costs
+
+
+def test_other_origins_past_is_pruned(store: Store) -> None:
+    """An origin that stopped polling leaves nothing behind once its seconds are past
+    (and, in PostgreSQL, the margin for clock skew): another origin's pace an hour
+    later sweeps them."""
+    for k in range(20):
+        store.pace(B, T0 + _at(5 + k), latest_at=T0 + _at(5 + k), now=T0, rng_offset=0.0)
+    later = T0 + timedelta(hours=1)
+    store.pace(A, later + _at(5), latest_at=later + _at(5), now=later, rng_offset=0.0)
+    assert store.calendar_size() == 1

@@ -37,6 +37,12 @@ before the calendar existed gets it where the store opens (SQLite) or at its fir
 FULL_BATCH: Final = 64
 """How many full buckets one read of the gap search fetches."""
 
+SWEEP_EVERY_S: Final = 60
+"""Other origins' past buckets are pruned by one store object at most this often
+(seconds of the callers' *now*): that prune reads the whole table (no index leads with
+the bucket), while the origin's own past, pruned at every pace, is a range of the
+primary key."""
+
 
 class CalendarRows:
     """The statements of one store's ``pace_calendar`` table.
@@ -44,18 +50,21 @@ class CalendarRows:
     Args:
         table: the table's name as SQL (quoted and schema-qualified where needed).
         mark: the parameter mark (``?`` or ``%s``).
-        keep_s: buckets of other origins older than this before now are pruned too
-            (seconds; 0 in SQLite, whose writes are serialized; a margin in
-            PostgreSQL, so the prune never touches a row another origin's transaction
-            holds, whatever the workers' clock skew).
+        keep_s: buckets of other origins older than this before now are pruned too,
+            at most every :data:`SWEEP_EVERY_S` (seconds; 0 in SQLite, whose writes are
+            serialized; a margin in PostgreSQL, so the prune never touches a row
+            another origin's transaction holds, whatever the workers' clock skew).
+
+    One object per store object (it remembers when it last pruned other origins).
     """
 
     def __init__(self, table: str, *, mark: str, keep_s: int = 0) -> None:
         self._keep_s = keep_s
         self.create = CALENDAR_DDL.format(table=table)
-        self._prune = (  # the origin's past, and every origin's older than keep_s
-            f"DELETE FROM {table} WHERE (origin = {mark} AND bucket < {mark}) OR bucket < {mark}"
-        )
+        self._prune = f"DELETE FROM {table} WHERE origin = {mark} AND bucket < {mark}"
+        self._sweep = f"DELETE FROM {table} WHERE bucket < {mark}"  # every origin's
+        self._swept: int | None = None
+        """The bucket of this object's last sweep of every origin's past."""
         self._read = (  # the first batch of occupied buckets from the planned one, and
             # the window's total as a row without a bucket: one round trip for both
             f"SELECT bucket, planned FROM (SELECT bucket, planned FROM {table}"
@@ -86,7 +95,11 @@ class CalendarRows:
     ) -> datetime:
         """See :meth:`~waitbound.stores.Store.pace` (in the caller's transaction)."""
         where = span(planned_at, latest_at=latest_at, now=now)
-        execute(self._prune, (origin, where.first, where.first - self._keep_s))
+        execute(self._prune, (origin, where.first))
+        swept = self._swept
+        if swept is None or not 0 <= where.first - swept < SWEEP_EVERY_S:
+            execute(self._sweep, (where.first - self._keep_s,))
+            self._swept = where.first
         bucket, at = where.planned, planned_at
         if latest_at > planned_at:
             rows = execute(
