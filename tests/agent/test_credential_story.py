@@ -82,9 +82,7 @@ async def test_the_story_says_whether_the_callers_credentials_were_sent(
     store = SQLiteStore(tmp_path / "s.db")
     try:
         with recorder() as provider, recorder() as attacker:
-            operation_id = start(
-                _operation(provider, attacker, case), store=store
-            ).operation_id
+            operation_id = start(_operation(provider, attacker, case), store=store).operation_id
             with anyio.fail_after(20):
                 await work(
                     store,
@@ -96,9 +94,7 @@ async def test_the_story_says_whether_the_callers_credentials_were_sent(
                 + [(path, "authorization" in headers) for _, path, headers in attacker.seen]
             )
         reserved = [
-            stored.event
-            for stored in store.audit(operation_id)
-            if stored.event.kind == "reserved"
+            stored.event for stored in store.audit(operation_id) if stored.event.kind == "reserved"
         ]
     finally:
         store.close()
