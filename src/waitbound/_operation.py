@@ -463,6 +463,7 @@ def request_cancel(
     reason: str | None,
     requested_by: str | None,
     by_a_person: bool = True,
+    once: bool = False,
 ) -> Record:
     """Mark the operation's cancel as due (audited), after checking it is allowed.
 
@@ -478,6 +479,12 @@ def request_cancel(
 
     *by_a_person* false (an agent's cancel, the MCP tool): a stopped operation is
     refused, since canceling it is a decision and an agent never decides.
+
+    *once* (a group's ``cancel_rest``): an operation whose cancel was requested already
+    (due or sent, by anyone) is returned as stored and nothing is written. The check
+    is made on the record the write replaces (a compare-and-swap on its version), so of
+    several processes asking at once exactly one requests the cancel, and the job gets
+    one cancel request.
 
     Raises:
         OperationNotFoundError: no such operation.
@@ -504,6 +511,8 @@ def request_cancel(
                 f"operation {operation_id} is finished ({closed.outcome}) and its decision "
                 "request was closed as decision_timeout: there is nothing to cancel"
             )
+        if once and record.cancel_requested_at is not None and not record.is_finished:
+            return record  # claimed already: one cancel per operation
         refusal = cancel_refusal(record, now)
         if refusal is not None:
             raise UsageError(refusal)
