@@ -427,8 +427,6 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
     summary = f"reserved {kind} request{budget} (timeout {timeout_s:.3g}s)" + (
         f"; {late_s:.3g}s later than planned" if late_s > 1 and kind == "status" else ""
     )
-    if not record.trusts(url):
-        summary += f"; to {redact_url(url)} without the caller's credentials (another origin)"
     event = audit_event(
         reserved, now, "reserved", summary, request=kind, timeout_s=round(timeout_s, 3)
     )

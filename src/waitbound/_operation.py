@@ -24,7 +24,7 @@ from waitbound._contract import Profile
 from waitbound._controller import audit_event, created_event
 from waitbound._decisions import decide_record, expire
 from waitbound._errors import ConflictError, OperationNotFoundError, StoreError, UsageError
-from waitbound._metrics import label_origins
+from waitbound._metrics import label_origins, label_profiles
 from waitbound._options import Option, cancel_refusal
 from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Push, Record
@@ -314,6 +314,7 @@ def open_operation(
             check_url(url, what)
     if operation is not None:  # this process's caller named them: metric labels
         label_origins(_origins_named(operation))
+        label_profiles((operation.profile.name,))
     existing = store.get(operation_id) if operation_id else None
     if existing is not None:
         if isinstance(operation, Operation) and operation.status_url != existing.status_url:

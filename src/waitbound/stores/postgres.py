@@ -224,8 +224,7 @@ _QUERIES: Final = {
     # -- the push path (ids are ordered and compared byte-wise, COLLATE "C", as the
     # other stores order them, whatever the database's collation)
     "push_lock": "SELECT pg_advisory_xact_lock(%s)",
-    "pace_lock": "SELECT pg_advisory_xact_lock(%s),"
-    " set_config('synchronous_commit', 'off', true)",
+    "pace_lock": "SELECT pg_advisory_xact_lock(%s), set_config('synchronous_commit', 'off', true)",
     "register": "INSERT INTO {schema}.webhook_jobs (provider, job_id, operation_id)"
     " VALUES (%s, %s, %s) ON CONFLICT (provider, job_id) DO UPDATE"
     " SET operation_id = excluded.operation_id"
