@@ -540,6 +540,8 @@ def request_cancel(
                 cancel_requested_by=who,
                 cancel_reason=reason,
                 cancel_accepted_at=None,
+                cancel_refused_at=None,
+                cancel_refused=None,
             )
         try:
             return store.save(due, [event])
