@@ -86,6 +86,7 @@ class HostileServer:
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         self._deadline = 0.0
+        self._base_url: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -94,15 +95,18 @@ class HostileServer:
         Raises:
             RuntimeError: the server is not started.
         """
-        if self._listener is None:
+        if self._base_url is None:
             raise RuntimeError("start the HostileServer first")
-        host, port = self._listener.getsockname()[:2]
-        return f"http://{host}:{port}"
+        return self._base_url
 
     def start(self) -> Self:
         """Listen on a free loopback port and serve in a daemon thread."""
         listener = socket.create_server(("127.0.0.1", 0))
         listener.settimeout(_POLL_S)
+        host, port = listener.getsockname()[:2]
+        # Read once at start: the server may outlive its lifetime before a test on a
+        # loaded machine asks for the address, and a closed listener has none.
+        self._base_url = f"http://{host}:{port}"
         self._listener = listener
         self._deadline = time.monotonic() + self.lifetime_s
         self._spawn(self._accept_loop)
