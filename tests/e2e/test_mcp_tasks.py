@@ -124,7 +124,9 @@ class Session:
             port = self.http.port if self.http is not None else None
             self.http = HttpServer(self.config, self.store, ENV, port)
             self.http.start()
-            self.requester("connect", transport="http", url=self.http.url)
+            self.requester(
+                "connect", transport="http", url=self.http.url, headers=self.http.headers
+            )
 
     def restart(self) -> None:
         """Kill the server process (stdio: the requester's child; http: ours) and
