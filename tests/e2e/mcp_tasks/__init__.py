@@ -52,8 +52,9 @@ def server_argv(config: Path, store: str, *extra: str) -> list[str]:
 
 class HttpServer:
     """``waitbound mcp --transport http`` as a subprocess on a free loopback port, with
-    a token file of one shared token (an admin; :attr:`headers` carry it), or none
-    with ``no_auth``; *extra* arguments are passed on."""
+    a token file of one shared token (an admin; :attr:`headers` carry it) or of one
+    *holder*'s (``"NAME ROLE"``), or none with ``no_auth``; *extra* arguments are
+    passed on."""
 
     def __init__(
         self,
@@ -64,7 +65,7 @@ class HttpServer:
         *extra: str,
         host: str = "127.0.0.1",
         no_auth: bool = False,
-        token_file: Path | None = None,
+        holder: str | None = None,
     ):
         self.port = port or free_port()
         self.host = host
@@ -73,10 +74,9 @@ class HttpServer:
         self.headers = {} if no_auth else {"Authorization": f"Bearer {self.token}"}
         doors: tuple[str, ...] = ("--no-auth",)
         if not no_auth:
-            if token_file is None:
-                token_file = config.parent / f"tokens-{self.port}"
-                token_file.write_text(self.token + "\n")
-                token_file.chmod(0o600)
+            token_file = config.parent / f"tokens-{self.port}"
+            token_file.write_text(f"{holder} {self.token}\n" if holder else f"{self.token}\n")
+            token_file.chmod(0o600)
             doors = ("--token-file", str(token_file))
         self.argv = server_argv(
             config, store, "--transport", "http", "--host", host, "--port", str(self.port),
