@@ -39,6 +39,7 @@ from waitbound.web._session import BEARER_DECIDER
 from waitbound.web._tokens import ADMIN, DECIDER, VIEWER, allows
 
 __all__ = [
+    "LOCAL_OWNER",
     "NOBODY",
     "OPEN_SESSION_KEY",
     "Principal",
@@ -54,6 +55,8 @@ __all__ = [
 OPEN_SESSION_KEY: Final = "waitbound.mcp.open"
 """Set in a request's ASGI scope when the server runs with ``--no-auth``."""
 _SESSION_HEADER: Final = "mcp-session-id"
+LOCAL_OWNER: Final = "local"
+"""With ``--no-auth``, the owner of the jobs sessionless requests start: they share it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,6 +192,8 @@ def principal_of_request(request: Any) -> Principal:
         session = headers.get(_SESSION_HEADER.encode(), b"").decode("latin-1")
         if session and session.isalnum() and len(session) <= 64:
             return Principal(owner=f"session-{session}", role=VIEWER, by=f"mcp session {session}")
+        if not session:  # a sessionless (2026-07-28) request: every such client is one
+            return Principal(owner=LOCAL_OWNER, role=VIEWER, by="mcp local client (no token)")
     return NOBODY
 
 
