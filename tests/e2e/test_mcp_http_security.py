@@ -19,6 +19,7 @@ import anyio
 import httpx
 import pytest
 
+import waitbound
 from tests.e2e.mcp_tasks import WAIT_S, HttpServer, free_port, http_client, server_argv
 from tests.e2e.runner import cli
 from waitbound.mcp._http import MAX_SESSIONS
@@ -134,6 +135,69 @@ def test_list_jobs_and_reads_reach_only_the_owner_and_an_admin(tmp_path: Path) -
         assert answer.is_error
         assert "no operation with id" in answer.content[0].text
     assert story != "read"
+
+
+def _task_request(url: str, token: str, method: str, params: dict[str, Any]) -> Any:
+    """One 2026-07-28 request declaring the Tasks extension; its JSON-RPC answer."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "ann", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
+        },
+    }
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {**params, "_meta": meta}}
+    name = params.get("taskId") or params.get("name")
+    answer = httpx.post(
+        url,
+        json=body,
+        headers={
+            **_bearer(token),
+            "Accept": "application/json, text/event-stream",
+            "Mcp-Protocol-Version": "2026-07-28",
+            "Mcp-Method": method,
+            **({"Mcp-Name": name} if isinstance(name, str) else {}),
+        },
+        timeout=WAIT_S,
+    )
+    text = answer.text
+    if "text/event-stream" in answer.headers.get("content-type", ""):
+        data = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+        text = next(d for d in data if '"id":7' in d.replace(" ", ""))
+    return json.loads(text)
+
+
+def test_tasks_reach_only_their_owner(tmp_path: Path) -> None:
+    """A task ann started: bob's tasks/get, tasks/update and tasks/cancel are 'task not
+    found' and change nothing; ann's own tasks/get answers it."""
+    with Simulator(_scenario()) as sim:
+        config = tmp_path / "c.toml"
+        config.write_text(CONFIG.format(base_url=sim.base_url) + "allow_cancel = true\n")
+        with _Tokens(config, str(tmp_path / "s.db")) as server:
+            call = {"name": "start_job", "arguments": {"provider": "reports"}}
+            created = _task_request(server.url, ANN, "tools/call", call)
+            task_id = created["result"]["taskId"]
+            own = _task_request(server.url, ANN, "tasks/get", {"taskId": task_id})
+            answers = [
+                _task_request(server.url, BOB, "tasks/get", {"taskId": task_id}),
+                _task_request(server.url, BOB, "tasks/cancel", {"taskId": task_id}),
+                _task_request(
+                    server.url, BOB, "tasks/update", {"taskId": task_id, "inputResponses": {}}
+                ),
+            ]
+            after = _task_request(server.url, ANN, "tasks/get", {"taskId": task_id})
+    assert own["result"]["taskId"] == task_id
+    for answer in answers:
+        assert answer["error"]["code"] == -32602, answer
+        assert "task not found" in answer["error"]["message"]
+    assert after["result"]["taskId"] == task_id
+    store = waitbound.open_store(str(tmp_path / "s.db"))
+    try:
+        record = store.get(task_id)
+    finally:
+        store.close()
+    assert record is not None
+    assert record.cancel_requested_at is None  # bob's tasks/cancel changed nothing
 
 
 @pytest.mark.parametrize(("host", "extra"), [("127.0.0.2", ()), ("0.0.0.0", ("--allow-remote",))])
