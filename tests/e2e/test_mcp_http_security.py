@@ -323,15 +323,18 @@ def test_idle_sockets_past_the_descriptor_limit_do_not_wedge_the_server(tmp_path
                     idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
                 except OSError:
                     break  # the backlog is full: refused, as it should be
-            healthy = False
-            deadline = time.monotonic() + WAIT_S
+            healthy, seen = False, "nothing"
+            deadline = time.monotonic() + 2 * WAIT_S
             while not healthy and time.monotonic() < deadline:
                 try:
                     answer = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
-                    healthy = answer.status_code == 200
-                except httpx.HTTPError:
+                    healthy, seen = answer.status_code == 200, f"HTTP {answer.status_code}"
+                except httpx.HTTPError as exc:
+                    seen = f"{type(exc).__name__}: {exc}"
+                if not healthy:
                     time.sleep(0.2)
-            assert healthy, "/healthz was not answered during the flood"
+            assert healthy, f"/healthz was not answered during the flood (last: {seen})"
+            assert process.poll() is None
             for sock in idle:
                 sock.close()
             idle.clear()
