@@ -46,7 +46,10 @@ MCP_TOOLS = (
     "declares the MCP Tasks extension (io.modelcontextprotocol/tasks) on a request gets a "
     "durable task handle from start_job and await_job instead (tasks/get, tasks/update, "
     "tasks/cancel); every operation's story is the resource "
-    "waitbound://operations/{operation_id}/story. See docs/mcp.md.",
+    "waitbound://operations/{operation_id}/story. With --transport http every request "
+    "but GET /healthz needs a bearer token of --token-file (as waitbound serve), and each "
+    "token's holder reaches only the jobs it started (an admin, every job). See "
+    "docs/mcp.md.",
 )
 @click.option(
     "--config",
