@@ -118,16 +118,20 @@ def test_list_jobs_and_reads_reach_only_the_owner_and_an_admin(tmp_path: Path) -
                     await _call(server.url, BOB, tool, {"operation_id": op})
                     for tool in ("check_job", "await_job", "get_result", "cancel_job")
                 ]
+                uri = f"waitbound://operations/{op}/story"
                 with anyio.fail_after(WAIT_S):
+                    async with http_client(server.url, _bearer(ANN)) as client:
+                        own = await client.read_resource(uri)
                     async with http_client(server.url, _bearer(BOB)) as client:
                         try:
-                            await client.read_resource(f"waitbound://operations/{op}/story")
+                            await client.read_resource(uri)
                             story = "read"
                         except Exception as exc:
                             story = str(exc)
-                return op, theirs, mine, admin, reads, story
+                return op, theirs, mine, admin, reads, (own, story)
 
-            op, theirs, mine, admin, reads, story = anyio.run(attack)
+            op, theirs, mine, admin, reads, (own, story) = anyio.run(attack)
+    assert op in own.contents[0].text
     assert theirs.structured_content["operations"] == []
     assert [o["operation_id"] for o in mine.structured_content["operations"]] == [op]
     assert op in [o["operation_id"] for o in admin.structured_content["operations"]]
