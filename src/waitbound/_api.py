@@ -19,6 +19,7 @@ import httpx
 from waitbound._clock import Clock
 from waitbound._controller import Finish, Send, plan
 from waitbound._driver import (
+    Credentials,
     EventSink,
     Tools,
     loop,
@@ -286,7 +287,7 @@ def submit(
     *,
     operation_id: str | None = None,
     store: Store | None = None,
-    headers: Mapping[str, str] | None = None,
+    headers: Credentials | None = None,
     client: httpx.Client | None = None,
     clock: Clock | None = None,
     sleep: Callable[[float], None] = time.sleep,
@@ -360,7 +361,7 @@ async def submit_async(
     *,
     operation_id: str | None = None,
     store: Store | None = None,
-    headers: Mapping[str, str] | None = None,
+    headers: Credentials | None = None,
     client: httpx.AsyncClient | None = None,
     clock: Clock | None = None,
     sleep: Callable[[float], Awaitable[object]] | None = None,
@@ -566,7 +567,7 @@ def check(
     operation_id: str,
     *,
     store: Store | None = None,
-    headers: Mapping[str, str] | None = None,
+    headers: Credentials | None = None,
     client: httpx.Client | None = None,
     clock: Clock | None = None,
     rng: random.Random | None = None,
@@ -602,7 +603,7 @@ async def check_async(
     operation_id: str,
     *,
     store: Store | None = None,
-    headers: Mapping[str, str] | None = None,
+    headers: Credentials | None = None,
     client: httpx.AsyncClient | None = None,
     clock: Clock | None = None,
     rng: random.Random | None = None,

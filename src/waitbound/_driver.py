@@ -6,10 +6,12 @@ effects that differ between the drivers, :class:`_Sleep` and :class:`_Send`; the
 sync and async interpreters below only carry those out. No policy lives here: every
 decision is the controller's (:func:`waitbound._controller.plan` and ``observe``).
 
-Credentials (the caller's headers) are sent only to the origin of the URL the caller
-named (the submit URL, else the status URL): never to a result, errors or cancel URL
-on another origin that a provider's answer pointed at. Echoed back in an answer, they
-are redacted before the answer is read (``waitbound._secrets``).
+Credentials (the caller's headers) are sent only where the one rule of
+``waitbound._credentials`` lets them go: bound credentials (a worker's, the MCP
+server's) to their configured places whatever the record says; a caller's own to the
+origin of the URL it named (the submit URL, else the status URL), never to a result,
+errors or cancel URL on another origin that a provider's answer pointed at. Echoed
+back in an answer, they are redacted before the answer is read (``waitbound._secrets``).
 """
 
 from __future__ import annotations
@@ -42,9 +44,11 @@ from waitbound._controller import (
     plan,
     unsent,
 )
+from waitbound._credentials import BoundCredentials, headers_for, refuse_outside
 from waitbound._errors import ConflictError, OperationNotFoundError
 from waitbound._failpoints import hit
 from waitbound._learned import ModelLookup
+from waitbound._metrics import label_origins
 from waitbound._observation import Observation
 from waitbound._operation import Submission
 from waitbound._pacing import Pacer, pacer_for
@@ -86,7 +90,8 @@ __all__ = [
 EventSink = Callable[[AuditEvent], None]
 Credentials = Mapping[str, str] | Callable[[Record], Mapping[str, str]]
 """The caller's headers: one mapping for every operation, or a function giving each
-operation's own (e.g. by its ``label``). Sent only to origins the record trusts."""
+operation's own, or :class:`~waitbound._credentials.BoundCredentials` (headers bound to
+configured places, whatever a record says). See :func:`~waitbound._credentials.headers_for`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +192,8 @@ def _request_headers(
     headers: Callable[[Record], Mapping[str, str]],
     submission: Submission | None,
 ) -> dict[str, str]:
-    """The caller's headers, for the origins the record trusts only; plus the submit's own."""
-    sent = dict(headers(record)) if record.trusts(request.url) else {}
+    """The caller's headers where they may go (:func:`headers_for`); plus the submit's own."""
+    sent = dict(headers_for(headers, record, request.url))
     if request.kind == "submit" and submission is not None:
         if submission.body and submission.content_type:
             sent.setdefault("Content-Type", submission.content_type)
@@ -237,7 +242,9 @@ def _drive(
         leased = record.lease_expires_at is not None and record.lease_expires_at > now
         if leased and holder_is_gone(record.lease_owner):
             record = record.evolve(lease_expires_at=now)
-        decision = safe_plan(record, now, owner=owner, can_submit=submission is not None)
+        decision = safe_plan(
+            record, now, owner=owner, can_submit=submission is not None, headers=headers
+        )
         match decision:
             case Finished(record=done):
                 return done
@@ -488,13 +495,16 @@ def safe_plan(
     owner: str,
     can_submit: bool = False,
     lease_s: float | None = None,
+    headers: Callable[[Record], Mapping[str, str]] | None = None,
 ) -> Decision:
     """:func:`waitbound._controller.plan`; a fault in it stops this operation only
-    (``integration_failure``)."""
+    (``integration_failure``). With bound *headers*, a request they refuse is not
+    planned: the operation is escalated instead (:func:`refuse_outside`)."""
     try:
-        return plan(record, now, owner=owner, can_submit=can_submit, lease_s=lease_s)
+        decision = plan(record, now, owner=owner, can_submit=can_submit, lease_s=lease_s)
     except Exception as exc:  # one operation's fault never escapes its loop
         return Finish(transition=internal_failure(record, now, "its next step", exc))
+    return refuse_outside(decision, headers, record, now)
 
 
 def reservation_of(
@@ -532,8 +542,10 @@ def _note_missing_credentials(
     """Say in the reservation's audit event that a request to a trusted origin goes
     without credentials because the caller holds none for this operation."""
     record = reservation.record
-    if not record.trusts(request.url) or headers(record):
+    if not record.trusts(request.url) or headers_for(headers, record, request.url):
         return reservation  # another origin is audited by the controller; or sent with them
+    if isinstance(headers, BoundCredentials) and headers.binding(record, request.url):
+        return reservation  # bound there, with no headers to send (none configured)
     *notes, event = reservation.events
     summary = f"{event.summary}; without the caller's credentials (none held for this origin)"
     return replace(reservation, events=(*notes, replace(event, summary=summary)))
@@ -574,6 +586,8 @@ def tools(
     on_event: EventSink | None,
     headers: Credentials | None,
 ) -> Tools:
+    if isinstance(headers, BoundCredentials):  # the configured origins: metric labels
+        label_origins(place.origin for b in headers.bindings for place in b.places)
     if callable(headers):
         per_record = headers
     else:

@@ -252,7 +252,7 @@ class Scheduler:
             leased = record.lease_expires_at is not None and record.lease_expires_at > now
             if leased and holder_is_gone(record.lease_owner):
                 record = record.evolve(lease_expires_at=now)
-            decision = safe_plan(record, now, owner=self.owner)
+            decision = safe_plan(record, now, owner=self.owner, headers=self.kit.headers)
             match decision:
                 case Finished():
                     continue

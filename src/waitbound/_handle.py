@@ -29,6 +29,7 @@ import httpx
 
 from waitbound._clock import Clock
 from waitbound._driver import (
+    Credentials,
     EventSink,
     Tools,
     loop,
@@ -361,7 +362,7 @@ class OperationHandle(_Handle):
         operation_id: str,
         *,
         store: Store,
-        headers: Mapping[str, str] | None = None,
+        headers: Credentials | None = None,
         client: httpx.Client | None = None,
         clock: Clock | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -515,7 +516,7 @@ class AsyncOperationHandle(_Handle):
         operation_id: str,
         *,
         store: Store,
-        headers: Mapping[str, str] | None = None,
+        headers: Credentials | None = None,
         client: httpx.AsyncClient | None = None,
         clock: Clock | None = None,
         sleep: Callable[[float], Awaitable[object]] | None = None,

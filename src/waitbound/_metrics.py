@@ -6,7 +6,10 @@ the application (or ``waitbound serve --metrics``, or the CLI with
 the OpenTelemetry semantic conventions where one exists (``http.client.request.duration``);
 the others are waitbound's own, under ``waitbound.``. Attribute values are bounded
 sets (profile names, phases, outcomes, reasons, request kinds, status classes, receiver
-names, verdicts): never a URL, an id or a secret. See ``docs/operations.md``.
+names, verdicts): never a URL, an id or a secret. A provider's host and port are a label
+only for the origins this process was configured with or named itself
+(:func:`label_origins`); any other origin — one a record in a shared store or a
+provider's answer chose — is ``server.address="other"``. See ``docs/operations.md``.
 
 The gauges (operations in flight, open decision requests and their age, the outbox
 backlog) are read from a store when metrics are collected (:func:`observe_store`).
@@ -31,9 +34,11 @@ from opentelemetry.metrics import _internal as metrics_internal
 from waitbound._clock import Clock, SystemClock
 from waitbound._push import OutboxEntry, OutboxStatus
 from waitbound._record import Record
+from waitbound._urls import origin
 
 __all__ = [
     "GAUGE_LIMIT",
+    "MAX_LABELLED_ORIGINS",
     "StoreGauges",
     "StoreReads",
     "metering",
@@ -43,6 +48,8 @@ __all__ = [
     "record_request",
     "record_detection_lag",
     "record_webhook_delivery",
+    "label_origins",
+    "server_labels",
     "status_class",
     "store_transaction",
 ]
@@ -136,12 +143,48 @@ def status_class(http_status: int | None) -> str:
     return f"{http_status // 100}xx"
 
 
+MAX_LABELLED_ORIGINS: Final = 64
+"""The most origins one process labels its request metrics with; later ones are
+``other`` (a long-lived process that names ever more origins stays bounded too)."""
+_LABELLED: set[tuple[str, str, int]] = set()
+_LABELLED_LOCK = threading.Lock()
+OTHER_ORIGIN: Final = "other"
+
+
+def label_origins(origins: Iterable[tuple[str, str | None, int | None]]) -> None:
+    """Let *origins* (scheme, host, port) be ``server.address``/``server.port`` labels:
+    the places credentials are bound to, and the URLs a caller of this process named
+    itself. At most :data:`MAX_LABELLED_ORIGINS` per process."""
+    with _LABELLED_LOCK:
+        for scheme, host, port in origins:
+            if host is None or port is None or len(_LABELLED) >= MAX_LABELLED_ORIGINS:
+                continue
+            _LABELLED.add((scheme, host, port))
+
+
+def server_labels(url: str) -> dict[str, str | int]:
+    """The ``server.address``, ``server.port`` and ``url.scheme`` labels of a request
+    to *url*: its own for a labelled origin (:func:`label_origins`), else
+    ``server.address="other"`` and no port — a bounded set, whatever URLs records and
+    providers name."""
+    try:
+        scheme, host, port = origin(url)
+    except ValueError:
+        return {"server.address": OTHER_ORIGIN}
+    if host is not None and port is not None and (scheme, host, port) in _LABELLED:
+        return {"server.address": host, "server.port": port, "url.scheme": scheme}
+    labels: dict[str, str | int] = {"server.address": OTHER_ORIGIN}
+    if scheme in ("http", "https"):
+        labels["url.scheme"] = scheme
+    return labels
+
+
 def record_request(
     kind: str, method: str, http_status: int | None, elapsed_s: float, server: dict[str, object]
 ) -> None:
     """Count one answered request and its duration (seconds); *server* holds the
     semantic-convention attributes ``server.address``, ``server.port``, ``url.scheme``
-    (and ``error.type`` when it failed)."""
+    as :func:`server_labels` bounds them (and ``error.type`` when it failed)."""
     if not metering():
         return
     REQUESTS.add(

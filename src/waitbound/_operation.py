@@ -24,12 +24,13 @@ from waitbound._contract import Profile
 from waitbound._controller import audit_event, created_event
 from waitbound._decisions import decide_record, expire
 from waitbound._errors import ConflictError, OperationNotFoundError, StoreError, UsageError
+from waitbound._metrics import label_origins
 from waitbound._options import Option, cancel_refusal
 from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Push, Record
 from waitbound._schedule import DelaySource
 from waitbound._telemetry import with_caller_context
-from waitbound._urls import checked_url, shown_url
+from waitbound._urls import checked_url, origin, shown_url
 from waitbound.stores import Store
 from waitbound.stores._protocol import audit_key_of
 
@@ -311,6 +312,8 @@ def open_operation(
         url = getattr(operation, extra, None)
         if url is not None:
             check_url(url, what)
+    if operation is not None:  # this process's caller named them: metric labels
+        label_origins(_origins_named(operation))
     existing = store.get(operation_id) if operation_id else None
     if existing is not None:
         if isinstance(operation, Operation) and operation.status_url != existing.status_url:
@@ -336,6 +339,20 @@ def open_operation(
         )
     push = Push(webhook=operation.webhook, notify_url=operation.notify_url, callback=callback)
     return _create(store, replace(record, push=push), clock)
+
+
+def _origins_named(operation: Operation | Submission) -> list[tuple[str, str | None, int | None]]:
+    """The origins of the URLs a caller named in *operation* (checked already)."""
+    named = operation.status_url if isinstance(operation, Operation) else operation.url
+    urls = [named, operation.result_url, operation.cancel_url, *operation.trusted_origins]
+    found = []
+    for url in urls:
+        if url is not None:
+            try:
+                found.append(origin(url))
+            except ValueError:
+                continue
+    return found
 
 
 def check_push(operation: Operation | Submission) -> None:

@@ -61,6 +61,7 @@ from waitbound._metrics import (
     record_detection_lag,
     record_outcome,
     record_request,
+    server_labels,
 )
 from waitbound._observation import Observation
 from waitbound._outcome import OutcomeKind
@@ -430,7 +431,7 @@ class Sending:
         elif status >= 400:
             error_type = str(status)
         if metering():
-            server: dict[str, object] = dict(self.server())
+            server: dict[str, object] = dict(server_labels(self.request.url))
             if error_type is not None:
                 server["error.type"] = error_type
             record_request(

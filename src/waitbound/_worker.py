@@ -293,8 +293,11 @@ async def work(
         store: the shared store (SQLite on one machine, PostgreSQL across machines). It
             is called from worker threads (one call at a time per pass or flush).
         settings: concurrency, lease and per-origin limits.
-        headers: sent to each operation's own origin only (see ``Record.trusts``): one
-            mapping for all, or a function of the record giving each its own.
+        headers: one mapping for all, or a function of the record giving each its own
+            (sent to the origins the operation trusts, ``Record.trusts``), or
+            :class:`~waitbound._credentials.BoundCredentials` (sent only where bound,
+            whatever the record says; a request an exclusive binding refuses is not
+            sent and its operation is escalated ``integration_failure``).
         client, clock, rng, on_event, http: as in :func:`waitbound.wait`, except
             that ``client=None`` builds the worker's own, for ``settings.concurrency``
             requests at once, closed when this returns.
@@ -368,7 +371,9 @@ async def work(
             return None
         if record.lease_owner in gone:  # its holder's process is gone: take it over
             record = record.evolve(lease_expires_at=now)
-        decision = safe_plan(record, now, owner=owner, lease_s=settings.lease_s)
+        decision = safe_plan(
+            record, now, owner=owner, lease_s=settings.lease_s, headers=kit.headers
+        )
         match decision:
             case Finish(transition=finish):
                 look.decided[record.operation_id] = decision

@@ -411,8 +411,11 @@ async def test_list_jobs_of_in_flight_work_is_not_hidden_by_finished_jobs(
     with Simulator(scenario([{**RUNNING, "repeat": 2}, slow])) as sim:
         async with serving(mode, sim, tmp_path / "s.db", list_limit=2) as h:
             running = await h.call("start_job", provider="reports")
+        first = sim.base_url  # still this provider's: the configuration trusts it
         with Simulator(scenario([quick])) as other:
-            async with serving(mode, other, tmp_path / "s.db", list_limit=2) as h:
+            async with serving(
+                mode, other, tmp_path / "s.db", list_limit=2, trusted_origins=[first]
+            ) as h:
                 for _ in range(2):
                     started = await h.call("start_job", provider="reports")
                     await h.call("await_job", operation_id=started["operation_id"])

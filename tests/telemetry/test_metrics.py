@@ -6,6 +6,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.core.harness import PROFILE, SEED
 from tests.fakes import FakeClock, ScriptedProvider
 from tests.telemetry.conftest import Telemetry
@@ -14,11 +16,14 @@ from waitbound import (
     Operation,
     Policy,
     SQLiteStore,
+    _metrics,
+    check,
     observe_store,
     parse_profile,
     start,
     wait,
 )
+from waitbound._credentials import BoundCredentials
 
 URL = "https://provider.test"
 RUNNING = (200, {"status": "running"})
@@ -144,3 +149,50 @@ def test_metric_values_after_a_scripted_fleet(otel: Telemetry, tmp_path: Path) -
     ((_, oldest),) = found["waitbound.decisions.oldest_age"]
     assert oldest.value == (clock.now() - escalated.decision_request.opened_at).total_seconds()
     assert "waitbound.outbox.backlog" not in found  # nothing pending
+
+
+def test_provider_chosen_origins_never_become_unbounded_metric_labels(
+    otel: Telemetry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200 records in a shared store, each naming its own host and port (as anyone who
+    writes to the store, or a provider's answer, may): the request metrics label the
+    configured provider's origin and ``other``, never 200 series of hosts and ports."""
+    clock = FakeClock()
+    store = SQLiteStore(tmp_path / "shared.db")
+    profile = parse_profile(PROFILE, name="jobs")
+    script: dict[str, list[Any]] = {"/status": [(200, {"status": "done"})]}
+    ids = [
+        start(
+            Operation(status_url=f"https://h{i}.attacker.test:{1000 + i}/status", profile=profile),
+            store=store,
+            clock=clock,
+        ).operation_id
+        for i in range(200)
+    ]
+    ids.append(
+        start(
+            Operation(status_url=f"{URL}/status", profile=profile), store=store, clock=clock
+        ).operation_id
+    )
+    monkeypatch.setattr(_metrics, "_LABELLED", set())  # this process configured none of them
+    provider = ScriptedProvider(clock, script)
+    bound = BoundCredentials.by_origin({("https", "provider.test", 443): {"X-Key": "k" * 12}})
+    with provider.client() as client:
+        for operation_id in ids:
+            check(operation_id, store=store, headers=bound, client=client, clock=clock)
+    durations = otel.metrics()["http.client.request.duration"]
+    series = {(a["server.address"], a.get("server.port")): p.count for a, p in durations}
+    assert series == {("other", None): 200, ("provider.test", 443): 1}
+    store.close()
+
+
+def test_a_process_labels_at_most_its_limit_of_origins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However many origins a long-lived process names, at most
+    ``MAX_LABELLED_ORIGINS`` become labels; the rest are ``other``."""
+    monkeypatch.setattr(_metrics, "_LABELLED", set())
+    _metrics.label_origins(("https", f"h{i}.example", 443) for i in range(1000))
+    labelled = {
+        _metrics.server_labels(f"https://h{i}.example/x")["server.address"] for i in range(1000)
+    }
+    assert len(labelled) == _metrics.MAX_LABELLED_ORIGINS + 1
+    assert "other" in labelled

@@ -221,3 +221,25 @@ def test_read_holders_reads_a_named_token_file_and_a_single_token_one(tmp_path: 
     bad.write_text("ann owner " + "a" * 20 + "\n")
     with pytest.raises(UsageError, match=r"line 1: the role must be one of"):
         read_holders(bad)
+
+
+def test_every_folder_made_for_a_token_or_a_store_is_0700_even_with_umask_000(
+    tmp_path: Path,
+) -> None:
+    """umask 000: the token file's parent folders, and a SQLite store's, are made 0700
+    each (``Path.mkdir(parents=True)`` made all but the last 0777), so no other user
+    can list them or swap the file; a folder that already existed is left as it was."""
+    from waitbound import SQLiteStore
+
+    kept = tmp_path / "existing"
+    kept.mkdir(mode=0o755)
+    old = os.umask(0)
+    try:
+        read_or_create_token(kept / "conf" / "waitbound" / "serve-token")
+        SQLiteStore(kept / "state" / "deep" / "waitbound.db").close()
+    finally:
+        os.umask(old)
+    made = [kept / "conf", kept / "conf" / "waitbound", kept / "state", kept / "state" / "deep"]
+    assert [oct(_mode(folder)) for folder in made] == [oct(0o700)] * 4
+    assert _mode(kept) == 0o755
+    assert _mode(kept / "conf" / "waitbound" / "serve-token") == 0o600

@@ -2,9 +2,10 @@
 
 A worker drives operations that others added to a shared store. A header given for
 every origin would go to whoever added an operation, so a worker's headers are named
-per origin (scheme, host, port; RFC 6454) and each operation gets only those of the
-origin it named (its submit URL, else its status URL). The core then sends them only to
-the origins that operation trusts.
+per origin (scheme, host, port; RFC 6454) and a request carries only those of the
+origin it goes to, whatever the record names or trusts: the one rule of
+``waitbound._credentials`` (:class:`~waitbound._credentials.BoundCredentials`), which the
+MCP server's providers follow too.
 
 The credentials file is TOML, in the MCP config's style::
 
@@ -26,25 +27,12 @@ from urllib.parse import urlsplit
 
 from waitbound import Record, UsageError
 from waitbound._config_file import expand_env, load_toml
-from waitbound._urls import checked_url
-from waitbound._urls import origin as url_origin
+from waitbound._credentials import BoundCredentials, Origin, origin_of
 from waitbound.cli._params import header_problem, parse_header
 
 __all__ = ["Origin", "OriginCredentials", "load_credentials", "origin_of", "parse_origin"]
 
-Origin = tuple[str, str, int]
-"""An origin: scheme, lower-case host, port (the scheme's default filled in)."""
-
 _ENTRY_KEYS: Final = frozenset({"origin", "headers"})
-
-
-def origin_of(url: str) -> Origin | None:
-    """The origin of an http(s) *url* as httpx reads it, or ``None`` when it has none."""
-    try:
-        scheme, host, port = url_origin(checked_url(url))
-    except ValueError:
-        return None
-    return (scheme, host, port) if host is not None and port is not None else None
 
 
 def parse_origin(text: str, where: str) -> Origin:
@@ -89,8 +77,11 @@ class OriginCredentials:
     def __call__(self, record: Record) -> Mapping[str, str]:
         """The headers of the origin the operation named (its submit URL, else its
         status URL); none when no credentials are configured for it."""
-        named = origin_of(record.submit_url or record.status_url or "")
-        return self.table.get(named, {}) if named is not None else {}
+        return self.bound()(record)
+
+    def bound(self) -> BoundCredentials:
+        """These headers as the drivers take them: each sent to its origin only."""
+        return BoundCredentials.by_origin(self.table)
 
     def merged(self, other: OriginCredentials, where: str) -> OriginCredentials:
         """Both tables; a header given twice for one origin is refused.

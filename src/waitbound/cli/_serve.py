@@ -24,6 +24,7 @@ from waitbound import UsageError, WorkerSettings
 from waitbound._config_file import read_bounded
 from waitbound._metrics import metering, observe_store
 from waitbound._outbox import resolve_notify_secret, webhook_signer
+from waitbound._private_dirs import make_private_dirs
 from waitbound._secrets import credential_values
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
@@ -129,7 +130,7 @@ def read_or_create_token(path: Path) -> tuple[str, bool]:
         return read_token(path), False
     token = secrets.token_urlsafe(32)
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
     except OSError as exc:
         raise UsageError(f"token file {path} cannot be created ({exc.strerror or exc})") from None
     try:
@@ -387,7 +388,7 @@ def serve_command(  # noqa: PLR0917 - click passes every option
                 port,
                 worker=not no_worker,
                 worker_settings=settings,
-                headers=per_origin if per_origin.table else None,
+                headers=per_origin.bound() if per_origin.table else None,
                 notify_secret=notify_secret,
                 on_listening=listening,
                 http=http,

@@ -214,7 +214,7 @@ def worker(  # noqa: PLR0917 - click passes every option
                     # PostgreSQL: LISTEN/NOTIFY wakes it for new and resumed operations
                     wake=getattr(opened, "wait_for_wakeup", None),
                     # none held: no story line says a request went without them
-                    headers=per_origin if per_origin.table else None,
+                    headers=per_origin.bound() if per_origin.table else None,
                     on_event=on_event,
                     stop=stop,
                     http=http,

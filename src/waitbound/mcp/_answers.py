@@ -35,6 +35,7 @@ __all__ = [
     "part_text",
     "provider_of",
     "scrub",
+    "submitting_message",
     "view",
 ]
 
@@ -135,6 +136,19 @@ def entry(record: Record, now: datetime) -> Answer:
     return line
 
 
+def submitting_message(record: Record) -> str:
+    """What an operation still being submitted says: NOT known to have started (never
+    "has STARTED": no answer confirmed a job), and how it ends."""
+    ends = f"{record.stop_at:%Y-%m-%d %H:%M:%S} UTC"
+    return (
+        f"Operation {record.operation_id} is being submitted and is NOT known to have "
+        "started. Do not report success. If your start_job call never returned, call "
+        "start_job again with the same idempotency_key and body; otherwise call "
+        f"check_job in a few seconds. Unless it is sent again, it is stopped at {ends} "
+        "(its deadline) and a person decides."
+    )
+
+
 def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
     """The full answer about one operation (``check_job``, ``await_job``, ``start_job``).
 
@@ -170,12 +184,7 @@ def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
             f"{record.operation_id!r} (it waits for you), or check_job after {wait} s."
         )
         if record.phase is Phase.SUBMITTING:
-            answer["message"] = (
-                f"Operation {record.operation_id} is being submitted and is NOT known to have "
-                "started. Do not report success. If your start_job call never returned, call "
-                "start_job again with the same idempotency_key and body; otherwise call "
-                "check_job in a few seconds."
-            )
+            answer["message"] = submitting_message(record)
             answer["next_tool"] = "start_job"
         return answer
     answer["counts"] = bounded(reported_counts(record.counts), SMALL_CHARS)[0]

@@ -20,6 +20,7 @@ A TOML file (``waitbound mcp --config FILE``)::
     allow_cancel = false
     decide_via_elicitation = false  # a tasks/update answer IS a person's decision?
     headers = { Authorization = "Bearer ${REPORTS_TOKEN}" }
+    trusted_origins = ["https://files.example.com"]  # more places its URLs may name
     policy = { deadline_s = 3600, max_requests = 120 }
 
 Header values take ``${NAME}`` from the server's environment when the file is loaded,
@@ -39,6 +40,7 @@ from typing import Any, Final
 
 from waitbound._config_file import expand_env, load_toml
 from waitbound._contract import Profile, parse_profile
+from waitbound._credentials import Binding, BoundCredentials, Place
 from waitbound._errors import UsageError, WaitboundError
 from waitbound._operation import check_url
 from waitbound._record import Policy
@@ -73,7 +75,11 @@ class ProviderConfig:
             ``input_required`` elicitation (``tasks/update``) is recorded as a
             person's decision (``waitbound.decide``); when false it is recorded as a
             request a person decides, like ``request_extension``.
-        headers: sent with every request to ``base_url``'s origin, never stored.
+        headers: sent with every request under ``base_url`` (or to a trusted origin),
+            never stored.
+        trusted_origins: more origins (``https://files.example.com``) the provider's
+            operations may send requests to, with ``headers``; any other place is
+            refused (see :meth:`binding`).
         secrets: the credentials in ``headers`` (see
             :func:`waitbound._secrets.secret_parts`), kept out of every tool answer.
         policy: deadline, budgets and pacing of each job (seconds).
@@ -90,11 +96,24 @@ class ProviderConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()
     policy: Policy = field(default_factory=Policy)
+    trusted_origins: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
         """The label of this provider's operations in the store: ``mcp:NAME``."""
         return f"{LABEL_PREFIX}{self.name}"
+
+    def binding(self) -> Binding:
+        """Where this provider's headers, and its operations' requests, may go: under
+        ``base_url`` (origin and path) and to ``trusted_origins``; an ``mcp:NAME``
+        operation that names anywhere else is refused, not driven."""
+        return Binding(
+            headers=self.headers,
+            places=(Place.of(self.base_url), *(Place.of(o) for o in self.trusted_origins)),
+            label=self.label,
+            exclusive=True,
+            name=f"provider {self.name}",
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,6 +145,11 @@ class McpConfig:
     max_response_bytes: int = 1024 * 1024
     task_retention_seconds: float = 86400.0
     inbox_url: str | None = None
+
+    def credentials(self) -> BoundCredentials:
+        """Every provider's headers, bound to its places (see
+        :meth:`ProviderConfig.binding`): what the server's requests carry."""
+        return BoundCredentials(tuple(p.binding() for p in self.providers.values()))
 
     def secrets(self) -> list[str]:
         """Every provider's secrets, longest first (to scrub from answers)."""
@@ -198,6 +222,7 @@ _PROVIDER_KEYS: Final = frozenset(
         "decide_via_elicitation",
         "headers",
         "policy",
+        "trusted_origins",
     }
 )
 
@@ -212,6 +237,13 @@ def _provider(
     base_url = check_url(_text(raw.get("base_url"), f"{where}.base_url"), f"{where}.base_url")
     if "?" in base_url or "#" in base_url:
         raise UsageError(f"{where}.base_url must have no query or fragment (use headers)")
+    try:
+        Place.of(base_url)
+    except ValueError:
+        raise UsageError(
+            f"{where}.base_url: its path must hold no '.', '..' or escaped '/'"
+        ) from None
+    trusted = _origins(raw.get("trusted_origins", []), f"{where}.trusted_origins")
     submit_path = _path(raw.get("submit_path", "/"), f"{where}.submit_path")
     allowed = raw.get("allowed_paths", [submit_path])
     if not isinstance(allowed, list) or not allowed:
@@ -245,7 +277,21 @@ def _provider(
         headers=headers,
         secrets=secrets,
         policy=_policy(raw.get("policy", {}), where),
+        trusted_origins=trusted,
     )
+
+
+def _origins(raw: object, what: str) -> tuple[str, ...]:
+    """Origins (``scheme://host[:port]``, no path), checked."""
+    if not isinstance(raw, list) or len(raw) > 20:
+        raise UsageError(f"{what} must be a list of at most 20 origins (scheme://host[:port])")
+    found = []
+    for text in raw:
+        url = check_url(_text(text, what), what)
+        if Place.of(url).path or any(c in url for c in "?#"):
+            raise UsageError(f"{what}: {url[:80]!r} must be an origin (scheme://host[:port])")
+        found.append(url)
+    return tuple(found)
 
 
 def _profile(raw: object, where: str, base_dir: Path) -> Profile:

@@ -24,8 +24,9 @@ import httpx
 from waitbound._api import check_async, submit_async
 from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
+from waitbound._controller import Finish
 from waitbound._decisions import escalation_message, expire
-from waitbound._driver import loop, one_step, run_async_effects, tools
+from waitbound._driver import emit, holder_is_gone, new_owner, safe_plan
 from waitbound._errors import (
     ConflictError,
     DecisionConflictError,
@@ -47,6 +48,7 @@ from waitbound.mcp._answers import (
     part_text,
     provider_of,
     scrub,
+    submitting_message,
     view,
 )
 from waitbound.mcp._config import LABEL_PREFIX, McpConfig, ProviderConfig
@@ -77,6 +79,10 @@ _KEYED: Final = "mcp-"
 """The operation id prefix of a job started with the agent's own idempotency key."""
 STORY_LINES: Final = 200
 """The most audit lines one story resource shows (the newest)."""
+_SWEEP_S: Final = 30.0
+"""How often the background worker looks for submissions nobody can finish."""
+_SWEEP_LIMIT: Final = 500
+"""The most open operations (newest first) one such look reads."""
 _RECHECK_S: Final = 1.0
 """How often a waiting ``await_job`` re-reads the store when no change was signalled
 (another process, such as a ``waitbound worker``, may be driving the operation)."""
@@ -113,14 +119,14 @@ class Jobs:
         self.http = http or HttpSettings(max_body_bytes=config.max_response_bytes)
         self._changed = anyio.Event()
         self._secrets = config.secrets()
-        self._holds_credentials = any(p.headers for p in config.providers.values())
+        self._credentials = config.credentials()
 
     # -- plumbing -----------------------------------------------------------------
 
     def credentials(self, record: Record) -> Mapping[str, str]:
-        """The headers of the provider that started *record* (``{}`` for others)."""
-        provider = self.config.providers.get(provider_of(record) or "")
-        return provider.headers if provider else {}
+        """The headers *record*'s own URL gets: its provider's, when that URL is under
+        the provider's ``base_url`` (``{}`` otherwise, and for other operations)."""
+        return self._credentials(record)
 
     def changed(self) -> anyio.Event:
         """An event set at the next change this process makes or sees (an operation
@@ -170,12 +176,25 @@ class Jobs:
     async def drive(self, stop: anyio.Event, settings: WorkerSettings | None = None) -> None:
         """Drive this server's due operations (labelled ``mcp:``) until *stop* is set:
         the background worker of the MCP server. Other operations in the store are left
-        to workers that hold their credentials."""
+        to workers that hold their credentials. Every ``_SWEEP_S`` seconds it also
+        settles the submissions nobody can finish (:meth:`settle_lost_submissions`)."""
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._sweep, stop)
+            await self._work(stop, settings)
+            group.cancel_scope.cancel()
+
+    async def _sweep(self, stop: anyio.Event) -> None:
+        while not stop.is_set():
+            self.settle_lost_submissions()
+            with anyio.move_on_after(_SWEEP_S):
+                await stop.wait()
+
+    async def _work(self, stop: anyio.Event, settings: WorkerSettings | None) -> None:
         await work(
             self.store,
             settings=replace(settings or WorkerSettings(), label_prefix=LABEL_PREFIX),
-            # none configured: no story line says a request went without them
-            headers=self.credentials if self._holds_credentials else None,
+            # bound to each provider's places: a record naming elsewhere is refused
+            headers=self._credentials,
             client=self.client,
             clock=self.clock,
             rng=self.rng,
@@ -240,6 +259,7 @@ class Jobs:
             content_type="application/json" if body is not None else None,
             idempotency_key=idempotency_key,
             label=current().label(chosen.name),
+            trusted_origins=chosen.trusted_origins,  # what its story says reaches them
         )
         operation_id = None
         if idempotency_key is not None:
@@ -254,7 +274,7 @@ class Jobs:
             submission,
             operation_id=operation_id,
             store=self.store,
-            headers=chosen.headers,
+            headers=self._credentials,
             client=self.client,
             clock=self.clock,
             rng=self.rng,
@@ -321,32 +341,71 @@ class Jobs:
     async def _look(self, record: Record) -> Record:
         """*record* after one bounded look: at most one request, only when one is due
         and nobody holds the operation. A submission whose answer was lost (the server
-        stopped mid-submit) and that the agent cannot resend (no idempotency key of its
-        own) is settled here: escalated, since it may have created a job."""
+        stopped mid-submit) is settled here when nobody can finish it
+        (:meth:`_abandoned`): escalated, since it may have created a job."""
         if record.is_finished:
             return record
         if record.phase is not Phase.SUBMITTING:
             await check_async(
                 record.operation_id,
                 store=self.store,
-                headers=self.credentials(record),
+                headers=self._credentials,
                 client=self.client,
                 clock=self.clock,
                 rng=self.rng,
                 on_event=self._notify,
                 http=self.http,
             )
-        elif not record.operation_id.startswith(_KEYED):
-            kit = tools(self.store, self.clock, self.rng, self._notify, None)
-            await run_async_effects(
-                loop(kit, record, until=one_step()),
-                kit,
-                record.profile,
-                client=self.client,
-                sleep=_no_sleep,
-                http=self.http,
-            )
+        elif self._abandoned(record):
+            return self._settle(record)
         return self._record(record.operation_id)
+
+    def _abandoned(self, record: Record) -> bool:
+        """Whether nobody can finish *record*'s submission any more: the agent cannot
+        resend it (no idempotency key of its own), or its deadline has passed (a keyed
+        one may be resent with ``start_job`` until then)."""
+        return not record.operation_id.startswith(_KEYED) or self.clock.now() >= record.stop_at
+
+    def _settle(self, record: Record) -> Record:
+        """Stop a submission nobody can finish, by the controller's own rule (its body
+        and headers are never stored, so it cannot be sent from here): escalated
+        ``provider_failure``, "it may have created a job", with the options a person
+        has (``abandon``; ``cancel`` where a cancel action is known). One whose
+        submission is in flight now (a live lease) is left as it is."""
+        now = self.clock.now()
+        leased = record.lease_expires_at is not None and record.lease_expires_at > now
+        if leased and holder_is_gone(record.lease_owner):
+            record = record.evolve(lease_expires_at=now)
+        decision = safe_plan(record, now, owner=new_owner())
+        if not isinstance(decision, Finish):
+            return record
+        try:
+            saved = self.store.save(decision.transition.record, decision.transition.events)
+        except ConflictError:  # written meanwhile (its submission answered): as it is now
+            return self._record(record.operation_id)
+        emit(self._notify, decision.transition.events, saved)
+        return saved
+
+    def settle_lost_submissions(self) -> int:
+        """Settle this server's submissions nobody can finish (see :meth:`_abandoned`):
+        the background worker's look, so one is never left ``submitting`` with nobody
+        to drive it. Reads at most ``_SWEEP_LIMIT`` open operations, newest first.
+
+        Returns:
+            How many were settled.
+        """
+        settled = 0
+        for record in self.store.recent(
+            label_prefix=LABEL_PREFIX, limit=_SWEEP_LIMIT, open_only=True
+        ):
+            if (
+                record.phase is Phase.SUBMITTING
+                and provider_of(record) in self.config.providers
+                and self._abandoned(record)
+                and self._settle(record).is_finished
+            ):
+                settled += 1
+        return settled
 
     def list_jobs(self, include_finished: bool = True) -> Answer:
         """The agent's operations, newest first (in flight and recently finished)."""
@@ -433,6 +492,8 @@ class Jobs:
                 f"agents may not cancel jobs of provider {provider.name} (allow_cancel is "
                 "off in the server's configuration); ask a person"
             )
+        if record.phase is Phase.SUBMITTING and not record.is_finished:
+            return self._cancel_submission(record)
         if record.cancel_requested_at is not None:
             answer = self._view(record)
             answer["message"] = (
@@ -453,6 +514,28 @@ class Jobs:
         answer["message"] = (
             "Cancellation requested; it is NOT yet confirmed. Call await_job to learn how "
             "the job ends."
+        )
+        return answer
+
+    def _cancel_submission(self, record: Record) -> Answer:
+        """Cancel a submission whose job is not known: nothing can be canceled at the
+        provider, so it is stopped here (no resend) and a person decides (it may have
+        created a job); one in flight now is refused, to be asked again.
+
+        Raises:
+            UsageError: the submission is being sent right now.
+        """
+        settled = self._settle(record)
+        if not settled.is_finished:
+            raise UsageError(
+                f"operation {record.operation_id} is being submitted right now; no job is "
+                "known yet to cancel. Ask again in a few seconds"
+            )
+        answer = self._view(settled)
+        answer["message"] = (
+            f"Operation {record.operation_id} was being submitted and no job is known, so "
+            "nothing could be canceled at the provider. It is stopped (it will not be sent "
+            "again) and a PERSON decides: it may have created a job."
         )
         return answer
 
@@ -531,7 +614,11 @@ class Jobs:
         provider = self.config.providers[provider_of(record) or ""]
         result = None
         requests: dict[str, Answer] = {}
-        message = record.to_outcome().message
+        message = (
+            submitting_message(record)
+            if record.phase is Phase.SUBMITTING and not record.is_finished
+            else record.to_outcome().message
+        )
         if status == "completed":
             result = tool_result(self._view(record))
         elif status == "input_required":

@@ -31,6 +31,7 @@ from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
 from waitbound._history import Evidence, ScheduleSummary
 from waitbound._metrics import store_transaction
+from waitbound._private_dirs import make_private_dirs
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Phase, Record
 from waitbound.stores._calendar_rows import CalendarRows
@@ -843,11 +844,10 @@ def _run(db: sqlite3.Connection) -> Execute:
 
 def _create_private(path: Path) -> None:
     """Create a missing store file readable by its owner only (``0600``; a missing
-    folder ``0700``), before SQLite opens it: SQLite gives the ``-wal`` and ``-shm``
-    files it makes beside it the database file's mode, so they are ``0600`` too. An
-    existing file is left as it is."""
-    if not path.parent.exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder and each missing parent ``0700``, whatever the umask), before SQLite opens
+    it: SQLite gives the ``-wal`` and ``-shm`` files it makes beside it the database
+    file's mode, so they are ``0600`` too. An existing file is left as it is."""
+    make_private_dirs(path.parent)
     with suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
