@@ -289,10 +289,13 @@ def _lowered_nofile(limit: int) -> None:
 
 
 def test_idle_sockets_past_the_descriptor_limit_do_not_wedge_the_server(tmp_path: Path) -> None:
-    """Under a 256-descriptor limit, 300 idle sockets: the server keeps answering
-    /healthz while they are open, serves MCP again once they close, and its worker
-    drives a job started before the flood to its end."""
-    limit = 256
+    """Under a 1,024-descriptor limit, 1,100 idle sockets (the attack that wedged the
+    server for good): it keeps answering /healthz while they are open, serves MCP again
+    once they close, and its worker drives a job started before the flood to its end."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard >= 2048:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    limit = 1024 if resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= 1400 else 256
     with Simulator(_scenario()) as sim:
         config = tmp_path / "c.toml"
         config.write_text(CONFIG.format(base_url=sim.base_url))
@@ -320,9 +323,9 @@ def test_idle_sockets_past_the_descriptor_limit_do_not_wedge_the_server(tmp_path
                     time.sleep(0.1)
             started = anyio.run(_call, url, ANN, "start_job", {"provider": "reports"})
             op = started.structured_content["operation_id"]
-            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-            assert soft >= limit + 100, "the test process needs descriptors of its own"
-            for _ in range(limit + 44):
+            own, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            assert own >= limit + 200, "the test process needs descriptors of its own"
+            for _ in range(limit + limit // 16 + 12):  # 1,100 against 1,024
                 try:
                     idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
                 except OSError:
