@@ -80,6 +80,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.schedule_efficiency
 	$(BIN)/python -m benchmarks.learned_schedule
 	$(BIN)/python -m benchmarks.fleet_waves
+	$(BIN)/python -m benchmarks.pace_far
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo

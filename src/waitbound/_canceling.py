@@ -11,10 +11,15 @@ from __future__ import annotations
 from waitbound._finish import Step, escalate, timed_out
 from waitbound._json import show
 from waitbound._observation import Observation
-from waitbound._outcome import Reason
-from waitbound._record import Record
+from waitbound._outcome import OutcomeKind, Reason
+from waitbound._record import Phase, Record
 
-__all__ = ["accepted_cancel", "decide_cancel"]
+__all__ = [
+    "accepted_cancel",
+    "after_refused_cancel",
+    "decide_cancel",
+    "refused_cancel_look",
+]
 
 
 def decide_cancel(record: Record, observation: Observation) -> Step:
@@ -22,9 +27,11 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
 
     Accepted (2xx): the status endpoint, asked at once, decides the outcome. Not
     accepted (any other answer: a refusal such as 409, a throttle, a 5xx, no answer):
-    waiting stops at once with ``escalated`` / ``cancel_not_accepted``, the job's last
-    state kept (it may still run); a refusal (a 4xx but 429) also records that the job
-    is not cancelable now, so ``cancel`` is offered again only once a status answer
+    one status look, at once, with the cancel's reserved check, decides
+    (:func:`after_refused_cancel`): a job that already ended gets its own outcome, a job
+    still running stops ``escalated`` / ``cancel_not_accepted``; with no request left
+    for the look, it stops so at once. A refusal (a 4xx but 429) also records that the
+    job is not cancelable now, so ``cancel`` is offered again only once a status answer
     says it is. The cancel of ``--cancel-on-deadline``, sent at the deadline, ends
     ``timed_out`` either way, its answer stated.
     """
@@ -39,7 +46,12 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
         return timed_out(record, now, f"; cancel requested at the deadline ({answer}): {verdict}")
     if accepted:
         record = record.evolve(
-            next_poll_at=now, delay_source=None, attempt=0, cancel_accepted_at=now
+            next_poll_at=now,
+            delay_source=None,
+            attempt=0,
+            cancel_accepted_at=now,
+            cancel_refused_at=None,
+            cancel_refused=None,
         )
         summary = f"cancel accepted ({answer}); the status endpoint will tell how the job ends"
         return record, "cancel_answered", summary, {"http_status": code, "accepted": True}
@@ -51,11 +63,71 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
         what = f"got no answer ({answer}): whether the provider received it is not known"
     else:
         what = f"was not accepted (HTTP {code})"
-    detail = (
-        f"{asker} {what}; waiting stopped at once. The job was last seen "
-        f"{show(record.provider_state)} and may still run"
+    words = f"{asker} {what}"
+    if record.requests_used >= record.max_requests:
+        detail = (
+            f"{words}; no request was left for a status look, so how the job is now is not "
+            f"known. {_last_seen(record)}; it may still run"
+        )
+        return escalate(record, now, Reason.CANCEL_NOT_ACCEPTED, detail, response=observation.body)
+    # One status look with the cancel's reserved check decides: a job that already ended
+    # gets its own outcome (a refusal often means "too late"); a job still running
+    # stops cancel_not_accepted (:func:`after_refused_cancel`).
+    record = record.evolve(
+        next_poll_at=now, delay_source=None, cancel_refused_at=now, cancel_refused=words[:300]
     )
+    summary = f"{words}; one status look decides whether the job already ended"
+    return record, "cancel_answered", summary, {"http_status": code, "accepted": False}
+
+
+def refused_cancel_look(before: Record, kind: str) -> bool:
+    """Whether an answer of *kind* to *before* (the record as reserved) is the status
+    look that follows a cancel the provider did not accept: the last answer recorded is
+    that cancel's."""
+    at = before.cancel_refused_at
+    return kind == "status" and at is not None and before.last_observed_at == at
+
+
+def after_refused_cancel(step: Step, observation: Observation) -> Step:
+    """The outcome of the status look after a cancel the provider did not accept.
+
+    A job the look shows ended (a terminal answer, its result still to fetch, a success
+    being confirmed) keeps that end: the cancel came too late, and the outcome's
+    :attr:`~waitbound.Outcome.note` says so (``Record.late_cancel``). A job still
+    running (or a look that got no usable answer) stops ``escalated`` /
+    ``cancel_not_accepted``: the job may still run.
+    """
+    record, kind, summary, extra = step
+    now = observation.at
+    ended = record.is_finished or record.phase is not Phase.WAITING
+    if ended or record.success_seen_at is not None:
+        if record.outcome is OutcomeKind.ESCALATED or record.outcome is OutcomeKind.TIMED_OUT:
+            return step  # a stop of its own (unknown state, denied…): its words stand
+        late = record.late_cancel or f"{record.cancel_refused}: the job had already ended"
+        return record, kind, f"{summary}; {late}", extra
+    words = record.cancel_refused or "the cancel was not accepted"
+    record = record.evolve(cancel_refused_at=None, cancel_refused=None)
+    code = observation.http_status
+    if code is None or not 200 <= code < 300:  # a 2xx that did not end: still running
+        looked = f"the status look after it got no usable answer ({_answer(observation)})"
+    else:
+        looked = f"the status look after it showed the job still {show(record.provider_state)}"
+    detail = f"{words}; {looked}: waiting stopped. The job may still run"
     return escalate(record, now, Reason.CANCEL_NOT_ACCEPTED, detail, response=observation.body)
+
+
+def _answer(observation: Observation) -> str:
+    if observation.transport_error:
+        return observation.transport_error
+    return f"HTTP {observation.http_status}"
+
+
+def _last_seen(record: Record) -> str:
+    """How the job was last seen, in words: "The job was last seen running at 10:58
+    UTC", or "Its state was never seen" (never "last seen null")."""
+    if record.provider_state is None or record.last_observed_at is None:
+        return "Its state was never seen"
+    return f"The job was last seen {show(record.provider_state)}"
 
 
 def _cancel_asker(record: Record) -> str:
@@ -76,8 +148,12 @@ def accepted_cancel(record: Record) -> str | None:
     a cancel (``cancel_accepted_at``) and no answer since said how the job ended: "the
     cancel requested by ana at … was accepted by the provider at …, but how the job
     ended is not known"; ``None`` otherwise."""
+    if record.ended_seen_at is not None:  # a terminal answer was seen
+        return None
     at = record.cancel_accepted_at
-    if at is None or record.ended_seen_at is not None:  # a terminal answer was seen
+    if at is None:
+        if record.cancel_refused is not None and record.cancel_refused_at is not None:
+            return f"{record.cancel_refused}, and no status look since told how the job is"
         return None
     return (
         f"{_cancel_asker(record)} was accepted by the provider at {at.isoformat()}, but "

@@ -81,6 +81,7 @@ EXPRESSION_KEYS: Final = (
     "poll_hint_ms",
     "next_check_at",
     "expires_at",
+    "estimated_duration",
     "cancelable",
     "throttled",
     "result_url",
@@ -235,6 +236,8 @@ class Reading:
         next_check_at: the body's next-check time as given (unvalidated), or ``None``.
         expires_at: the body's own expiry time, when it parses in the profile's
             ``time_format``.
+        estimated_duration_s: the provider's estimate of the job's whole duration in
+            seconds as given (unvalidated; ``estimated_duration``), or ``None``.
         ambiguous: a key the body holds more than once with different values, found
             inside a value the profile read (the first one); ``None`` when none is.
             Such a body is never read as either value.
@@ -255,6 +258,7 @@ class Reading:
     poll_hint_ms: JSON = None
     next_check_at: JSON = None
     expires_at: datetime | None = None
+    estimated_duration_s: JSON = None
     result_url: str | None = None
     result_id: str | None = None
     cancel_url: str | None = None
@@ -447,6 +451,7 @@ class Profile:
             poll_hint_ms=find("poll_hint_ms"),
             next_check_at=find("next_check_at"),
             expires_at=parse_time(find("expires_at"), self.time_format),
+            estimated_duration_s=find("estimated_duration"),
             result_url=_text(find("result_url")),
             result_id=_text(find("result_id")),
             cancel_url=_text(find("cancel_url")),

@@ -27,7 +27,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent
-from waitbound._canceling import accepted_cancel, decide_cancel
+from waitbound._canceling import (
+    accepted_cancel,
+    after_refused_cancel,
+    decide_cancel,
+    refused_cancel_look,
+)
 from waitbound._contract import Reading
 from waitbound._decide import (
     decide_errors,
@@ -36,6 +41,7 @@ from waitbound._decide import (
     decide_submit,
     first_answer_kind,
 )
+from waitbound._estimate import provider_estimate
 from waitbound._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._json import JSON, show
 from waitbound._learned import ModelLookup
@@ -421,8 +427,6 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
     summary = f"reserved {kind} request{budget} (timeout {timeout_s:.3g}s)" + (
         f"; {late_s:.3g}s later than planned" if late_s > 1 and kind == "status" else ""
     )
-    if not record.trusts(url):
-        summary += f"; to {redact_url(url)} without the caller's credentials (another origin)"
     event = audit_event(
         reserved, now, "reserved", summary, request=kind, timeout_s=round(timeout_s, 3)
     )
@@ -560,6 +564,10 @@ def observe(
         cancel_url=cancel_url,
         errors_url=errors_url,
     )
+    if observation.kind in ("status", "submit"):
+        end, source = provider_estimate(base, observation, reading)
+        if end != base.estimated_end_at or source != base.estimate_from:
+            base = base.evolve(estimated_end_at=end, estimate_from=source)
     match observation.kind:
         case _ if bad_url is not None:
             step = escalate(
@@ -575,6 +583,8 @@ def observe(
             step = decide_cancel(base, observation)
         case _:
             step = decide_status(base, observation, reading, rng, models=models)
+            if refused_cancel_look(record, observation.kind):
+                step = after_refused_cancel(step, observation)
     after, kind, summary, extra = step
     if kind == "scheduled" and _hinted_in_flight(record, observation, after):
         # The answer may predate what the webhook announced: look again at once.

@@ -41,6 +41,7 @@ __all__ = [
     "BoundCredentials",
     "Origin",
     "Place",
+    "credentials_note",
     "headers_for",
     "origin_of",
     "refuse_outside",
@@ -208,6 +209,38 @@ def headers_for(
     if isinstance(headers, BoundCredentials):
         return headers.for_request(record, url)
     return headers(record) if record.trusts(url) else {}
+
+
+def credentials_note(
+    headers: Callable[[Record], Mapping[str, str]],
+    record: Record,
+    url: str,
+    *,
+    kind: str,
+    per_origin: bool,
+) -> str | None:
+    """What the story of *record*'s *kind* request to *url* says of the caller's
+    credentials, derived from the headers :func:`headers_for` gives that request (the
+    one decision, so the story and the request never disagree); ``None``: nothing worth
+    saying (sent to the operation's own origins, or none configured there).
+
+    *per_origin*: the caller gives each operation its own credentials (a function, or
+    :class:`BoundCredentials`), so a request to a trusted origin that carries none
+    (none held for it) is worth a note.
+    """
+    sent = bool(headers_for(headers, record, url))
+    trusted = record.trusts(url)
+    if sent:  # bound there: sent, whatever the record trusts
+        if trusted:
+            return None
+        return f"to {redact_url(url)} with the caller's credentials (bound to that place)"
+    if not trusted:
+        return f"to {redact_url(url)} without the caller's credentials (another origin)"
+    if not per_origin or kind == "submit":
+        return None
+    if isinstance(headers, BoundCredentials) and headers.binding(record, url) is not None:
+        return None  # bound there, with no headers to send (none configured)
+    return "without the caller's credentials (none held for this origin)"
 
 
 def refuse_outside(

@@ -38,6 +38,7 @@ from waitbound._options import (
     counted,
     open_request,
     options,
+    proposed_grant,
     reason_options,
     resume_refusal,
     span,
@@ -46,6 +47,7 @@ from waitbound._options import (
 from waitbound._outcome import OutcomeKind, Reason
 from waitbound._record import MAX_COUNT, Decision, Phase, Record
 from waitbound._schedule import DelaySource
+from waitbound._urls import redact_url
 
 __all__ = [
     "MAX_WHY_CHARS",
@@ -106,6 +108,24 @@ def _grant(record: Record, minutes: float | None, checks: int | None) -> _Grant:
             f"budget), got {checks!r}"
         )
     return _Grant(minutes=float(minutes), checks=checks)
+
+
+def _as_requested(record: Record) -> _Grant:
+    """The grant ``as_requested`` gives: the agent's proposal on the open request,
+    checked against the policy's ceilings as any grant is.
+
+    Raises:
+        UsageError: no proposal is open, or it is beyond a ceiling (named, one line).
+    """
+    asked = proposed_grant(record)
+    if asked is None:
+        raise UsageError(
+            f"operation {record.operation_id} holds no agent's proposal to grant as requested"
+        )
+    try:
+        return _grant(record, *asked)
+    except UsageError as exc:
+        raise UsageError(f"the agent's proposal cannot be granted as requested: {exc}") from None
 
 
 def _limits(record: Record) -> dict[str, JSON]:
@@ -227,8 +247,8 @@ def decide_record(
             f"operation {record.operation_id} has no open decision request ({state}); "
             "there is nothing to decide"
         )
-    try:
-        chosen = Option(option)
+    try:  # ``as-requested`` is how a command line spells ``as_requested``
+        chosen = Option(str(option).replace("-", "_"))
     except ValueError:
         chosen = None
     if chosen is None or chosen not in offered:
@@ -248,15 +268,20 @@ def decide_record(
         detail["stopped_with"] = record.error
     if chosen in RESUMING:
         grant = replace(
-            _grant(record, minutes, checks), action_requests=ACTION_REQUESTS.get(chosen, 0)
+            _as_requested(record)
+            if chosen is Option.AS_REQUESTED
+            else _grant(record, minutes, checks),
+            action_requests=ACTION_REQUESTS.get(chosen, 0),
         )
         granted: dict[str, JSON] = {"minutes": grant.minutes, "checks": grant.checks}
+        if chosen is Option.AS_REQUESTED and record.decision_request is not None:
+            granted["requested_by"] = record.decision_request.requested_by
         if grant.action_requests:
             granted["action_requests"] = grant.action_requests
         detail["grant"] = granted
     after = record
     match chosen:
-        case Option.EXTEND:
+        case Option.EXTEND | Option.AS_REQUESTED:
             after = _reopened(_granted(record, grant, now), now)
         case Option.CANCEL:
             after = replace(
@@ -266,6 +291,8 @@ def decide_record(
                 cancel_requested_by=who,
                 cancel_reason=reason_text,
                 cancel_accepted_at=None,
+                cancel_refused_at=None,
+                cancel_refused=None,
             )
         case Option.TREAT_AS_PENDING:
             pending = (*record.grants.pending_states, record.provider_state)
@@ -355,6 +382,11 @@ def _only_where_they_apply(
     nothing, a profile or credential label for any option but the one that takes it."""
     if (minutes is not None or checks is not None) and option not in RESUMING:
         raise UsageError(f"{option.value} resumes nothing: minutes and checks do not apply")
+    if (minutes is not None or checks is not None) and option is Option.AS_REQUESTED:
+        raise UsageError(
+            "as_requested grants the agent's proposal: minutes and checks do not apply "
+            "(choose extend to give other ones)"
+        )
     if profile is not None and option is not Option.RESUME_WITH_PROFILE:
         raise UsageError(f"a profile applies only to resume_with_profile, not {option.value}")
     if credential_label is not None and option is not Option.RESUME_WITH_CREDENTIALS:
@@ -480,6 +512,7 @@ def escalation_message(record: Record, now: datetime) -> str:
     lines = [
         "External job needs a decision",
         f"Operation: {record.operation_id}",
+        *_what_the_job_is(record),
         f"Provider job: {_short(record.job_id or '(not known)')}",
         f"Last state: {_short(state_text)}",
         f"Elapsed time: {_duration(elapsed)}",
@@ -498,6 +531,38 @@ def escalation_message(record: Record, now: datetime) -> str:
     if request is not None:
         lines.append(f"Decide by: {request.due_at.strftime('%Y-%m-%d %H:%M')} UTC")
     return "\n".join(lines)
+
+
+def _what_the_job_is(record: Record) -> list[str]:
+    """The escalation message's lines that say what the job is and how far it got: its
+    label, its source (the profile, and where it was submitted or is polled, without
+    user info or query), its progress and the provider's estimate of its end (each only
+    when known)."""
+    lines = []
+    if record.label:
+        lines.append(f"Label: {_short(record.label)}")
+    where = record.submit_url or record.caller_url or record.status_url
+    source = f"{record.profile.name} profile"
+    if where:
+        source += f", {redact_url(where)}"
+    lines.append(f"Source: {_short(source)}")
+    if record.submit_url:
+        method = record.submit_method or "POST"
+        submitted = f"{method} {redact_url(record.submit_url)}"
+        if record.submit_fingerprint:
+            submitted += f" (request fingerprint {record.submit_fingerprint[:12]})"
+        lines.append(f"Submitted: {_short(submitted)}")
+    if record.progress is not None:
+        progress = record.progress
+        lines.append(
+            f"Progress: {_short(progress if isinstance(progress, str) else show(progress))}"
+        )
+    if record.estimated_end_at is not None and record.estimate_from is not None:
+        lines.append(
+            f"Provider estimate: ends by {record.estimated_end_at.strftime('%Y-%m-%d %H:%M:%S')} "
+            f"UTC ({_short(record.estimate_from)})"
+        )
+    return lines
 
 
 def _short(text: str, limit: int = 120) -> str:

@@ -44,7 +44,12 @@ from waitbound._controller import (
     plan,
     unsent,
 )
-from waitbound._credentials import BoundCredentials, headers_for, refuse_outside
+from waitbound._credentials import (
+    BoundCredentials,
+    credentials_note,
+    headers_for,
+    refuse_outside,
+)
 from waitbound._errors import ConflictError, OperationNotFoundError
 from waitbound._failpoints import hit
 from waitbound._learned import ModelLookup
@@ -510,11 +515,17 @@ def safe_plan(
 def reservation_of(
     send: Send, headers: Callable[[Record], Mapping[str, str]], *, per_origin: bool
 ) -> Transition:
-    """The reservation to persist for *send*: with per-operation credentials, one sent
-    without any (none held for this operation) says so in its audit event."""
-    if per_origin and send.request.kind != "submit":
-        return _note_missing_credentials(send.transition, send.request, headers)
-    return send.transition
+    """The reservation to persist for *send*: its audit event says whether the request
+    goes with the caller's credentials where that is news (:func:`credentials_note`,
+    from the decision :func:`headers_for` makes)."""
+    request, record = send.request, send.transition.record
+    note = credentials_note(headers, record, request.url, kind=request.kind, per_origin=per_origin)
+    if note is None:
+        return send.transition
+    *notes, event = send.transition.events
+    return replace(
+        send.transition, events=(*notes, replace(event, summary=f"{event.summary}; {note}"))
+    )
 
 
 def _answered(
@@ -534,21 +545,6 @@ def _answered(
         assert failure is not None
         return internal_failure(record, clock.now(), f"the {request.kind} request", failure)
     return _observed(record, observation, rng, models, pacer)
-
-
-def _note_missing_credentials(
-    reservation: Transition, request: Request, headers: Callable[[Record], Mapping[str, str]]
-) -> Transition:
-    """Say in the reservation's audit event that a request to a trusted origin goes
-    without credentials because the caller holds none for this operation."""
-    record = reservation.record
-    if not record.trusts(request.url) or headers_for(headers, record, request.url):
-        return reservation  # another origin is audited by the controller; or sent with them
-    if isinstance(headers, BoundCredentials) and headers.binding(record, request.url):
-        return reservation  # bound there, with no headers to send (none configured)
-    *notes, event = reservation.events
-    summary = f"{event.summary}; without the caller's credentials (none held for this origin)"
-    return replace(reservation, events=(*notes, replace(event, summary=summary)))
 
 
 def _observed(

@@ -145,6 +145,8 @@ def finish(
     summary = f"outcome {outcome.value}" + (f" ({reason.value})" if reason else "")
     if detail:
         summary += f": {detail}"
+    elif (late := record.late_cancel) is not None:  # a refused cancel came too late
+        summary += f"; {late}"
     return (
         record,
         "finished",

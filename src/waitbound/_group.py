@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from waitbound._controller import Finish, Finished, Request, Send, Sleep
+from waitbound._controller import Finish, Finished, Request, Send, Sleep, Transition
 from waitbound._driver import (
     Lease,
     Tools,
@@ -50,6 +50,7 @@ from waitbound._record import Record
 from waitbound._token_bucket import TokenBucket
 from waitbound._urls import origin
 from waitbound._worker import WorkerSettings
+from waitbound.stores._group_charges import COUNTED_BY
 from waitbound.stores._groups import GroupKind, GroupRow, GroupStore
 
 __all__ = [
@@ -177,6 +178,7 @@ class Scheduler:
                     reason=f"another member of group {self.group.group_id} ended first",
                     requested_by=f"group {self.group.group_id}",
                     by_a_person=False,
+                    once=True,  # another process's group may have asked already
                 )
             except UsageError:  # not cancelable now (or no cancel action): left as it is
                 continue
@@ -301,11 +303,18 @@ class Scheduler:
                 return Stop(stored)
             return Stop(self._end("stopped", Reason.REQUEST_BUDGET_EXHAUSTED.value))
         self.group = spent
-        reservation = reservation_of(send, self.kit.headers, per_origin=self.kit.per_origin)
+        reservation = _counted_by(
+            reservation_of(send, self.kit.headers, per_origin=self.kit.per_origin),
+            self.group.group_id,
+        )
         try:
             reserved = self.kit.store.save(reservation.record, reservation.events)
-        except ConflictError:  # someone wrote it meanwhile: the group's count stays spent
+        except ConflictError:  # someone wrote it meanwhile: nothing is sent, so the
+            # group gives back the request it counted (it counts requests sent only)
             member.stale = True
+            released = self.groups.release_group(self.group.group_id)
+            if released is not None:
+                self.group = released
             return None
         emit(self.kit.on_event, reservation.events)
         member.record = reserved
@@ -346,6 +355,18 @@ class Scheduler:
     def ended_records(self) -> list[Record]:
         """The members that ended, in the order they were seen to end."""
         return [self.members[i].record for i in self.ended_order]
+
+
+def _counted_by(reservation: Transition, group_id: str) -> Transition:
+    """*reservation* with its ``reserved`` event naming the group that counted the
+    request already (the store charges the member's other waiting groups only)."""
+    events = tuple(
+        replace(event, data={**event.data, COUNTED_BY: group_id})
+        if event.kind == "reserved"
+        else event
+        for event in reservation.events
+    )
+    return replace(reservation, events=events)
 
 
 def check_members(ids: Sequence[str], exists: Callable[[str], bool]) -> None:

@@ -16,8 +16,12 @@ schedule (``_learned.py``) reads a key's evidence back; nobody re-reads audit lo
   only "it ran longer than ``pending_seen_at``", never a duration.
 
 The schedule key (:func:`schedule_key`) names the kind of job: the caller's
-``Policy.schedule_key``, else the profile's name, the status URL's origin and its path
-template (every segment that looks like an id replaced by ``{id}``, see
+``Policy.schedule_key``; else, for a job waitbound submitted (``run``, ``submit``), the
+profile's name, the submit method and the submit URL's origin and path template
+(``provider-kit POST http://127.0.0.1:8080/jobs``: a kind of job is what was submitted,
+never where its status happens to live); else the profile's name, the status URL's
+origin and the profile's ``submit.status_url_template`` when the URL matches it, or its
+path template (every segment that looks like an id replaced by ``{id}``, see
 :func:`path_template`), e.g. ``openai-batch https://api.openai.com/v1/batches/{id}``.
 A store keeps the newest :data:`HISTORY_LIMIT` pieces per key.
 """
@@ -127,23 +131,53 @@ def path_template(path: str, job_id: str | None = None) -> str:
 
 
 def schedule_key(record: Record) -> str | None:
-    """The schedule key of *record*: ``policy.schedule_key``, else ``"<profile>
-    <origin><path template>"`` of the URL it was first told to poll (``None``: no
-    polling URL yet). The query and fragment are never part of it (no secret reaches
-    a key)."""
+    """The schedule key of *record* (see the module's docstring): ``policy.schedule_key``;
+    else ``"<profile> <METHOD> <origin><path template>"`` of the submit URL of a job
+    waitbound submitted; else ``"<profile> <origin><template>"`` of the URL it was first
+    told to poll, the template being the profile's ``submit.status_url_template`` when
+    the URL matches it, else its path template (``None``: no URL yet). The query and
+    fragment are never part of it (no secret reaches a key)."""
     if record.policy.schedule_key is not None:
         return record.policy.schedule_key
+    name = record.profile.name
+    if record.submit_url:
+        found = _origin_and_path(record.submit_url)
+        if found is None:
+            return None
+        origin, path = found
+        method = (record.submit_method or "POST").upper()
+        return f"{name} {method} {origin}{path_template(path)}"
     url = record.caller_url or record.status_url
-    if not url:
+    found = _origin_and_path(url) if url else None
+    if found is None:
         return None
+    origin, path = found
+    template = _declared_template(record, path)
+    return f"{name} {origin}{template or path_template(path, record.job_id)}"
+
+
+def _origin_and_path(url: str) -> tuple[str, str] | None:
+    """``(scheme://host[:port], path)`` of *url*, or ``None`` when it does not parse."""
     try:
         parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port is not None else ""
     except ValueError:
         return None
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port is not None else ""
-    origin = f"{parts.scheme}://{host}{port}"
-    return f"{record.profile.name} {origin}{path_template(parts.path, record.job_id)}"
+    return f"{parts.scheme}://{parts.hostname or ''}{port}", parts.path
+
+
+def _declared_template(record: Record, path: str) -> str | None:
+    """The profile's ``submit.status_url_template`` as a key's path (``{job_id}`` read
+    as ``{id}``) when *path* matches it, else ``None``."""
+    template = record.profile.submit.status_url_template
+    if not template or "{job_id}" not in template:
+        return None
+    found = _origin_and_path(template)
+    declared = found[1] if found is not None else template
+    pattern = "[^/]+".join(re.escape(piece) for piece in declared.split("{job_id}"))
+    if re.fullmatch(pattern, path) is None:
+        return None
+    return declared.replace("{job_id}", "{id}")
 
 
 def evidence_of(record: Record) -> Evidence | None:

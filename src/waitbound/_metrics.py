@@ -9,7 +9,13 @@ sets (profile names, phases, outcomes, reasons, request kinds, status classes, r
 names, verdicts): never a URL, an id or a secret. A provider's host and port are a label
 only for the origins this process was configured with or named itself
 (:func:`label_origins`); any other origin — one a record in a shared store or a
-provider's answer chose — is ``server.address="other"``. See ``docs/operations.md``.
+provider's answer chose — is ``server.address="other"``. Likewise a profile's name is
+a label only for the built-in profiles and those this process was configured with or
+started operations with itself (:func:`label_profiles`), else ``waitbound.profile=
+"other"``; an HTTP method outside the standard ones is ``_OTHER`` and a status code
+outside the registered ones is left out (``error.type="_OTHER"``). Whoever writes a
+record to a shared store, or answers a request, cannot add series. See
+``docs/operations.md``.
 
 The gauges (operations in flight, open decision requests and their age, the outbox
 backlog) are read from a store when metrics are collected (:func:`observe_store`).
@@ -17,6 +23,7 @@ backlog) are read from a store when metrics are collected (:func:`observe_store`
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -25,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
+from http import HTTPStatus
 from typing import Final, Protocol
 
 from opentelemetry import metrics
@@ -39,6 +47,7 @@ from waitbound._urls import origin
 __all__ = [
     "GAUGE_LIMIT",
     "MAX_LABELLED_ORIGINS",
+    "MAX_LABELLED_PROFILES",
     "StoreGauges",
     "StoreReads",
     "metering",
@@ -49,7 +58,11 @@ __all__ = [
     "record_detection_lag",
     "record_webhook_delivery",
     "label_origins",
+    "label_profiles",
+    "method_label",
+    "profile_label",
     "server_labels",
+    "status_code_label",
     "status_class",
     "store_transaction",
 ]
@@ -179,6 +192,61 @@ def server_labels(url: str) -> dict[str, str | int]:
     return labels
 
 
+MAX_LABELLED_PROFILES: Final = 64
+"""The most profile names (besides the built-in ones) one process labels its metrics
+with; later ones are ``other``."""
+_PROFILES: set[str] = set()
+_PROFILES_LOCK = threading.Lock()
+OTHER_PROFILE: Final = "other"
+_METHODS: Final = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"}
+)
+_STATUS_CODES: Final = frozenset(int(code) for code in HTTPStatus)
+OTHER_VALUE: Final = "_OTHER"
+"""The OpenTelemetry semantic conventions' value for a method (or error) outside the
+known set."""
+
+
+@functools.cache
+def _builtin_profiles() -> frozenset[str]:
+    from waitbound.profiles import builtin_names
+
+    return frozenset(builtin_names())
+
+
+def label_profiles(names: Iterable[str]) -> None:
+    """Let *names* be ``waitbound.profile`` labels: the profiles this process was
+    configured with (the MCP server's providers) or started operations with itself.
+    The built-in profiles always are. At most :data:`MAX_LABELLED_PROFILES` per process."""
+    builtin = _builtin_profiles()
+    with _PROFILES_LOCK:
+        for name in names:
+            if name in builtin or name in _PROFILES or len(_PROFILES) >= MAX_LABELLED_PROFILES:
+                continue
+            _PROFILES.add(name)
+
+
+def profile_label(name: str) -> str:
+    """The ``waitbound.profile`` label of a record's profile *name*: itself for a
+    built-in profile or one :func:`label_profiles` let in, else ``other`` — a bounded
+    set, whatever names the records in a shared store carry."""
+    if name in _PROFILES or name in _builtin_profiles():
+        return name
+    return OTHER_PROFILE
+
+
+def method_label(method: str) -> str:
+    """The ``http.request.method`` label: a standard method, else ``_OTHER`` (a record
+    names the submit and cancel methods)."""
+    return method if method in _METHODS else OTHER_VALUE
+
+
+def status_code_label(http_status: int) -> int | None:
+    """The ``http.response.status_code`` label: a registered status code, else ``None``
+    (left out: a provider may answer any three digits)."""
+    return http_status if http_status in _STATUS_CODES else None
+
+
 def record_request(
     kind: str, method: str, http_status: int | None, elapsed_s: float, server: dict[str, object]
 ) -> None:
@@ -191,12 +259,15 @@ def record_request(
         1, {"waitbound.request_kind": kind, "waitbound.status_class": status_class(http_status)}
     )
     attributes: dict[str, str | int] = {
-        "http.request.method": method,
+        "http.request.method": method_label(method),
         "waitbound.request_kind": kind,
     }
     attributes.update({k: v for k, v in server.items() if isinstance(v, str | int)})
-    if http_status is not None:
-        attributes["http.response.status_code"] = http_status
+    code = status_code_label(http_status) if http_status is not None else None
+    if code is not None:
+        attributes["http.response.status_code"] = code
+    elif http_status is not None and "error.type" in attributes:
+        attributes["error.type"] = OTHER_VALUE
     HTTP_DURATION.record(max(0.0, elapsed_s), attributes)
 
 
@@ -206,7 +277,7 @@ def record_outcome(record: Record) -> None:
         return
     outcome = record.outcome.value
     OUTCOMES.add(1, {"waitbound.outcome": outcome, "waitbound.reason": _reason(record)})
-    shared = {"waitbound.profile": record.profile.name, "waitbound.outcome": outcome}
+    shared = {"waitbound.profile": profile_label(record.profile.name), "waitbound.outcome": outcome}
     if record.finished_at is not None:
         took_s = (record.finished_at - record.created_at).total_seconds()
         TIME_TO_OUTCOME.record(max(0.0, took_s), shared)
@@ -215,9 +286,10 @@ def record_outcome(record: Record) -> None:
 
 
 def record_detection_lag(profile: str, lag_s: float) -> None:
-    """Record the bound on one job's detection lag (seconds)."""
+    """Record the bound on one job's detection lag (seconds), by *profile*'s label
+    (:func:`profile_label`)."""
     if metering():
-        DETECTION_LAG.record(max(0.0, lag_s), {"waitbound.profile": profile})
+        DETECTION_LAG.record(max(0.0, lag_s), {"waitbound.profile": profile_label(profile)})
 
 
 def record_outbox_attempt(channel: str, result: str) -> None:
@@ -313,7 +385,7 @@ class StoreGauges:
     def _read(self) -> _Snapshot:
         now = self.clock.now()
         records = self.store.recent(limit=GAUGE_LIMIT, open_only=True)
-        phases = Tally((r.profile.name, r.phase.value) for r in records)
+        phases = Tally((profile_label(r.profile.name), r.phase.value) for r in records)
         opened = [r.decision_request.opened_at for r in records if r.decision_request]
         # An escalated or timed-out operation has an outcome and may hold an open request.
         finished = self.store.recent(limit=GAUGE_LIMIT)

@@ -16,7 +16,7 @@ from waitbound._canceling import accepted_cancel
 from waitbound._contract import Reading
 from waitbound._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._json import JSON, show
-from waitbound._learned import LearnedSchedule, ModelLookup
+from waitbound._learned import LearnedSchedule, ModelLookup, learned_jitter_s
 from waitbound._observation import Observation
 from waitbound._outcome import Reason
 from waitbound._pacing import Pacer, origin_key
@@ -178,8 +178,7 @@ def schedule(
     ) is not None:
         minimum = floor
         model, planned_s = planned
-        top = min(policy.max_delay_s, planned_s * 2.0 / (1.0 + policy.backoff_jitter_floor))
-        delay = max(floor, rng.uniform(policy.backoff_jitter_floor * top, top))
+        delay = max(floor, learned_jitter_s(planned_s, policy, rng))
         source = DelaySource.LEARNED_SCHEDULE
         extra_learned = {"planned_s": round(planned_s, 3), **model.describe()}
     else:

@@ -24,7 +24,7 @@ from waitbound._contract import Profile
 from waitbound._controller import audit_event, created_event
 from waitbound._decisions import decide_record, expire
 from waitbound._errors import ConflictError, OperationNotFoundError, StoreError, UsageError
-from waitbound._metrics import label_origins
+from waitbound._metrics import label_origins, label_profiles
 from waitbound._options import Option, cancel_refusal
 from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Push, Record
@@ -314,6 +314,7 @@ def open_operation(
             check_url(url, what)
     if operation is not None:  # this process's caller named them: metric labels
         label_origins(_origins_named(operation))
+        label_profiles((operation.profile.name,))
     existing = store.get(operation_id) if operation_id else None
     if existing is not None:
         if isinstance(operation, Operation) and operation.status_url != existing.status_url:
@@ -462,6 +463,7 @@ def request_cancel(
     reason: str | None,
     requested_by: str | None,
     by_a_person: bool = True,
+    once: bool = False,
 ) -> Record:
     """Mark the operation's cancel as due (audited), after checking it is allowed.
 
@@ -477,6 +479,12 @@ def request_cancel(
 
     *by_a_person* false (an agent's cancel, the MCP tool): a stopped operation is
     refused, since canceling it is a decision and an agent never decides.
+
+    *once* (a group's ``cancel_rest``): an operation whose cancel was requested already
+    (due or sent, by anyone) is returned as stored and nothing is written. The check
+    is made on the record the write replaces (a compare-and-swap on its version), so of
+    several processes asking at once exactly one requests the cancel, and the job gets
+    one cancel request.
 
     Raises:
         OperationNotFoundError: no such operation.
@@ -503,6 +511,8 @@ def request_cancel(
                 f"operation {operation_id} is finished ({closed.outcome}) and its decision "
                 "request was closed as decision_timeout: there is nothing to cancel"
             )
+        if once and record.cancel_requested_at is not None and not record.is_finished:
+            return record  # claimed already: one cancel per operation
         refusal = cancel_refusal(record, now)
         if refusal is not None:
             raise UsageError(refusal)
@@ -530,6 +540,8 @@ def request_cancel(
                 cancel_requested_by=who,
                 cancel_reason=reason,
                 cancel_accepted_at=None,
+                cancel_refused_at=None,
+                cancel_refused=None,
             )
         try:
             return store.save(due, [event])

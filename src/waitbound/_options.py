@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final
 
+from waitbound._estimate import estimate_grant
 from waitbound._json import show
 from waitbound._outcome import Reason
 from waitbound._record import DecisionRequest, Phase, Record
@@ -24,9 +25,11 @@ __all__ = [
     "cancel_refusal",
     "cost",
     "counted",
+    "grant_basis",
     "open_request",
     "option_costs",
     "options",
+    "proposed_grant",
     "reason_options",
     "undone_action",
     "resume_refusal",
@@ -40,6 +43,9 @@ class Option(StrEnum):
 
     EXTEND = "extend"
     """Wait longer: a new deadline (minutes from now) and a number of further checks."""
+    AS_REQUESTED = "as_requested"
+    """Wait longer by exactly what an agent proposed (``request_extension``: its minutes
+    and checks), within the policy's ceilings."""
     CANCEL = "cancel"
     """Send the provider's cancel action, then poll to ``canceled``."""
     TREAT_AS_PENDING = "treat_as_pending"
@@ -83,6 +89,7 @@ _BY_REASON: Final[dict[Reason | None, tuple[Option, ...]]] = {
 RESUMING: Final = frozenset(
     {
         Option.EXTEND,
+        Option.AS_REQUESTED,
         Option.CANCEL,
         Option.TREAT_AS_PENDING,
         Option.RESUME_WITH_CREDENTIALS,
@@ -172,14 +179,19 @@ def options(record: Record, now: datetime) -> tuple[Option, ...]:
     where :func:`resume_refusal` allows, ``cancel`` only where :func:`cancel_refusal`
     allows (the rule ``waitbound cancel`` follows). An agent's request on a running
     operation offers ``extend``, ``cancel`` (when cancelable, while a grant is left)
-    and ``decline``.
+    and ``decline``. Wherever ``extend`` is offered and the request holds an agent's
+    proposal, ``as_requested`` (that proposal's grant) is offered after it.
     """
-    if record.decision_request is None:
+    request = record.decision_request
+    if request is None:
         return ()
     if not record.is_finished:
         offered: tuple[Option, ...] = (Option.EXTEND, Option.CANCEL, Option.DECLINE)
     else:
         offered = reason_options(record.reason)
+    if Option.EXTEND in offered and _proposal(record) is not None:
+        at = offered.index(Option.EXTEND) + 1
+        offered = (*offered[:at], Option.AS_REQUESTED, *offered[at:])
     can_resume = resume_refusal(record, now) is None
     return tuple(
         option
@@ -238,12 +250,45 @@ def open_request(
 
 
 def suggested_grant(record: Record) -> tuple[float, int]:
-    """The grant a decision gives when it names none: ``(minutes, checks)``, a third of
-    the policy's deadline in whole minutes (at least 1) and of its request budget (at
-    least 1); never beyond the ceiling (a fraction of a minute when that is short)."""
+    """The grant a decision gives when it names none: ``(minutes, checks)``.
+
+    When the provider stated when the job should end (an estimated duration, its
+    expiry time, a hint: ``_estimate.py``), the minutes cover that estimate with some
+    slack (:func:`grant_basis` says so); else a third of the policy's deadline in whole
+    minutes (at least 1). Checks: a third of its request budget (at least 1). Never
+    beyond the ceiling (a fraction of a minute when that is short)."""
     policy = record.policy
+    ceiling = policy.extension_ceiling_s / 60
+    checks = max(1, policy.max_requests // 3)
+    if (derived := estimate_grant(record, ceiling)) is not None:
+        return derived[0], checks
     minutes = max(1, round(policy.deadline_s / 60 / 3))
-    return min(float(minutes), policy.extension_ceiling_s / 60), max(1, policy.max_requests // 3)
+    return min(float(minutes), ceiling), checks
+
+
+def grant_basis(record: Record) -> str | None:
+    """Where the suggested grant's minutes come from, in words, when the provider's
+    estimate gave them ("from the provider's estimated duration of 9 minutes: it should
+    end by …"); ``None`` when they are the policy's default."""
+    derived = estimate_grant(record, record.policy.extension_ceiling_s / 60)
+    return None if derived is None else derived[1]
+
+
+def _proposal(record: Record) -> tuple[float, int] | None:
+    """The agent's proposal the open decision request holds: ``(minutes, checks)``, or
+    ``None`` without one."""
+    request = record.decision_request
+    if request is None or request.requested_by == SYSTEM:
+        return None
+    if request.minutes is None or request.checks is None:
+        return None
+    return request.minutes, request.checks
+
+
+def proposed_grant(record: Record) -> tuple[float, int] | None:
+    """What ``as_requested`` grants: the agent's proposal on the open decision request
+    (``(minutes, checks)``), or ``None`` when it holds none."""
+    return _proposal(record)
 
 
 def span(minutes: float, *, more: bool = False) -> str:
@@ -260,11 +305,25 @@ def cost(record: Record, option: Option) -> str:
     with 4 more checks"; a resuming option states the suggested grant, and one whose
     action sends a request first (:data:`ACTION_REQUESTS`) states that request too."""
     minutes, checks = suggested_grant(record)
+    basis = grant_basis(record)
     grant = f"by at least {span(minutes)} with {counted(checks, 'more check')}"
     after = f"plus {counted(checks, 'more check')} within at least {span(minutes)}"
+    if basis is not None:
+        grant += f" ({basis})"
+        after += f" ({basis})"
     match option:
         case Option.EXTEND:
             return f"extend waiting once {grant}"
+        case Option.AS_REQUESTED:
+            asked = proposed_grant(record)
+            if asked is None:
+                return "extend waiting as the agent requested (no proposal is open)"
+            request = record.decision_request
+            who = request.requested_by if request is not None else "the agent"
+            return (
+                f"extend waiting once as {who} requested: by at least {span(asked[0])} with "
+                f"{counted(asked[1], 'more check')}"
+            )
         case Option.CANCEL:
             return f"cancel at provider: 1 cancel request {after}"
         case Option.TREAT_AS_PENDING:

@@ -174,6 +174,10 @@ class Outcome:
         unfetched: with ``provider_outcome``, what is missing: ``"result"`` or
             ``"errors page"`` (a partial success's first page of errors; its result is
             in ``result``); ``None`` otherwise.
+        note: what else a reader must know about how it ended, in words: a cancel the
+            provider refused because the job had already ended ("the cancel decided by
+            ann at … was refused by the provider (HTTP 409): it came too late, the job
+            had already ended"); ``None`` otherwise.
     """
 
     operation_id: str
@@ -199,6 +203,7 @@ class Outcome:
     decided_by: str | None = None
     provider_outcome: OutcomeKind | None = None
     unfetched: str | None = None
+    note: str | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -351,6 +356,7 @@ class Outcome:
             "next_check_at": self.next_check_at.isoformat() if self.next_check_at else None,
             "provider_outcome": self.provider_outcome.value if self.provider_outcome else None,
             "unfetched": self.unfetched,
+            "note": self.note,
             "message": self.message,
         }
 

@@ -18,12 +18,19 @@ beats a perfect spread. The caller's ``latest_at`` (``_next_poll.paced``) is the
 planned time plus the policy's ``max_delay_s``, never past the deadline, so pacing
 never breaks a bound; it never changes how many requests are sent.
 
-:func:`span` and :func:`choose` are pure (no clock, no store, no global random): the
-stores hold the calendar and call them under their own lock or transaction, so every
-store decides alike. :func:`pacer_for` is the one adapter: the :class:`Pacer` the
-drivers and the worker hand the controller (as they hand it the learned schedules'
-look-up), which calls the store's ``pace`` and keeps the planned time when the store
-has none or fails.
+The decision costs work in the buckets that hold polls, never a step per second
+between now and the planned time: the mean is one sum over the window's counts, and
+the first bucket with room is found by walking only the full buckets from the planned
+one (:func:`first_room`: the first gap among them). A poll planned a year ahead is
+paced as fast as one planned a minute ahead, so a store's write transaction (and
+PostgreSQL's advisory lock on the origin) is held for no longer.
+
+:func:`span`, :func:`room`, :func:`first_room`, :func:`settle` and :func:`choose` are
+pure (no clock, no store, no global random): the stores hold the calendar and call
+them under their own lock or transaction, so every store decides alike.
+:func:`pacer_for` is the one adapter: the :class:`Pacer` the drivers and the worker
+hand the controller (as they hand it the learned schedules' look-up), which calls the
+store's ``pace`` and keeps the planned time when the store has none or fails.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import math
 import random
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Protocol
@@ -47,8 +54,11 @@ __all__ = [
     "Pacer",
     "Span",
     "choose",
+    "first_room",
     "origin_key",
     "pacer_for",
+    "room",
+    "settle",
     "span",
 ]
 
@@ -104,6 +114,50 @@ def span(planned_at: datetime, *, latest_at: datetime, now: datetime) -> Span:
     )
 
 
+def room(total: int, where: Span, *, spread: float = SPREAD_FACTOR) -> int:
+    """How many polls a bucket may hold: ``max(1, ceil(spread * mean))``, the mean taken
+    over the buckets ``where.first`` to ``where.mean_last`` of their *total* count plus
+    the new poll."""
+    buckets = where.mean_last - where.first + 1
+    return max(1, math.ceil(spread * (total + 1) / buckets))
+
+
+def first_room(full: Iterable[int], where: Span) -> int | None:
+    """The first bucket from ``where.planned`` to ``where.latest`` that is not in
+    *full* (the buckets without room, ascending), or ``None`` when there is none.
+
+    It reads *full* only up to the first gap: a step per bucket without room before it,
+    never a step per second, so a poll planned a year ahead costs what one planned a
+    minute ahead does (a store may hand it a lazy iterable that reads its rows in
+    batches)."""
+    candidate = where.planned
+    for bucket in full:
+        if bucket < candidate:
+            continue
+        if bucket > candidate:
+            break  # a gap: *candidate* has room
+        candidate += 1
+        if candidate > where.latest:
+            return None
+    return candidate if candidate <= where.latest else None
+
+
+def settle(
+    bucket: int | None,
+    where: Span,
+    planned_at: datetime,
+    *,
+    latest_at: datetime,
+    rng_offset: float,
+) -> tuple[int, datetime]:
+    """The bucket and time of a poll whose first bucket with room is *bucket*
+    (``None``: none up to *latest_at*, so the planned time stands)."""
+    if bucket is None or bucket == where.planned:
+        return where.planned, planned_at
+    at = datetime.fromtimestamp((bucket + min(max(rng_offset, 0.0), 0.999)) * BUCKET_S, UTC)
+    return bucket, min(latest_at, max(planned_at, at))
+
+
 def choose(
     counts: Mapping[int, int],
     planned_at: datetime,
@@ -117,7 +171,9 @@ def choose(
 
     Args:
         counts: the origin's planned polls per bucket (missing: 0), at least for the
-            buckets of :func:`span`; the new poll is not in it yet.
+            buckets of :func:`span`; the new poll is not in it yet. Only its entries
+            are read (no step per second between them): the work grows with the
+            buckets that hold polls, not with how far ahead the poll is.
         planned_at: the time every other rule chose (aware).
         latest_at: the latest the poll may move to (aware; the cap and deadline).
         now: the current time (aware).
@@ -135,16 +191,14 @@ def choose(
     where = span(planned_at, latest_at=latest_at, now=now)
     if latest_at <= planned_at:
         return where.planned, planned_at
-    buckets = where.mean_last - where.first + 1
-    total = sum(counts.get(b, 0) for b in range(where.first, where.mean_last + 1)) + 1
-    allowed = max(1, math.ceil(spread * total / buckets))
-    for b in range(where.planned, where.latest + 1):
-        if counts.get(b, 0) < allowed:
-            if b == where.planned:
-                return b, planned_at
-            at = datetime.fromtimestamp((b + min(max(rng_offset, 0.0), 0.999)) * BUCKET_S, UTC)
-            return b, min(latest_at, max(planned_at, at))
-    return where.planned, planned_at
+    total = sum(n for b, n in counts.items() if where.first <= b <= where.mean_last)
+    allowed = room(total, where, spread=spread)
+    full = sorted(
+        b for b, n in counts.items() if where.planned <= b <= where.latest and n >= allowed
+    )
+    return settle(
+        first_room(full, where), where, planned_at, latest_at=latest_at, rng_offset=rng_offset
+    )
 
 
 def origin_key(url: str | None) -> str | None:

@@ -184,6 +184,8 @@ class Record:
         in_flight: RequestKind | None
         trusted_origins: tuple[str, ...]
         cancelable: bool | None
+        estimated_end_at: datetime | None
+        estimate_from: str | None
         cancel_on_deadline: bool
         cancel_due: bool
         cancel_requests_used: int
@@ -191,6 +193,8 @@ class Record:
         cancel_requested_by: str | None
         cancel_reason: str | None
         cancel_accepted_at: datetime | None
+        cancel_refused_at: datetime | None
+        cancel_refused: str | None
         result: JSON
         error: JSON
         counts: dict[str, JSON] | None
@@ -386,7 +390,19 @@ class Record:
             next_check_at=None if self.is_finished else self.next_poll_at,
             provider_outcome=self.provider_outcome,
             unfetched=self.unfetched,
+            note=self.late_cancel,
         )
+
+    @property
+    def late_cancel(self) -> str | None:
+        """The note on an end the status look after a cancel the provider did not
+        accept showed the job had already reached: "the cancel … was refused by the
+        provider (HTTP 409): it came too late, the job had already ended"; ``None``
+        when no cancel was refused before the end (see ``_canceling.py``)."""
+        words = self.cancel_refused
+        if words is None or self.cancel_refused_at is None or self.ended_seen_at is None:
+            return None
+        return f"{words}: it came too late, the job had already ended"
 
     @property
     def unfetched(self) -> str | None:
@@ -583,6 +599,8 @@ class RecordChanges(TypedDict, total=False):
     in_flight: RequestKind | None
     trusted_origins: tuple[str, ...]
     cancelable: bool | None
+    estimated_end_at: datetime | None
+    estimate_from: str | None
     cancel_on_deadline: bool
     cancel_due: bool
     cancel_requests_used: int
@@ -590,6 +608,8 @@ class RecordChanges(TypedDict, total=False):
     cancel_requested_by: str | None
     cancel_reason: str | None
     cancel_accepted_at: datetime | None
+    cancel_refused_at: datetime | None
+    cancel_refused: str | None
     result: JSON
     error: JSON
     counts: dict[str, JSON] | None

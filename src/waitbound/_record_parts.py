@@ -313,6 +313,8 @@ class Answer(Part):
     ended_seen_at: datetime | None = None
     success_seen_at: datetime | None = None
     cancelable: bool | None = None
+    estimated_end_at: datetime | None = None
+    estimate_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -349,6 +351,8 @@ class Oversight(Part):
     cancel_requested_by: str | None = None
     cancel_reason: str | None = None
     cancel_accepted_at: datetime | None = None
+    cancel_refused_at: datetime | None = None
+    cancel_refused: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

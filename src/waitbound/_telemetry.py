@@ -57,7 +57,10 @@ from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._contract import Profile
 from waitbound._logs import EVENTS, log_event
 from waitbound._metrics import (
+    OTHER_VALUE,
     metering,
+    method_label,
+    profile_label,
     record_detection_lag,
     record_outcome,
     record_request,
@@ -89,6 +92,8 @@ TRACE_CONTEXT_KEY: Final = "trace_context"
 """The ``created`` audit event's data key holding the caller's W3C ``traceparent``."""
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 _RECORDED_CACHE: Final = 4096
+_STATE_CHARS: Final = 200
+"""The most characters of a provider's state a span attribute holds."""
 _PROVIDER_OUTCOMES: Final = frozenset(
     {
         OutcomeKind.SUCCEEDED,
@@ -238,18 +243,23 @@ _ANSWERED: dict[str, _Open] = {}
 def _operation_attributes(record: Record) -> dict[str, str | int]:
     attributes: dict[str, str | int] = {
         "waitbound.operation_id": record.operation_id,
-        "waitbound.profile": record.profile.name,
+        "waitbound.profile": profile_label(record.profile.name),
         "waitbound.phase": record.phase.value,
         "waitbound.requests_used": record.requests_used,
         "waitbound.max_requests": record.max_requests,
     }
     if record.provider_state is not None:
-        attributes["waitbound.state"] = str(record.provider_state)
+        attributes["waitbound.state"] = _state(record)
     # always set: a span's attribute cannot be removed, and an outcome has no next poll
     attributes["waitbound.delay_source"] = (
         record.delay_source.value if record.delay_source is not None else "none"
     )
     return attributes
+
+
+def _state(record: Record) -> str:
+    """*record*'s provider state as a span attribute: at most :data:`_STATE_CHARS`."""
+    return str(record.provider_state)[:_STATE_CHARS]
 
 
 def _start_run(record: Record, store: _AuditReads, driver: str) -> Run:
@@ -477,19 +487,19 @@ def sending(
         return Sending(record, request, headers, None)
     runs = _RUNS.get(record.operation_id)
     parent = trace.set_span_in_context(runs[-1].span) if runs else None
+    method = method_label(request.method)
     attributes: dict[str, str | int] = {
-        "http.request.method": request.method,
+        "http.request.method": method,
         "url.full": url_full(request.url),
         "waitbound.request_kind": request.kind,
         "waitbound.operation_id": record.operation_id,
-        "waitbound.profile": record.profile.name,
+        "waitbound.profile": profile_label(record.profile.name),
         "waitbound.phase": record.phase.value,
         "waitbound.requests_used": record.requests_used,
     }
     attributes.update(server_attributes(request.url))
-    span = TRACER.start_span(
-        request.method, context=parent, kind=SpanKind.CLIENT, attributes=attributes
-    )
+    name = "HTTP" if method == OTHER_VALUE else method  # the semantic conventions' name
+    span = TRACER.start_span(name, context=parent, kind=SpanKind.CLIENT, attributes=attributes)
     sent = headers
     if profile.trace_context and record.trusts(request.url):
         carrier: dict[str, str] = {}
@@ -575,9 +585,7 @@ def persisted(record: Record, events: Sequence[AuditEvent]) -> None:
                 "waitbound.requests_used": record.requests_used,
                 "waitbound.phase": record.phase.value,
                 **(
-                    {"waitbound.state": str(record.provider_state)}
-                    if record.provider_state is not None
-                    else {}
+                    {"waitbound.state": _state(record)} if record.provider_state is not None else {}
                 ),
                 "waitbound.delay_source": (
                     record.delay_source.value if record.delay_source is not None else "none"

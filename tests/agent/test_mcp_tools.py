@@ -514,7 +514,11 @@ async def test_request_extension_files_a_request_a_person_answers_and_extends_no
     assert asked["escalation"]["requested_by"] == "agent:mcp:reports"
     assert asked["escalation"]["proposed_minutes"] == 0.5
     assert asked["escalation"]["proposed_checks"] == 4
-    assert [o["option"] for o in asked["escalation"]["options"]] == ["extend", "decline"]
+    assert [o["option"] for o in asked["escalation"]["options"]] == [
+        "extend",
+        "as_requested",
+        "decline",
+    ]
     assert "Requested by: agent:mcp:reports" in asked["escalation"]["message"]
     assert (after.deadline_at, after.max_requests) == (before.deadline_at, before.max_requests)
     assert after.decisions == ()

@@ -281,3 +281,29 @@ def test_a_narrow_window_shows_the_decision_card_without_horizontal_scrolling(
     expect(card).to_be_visible()
     _no_horizontal_scroll(page)
     inbox.shot(page, "narrow")
+
+
+def test_the_card_says_what_the_job_is_and_grants_the_agents_proposal_by_a_click(
+    inbox: Inbox, page: Page
+) -> None:
+    """Issue 33: the card shows the job's label and source, and an agent's proposal
+    (request_extension: 1.5 minutes, 2 checks) is granted as requested by its own
+    button, whose form asks for no grant."""
+    op = "report-export-06"
+    inbox.escalate(op, label="team/exports")
+    waitbound.request_extension(
+        op, minutes=1.5, checks=2, why="the export is slow", by="agent:mcp", store=inbox.store
+    )
+    inbox.sign_in(page, "lee")
+    card = _card(page, op)
+    expect(card).to_contain_text("team/exports")
+    expect(card).to_contain_text("Source")
+    button = card.get_by_test_id("option-as_requested")
+    expect(button).to_contain_text("as agent:mcp requested: by at least 1.5 minutes")
+    _choose(page, op, "as_requested")
+    expect(page.locator('[name="minutes"]')).to_have_count(0)
+    _submit(page, "as the agent asked")
+    expect(page).to_have_url(_operation_url(inbox, op))
+    last = inbox.record(op).decisions[-1]
+    assert last.option == "as_requested"
+    assert last.detail["grant"] == {"minutes": 1.5, "checks": 2, "requested_by": "agent:mcp"}

@@ -311,7 +311,7 @@ class Decided:
 
 
 RESUMING = frozenset(
-    {"extend", "cancel", "treat_as_pending", "resume_with_credentials",
+    {"extend", "as_requested", "cancel", "treat_as_pending", "resume_with_credentials",
      "resume_with_profile", "fetch_result_again"}
 )  # fmt: skip
 
@@ -624,6 +624,13 @@ class World:
         running operation, never fewer than it had) and a deadline no later than granted,
         and a window in which a request can be sent."""
         assert after.outcome is None, f"{option}: the operation is not due again"
+        if option == "as_requested":  # exactly the agent's proposal (issue 33)
+            asked = record.decision_request
+            assert asked is not None
+            assert asked.minutes is not None
+            assert asked.checks is not None
+            minutes, checks = asked.minutes, asked.checks
+            assert after.deadline_at >= now + timedelta(minutes=minutes) - timedelta(seconds=1)
         if checks is None:  # the default grant: at least one check, at most the policy's
             checks = after.max_requests - record.requests_used
             assert 1 <= checks <= self.policy.max_requests, f"{option}: {checks} checks"
@@ -951,6 +958,18 @@ def _reason_is_true(world: World, record: Record, facts: Seen, reason: Reason) -
             return finished >= record.deadline_at or "deadline" in words(record)
         case Reason.DECISION_TIMEOUT:
             return any(d.option == "decision_timeout" for d in record.decisions)
+        case Reason.CANCEL_NOT_ACCEPTED:
+            # A cancel was answered, not accepted; the status look after it (if any was
+            # sent) did not show an end: only a job still running ends so (issue 33).
+            if not facts.cancel:
+                return False
+            last = facts.cancel[-1]
+            if last.delivered and 200 <= (last.reply.code or 0) < 300:
+                return False
+            after = [m for h, m in facts.status if h.n > last.n]
+            return not any(m in TERMINAL for m in after[:1]) and "last seen null" not in words(
+                record
+            )
         case _:
             return True
 

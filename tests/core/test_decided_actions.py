@@ -313,8 +313,8 @@ def test_cancel_is_offered_exactly_where_waitbound_cancel_accepts_it(
 @pytest.mark.parametrize(
     ("answer", "words", "offered_again"),
     [
-        ((409, {"error": "job_not_cancelable"}), "was refused by the provider (HTTP 409)", False),
-        ((400, None), "was refused by the provider (HTTP 400)", False),
+        ((409, {"error": "job_not_cancelable"}), "was refused by the provider (HTTP 409)", True),
+        ((400, None), "was refused by the provider (HTTP 400)", True),
         ((503, None), "was not accepted (HTTP 503)", True),
         (httpx.ConnectError("refused"), "got no answer", True),
     ],
@@ -323,10 +323,12 @@ def test_cancel_is_offered_exactly_where_waitbound_cancel_accepts_it(
 def test_a_cancel_the_provider_does_not_accept_stops_the_wait_at_once_saying_so(
     answer: Answer, words: str, offered_again: bool
 ) -> None:
-    """Regression (issue 20): waitbound cancel of a running job the provider will not
-    cancel: no polling on until the budget is spent; the outcome is escalated /
+    """Regression (issue 20, issue 33): waitbound cancel of a running job the provider
+    will not cancel: no polling on until the budget is spent, only the one status look
+    that tells whether the job already ended; still running, the outcome is escalated /
     cancel_not_accepted, says whose cancel and what was answered, and keeps the job's
-    last state. After a refusal cancel is not offered until a status says cancelable."""
+    last state. After a refusal cancel is not offered until a status says cancelable
+    (here the look's answer says so)."""
     op = Op(MemoryStore(), CANCELABLE, cancel=answer, max_requests=30, deadline_s=600)
     op.store.save(  # still running: as a worker would leave it between polls
         replace(
@@ -346,7 +348,7 @@ def test_a_cancel_the_provider_does_not_accept_stops_the_wait_at_once_saying_so(
     assert outcome.outcome is OutcomeKind.ESCALATED
     assert outcome.reason is Reason.CANCEL_NOT_ACCEPTED
     assert outcome.provider_state == "running"
-    assert op.provider.count("/status") == polled  # stopped at once
+    assert op.provider.count("/status") == polled + 1  # one look, then stopped
     assert op.clock.now() - started < timedelta(seconds=1)
     detail = str(outcome.error)
     assert "the cancel requested by ann at" in detail
@@ -362,7 +364,7 @@ def test_a_decided_cancel_the_provider_refuses_says_so() -> None:
     outcome = op.resume()
     assert outcome.reason is Reason.CANCEL_NOT_ACCEPTED
     assert "the cancel decided by ann at" in str(outcome.error)
-    assert op.provider.count("/status") == 2
+    assert op.provider.count("/status") == 3  # the one look after the refusal
 
 
 # --- grants have a minimum ---------------------------------------------------------------
@@ -544,10 +546,16 @@ def test_a_decided_cancel_is_carried_out_or_the_outcome_says_why_not(
         if op.provider.count("/status/cancel") == cancels:
             assert late_s > 0
             assert "was not sent" in detail
+        elif cancel_answer != (202, {}) and answers[0] == CANCELED:
+            # The one look shows the job already ended: its own outcome, the cancel late.
+            assert outcome.outcome is OutcomeKind.CANCELED
+            assert "came too late" in (outcome.note or "")
+            assert op.provider.count("/status") == polls + 1
         elif cancel_answer != (202, {}):
             assert outcome.reason is Reason.CANCEL_NOT_ACCEPTED
             assert "the cancel decided by ann at" in detail
-            assert op.provider.count("/status") == polls
+            assert "last seen null" not in detail
+            assert op.provider.count("/status") == polls + 1
         elif answers[0] == CANCELED:
             assert outcome.outcome is OutcomeKind.CANCELED
     assert len(op.provider.requests) <= max_requests + granted

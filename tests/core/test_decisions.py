@@ -638,7 +638,7 @@ def test_an_agents_request_extends_nothing_by_itself() -> None:
     op = _running(max_requests=3)
     before = op.record
     escalation = _ask(op)
-    assert [o for o, _ in escalation.options] == ["extend", "decline"]
+    assert [o for o, _ in escalation.options] == ["extend", "as_requested", "decline"]
     assert escalation.requested_by == "agent:mcp"
     assert "Requested by: agent:mcp, 5 more minutes with 3 more checks (transcode is slow)" in (
         escalation.message
@@ -659,7 +659,7 @@ def test_an_agents_request_extends_nothing_by_itself() -> None:
     request = op.record.decision_request
     assert request is not None
     assert request.requested_by == "agent:mcp"  # still visible
-    assert op.record.to_outcome().options == ("extend", "abandon")
+    assert op.record.to_outcome().options == ("extend", "as_requested", "abandon")
 
 
 def test_declining_an_agents_request_leaves_the_operation_as_it_was() -> None:
@@ -893,6 +893,7 @@ def test_the_escalation_message_has_the_issues_shape_and_no_secret() -> None:
     assert message.splitlines() == [
         "External job needs a decision",
         "Operation: report-export-2025-04-18-01",
+        "Source: inline profile, http://provider.test/status",
         "Provider job: exp_71c",
         "Last state: running",
         "Elapsed time: 40 minutes",

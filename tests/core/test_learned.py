@@ -485,3 +485,23 @@ def test_no_history_and_no_answer_sequence_breaks_a_budget(
         hint = answer["retry_after"]
         if delivered and isinstance(hint, str) and hint.isdigit():
             assert waited >= float(hint) - 1e-6
+
+
+def test_the_learned_jitter_keeps_its_mean_at_the_plan_near_the_cap() -> None:
+    """Regression (issue 33, issue 25's bimodal figure): a planned delay near the cap was
+    drawn from ``[0.8·top, top]`` with ``top`` clipped at the cap, so its mean fell below
+    the plan (54 s for a 58.6 s plan) and long jobs were polled up to a tenth more often
+    than planned. The draw's mean is the plan, never past the cap, and still spread."""
+    import random as random_
+
+    from waitbound import Policy
+    from waitbound._learned import learned_jitter_s
+
+    policy = Policy(max_delay_s=60.0, backoff_jitter_floor=0.8)
+    rng = random_.Random(4)
+    for planned in (10.0, 40.0, 58.6, 60.0):
+        draws = [learned_jitter_s(planned, policy, rng) for _ in range(20_000)]
+        assert abs(sum(draws) / len(draws) - planned) < 0.01 * planned
+        assert max(draws) <= 60.0
+        spread = min(2 * (60.0 - planned), 2 * planned * 0.2 / 1.8)  # as wide as the cap allows
+        assert max(draws) - min(draws) >= 0.9 * spread

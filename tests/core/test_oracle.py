@@ -197,7 +197,8 @@ KILLS = st.one_of(
 )
 OPTIONS = st.sampled_from(
     [
-        "extend", "extend", "cancel", "cancel", "treat_as_pending", "mark_succeeded",
+        "extend", "extend", "as_requested", "cancel", "cancel", "treat_as_pending",
+        "mark_succeeded",
         "mark_failed", "resume_with_credentials", "resume_with_profile",
         "fetch_result_again", "abandon", "decline",
     ]
@@ -305,7 +306,7 @@ class Oracle(RuleBasedStateMachine):
         on_offer: int = data.draw(st.integers(0, 4))
         option: str = data.draw(st.sampled_from(offered) if offered and on_offer else OPTIONS)
         no_grant: int = data.draw(st.integers(0, 4))
-        if option not in RESUMING and no_grant:
+        if (option not in RESUMING or option == "as_requested") and no_grant:
             minutes = checks = None  # a grant where none applies, now and then
         if late is not None:
             self.w.advance(late)

@@ -293,3 +293,91 @@ def test_a_confirmation_recheck_is_not_paced() -> None:
     assert scheduled
     assert all("confirming" in e.summary for e in scheduled)
     assert not [e for e in scheduled if "paced_by_origin" in e.data]
+
+
+def _choose_by_walking(
+    counts: dict[int, int], planned_at: datetime, *, latest_at: datetime, now: datetime
+) -> tuple[int, datetime]:
+    """The documented rule, second by second (the reference the bounded search must
+    agree with; only for short spans)."""
+    where = span(planned_at, latest_at=latest_at, now=now)
+    if latest_at <= planned_at:
+        return where.planned, planned_at
+    buckets = where.mean_last - where.first + 1
+    total = sum(counts.get(b, 0) for b in range(where.first, where.mean_last + 1)) + 1
+    allowed = max(1, math.ceil(SPREAD_FACTOR * total / buckets))
+    for b in range(where.planned, where.latest + 1):
+        if counts.get(b, 0) < allowed:
+            if b == where.planned:
+                return b, planned_at
+            at = datetime.fromtimestamp(b + 0.5, UTC)
+            return b, min(latest_at, max(planned_at, at))
+    return where.planned, planned_at
+
+
+def test_the_bounded_search_agrees_with_the_second_by_second_rule() -> None:
+    """On 2,000 seeded random calendars, ``choose`` picks what a walk over every second
+    picks: the same room, the first bucket with room, never earlier, never past latest."""
+    rng = random.Random(32)
+    now = T0 + timedelta(seconds=0.3)
+    for _ in range(2000):
+        counts = {
+            math.floor(now.timestamp()) + rng.randrange(-3, 200): rng.randrange(1, 12)
+            for _ in range(rng.randrange(0, 120))
+        }
+        planned = now + timedelta(seconds=rng.uniform(0, 150))
+        latest = planned + timedelta(seconds=rng.choice([0, 0.4, 5, 30, 90]))
+        got = choose(counts, planned, latest_at=latest, now=now, rng_offset=0.5)
+        assert got == _choose_by_walking(counts, planned, latest_at=latest, now=now)
+
+
+class _CountingCounts(dict[int, int]):
+    """A calendar that counts every bucket read through it."""
+
+    reads = 0
+
+    def get(self, key: int, default: int | None = None) -> int | None:  # type: ignore[override]
+        self.reads += 1
+        return super().get(key, default)
+
+    def __getitem__(self, key: int) -> int:
+        self.reads += 1
+        return super().__getitem__(key)
+
+    def items(self):
+        for item in super().items():
+            self.reads += 1
+            yield item
+
+
+def test_a_poll_a_year_ahead_reads_only_the_buckets_that_hold_polls() -> None:
+    """The work of ``choose`` is bounded by the calendar's occupied buckets, whatever the
+    distance: a poll planned a day or a year ahead reads the same buckets as one planned
+    a minute ahead (it walked every second: 2 s of CPU for 180 days, under the store's
+    write lock)."""
+    first = math.floor(T0.timestamp())
+    reads = {}
+    for ahead_s in (60.0, 86_400.0, 365 * 86_400.0):
+        counts = _CountingCounts({first + k: 3 for k in range(0, 200, 2)})
+        planned = T0 + timedelta(seconds=ahead_s)
+        latest = planned + timedelta(seconds=600)
+        _, at = choose(counts, planned, latest_at=latest, now=T0, rng_offset=0.5)
+        assert planned <= at <= latest
+        reads[ahead_s] = counts.reads
+        assert counts.reads <= 2 * len(counts) + 2, (ahead_s, counts.reads)
+    assert reads[365 * 86_400.0] == reads[60.0]
+
+
+def test_a_full_stretch_far_ahead_is_crossed_in_steps_of_its_full_buckets() -> None:
+    """A wave planned a year ahead is spread past its full buckets: each poll's search
+    costs a step per full bucket before the first gap, never a step per second."""
+    planned = T0 + timedelta(days=365)
+    latest = planned + timedelta(seconds=600)
+    counts: dict[int, int] = {}
+    for k in range(300):
+        bucket, at = choose(counts, planned, latest_at=latest, now=T0, rng_offset=0.5)
+        assert planned <= at <= latest
+        counts[bucket] = counts.get(bucket, 0) + 1
+        assert len(counts) <= k + 1
+    assert max(counts.values()) == 1  # a year's mean is tiny: room for one per second
+    assert len(counts) == 300  # 300 seconds of the 600 allowed, in order

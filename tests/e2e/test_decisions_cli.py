@@ -271,10 +271,11 @@ def test_a_decided_cancel_with_the_default_grant_ends_canceled(tmp_path: Path) -
 
 
 def test_a_refused_cancel_stops_at_once_and_the_outcome_says_so(tmp_path: Path) -> None:
-    """Regression (issue 20): `waitbound cancel` of a stopped, cancelable job (accepted:
-    its options list cancel) that the provider refuses with 409: no polling on until the
-    budget is spent; escalated / cancel_not_accepted, the refusal in the outcome, the
-    job's last state kept."""
+    """Regression (issue 20, issue 33): `waitbound cancel` of a stopped, cancelable job
+    (accepted: its options list cancel) that the provider refuses with 409: no polling on
+    until the budget is spent, only the one status look that tells whether the job
+    already ended; still running: escalated / cancel_not_accepted, the refusal in the
+    outcome, the job's last state kept."""
     scenario = {
         "id": "cancel-refused",
         "description": "Cancelable and running forever; the cancel is refused with 409.",
@@ -291,6 +292,42 @@ def test_a_refused_cancel_stops_at_once_and_the_outcome_says_so(tmp_path: Path) 
         assert outcome["provider_state"] == "running"
         assert "the cancel decided by ann at" in outcome["error"]["detail"]
         assert "was refused by the provider (HTTP 409)" in outcome["error"]["detail"]
-        assert "cancel" not in outcome["options"]
+        assert "the status look after it showed the job still" in outcome["error"]["detail"]
+        assert "cancel" in outcome["options"]  # the look said it is cancelable
         assert sim.count("cancel") == 1
-        assert sim.count("status") == 3  # stopped at once: nothing polled after the refusal
+        assert sim.count("status") == 4  # one look after the refusal, then stopped
+
+
+def test_decide_as_requested_grants_the_agents_proposal(escalated: Setup) -> None:
+    """Regression (issue 33): `waitbound decide ID as-requested` grants what the agent
+    proposed with request_extension (here 1.5 minutes, 2 checks); the option is listed
+    with its cost; minutes given with it are refused in one line, exit 2."""
+    import waitbound
+
+    store = waitbound.open_store(escalated.store)
+    try:
+        waitbound.request_extension(
+            OP, minutes=1.5, checks=2, why="slow export", by="agent:mcp", store=store
+        )
+    finally:
+        store.close()
+    code, listed = escalated.json("escalations")
+    assert code == 0
+    options = {o["option"]: o["cost"] for o in listed["escalations"][0]["options"]}
+    assert (
+        "as agent:mcp requested: by at least 1.5 minutes with 2 more checks"
+        in (options["as_requested"])
+    )
+    code, _, err = escalated.run(
+        "decide", OP, "as-requested", "--minutes", "2", "--why", "x", "--by", "ann"
+    )
+    assert code == 2
+    assert "minutes and checks do not apply" in err
+    assert "\n" not in err.strip()
+    code, decided = escalated.json("decide", OP, "as-requested", "--why", "ok", "--by", "ann")
+    assert code == 0, decided
+    assert decided["decision"]["option"] == "as_requested"
+    grant = decided["decision"]["detail"]["grant"]
+    assert (grant["minutes"], grant["checks"]) == (1.5, 2)
+    after = decided["decision"]["detail"]["limits_after"]
+    assert after["max_requests"] == 3 + 2

@@ -202,3 +202,22 @@ def test_a_schema_4_postgres_schema_gains_the_group_tables_on_upgrade() -> None:
             assert groups_of(store).get_group(group(1).group_id) == group(1)
         finally:
             store.close()
+
+
+def test_a_request_counted_and_not_sent_is_given_back_never_below_zero(store: Store) -> None:
+    """release: gives back one counted request (the budget has room again), whatever the
+    group's state; at zero it stays zero; an unknown group is None."""
+    groups = groups_of(store)
+    groups.create_group(group(1))
+    for _ in range(3):
+        groups.spend_group(group(1).group_id)
+    assert groups.spend_group(group(1).group_id) is None
+    released = groups.release_group(group(1).group_id)
+    assert released is not None
+    assert (released.requests_used, released.requests_left) == (2, 1)
+    assert groups.spend_group(group(1).group_id) is not None
+    groups.create_group(group(2))
+    again = groups.release_group(group(2).group_id)
+    assert again is not None
+    assert again.requests_used == 0
+    assert groups.release_group("grp_" + "f" * 20) is None

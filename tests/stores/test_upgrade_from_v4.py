@@ -25,9 +25,13 @@ ADDED_FIELDS: dict[str, Any] = {
     "pending_seen_at": None,
     "ended_seen_at": None,
     "cancel_accepted_at": None,
+    "cancel_refused_at": None,
+    "cancel_refused": None,
+    "estimated_end_at": None,
+    "estimate_from": None,
 }
 """Record fields added after the schema-4 release (the learned schedule's evidence, when
-a cancel was accepted): an upgraded record has them empty; every field the release
+a cancel was accepted or refused): an upgraded record has them empty; every field the release
 wrote is as it was."""
 for _operation in EXPECTED["operations"].values():
     _operation["record"] = {**_operation["record"], **ADDED_FIELDS}

@@ -124,8 +124,14 @@ def without_sdk() -> Iterator[None]:
 
 
 @pytest.fixture
-def otel() -> Iterator[Telemetry]:
-    """The SDK's in-memory span exporter and metric reader, emptied for this test."""
+def otel(monkeypatch: pytest.MonkeyPatch) -> Iterator[Telemetry]:
+    """The SDK's in-memory span exporter and metric reader, emptied for this test; the
+    origins and profiles this process labels start empty (earlier tests of the same
+    process may have reached their per-process limits)."""
+    from waitbound import _metrics
+
+    monkeypatch.setattr(_metrics, "_LABELLED", set())
+    monkeypatch.setattr(_metrics, "_PROFILES", set())
     gate, telemetry = _installed()
     telemetry.exporter.clear()
     telemetry.metrics()  # what earlier tests recorded

@@ -654,6 +654,7 @@ def print_outcome(outcome: Outcome, as_json: bool, costs: Sequence[tuple[str, st
             ("job id", outcome.job_id, 200),
             ("request id", outcome.request_id, 200),
             ("error", outcome.error, 500),
+            ("note", outcome.note, 500),
             ("counts", outcome.counts, 500),
             ("usage", outcome.usage, 500),
             ("result url (not fetched)", outcome.result_url, 500),

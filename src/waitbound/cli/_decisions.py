@@ -88,9 +88,10 @@ def _one_line(value: str | None, flag: str) -> str | None:
 @click.command(
     name="decide",
     help="Answer OPERATION_ID's open decision request with OPTION (one of those "
-    "`waitbound escalations` lists): extend, cancel, treat_as_pending, mark_succeeded, "
-    "mark_failed, resume_with_credentials, resume_with_profile, fetch_result_again, "
-    "abandon, decline.\n\n"
+    "`waitbound escalations` lists): extend, as-requested (the grant an agent proposed "
+    "with request_extension, within the policy's ceilings), cancel, treat_as_pending, "
+    "mark_succeeded, mark_failed, resume_with_credentials, resume_with_profile, "
+    "fetch_result_again, abandon, decline.\n\n"
     "The first decision wins; a second is refused, naming who decided what and when. "
     "A resuming option (extend, …) makes the operation due again within the grant "
     "(--minutes from now, --checks more requests; the counters are not reset): continue "

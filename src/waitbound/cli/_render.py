@@ -36,7 +36,7 @@ __all__ = [
 
 def _reservation_notes(summary: str) -> str:
     """What a ``reserved`` summary adds to "reserved status request N of M (timeout T)":
-    its notes after the first ``;`` (late, sent without the caller's credentials)."""
+    its notes after the first ``;`` (late, sent with or without the caller's credentials)."""
     _, _, notes = summary.partition(";")
     return notes.strip()
 

@@ -35,6 +35,7 @@ from waitbound._errors import (
 )
 from waitbound._escalations import decide_async, request_extension_async
 from waitbound._json import JSON
+from waitbound._metrics import label_profiles
 from waitbound._operation import Submission, request_cancel
 from waitbound._options import suggested_grant
 from waitbound._record import Phase, Record
@@ -120,6 +121,7 @@ class Jobs:
         self._changed = anyio.Event()
         self._secrets = config.secrets()
         self._credentials = config.credentials()
+        label_profiles(provider.profile.name for provider in config.providers.values())
 
     # -- plumbing -----------------------------------------------------------------
 

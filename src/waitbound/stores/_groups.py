@@ -2,12 +2,14 @@
 ``op_groups`` and ``op_group_members``).
 
 A group row holds what bounds the group as a whole (its deadline and request budget),
-what it spent (``requests_used``, counted and committed before each request is sent),
-and how it ended: ``waiting``, ``done`` (the members it waited for ended) or
-``stopped`` (its own bound stopped it; ``reason`` is ``deadline_exceeded`` or
-``request_budget_exhausted``). Its members are listed in order. Nothing in a group is a
-secret. One small implementation per store, reached with :func:`groups_of` (the
-records' ``Store`` protocol is unchanged), as the sign-in sessions are.
+what it spent (``requests_used``: every request to its members while it waits,
+whoever sends it, each counted and committed before it is sent), and how it ended:
+``waiting``, ``done`` (the members it waited for ended) or ``stopped`` (its own bound
+stopped it; ``reason`` is ``deadline_exceeded`` or ``request_budget_exhausted``). Its
+members are listed in order. Nothing in a group is a secret. One small implementation
+per store, reached with :func:`groups_of` (the records' ``Store`` protocol is
+unchanged), as the sign-in sessions are. What a record write charges to the groups of
+its operation (another process's requests) is ``waitbound.stores._group_charges``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import sqlite3
 import threading
 import uuid
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -23,6 +24,7 @@ from typing import Final, Literal, Protocol
 
 from waitbound._clock import utc
 from waitbound._errors import StoreError, UsageError
+from waitbound.stores._group_charges import MEMORY_GROUPS
 from waitbound.stores._protocol import Store
 
 __all__ = [
@@ -118,6 +120,12 @@ class GroupStore(Protocol):
         spent (nothing counted). Atomic: two processes driving one group never both
         take its last request."""
 
+    def release_group(self, group_id: str) -> GroupRow | None:
+        """Give back one request :meth:`spend_group` counted and that was not sent (the
+        member's reservation lost a race with another process), whatever the group's
+        state, never below zero; commit it and return the group as stored (``None``:
+        no such group)."""
+
     def end_group(
         self, group_id: str, *, state: GroupState, reason: str | None, at: datetime
     ) -> GroupRow | None:
@@ -159,6 +167,29 @@ class _MemoryGroups:
             if row is None or row.state != "waiting" or row.requests_left == 0:
                 return None
             row = replace(row, requests_used=row.requests_used + 1, version=row.version + 1)
+            self._rows[group_id] = row
+            return row
+
+    def charge(self, operation_id: str, counted_by: str) -> None:
+        """Count one request of *operation_id* on each waiting group it is a member of,
+        but *counted_by* (see :func:`charge_sql`)."""
+        with self._lock:
+            for group_id, row in list(self._rows.items()):
+                if (
+                    group_id != counted_by
+                    and row.state == "waiting"
+                    and operation_id in row.members
+                ):
+                    self._rows[group_id] = replace(
+                        row, requests_used=row.requests_used + 1, version=row.version + 1
+                    )
+
+    def release_group(self, group_id: str) -> GroupRow | None:
+        with self._lock:
+            row = self._rows.get(group_id)
+            if row is None or row.requests_used == 0:
+                return row
+            row = replace(row, requests_used=row.requests_used - 1, version=row.version + 1)
             self._rows[group_id] = row
             return row
 
@@ -321,6 +352,16 @@ class _SQLGroups:
             )
             return self._one(db, group_id) if counted else None
 
+    def release_group(self, group_id: str) -> GroupRow | None:
+        with self._store._transaction() as db:  # type: ignore[attr-defined]
+            self._update(
+                db,
+                "UPDATE {g} SET requests_used = requests_used - 1, version = version + 1"
+                " WHERE group_id = ? AND requests_used > 0",
+                (group_id,),
+            )
+            return self._one(db, group_id)
+
     def end_group(
         self, group_id: str, *, state: GroupState, reason: str | None, at: datetime
     ) -> GroupRow | None:
@@ -357,10 +398,6 @@ class _SQLGroups:
             return self._load(db, rows)
 
 
-_MEMORY: weakref.WeakKeyDictionary[Store, _MemoryGroups] = weakref.WeakKeyDictionary()
-_MEMORY_LOCK: Final = threading.Lock()
-
-
 def groups_of(store: Store) -> GroupStore:
     """The groups kept in *store* (a MemoryStore's live as long as it does).
 
@@ -371,11 +408,11 @@ def groups_of(store: Store) -> GroupStore:
     from waitbound.stores.sqlite import SQLiteStore
 
     if isinstance(store, MemoryStore):
-        with _MEMORY_LOCK:
-            found = _MEMORY.get(store)
+        with MEMORY_GROUPS.lock:
+            found = MEMORY_GROUPS.kept.get(store)
             if found is None:
                 found = _MemoryGroups()
-                _MEMORY[store] = found
+                MEMORY_GROUPS.kept[store] = found
             return found
     if isinstance(store, SQLiteStore):
         return _SQLGroups(store, "", "?", text_times=True)

@@ -15,6 +15,7 @@ from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus,
 from waitbound._record import Record, assemble
 from waitbound._record_parts import PARTS, Part, decode_part
 from waitbound.stores._codec import dump_json, load_object
+from waitbound.stores._group_charges import charge_memory, charges
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     AuditCursor,
@@ -103,6 +104,8 @@ class MemoryStore(ClaimsByReservation):
             self._records[record.operation_id] = _Kept.of(stored, entry)
             self._events[record.operation_id].extend(sealed)
             self._push_writes(stored)
+            for counted_by in charges(events):  # the member's groups count it too
+                charge_memory(self, stored.operation_id, counted_by)
             written.append(stored)
         return written
 

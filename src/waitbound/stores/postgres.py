@@ -39,6 +39,7 @@ from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus,
 from waitbound._record import Record
 from waitbound.stores._calendar_rows import CalendarRows
 from waitbound.stores._codec import from_text, load_object, to_text
+from waitbound.stores._group_charges import charges
 from waitbound.stores._history_rows import Execute, HistoryRows
 from waitbound.stores._postgres_conn import (
     connection_info,
@@ -147,10 +148,12 @@ _READ: Final = ", ".join(("operation_id", "version", *(f"{c}::text" for c in PAR
 
 def _write_query(changed: tuple[int, ...]) -> str:
     """One record's write as ONE statement (atomic by itself, so a save needs no
-    ``BEGIN``/``COMMIT`` round trips): the compare-and-swap update of its row, its audit
-    events appended only when the update took, and a ``NOTIFY`` when the write made the
-    operation due sooner than before. Returns one row when the update took, none on a
-    conflict. *changed*: the indices of the parts written (in ``PART_COLUMNS``)."""
+    ``BEGIN``/``COMMIT`` round trips): the compare-and-swap update of its row, the
+    requests it reserves charged to the member's waiting groups (``_groups.charges``;
+    none: nothing is scanned), its audit events appended only when the update took, and
+    a ``NOTIFY`` when the write made the operation due sooner than before. Returns one
+    row when the update took, none on a conflict. *changed*: the indices of the parts
+    written (in ``PART_COLUMNS``)."""
     parts = "".join(f", {PART_COLUMNS[index]} = %s::json" for index in changed)
     return (
         "WITH before AS (SELECT next_poll_at, phase FROM {schema}.operations"
@@ -159,6 +162,10 @@ def _write_query(changed: tuple[int, ...]) -> str:
         + SET_QUERY
         + parts
         + " WHERE operation_id = %s AND version = %s RETURNING 1),"
+        " charged AS (UPDATE {schema}.op_groups SET requests_used = requests_used + %s,"
+        " version = version + 1 WHERE %s::integer > 0 AND state = 'waiting'"
+        " AND group_id <> %s AND group_id IN (SELECT group_id FROM {schema}.op_group_members"
+        " WHERE operation_id = %s) AND EXISTS (SELECT 1 FROM updated)),"
         " appended AS (INSERT INTO {schema}.audit_events"
         " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
         " SELECT * FROM unnest(%s::text[], %s::integer[], %s::timestamptz[], %s::text[],"
@@ -217,6 +224,7 @@ _QUERIES: Final = {
     # -- the push path (ids are ordered and compared byte-wise, COLLATE "C", as the
     # other stores order them, whatever the database's collation)
     "push_lock": "SELECT pg_advisory_xact_lock(%s)",
+    "pace_lock": "SELECT pg_advisory_xact_lock(%s), set_config('synchronous_commit', 'off', true)",
     "register": "INSERT INTO {schema}.webhook_jobs (provider, job_id, operation_id)"
     " VALUES (%s, %s, %s) ON CONFLICT (provider, job_id) DO UPDATE"
     " SET operation_id = excluded.operation_id"
@@ -499,12 +507,17 @@ class PostgresStore(ClaimsByReservation):
         rows = audit_rows(sealed, lambda at: at)
         columns = [[event[i] for event in rows] for i in range(8)]  # one array per column
         drivable = stored.phase.value in DRIVABLE_PHASES
+        charged = charges([event.event for event in sealed])
         args = (
             op,
             *row.query,
             *row.texts,
             op,
             replaces,
+            len(charged),
+            len(charged),
+            charged[0] if charged else "",
+            op,
             *columns,
             drivable,
             list(DRIVABLE_PHASES),
@@ -672,7 +685,10 @@ class PostgresStore(ClaimsByReservation):
                 ensure_calendar(conn, self.schema)
             self._calendar_ready = True
         with self._transaction() as conn:
-            conn.execute(self._sql["push_lock"], (_pace_lock_key(self.schema, origin),))
+            # The calendar only spreads polls (it bounds nothing), so its commit need
+            # not wait for the disk: a crash may lose the last few counts (a slightly
+            # emptier second), and the origin's lock is not held through an fsync.
+            conn.execute(self._sql["pace_lock"], (_pace_lock_key(self.schema, origin),))
             return self._calendar.pace(
                 _run(conn),
                 origin,

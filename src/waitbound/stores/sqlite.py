@@ -34,8 +34,9 @@ from waitbound._metrics import store_transaction
 from waitbound._private_dirs import make_private_dirs
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
 from waitbound._record import Phase, Record
-from waitbound.stores._calendar_rows import CalendarRows
+from waitbound.stores._calendar_rows import CALENDAR_DDL, CalendarRows
 from waitbound.stores._codec import brief, from_sqlite, from_text, load_object, to_sqlite
+from waitbound.stores._group_charges import charge_sql, charges
 from waitbound.stores._history_rows import Execute, HistoryRows
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
@@ -148,6 +149,7 @@ class SQLiteStore(ClaimsByReservation):
         self._rows = RecordRows(_instant)
         self._pending_rows: list[tuple[Record, Row]] = []
         """Rows written in the open transaction (see :meth:`_transaction`)."""
+        self._calendar = CalendarRows("pace_calendar", mark="?")
         try:
             found = self._check_ours()
             if not read_only:
@@ -160,7 +162,8 @@ class SQLiteStore(ClaimsByReservation):
                     self._applied = applied
                 found = SCHEMA_VERSION
             if found == SCHEMA_VERSION and not read_only:
-                self._db.execute(_CALENDAR.create)  # a schema-5 file older than it
+                # a schema-5 file older than the calendar
+                self._db.execute(CALENDAR_DDL.format(table="pace_calendar"))
             self._legacy = found if found < SCHEMA_VERSION else 0
             """Read-only on an older file: its schema version (records are read in its
             format: whole-record JSON up to 2, split rows in 3 and 4); else 0."""
@@ -386,6 +389,8 @@ class SQLiteStore(ClaimsByReservation):
                 written.append(None)
                 continue
             _push_writes(db, stored)
+            for counted_by in charges(events):  # the member's groups count it too
+                db.execute(_CHARGE, (counted_by, stored.operation_id))
             _HISTORY.record(_run(db), stored)
             self._pending_rows.append((stored, row))
             written.append(stored)
@@ -508,7 +513,7 @@ class SQLiteStore(ClaimsByReservation):
     ) -> datetime:
         """See :meth:`Store.pace` (one write transaction)."""
         with self._transaction() as db:
-            return _CALENDAR.pace(
+            return self._calendar.pace(
                 _run(db),
                 origin,
                 planned_at,
@@ -522,7 +527,7 @@ class SQLiteStore(ClaimsByReservation):
         if self._legacy:
             return 0
         with self._damage():
-            return _CALENDAR.size(_run(self._db))
+            return self._calendar.size(_run(self._db))
 
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""
@@ -829,12 +834,12 @@ def _read_instant(value: object) -> datetime | None:
     return utc(datetime.fromisoformat(str(value))) if value is not None else None
 
 
+_CHARGE: Final = charge_sql("", "?")
+"""A reserved request charged to the member's other waiting groups (``_groups``)."""
+
 _HISTORY: Final = HistoryRows(
     "schedule_history", mark="?", instant=_instant, read_instant=_read_instant
 )
-
-
-_CALENDAR: Final = CalendarRows("pace_calendar", mark="?")
 
 
 def _run(db: sqlite3.Connection) -> Execute:

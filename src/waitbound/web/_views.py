@@ -281,7 +281,8 @@ class DecisionView:
 
 
 def _choices(pairs: Iterable[tuple[str, str]], record: Record | None) -> tuple[Choice, ...]:
-    known = {option.value for option in RESUMING}
+    # as_requested grants the agent's proposal: its form asks for no minutes or checks
+    known = {option.value for option in RESUMING} - {Option.AS_REQUESTED.value}
     minutes, checks = suggested_grant(record) if record is not None else (None, None)
     return tuple(
         Choice(
