@@ -324,3 +324,38 @@ async def test_a_submission_cut_off_by_a_crash_is_not_left_working(tmp_path: Pat
     stored = store.get("op_1")
     assert stored is not None
     assert stored.reason is Reason.PROVIDER_FAILURE
+
+
+async def test_a_viewers_answer_never_decides_and_each_answer_is_its_holders(
+    tmp_path: Path,
+) -> None:
+    """decide_via_elicitation on: a decider's answer is a decision recorded by its
+    name; a viewer's is filed as a request; neither reaches another holder's task."""
+    from waitbound.mcp._principal import Principal, acting_for
+
+    jobs, store, _ = jobs_over(tmp_path, decide=True)
+    stopped_now = {**ESCALATED, "decision_request": opened(T0), "finished_at": T0}
+    store.create(record(**stopped_now, operation_id="op_ann", label="mcp:ann/reports"), [])
+    store.create(record(**stopped_now, operation_id="op_bob", label="mcp:bob/reports"), [])
+    ann = Principal(owner="ann", role="decider", by="ann")
+    bob = Principal(owner="bob", role="viewer", by="bob")
+    answer = {"action": "accept", "content": {"option": "extend", "why": "w", "checks": 2}}
+    with acting_for(bob):
+        (key,) = dict(jobs.task("op_bob")["inputRequests"])  # type: ignore[arg-type]
+        with pytest.raises(OperationNotFoundError):
+            jobs.task("op_ann")
+        with pytest.raises(OperationNotFoundError):
+            await jobs.answer_task("op_ann", {key: answer}, by=bob.by)
+        assert await jobs.answer_task("op_bob", {key: answer}, by=bob.by) is True
+    filed = store.get("op_bob")
+    assert filed is not None
+    assert filed.decisions == ()
+    assert filed.decision_request is not None
+    assert filed.decision_request.requested_by == f"elicitation {key} bob"
+    with acting_for(ann):
+        (key,) = dict(jobs.task("op_ann")["inputRequests"])  # type: ignore[arg-type]
+        assert await jobs.answer_task("op_ann", {key: answer}, by=ann.by) is True
+    decided = store.get("op_ann")
+    assert decided is not None
+    (decision,) = decided.decisions
+    assert (decision.option, decision.by) == ("extend", "ann")

@@ -98,7 +98,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> object:
     folder = tmp_path_factory.mktemp("conformance")
     config = folder / "waitbound-mcp.toml"
     config.write_text(CONFIG)
-    with HttpServer(config, str(folder / "mcp.db"), {}) as running:
+    # the suite sends no token: a loopback server without tokens (each session its own)
+    with HttpServer(config, str(folder / "mcp.db"), {}, no_auth=True) as running:
         yield running
 
 

@@ -12,7 +12,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.e2e.mcp_tasks import WAIT_S, HttpServer
+from tests.e2e.mcp_tasks import WAIT_S, HttpServer, http_client
 from tests.e2e.runner import cli
 from waitbound.sim import Simulator, parse_scenario
 
@@ -140,7 +140,7 @@ def test_the_http_transport_serves_the_same_tools(tmp_path: Path) -> None:
 
     async def session(url: str) -> tuple[set[str], Any]:
         with anyio.fail_after(WAIT_S):  # a bound, never a timing check
-            async with Client(url) as client:
+            async with http_client(url, server.headers) as client:
                 names = {tool.name for tool in (await client.list_tools()).tools}
                 listed = await client.call_tool("list_jobs", {})
                 return names, listed.structured_content

@@ -122,9 +122,13 @@ class Session:
             self.requester("connect", transport="stdio", argv=argv, env=ENV)
         else:
             port = self.http.port if self.http is not None else None
-            self.http = HttpServer(self.config, self.store, ENV, port)
+            # a named decider's token: its answers are recorded as ann's, whatever the
+            # client calls itself
+            self.http = HttpServer(self.config, self.store, ENV, port, holder="ann decider")
             self.http.start()
-            self.requester("connect", transport="http", url=self.http.url)
+            self.requester(
+                "connect", transport="http", url=self.http.url, headers=self.http.headers
+            )
 
     def restart(self) -> None:
         """Kill the server process (stdio: the requester's child; http: ours) and
@@ -259,7 +263,9 @@ def test_input_required_decided_through_tasks_update(transport: str, tmp_path: P
     (decision,) = record.decisions
     assert decision.option == "extend"
     assert decision.why == "the export is large"
-    assert decision.by.startswith("mcp-client ext-tasks-requester/0.2.2 session ")
+    # the authenticated principal, never the name the client gives itself
+    assert "ext-tasks-requester" not in decision.by
+    assert decision.by == "ann" if transport == "http" else decision.by.startswith("os user ")
     assert decision.detail["grant"] == {"minutes": 2.0, "checks": 3}
 
 

@@ -12,7 +12,7 @@ from tests.fakes import FakeClock
 from tests.web.test_run import serve_until
 from waitbound import MemoryStore, UsageError
 from waitbound.web._config import load_serve_config
-from waitbound.web._hosts import LOOPBACK_NAMES, allowed_hosts, host_name
+from waitbound.web._hosts import LOOPBACK_NAMES, allowed_hosts, host_name, machine_names
 from waitbound.web._service import Service
 
 
@@ -41,12 +41,17 @@ def test_a_loopback_listener_answers_to_the_loopback_names_and_the_configured_on
     }
 
 
-def test_a_listener_opened_to_the_network_checks_only_when_names_are_configured() -> None:
-    """--allow-remote on 0.0.0.0 without allowed_hosts answers any name (as before);
-    with them, only those and its own address."""
-    assert allowed_hosts("0.0.0.0") is None
-    assert allowed_hosts("0.0.0.0", ["inbox.example.com"]) == frozenset(
-        {"0.0.0.0", "inbox.example.com"}
+def test_a_listener_opened_to_the_network_checks_the_host_too() -> None:
+    """--allow-remote on 0.0.0.0 answers to the loopback names, the machine's own names
+    and the configured ones, never to any name; on another address, to that address
+    and the configured names (the guard was off there without configured names)."""
+    everywhere = allowed_hosts("0.0.0.0")
+    assert everywhere >= LOOPBACK_NAMES | machine_names()
+    assert "evil.example" not in everywhere
+    assert allowed_hosts("::", ["inbox.example.com"]) >= {"inbox.example.com", "localhost"}
+    assert allowed_hosts("192.0.2.7") == frozenset({"192.0.2.7"})
+    assert allowed_hosts("192.0.2.7", ["inbox.example.com"]) == frozenset(
+        {"192.0.2.7", "inbox.example.com"}
     )
 
 

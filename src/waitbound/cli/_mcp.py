@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
+from pathlib import Path
 
+import anyio
 import click
 import platformdirs
 
 import waitbound
 from waitbound._errors import UsageError
 from waitbound.cli._params import WholeRange
+from waitbound.cli._serve import default_token_file, is_loopback, tokens_of
 from waitbound.cli._telemetry import LOG_FORMAT_OPTION, apply_log_format
 
 __all__ = ["MCP_TOOLS", "mcp_command"]
@@ -42,7 +46,10 @@ MCP_TOOLS = (
     "declares the MCP Tasks extension (io.modelcontextprotocol/tasks) on a request gets a "
     "durable task handle from start_job and await_job instead (tasks/get, tasks/update, "
     "tasks/cancel); every operation's story is the resource "
-    "waitbound://operations/{operation_id}/story. See docs/mcp.md.",
+    "waitbound://operations/{operation_id}/story. With --transport http every request "
+    "but GET /healthz needs a bearer token of --token-file (as waitbound serve), and each "
+    "token's holder reaches only the jobs it started (an admin, every job). See "
+    "docs/mcp.md.",
 )
 @click.option(
     "--config",
@@ -59,7 +66,39 @@ MCP_TOOLS = (
     show_default=True,
     help="stdio for a client that starts the server; http for streamable HTTP.",
 )
-@click.option("--host", default="127.0.0.1", show_default=True, help="With --transport http.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="With --transport http: the address to listen on; one that is not loopback "
+    "needs --allow-remote.",
+)
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="With --transport http: allow a --host other machines can reach (the tokens are "
+    "then all that guards the server: put TLS in front).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --transport http: the bearer tokens, one shared token or lines of NAME ROLE "
+    "TOKEN, as waitbound serve reads them [default: the user config directory's "
+    "waitbound/serve-token; made and printed once when it does not exist].",
+)
+@click.option(
+    "--no-auth",
+    is_flag=True,
+    help="With --transport http on a loopback --host only: no tokens; each MCP session "
+    "then reaches only the jobs it started, and its answers never decide.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_host",
+    multiple=True,
+    help="With --transport http: another Host name to answer to (a proxy's public name); "
+    "repeatable.",
+)
 @click.option(
     "--port",
     type=WholeRange(1, 65535),
@@ -80,6 +119,10 @@ def mcp_command(  # noqa: PLR0917 - click passes every option
     store: str | None,
     transport: str,
     host: str,
+    allow_remote: bool,
+    token_file: Path | None,
+    no_auth: bool,
+    allowed_host: tuple[str, ...],
     port: int,
     concurrency: int,
     log_format: str,
@@ -91,24 +134,67 @@ def mcp_command(  # noqa: PLR0917 - click passes every option
             "the MCP server needs the 'mcp' package: pip install 'waitbound[mcp]'"
         ) from None
     config = load_config(config_path)
+    holders = None
     if transport == "http":
+        _check_doors(host, allow_remote=allow_remote, no_auth=no_auth)
         _check_port(host, port)
+        if not no_auth:
+            _, holders = tokens_of(token_file or default_token_file())
     spec = store or config.store or platformdirs.user_state_path("waitbound") / "mcp.db"
     opened = waitbound.open_store(spec)
     # stdout belongs to the protocol; the SDK's and httpx's chatter stays off stderr too.
     apply_log_format(log_format)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    server = create_server(
-        Jobs(config, opened), settings=waitbound.WorkerSettings(concurrency=concurrency)
-    )
+    jobs = Jobs(config, opened)
+    settings = waitbound.WorkerSettings(concurrency=concurrency)
     try:
         if transport == "stdio":
-            server.run("stdio")
+            create_server(jobs, settings=settings).run("stdio")
         else:
-            server.run("streamable-http", host=host, port=port)
+            from waitbound.mcp._http import serve_http
+
+            server = create_server(jobs, settings=settings, worker=False)
+
+            def listening(url: str) -> None:
+                doors = "no tokens: each session reaches its own jobs" if no_auth else "tokens"
+                click.echo(f"waitbound mcp: listening on {url}/mcp ({doors})", err=True)
+
+            anyio.run(
+                functools.partial(
+                    serve_http,
+                    server,
+                    jobs,
+                    host,
+                    port,
+                    holders=holders,
+                    allowed=allowed_host,
+                    settings=settings,
+                    on_listening=listening,
+                )
+            )
     finally:
         opened.close()
     return 0
+
+
+def _check_doors(host: str, *, allow_remote: bool, no_auth: bool) -> None:
+    """Refuse, in one line, a --host other machines could reach without --allow-remote,
+    and --no-auth anywhere but on loopback."""
+    if is_loopback(host):
+        return
+    if no_auth:
+        raise UsageError(f"--no-auth serves without tokens: only on a loopback --host, not {host}")
+    if not allow_remote:
+        raise UsageError(
+            f"--host {host} is not a loopback address: other machines could reach the MCP "
+            "server and the providers' credentials it holds; add --allow-remote to mean it "
+            "(and put TLS in front)"
+        )
+    click.echo(
+        f"waitbound: warning: --host {host} is not a loopback address: the MCP server is "
+        "reachable from other machines, guarded by the tokens only (put TLS in front)",
+        err=True,
+    )
 
 
 def _check_port(host: str, port: int) -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "read_or_create_token",
     "read_token",
     "serve_command",
+    "tokens_of",
     "warn_if_readable",
 ]
 
@@ -210,7 +211,7 @@ def warn_if_readable(path: Path, what: str) -> None:
         )
 
 
-def _token(path: Path) -> tuple[str, tuple[Holder, ...]]:
+def tokens_of(path: Path) -> tuple[str, tuple[Holder, ...]]:
     """The service's tokens (and the shared one, or the first): a new shared token is
     made and printed once when the file does not exist; a token file others may read is
     warned about."""
@@ -341,7 +342,7 @@ def serve_command(  # noqa: PLR0917 - click passes every option
     with opened_store(
         store, create=True, then="start waitbound serve again", memory=_SERVE_IN_MEMORY
     ) as opened:
-        token, holders = _token(token_file or default_token_file())
+        token, holders = tokens_of(token_file or default_token_file())
         if config_file is not None and config.holds_secrets:
             warn_if_readable(config_file, "serve config")
         if not is_loopback(host):

@@ -107,9 +107,12 @@ def _seconds_until(when: datetime, now: datetime) -> int:
 
 
 def provider_of(record: Record) -> str | None:
-    """The provider name in an ``mcp:NAME`` label."""
+    """The provider name in an ``mcp:NAME`` label, or in an ``mcp:OWNER/NAME`` one
+    (an operation a named principal started; see ``waitbound.mcp._principal``)."""
     label = record.label or ""
-    return label.removeprefix(LABEL_PREFIX) if label.startswith(LABEL_PREFIX) else None
+    if not label.startswith(LABEL_PREFIX):
+        return None
+    return label.removeprefix(LABEL_PREFIX).rpartition("/")[2]
 
 
 def _head(record: Record) -> Answer:

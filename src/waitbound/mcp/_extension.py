@@ -18,7 +18,6 @@ The specification: the extension's ``specification/draft/tasks.md`` (SEP-2663).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
 
@@ -33,6 +32,7 @@ from pydantic import ConfigDict, Field
 from waitbound._errors import OperationNotFoundError, UsageError, WaitboundError
 from waitbound.mcp._answers import Answer, scrub
 from waitbound.mcp._jobs import Jobs
+from waitbound.mcp._principal import acting_for, principal_of_request
 from waitbound.mcp._tasks import EXTENSION_ID, TASK_PROTOCOL_VERSIONS, TASK_TOOLS
 
 __all__ = ["TasksExtension", "declares_tasks"]
@@ -91,22 +91,6 @@ def _task_id(raw: object) -> str:
     return raw
 
 
-def _who(ctx: ServerRequestContext[Any, Any]) -> str:
-    """The MCP client and session an answer came from, for the decision's ``by``:
-    ``mcp-client NAME/VERSION session ID`` (the ``Mcp-Session-Id`` header; on stdio
-    the server process, which serves one client)."""
-    params = ctx.session.client_params
-    info = params.client_info if params is not None else None
-    name = f"{info.name}/{info.version}" if info is not None else "unnamed"
-    request = ctx.request
-    headers = getattr(request, "headers", None)
-    session = headers.get("mcp-session-id") if headers is not None else None
-    if session is None:
-        session = "stateless-http" if request is not None else f"stdio-{os.getpid()}"
-    text = f"mcp-client {name} session {session}"
-    return "".join(c if c.isprintable() else "?" for c in text)[:80]
-
-
 class TasksExtension(Extension):
     """The Tasks extension over *jobs* (see the module)."""
 
@@ -135,6 +119,15 @@ class TasksExtension(Extension):
         the extension; every other call (and a tool error) as without it."""
         if params.name not in TASK_TOOLS or not declares_tasks(ctx):
             return await call_next(ctx)
+        with acting_for(principal_of_request(ctx.request)):
+            return await self._task_call(params, ctx, call_next)
+
+    async def _task_call(
+        self,
+        params: CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+    ) -> HandlerResult:
         if params.name == "await_job":
             asked = (params.arguments or {}).get("operation_id")
             try:
@@ -157,19 +150,23 @@ class TasksExtension(Extension):
         require_client_extension(ctx, EXTENSION_ID)
         task_id = _task_id(params.task_id)
         detailed: Answer = {"resultType": "complete"}
-        return detailed | await self._guarded(lambda: self.jobs.task_now(task_id))
+        with acting_for(principal_of_request(ctx.request)):
+            return detailed | await self._guarded(lambda: self.jobs.task_now(task_id))
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: _UpdateParams) -> Answer:
         require_client_extension(ctx, EXTENSION_ID)
         task_id = _task_id(params.task_id)
         responses = params.input_responses
-        await self._guarded(lambda: self.jobs.answer_task(task_id, responses, by=_who(ctx)))
+        principal = principal_of_request(ctx.request)
+        with acting_for(principal):
+            await self._guarded(lambda: self.jobs.answer_task(task_id, responses, by=principal.by))
         return {"resultType": "complete"}
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: _TaskParams) -> Answer:
         require_client_extension(ctx, EXTENSION_ID)
         task_id = _task_id(params.task_id)
-        await self._guarded(lambda: self._cancel_now(task_id))
+        with acting_for(principal_of_request(ctx.request)):
+            await self._guarded(lambda: self._cancel_now(task_id))
         return {"resultType": "complete"}
 
     async def _cancel_now(self, task_id: str) -> None:

@@ -10,7 +10,6 @@ resume from the store after a restart.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import math
 import random
@@ -54,6 +53,7 @@ from waitbound.mcp._answers import (
     view,
 )
 from waitbound.mcp._config import LABEL_PREFIX, McpConfig, ProviderConfig
+from waitbound.mcp._principal import current
 from waitbound.mcp._tasks import (
     ANSWER_MARK,
     BadResponses,
@@ -165,6 +165,8 @@ class Jobs:
         record = self.store.get(operation_id)
         if record is None or provider_of(record) not in self.config.providers:
             raise OperationNotFoundError(operation_id)
+        if not current().reaches(record.label):  # another principal's: as if unknown
+            raise OperationNotFoundError(operation_id)
         return record
 
     def _provider(self, name: object) -> ProviderConfig:
@@ -258,13 +260,12 @@ class Jobs:
             body=content,
             content_type="application/json" if body is not None else None,
             idempotency_key=idempotency_key,
-            label=chosen.label,
+            label=current().label(chosen.name),
             trusted_origins=chosen.trusted_origins,  # what its story says reaches them
         )
         operation_id = None
         if idempotency_key is not None:
-            digest = hashlib.sha256(f"{chosen.name}\n{idempotency_key}".encode()).hexdigest()
-            operation_id = f"{_KEYED}{digest[:24]}"
+            operation_id = current().key_scope(chosen.name, idempotency_key)
             existing = self.store.get(operation_id)
             if existing is not None and existing.submit_fingerprint != submission.fingerprint():
                 raise UsageError(
@@ -413,7 +414,7 @@ class Jobs:
         now = self.clock.now()
         limit = self.config.list_limit
         records = self.store.recent(
-            label_prefix=LABEL_PREFIX, limit=limit + 1, open_only=not include_finished
+            label_prefix=current().label_prefix, limit=limit + 1, open_only=not include_finished
         )
         shown = [entry(r, now) for r in records[:limit] if provider_of(r) in self.config.providers]
         in_flight = sum(1 for line in shown if not line["done"])
@@ -696,7 +697,7 @@ class Jobs:
             return False
         provider = self.config.providers[provider_of(record) or ""]
         who = by[:80]
-        if provider.decide_via_elicitation:
+        if provider.decide_via_elicitation and current().decides:
             try:
                 await decide_async(
                     record.operation_id,

@@ -29,22 +29,26 @@ from mcp.server.mcpserver.server import require_client_extension
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types import RequestParams
-from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from pydantic import BaseModel, ConfigDict
 
 from waitbound._errors import WaitboundError
 from waitbound.mcp._answers import Answer
 from waitbound.mcp._config import LABEL_PREFIX
 from waitbound.mcp._jobs import Jobs
+from waitbound.mcp._principal import acting_for, principal_of_request
 from waitbound.mcp._tasks import EXTENSION_ID
 from waitbound.stores._protocol import AuditCursor, cursor_of
 
-__all__ = ["MAX_TASK_IDS", "TaskListener"]
+__all__ = ["MAX_LISTENERS", "MAX_TASK_IDS", "TaskListener"]
 
 _log = logging.getLogger(__name__)
 
 MAX_TASK_IDS: Final = 100
 """The most task ids one listen request may name."""
+MAX_LISTENERS: Final = 32
+"""``subscriptions/listen`` streams open at once, at most (each looks at the store
+twice a second); one more is refused with a JSON-RPC error until one closes."""
 _VOLATILE: Final = ("pollIntervalMs", "statusMessage")
 """Fields that change with time alone (a countdown), not with the task."""
 
@@ -79,23 +83,48 @@ class TaskListener:
         poll_s: seconds between looks at the store's change feed when nothing in this
             process signalled a change.
         look_back_s: seconds of event time read again at each look.
+        max_listeners: streams open at once, at most.
     """
 
-    def __init__(self, jobs: Jobs, *, poll_s: float = 0.5, look_back_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        jobs: Jobs,
+        *,
+        poll_s: float = 0.5,
+        look_back_s: float = 2.0,
+        max_listeners: int = MAX_LISTENERS,
+    ) -> None:
         self.jobs = jobs
         self.poll_s = poll_s
         self.look_back = timedelta(seconds=look_back_s)
+        self.max_listeners = max_listeners
+        self.listening = 0
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], params: ListenParams) -> Answer:
+        if self.listening >= self.max_listeners:
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"{self.max_listeners} notification streams are open, the most this server "
+                "serves at once; listen again later",
+            )
+        self.listening += 1
+        try:
+            return await self._listen(ctx, params)
+        finally:
+            self.listening -= 1
+
+    async def _listen(self, ctx: ServerRequestContext[Any, Any], params: ListenParams) -> Answer:
         subscription = ctx.request_id
         if subscription is None:
             raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
+        principal = principal_of_request(ctx.request)
         wanted = params.notifications if isinstance(params.notifications, dict) else {}
         asked = wanted.get("taskIds")
         honored: list[str] = []
         if asked is not None:
             require_client_extension(ctx, EXTENSION_ID)
-            honored = self._honored(asked)
+            with acting_for(principal):
+                honored = self._honored(asked)
         meta = {SUBSCRIPTION_ID_META_KEY: subscription}
 
         async def send(method: str, body: dict[str, Any]) -> None:
@@ -106,7 +135,8 @@ class TaskListener:
         await send("notifications/subscriptions/acknowledged", {"notifications": filtered})
         if not honored:
             await anyio.sleep_forever()
-        await self._stream(honored, send)
+        with acting_for(principal):  # each notification is what its owner may read
+            await self._stream(honored, send)
         return {}
 
     def _honored(self, asked: object) -> list[str]:

@@ -23,6 +23,7 @@ from waitbound.mcp._answers import Answer, scrub
 from waitbound.mcp._extension import TasksExtension
 from waitbound.mcp._jobs import Jobs
 from waitbound.mcp._notifications import ListenParams, TaskListener
+from waitbound.mcp._principal import acting_for, principal_of_context
 
 __all__ = ["INSTRUCTIONS", "STORY_URI", "create_server"]
 
@@ -48,7 +49,8 @@ class _Server(MCPServer[None]):
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
-            return await super().call_tool(name, arguments, context)
+            with acting_for(principal_of_context(context)):
+                return await super().call_tool(name, arguments, context)
         except ToolError as exc:
             cause = exc.__cause__
             if not isinstance(cause, ValidationError):
@@ -61,6 +63,12 @@ class _Server(MCPServer[None]):
                 f"Error executing tool {name}: invalid arguments ({problems})"[:MAX_ERROR_CHARS]
             ) from cause
 
+    async def read_resource(self, uri: Any, context: Any = None) -> Any:
+        """The SDK's, on behalf of the request's principal (a story only reaches the
+        operation's owner)."""
+        with acting_for(principal_of_context(context)):
+            return await super().read_resource(uri, context)
+
 
 ToolAnswer = dict[str, Any]
 """The tools' structured answer (JSON); ``Answer`` itself is recursive, which the SDK's
@@ -69,9 +77,12 @@ output-schema builder cannot describe."""
 OperationId = Annotated[str, Field(description="The operation_id that start_job returned.")]
 
 
-def create_server(jobs: Jobs, *, settings: WorkerSettings | None = None) -> MCPServer[None]:
+def create_server(
+    jobs: Jobs, *, settings: WorkerSettings | None = None, worker: bool = True
+) -> MCPServer[None]:
     """Build the MCP server for *jobs*; while a client is connected, a background worker
-    drives the store's due operations.
+    drives the store's due operations (with *worker*; the HTTP front runs it beside
+    its server instead, ``waitbound.mcp._http``).
 
     Returns:
         An ``MCPServer``; run it with ``.run("stdio")`` or ``.run("streamable-http")``,
@@ -82,7 +93,8 @@ def create_server(jobs: Jobs, *, settings: WorkerSettings | None = None) -> MCPS
     async def lifespan(app: MCPServer[None]) -> AsyncIterator[None]:
         stop = anyio.Event()
         async with anyio.create_task_group() as group:
-            group.start_soon(jobs.drive, stop, settings)
+            if worker:
+                group.start_soon(jobs.drive, stop, settings)
             try:
                 yield
             finally:

@@ -83,18 +83,29 @@ def _answer(error: str, detail: str) -> JSONResponse:
 
 
 class BudgetGuard:
-    """Answer 503 to a request the budget has no room for (see the module's docstring)."""
+    """Answer 503 to a request the budget has no room for (see the module's docstring);
+    *reserved* and *stream* say which requests may use the reserve and which open a
+    stream (``serve``'s by default; the MCP server names its own)."""
 
-    def __init__(self, app: ASGIApp, *, budget: ConnectionBudget) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        budget: ConnectionBudget,
+        reserved: Callable[[str, str], bool] = is_reserved,
+        stream: Callable[[str, str], bool] = is_stream,
+    ) -> None:
         self.app = app
         self.budget = budget
+        self.reserved = reserved
+        self.stream = stream
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         method, path = scope["method"], scope["path"]
-        if is_reserved(method, path):
+        if self.reserved(method, path):
             await self.app(scope, receive, send)
             return
         if self.budget.count() > self.budget.general:
@@ -102,7 +113,7 @@ class BudgetGuard:
                 scope, receive, send
             )
             return
-        if not is_stream(method, path):
+        if not self.stream(method, path):
             await self.app(scope, receive, send)
             return
         if self.budget.streams >= self.budget.max_streams:

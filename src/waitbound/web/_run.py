@@ -15,20 +15,17 @@ caller closes the store afterwards.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import random
-import signal
 import socket
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final
 
 import anyio
 import anyio.to_thread
-import uvicorn
 from starlette.routing import BaseRoute
 
 import waitbound
@@ -45,16 +42,10 @@ from waitbound.stores._sessions import sessions_of
 from waitbound.transports import HttpSettings
 from waitbound.web._app import DEFAULT_PING_S, DEFAULT_POLL_S, create_app
 from waitbound.web._auth import is_public
-from waitbound.web._budget import ConnectionBudget, reserve_of
+from waitbound.web._bounded import GRACEFUL_S, bounded_server, budget_of, run_beside
 from waitbound.web._hosts import allowed_hosts
 from waitbound.web._inbound_commit import InboundCommit
-from waitbound.web._protocol import (
-    KEEP_ALIVE_S,
-    MAX_HEAD_BYTES,
-    Limits,
-    connection_cap,
-    protocol_of,
-)
+from waitbound.web._protocol import Limits
 from waitbound.web._service import Nudge, Service
 
 __all__ = [
@@ -69,8 +60,6 @@ __all__ = [
 
 _LOG = logging.getLogger("waitbound.serve")
 
-GRACEFUL_S: Final = 5
-"""How long shutdown waits for answers in flight before it cancels them (seconds)."""
 SWEEP_EVERY_S: Final = 1.0
 """The inbox sweep runs at least this often (seconds), and at once after a delivery."""
 SESSIONS_KEPT_S: Final = 7 * 86400.0
@@ -79,15 +68,6 @@ PRUNE_EVERY_S: Final = 3600.0
 """The webhook inbox is pruned at start and then this often (seconds)."""
 SWEEP_LIMIT: Final = 100
 """Deliveries one sweep applies at most (a full sweep is followed by another at once)."""
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server without its own signal handlers: :func:`serve` handles the
-    signals, so the worker and the sweep stop with the server."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -194,15 +174,6 @@ async def _prune_inbox(service: Service, stop: anyio.Event, every_s: float) -> N
             await stop.wait()
 
 
-async def _watch_signals(stop: anyio.Event, server: uvicorn.Server) -> None:
-    """SIGTERM or SIGINT: shut down gracefully; a second one: stop waiting for answers."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
-            if stop.is_set():
-                server.force_exit = True
-            stop.set()
-
-
 async def serve(
     service: Service,
     host: str,
@@ -262,11 +233,7 @@ async def serve(
     inbound = InboundCommit(worker_settings.commit_pause_s)  # the worker's pause
     service = replace(service, delivered=nudge, inbound=inbound)
     service.stopping.clear()  # a service served again streams again
-    cap = connection_cap(limits.max_connections)
-    general = cap - reserve_of(cap, limits.reserved_connections)
-    budget = ConnectionBudget(
-        general=general, max_streams=max(1, min(limits.max_streams, cap // 2))
-    )
+    cap, budget = budget_of(limits)
     app = create_app(
         service,
         poll_s=poll_s,
@@ -279,53 +246,8 @@ async def serve(
     )
     sock = listen(host, port)
     url = url_of(sock)
-    config = uvicorn.Config(
-        app,
-        http=protocol_of(limits, max_open=cap, general_open=general),
-        ws="none",
-        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
-        limit_concurrency=cap + 1,  # the protocol closes past cap; the budget answers 503
-        backlog=cap,
-        timeout_keep_alive=KEEP_ALIVE_S,
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        proxy_headers=False,
-        timeout_graceful_shutdown=GRACEFUL_S,
-    )
-    server = _Server(config)
-    budget.count = lambda: len(server.server_state.connections)
+    server = bounded_server(app, limits, cap, budget)
     stop = stop or anyio.Event()
-    failures: list[BaseException] = []
-
-    def guarded(task: Callable[[], Awaitable[object]]) -> Callable[[], Coroutine[Any, Any, None]]:
-        async def run() -> None:
-            try:
-                await task()
-            except Exception as exc:  # one part failed: the others shut down too
-                failures.append(exc)
-                stop.set()
-
-        return run
-
-    async def http_server() -> None:
-        try:
-            await server.serve(sockets=[sock])
-        except SystemExit:  # uvicorn's way to say the app did not start
-            failures.append(UsageError("the HTTP server did not start"))
-        finally:
-            stop.set()  # the server stopped: so does the rest
-
-    async def shut_down() -> None:
-        while not server.started and not stop.is_set():
-            await anyio.sleep(0.01)
-        if server.started and on_listening is not None:
-            on_listening(url)
-        await stop.wait()
-        service.stopping.set()
-        server.should_exit = True
-        nudge()
-
     hinted = Nudge()  # the sweep applied deliveries: the worker looks for due work at once
 
     async def drive() -> None:
@@ -350,19 +272,19 @@ async def serve(
             service, nudge, stop, rng or random.Random(), sweep_every_s, applied_some=hinted
         )
 
+    def stopping() -> None:
+        service.stopping.set()
+        nudge()
+
     try:
-        async with anyio.create_task_group() as outer:
-            if handle_signals:
-                outer.start_soon(_watch_signals, stop, server)
-            async with anyio.create_task_group() as group:
-                group.start_soon(guarded(http_server))
-                group.start_soon(shut_down)
-                group.start_soon(guarded(sweep))
-                group.start_soon(guarded(prune))
-                if worker:
-                    group.start_soon(guarded(drive))
-            outer.cancel_scope.cancel()
+        await run_beside(
+            server,
+            [sock],
+            [sweep, prune, *([drive] if worker else [])],
+            stop=stop,
+            on_listening=None if on_listening is None else lambda: on_listening(url),
+            on_stop=stopping,
+            handle_signals=handle_signals,
+        )
     finally:
         sock.close()
-    if failures:
-        raise failures[0]

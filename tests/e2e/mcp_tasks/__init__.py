@@ -51,12 +51,37 @@ def server_argv(config: Path, store: str, *extra: str) -> list[str]:
 
 
 class HttpServer:
-    """``waitbound mcp --transport http`` as a subprocess on a free loopback port."""
+    """``waitbound mcp --transport http`` as a subprocess on a free loopback port, with
+    a token file of one shared token (an admin; :attr:`headers` carry it) or of one
+    *holder*'s (``"NAME ROLE"``), or none with ``no_auth``; *extra* arguments are
+    passed on."""
 
-    def __init__(self, config: Path, store: str, env: dict[str, str], port: int | None = None):
+    def __init__(
+        self,
+        config: Path,
+        store: str,
+        env: dict[str, str],
+        port: int | None = None,
+        *extra: str,
+        host: str = "127.0.0.1",
+        no_auth: bool = False,
+        holder: str | None = None,
+    ):
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.argv = server_argv(config, store, "--transport", "http", "--port", str(self.port))
+        self.host = host
+        self.url = f"http://{host}:{self.port}/mcp"
+        self.token = "shared-" + "s" * 32
+        self.headers = {} if no_auth else {"Authorization": f"Bearer {self.token}"}
+        doors: tuple[str, ...] = ("--no-auth",)
+        if not no_auth:
+            token_file = config.parent / f"tokens-{self.port}"
+            token_file.write_text(f"{holder} {self.token}\n" if holder else f"{self.token}\n")
+            token_file.chmod(0o600)
+            doors = ("--token-file", str(token_file))
+        self.argv = server_argv(
+            config, store, "--transport", "http", "--host", host, "--port", str(self.port),
+            *doors, *extra,
+        )  # fmt: skip
         self.env = {**os.environ, **env}
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -67,7 +92,7 @@ class HttpServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"waitbound mcp exited with {self.process.returncode}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                with socket.create_connection((self.host, self.port), timeout=1):
                     return self
             except OSError:
                 time.sleep(0.1)
@@ -170,3 +195,14 @@ def release(base_url: str) -> None:
     """Ask the simulator's ``/release`` endpoint: entries ``after: "release"`` may
     become current."""
     httpx.get(f"{base_url}/release", timeout=10)
+
+
+def http_client(url: str, headers: dict[str, str]) -> Any:
+    """The SDK's ``Client`` over streamable HTTP to *url*, sending *headers* (a bearer
+    token) with every request."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
+    return Client(streamable_http_client(url, http_client=client))

@@ -81,8 +81,9 @@ class StdioLink {
 }
 
 class HttpLink {
-  constructor(url) {
+  constructor(url, headers) {
     this.url = url;
+    this.headers = headers ?? {};
     this.listeners = new Set();
   }
   async send(message, headers) {
@@ -98,6 +99,7 @@ class HttpLink {
           "mcp-protocol-version": VERSION,
           "mcp-method": message.method,
           ...(typeof name === "string" ? { "mcp-name": name } : {}),
+          ...this.headers,
           ...(headers ?? {}),
         },
         body: JSON.stringify(message),
@@ -168,7 +170,7 @@ function outcomeJson(outcome) {
 
 const commands = {
   async connect(c) {
-    link = c.transport === "stdio" ? new StdioLink(c.argv, c.env ?? {}) : new HttpLink(c.url);
+    link = c.transport === "stdio" ? new StdioLink(c.argv, c.env ?? {}) : new HttpLink(c.url, c.headers);
     session = withTasks(port(), {
       onInputRequest: async (request) => {
         if (request.kind !== "elicitation") throw new Error(`unexpected input request ${request.kind}`);
@@ -229,6 +231,7 @@ const commands = {
         accept: "application/json, text/event-stream",
         "mcp-protocol-version": VERSION,
         "mcp-method": message.method,
+        ...link.headers,
       },
       body: JSON.stringify(message),
     });
