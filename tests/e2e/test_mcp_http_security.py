@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import resource
 import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,14 @@ import httpx
 import pytest
 
 import waitbound
-from tests.e2e.mcp_tasks import WAIT_S, HttpServer, free_port, http_client, server_argv
+from tests.e2e.mcp_tasks import (
+    WAIT_S,
+    HttpServer,
+    free_port,
+    http_client,
+    listening,
+    server_argv,
+)
 from tests.e2e.runner import cli
 from waitbound.mcp._http import MAX_SESSIONS
 from waitbound.sim import Simulator, parse_scenario
@@ -301,26 +307,16 @@ def test_idle_sockets_past_the_descriptor_limit_do_not_wedge_the_server(tmp_path
         config.write_text(CONFIG.format(base_url=sim.base_url))
         (tmp_path / "tokens").write_text(TOKENS)
         (tmp_path / "tokens").chmod(0o600)
-        port = free_port()
         argv = server_argv(config, str(tmp_path / "s.db"), "--transport", "http", "--port",
-                           str(port), "--token-file", str(tmp_path / "tokens"))  # fmt: skip
-        process = subprocess.Popen(
+                           "0", "--token-file", str(tmp_path / "tokens"))  # fmt: skip
+        process, base = listening(
             argv,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=lambda: _lowered_nofile(limit),  # noqa: PLW1509 - a child's own limit
+            preexec_fn=lambda: _lowered_nofile(limit),
         )
-        url = f"http://127.0.0.1:{port}/mcp"
+        port = int(base.rsplit(":", 1)[1])
+        url = f"{base}/mcp"
         idle: list[socket.socket] = []
         try:
-            deadline = time.monotonic() + WAIT_S
-            while True:
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=1):
-                        break
-                except OSError:
-                    assert process.poll() is None
-                    assert time.monotonic() < deadline
-                    time.sleep(0.1)
             started = anyio.run(_call, url, ANN, "start_job", {"provider": "reports"})
             op = started.structured_content["operation_id"]
             own, _ = resource.getrlimit(resource.RLIMIT_NOFILE)

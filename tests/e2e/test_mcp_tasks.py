@@ -121,10 +121,9 @@ class Session:
             argv = server_argv(self.config, self.store)
             self.requester("connect", transport="stdio", argv=argv, env=ENV)
         else:
-            port = self.http.port if self.http is not None else None
             # a named decider's token: its answers are recorded as ann's, whatever the
             # client calls itself
-            self.http = HttpServer(self.config, self.store, ENV, port, holder="ann decider")
+            self.http = HttpServer(self.config, self.store, ENV, holder="ann decider")
             self.http.start()
             self.requester(
                 "connect", transport="http", url=self.http.url, headers=self.http.headers
@@ -132,7 +131,7 @@ class Session:
 
     def restart(self) -> None:
         """Kill the server process (stdio: the requester's child; http: ours) and
-        start a new one on the same store (and port)."""
+        start a new one on the same store (http: on the port it binds itself)."""
         self.requester("disconnect")
         if self.http is not None:
             self.http.kill()

@@ -101,10 +101,11 @@ MCP_TOOLS = (
 )
 @click.option(
     "--port",
-    type=WholeRange(1, 65535),
+    type=WholeRange(0, 65535),
     default=8765,
     show_default=True,
-    help="With --transport http: the port to listen on (the endpoint is /mcp).",
+    help="With --transport http: the port to listen on (the endpoint is /mcp; 0: any "
+    "free port, printed).",
 )
 @click.option(
     "--concurrency",

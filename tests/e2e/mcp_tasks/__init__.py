@@ -8,12 +8,12 @@ import fcntl
 import itertools
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,43 @@ def npm_install(folder: Path = HERE) -> None:
 
 
 def free_port() -> int:
+    """A port free now; only for an address that must be refused before it is bound (a
+    server started on it could meet another test's server there: use :func:`listening`)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+_LISTENING = re.compile(r"^waitbound mcp: listening on (http://\S+)/mcp ")
+
+
+def listening(argv: list[str], **popen: Any) -> tuple[subprocess.Popen[str], str]:
+    """Start ``waitbound mcp --transport http --port 0 …`` (*argv*) and return the process
+    and the ``http://HOST:PORT`` it says it listens on: the port the server itself bound,
+    so no other test's server can answer in its place. Its stderr is drained meanwhile.
+
+    Raises:
+        RuntimeError: it exited, or said nothing within :data:`WAIT_S`.
+    """
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, **popen)
+    found: list[str] = []
+    said = threading.Event()
+
+    def drain() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            match = _LISTENING.match(line)
+            if match and not found:
+                found.append(match.group(1))
+                said.set()
+        said.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    if not said.wait(WAIT_S) or not found:
+        process.kill()
+        process.wait(WAIT_S)
+        raise RuntimeError(f"waitbound mcp did not listen (exit {process.returncode})")
+    return process, found[0]
 
 
 def server_argv(config: Path, store: str, *extra: str) -> list[str]:
@@ -50,8 +84,11 @@ def server_argv(config: Path, store: str, *extra: str) -> list[str]:
     return [*head, "--config", str(config), "--store", store, *extra]
 
 
+_SERVERS = itertools.count()
+
+
 class HttpServer:
-    """``waitbound mcp --transport http`` as a subprocess on a free loopback port, with
+    """``waitbound mcp --transport http`` as a subprocess on a port it binds itself, with
     a token file of one shared token (an admin; :attr:`headers` carry it) or of one
     *holder*'s (``"NAME ROLE"``), or none with ``no_auth``; *extra* arguments are
     passed on."""
@@ -67,14 +104,14 @@ class HttpServer:
         no_auth: bool = False,
         holder: str | None = None,
     ):
-        self.port = port or free_port()
+        self.port = port or 0
         self.host = host
-        self.url = f"http://{host}:{self.port}/mcp"
+        self.url = ""
         self.token = "shared-" + "s" * 32
         self.headers = {} if no_auth else {"Authorization": f"Bearer {self.token}"}
         doors: tuple[str, ...] = ("--no-auth",)
         if not no_auth:
-            token_file = config.parent / f"tokens-{self.port}"
+            token_file = config.parent / f"tokens-{next(_SERVERS)}"
             token_file.write_text(f"{holder} {self.token}\n" if holder else f"{self.token}\n")
             token_file.chmod(0o600)
             doors = ("--token-file", str(token_file))
@@ -83,20 +120,13 @@ class HttpServer:
             *doors, *extra,
         )  # fmt: skip
         self.env = {**os.environ, **env}
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[str] | None = None
 
     def start(self) -> HttpServer:
-        self.process = subprocess.Popen(self.argv, env=self.env, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"waitbound mcp exited with {self.process.returncode}")
-            try:
-                with socket.create_connection((self.host, self.port), timeout=1):
-                    return self
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("waitbound mcp --transport http did not listen in time")
+        self.process, base = listening(self.argv, env=self.env)
+        self.url = f"{base}/mcp"
+        self.port = int(base.rsplit(":", 1)[1])
+        return self
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
