@@ -18,7 +18,18 @@ from tests.transports.hostile import HostileServer
 from waitbound import SQLiteStore
 
 STATE = ["--state-path", "status", "--pending", "running", "--succeeded", "done"]
-FAST = ["--base-delay", "0.1s", "--max-delay", "0.2s", "--json"]
+# A policy whose budget covers its deadline (300 requests at most 0.2 s apart, 60 s).
+FAST = [
+    "--base-delay",
+    "0.1s",
+    "--max-delay",
+    "0.2s",
+    "--deadline",
+    "60s",
+    "--max-requests",
+    "300",
+    "--json",
+]
 
 
 def _no_traceback(stderr: str) -> None:
@@ -149,7 +160,10 @@ def test_one_bad_operation_among_many_never_stops_the_worker(tmp_path: Path) -> 
         "op-3": b'{"status": NaN}',
         "op-4": good,
     }
-    servers = {op: HostileServer("answer", body=body).start() for op, body in bodies.items()}
+    servers = {
+        op: HostileServer("answer", body=body, lifetime_s=240.0).start()
+        for op, body in bodies.items()
+    }
     try:
         for op, server in servers.items():
             detached = cli("wait", f"{server.base_url}/status", "--profile", str(profile),

@@ -28,11 +28,13 @@ MAX_REQUESTS = 6
 
 
 def _args(base_url: str, store: Path) -> list[str]:
+    # A deadline well past what the budget needs, so a loaded machine's kill and restart
+    # still end on the budget (escalated), never on the deadline.
     return [
         sys.executable, "-m", "waitbound", "wait", f"{base_url}/status",
         "--state-path", "state", "--pending", "RUNNING", "--succeeded", "DONE",
-        "--job-id-path", "id", "--deadline", "12s", "--max-requests", str(MAX_REQUESTS),
-        "--base-delay", "0.4s", "--max-delay", "0.8s", "--request-timeout", "3s",
+        "--job-id-path", "id", "--deadline", "20s", "--max-requests", str(MAX_REQUESTS),
+        "--base-delay", "0.4s", "--max-delay", "15s", "--request-timeout", "3s",
         "--operation-id", "op-kill", "--store", str(store), "--json",
     ]  # fmt: skip
 
