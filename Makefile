@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-test
 
-.PHONY: demo test test-repeat lint typecheck pytest bench clean
+.PHONY: demo test test-deep check test-repeat lint typecheck pytest bench clean
 
 # The browser tests drive Debian's Chromium (Playwright's own download is not used).
 CHROMIUM := /usr/bin/chromium
@@ -31,13 +31,28 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Unit, property and contract tests first; then the end-to-end tests, which run on real
-# time (their elapsed-time bounds must not compete with the CPU-heavy tests for 2 cores).
+# Unit, property, contract and scenario tests (the scenario files run in-process on
+# virtual time) first; then the end-to-end tests, which run real processes on real time
+# (their elapsed-time bounds must not compete with the CPU-heavy tests for 2 cores).
+# Property tests run the example counts they are written with (the `ci` profile).
 pytest: $(STAMP) $(CHROMIUM)
-	$(BIN)/pytest -n 4 -m "not e2e"
-	$(BIN)/pytest -n 4 -m e2e
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 4 -m "not e2e"
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 4 -m e2e
 
 test: lint typecheck pytest
+
+# The inner loop: lint, types, unit and property tests (the fast Hypothesis profile);
+# no end-to-end, scenario or browser test. `make test` is still the gate.
+check: $(STAMP)
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/mypy
+	$(BIN)/pytest -n 4 -q -m "not e2e" --ignore=tests/e2e --ignore=tests/browser
+
+# The property tests' deep profile (4x the examples each test names; 1,000 where it
+# names none): a longer hunt before a change to the rules lands; not part of the gate.
+test-deep: $(STAMP)
+	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -n 4 -q -m "not e2e" --ignore=tests/e2e --ignore=tests/browser
 
 # `make test` N times in a row (default 10) while another process keeps one core busy,
 # as on a loaded CI machine; stops at the first failure; prints each run's duration.
@@ -80,6 +95,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.schedule_efficiency
 	$(BIN)/python -m benchmarks.learned_schedule
 	$(BIN)/python -m benchmarks.fleet_waves
+	$(BIN)/python -m benchmarks.budget_fit
 	$(BIN)/python -m benchmarks.pace_far
 
 clean:

@@ -25,9 +25,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import waitbound
+from tests.hypothesis_profiles import examples
 from waitbound import ProfileError, parse_profile
 from waitbound._actions import CANCEL_KEYS, SUBMIT_KEYS
 from waitbound._contract import COUNT_KEYS, KNOWN_KEYS
+from waitbound._decided_by import DECIDED_BY_KEYS
 from waitbound._webhooks import WEBHOOK_KEYS
 from waitbound.cli import run as run_cli
 from waitbound.profiles import SCHEMA_FILE, builtin_names, profile_schema
@@ -47,6 +49,7 @@ CONSTANTS: dict[str, frozenset[str]] = {
     "cancel": CANCEL_KEYS,
     "counts": COUNT_KEYS,
     "webhook": WEBHOOK_KEYS,
+    "decided_by": DECIDED_BY_KEYS,
 }
 """The loader's key sets that exist in the code today, by section."""
 
@@ -55,6 +58,7 @@ CONTAINERS: dict[str, dict[str, Any]] = {
     "submit.polling_url[]": {"kind": "status"},
     "throttle.when_headers[]": {"header": "x-ratelimit-remaining"},
     "webhook": {"scheme": "standard", "job_id": "data.id"},
+    "decided_by": {"field": "next_action", "terminal": ["none"]},
 }
 """The least a section's object needs besides the key under test."""
 
@@ -597,7 +601,7 @@ PROPERTY_PATHS = sorted(
 
 @pytest.mark.parametrize("path", PROPERTY_PATHS)
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.filter_too_much],

@@ -85,6 +85,7 @@ from waitbound._outcome import (
     StoppedWaitingError,
     TimedOutError,
 )
+from waitbound._policy import BudgetWarning
 from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._push import Channel, OutboxEntry, OutboxStatus
 from waitbound._record import Decision, DecisionRequest, Grants, Phase, Policy, Record
@@ -102,6 +103,7 @@ __all__ = [
     "AuditEvent",
     "AuditFinding",
     "AuditProblem",
+    "BudgetWarning",
     "Channel",
     "Classification",
     "Clock",

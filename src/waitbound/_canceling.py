@@ -8,18 +8,30 @@ the record with the answer's bookkeeping applied and the observation in, a
 
 from __future__ import annotations
 
-from waitbound._finish import Step, escalate, timed_out
+from datetime import datetime, timedelta
+from typing import Final
+
+from waitbound._finish import Step, escalate, seconds_between, timed_out
 from waitbound._json import show
 from waitbound._observation import Observation
+from waitbound._options import cancel_allowed
 from waitbound._outcome import OutcomeKind, Reason
 from waitbound._record import Phase, Record
 
 __all__ = [
+    "DEADLINE_CANCEL_REQUESTS",
     "accepted_cancel",
     "after_refused_cancel",
+    "deadline_cancel_at",
+    "deadline_cancel_reserve_s",
     "decide_cancel",
+    "is_deadline_cancel",
     "refused_cancel_look",
 ]
+
+DEADLINE_CANCEL_REQUESTS: Final = 2
+"""The requests ``--cancel-on-deadline`` keeps for itself: the cancel and one status
+look after it (a status poll never spends them)."""
 
 
 def decide_cancel(record: Record, observation: Observation) -> Step:
@@ -40,10 +52,13 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
     answer = observation.transport_error or f"HTTP {code}"
     accepted = code is not None and 200 <= code < 300
     asker = _cancel_asker(record)
+    by_deadline = is_deadline_cancel(record)
     record = record.evolve(cancel_due=False)
     if now >= record.stop_at:
         verdict = "accepted" if accepted else "not accepted"
-        return timed_out(record, now, f"; cancel requested at the deadline ({answer}): {verdict}")
+        return timed_out(
+            record, now, f"; cancel requested before the deadline ({answer}): {verdict}"
+        )
     if accepted:
         record = record.evolve(
             next_poll_at=now,
@@ -64,6 +79,10 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
     else:
         what = f"was not accepted (HTTP {code})"
     words = f"{asker} {what}"
+    if by_deadline:
+        words = f"cancel requested before the deadline ({answer}): not accepted"
+    if by_deadline and record.requests_used >= record.max_requests:
+        return timed_out(record, now, f"; {words}; no request was left for a status look")
     if record.requests_used >= record.max_requests:
         detail = (
             f"{words}; no request was left for a status look, so how the job is now is not "
@@ -112,6 +131,8 @@ def after_refused_cancel(step: Step, observation: Observation) -> Step:
         looked = f"the status look after it got no usable answer ({_answer(observation)})"
     else:
         looked = f"the status look after it showed the job still {show(record.provider_state)}"
+    if is_deadline_cancel(record):  # --cancel-on-deadline's: the deadline's outcome
+        return timed_out(record, now, f"; {words}; {looked}")
     detail = f"{words}; {looked}: waiting stopped. The job may still run"
     return escalate(record, now, Reason.CANCEL_NOT_ACCEPTED, detail, response=observation.body)
 
@@ -159,3 +180,43 @@ def accepted_cancel(record: Record) -> str | None:
         f"{_cancel_asker(record)} was accepted by the provider at {at.isoformat()}, but "
         "how the job ended is not known"
     )
+
+
+def is_deadline_cancel(record: Record) -> bool:
+    """Whether the one cancel *record* sent is ``--cancel-on-deadline``'s: it asked for
+    one, and no person asked for a cancel (a person's cancel records who and when)."""
+    return (
+        record.cancel_on_deadline
+        and record.cancel_requests_used == 1
+        and record.cancel_requested_at is None
+    )
+
+
+def deadline_cancel_reserve_s(record: Record) -> float:
+    """How long before the stop time ``--cancel-on-deadline`` sends its cancel (seconds):
+    room for the cancel and one status look after it, each within one request slot
+    (``min(request_timeout_s, lease_s)``), so ``2 * slot``, but never more than a quarter
+    of the whole wait (a short deadline is not spent mostly waiting for the cancel)."""
+    policy = record.policy
+    slot_s = min(policy.request_timeout_s, policy.lease_s)
+    return min(2 * slot_s, seconds_between(record.created_at, record.stop_at) / 4)
+
+
+def deadline_cancel_at(record: Record) -> datetime | None:
+    """When ``--cancel-on-deadline``'s one cancel is due, or ``None`` when none is: the
+    operation asked for it, has not sent it, is still waiting on the job, has a cancel
+    action and may be canceled by what it last said (:func:`cancel_allowed`).
+
+    It is due :func:`deadline_cancel_reserve_s` before the stop time, so that the cancel
+    and one status look both fit before the deadline (no request is sent at or after
+    it), and a provider that confirms the cancel is reported ``canceled``.
+    """
+    if not (
+        record.cancel_on_deadline
+        and not record.cancel_requests_used
+        and record.phase is Phase.WAITING
+        and record.cancel_target() is not None
+        and cancel_allowed(record)
+    ):
+        return None
+    return record.stop_at - timedelta(seconds=deadline_cancel_reserve_s(record))

@@ -27,6 +27,7 @@ from typing import Final
 
 from waitbound._actions import CancelContract, SubmitContract, parse_cancel, parse_submit
 from waitbound._config_file import read_bounded
+from waitbound._decided_by import DecidedBy, Verdict, parse_decided_by
 from waitbound._errors import ProfileError
 from waitbound._jmes import Expression, compile_expression, search
 from waitbound._json import JSON, JSONScalar, contains_ambiguous
@@ -91,6 +92,8 @@ EXPRESSION_KEYS: Final = (
     "usage",
     "errors_url",
     "result_document",
+    "request_id",
+    "result_job_id",
 )
 OTHER_KEYS: Final = (
     "$schema",
@@ -113,6 +116,9 @@ OTHER_KEYS: Final = (
     "time_format",
     "webhook",
     "trace_context",
+    "decided_by",
+    "result_for_every_ending",
+    "errors_url_query_safe",
 )
 URL_KIND_KEYS: Final = frozenset(("state", "http_status_states", "when_no_state", "unlisted_state"))
 UNLISTED_STATES: Final = ("unknown", "pending")
@@ -243,6 +249,10 @@ class Reading:
             Such a body is never read as either value.
         unlisted: the state is in no list and the profile reads unlisted values as
             pending (``unlisted_state``).
+        decided: the value of the profile's ``decided_by`` field (e.g. ``next_action``)
+            as given, or ``None``.
+        ending_unnamed: ``decided_by`` says the run is over, but the state names no
+            ending (``classification`` is then ``UNKNOWN``; the answer is re-checked).
     """
 
     classification: Classification | None
@@ -268,6 +278,8 @@ class Reading:
     errors_url: str | None = None
     ambiguous: str | None = None
     unlisted: bool = False
+    decided: JSONScalar = None
+    ending_unnamed: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -279,12 +291,14 @@ class ResultReading:
         output_error: a present value means the job failed, whatever the output says.
         usage: the provider's usage report; ``None`` stays ``None`` (unknown, not 0).
         ambiguous: a key repeated with different values inside what was read, or ``None``.
+        job_id: the job the document names (the profile's ``result_job_id``), or ``None``.
     """
 
     output: JSON
     output_error: JSON = None
     usage: JSON = None
     ambiguous: str | None = None
+    job_id: str | None = None
 
 
 def is_present(value: JSON) -> bool:
@@ -350,6 +364,14 @@ class Profile:
     trace_context: bool = False
     """Send the W3C ``traceparent`` of each request's span to the provider (the
     ``trace_context`` key; only to origins the operation trusts, only with an SDK)."""
+    decided_by: DecidedBy | None = None
+    """The field that decides before the state does (``decided_by``), or ``None``."""
+    result_for_every_ending: bool = False
+    """The result URL holds the full receipt after any terminal state (failed, canceled
+    and skipped too): it is fetched once whatever the ending."""
+    errors_url_query_safe: bool = False
+    """The errors URL's query holds no credential: the outcome keeps it whole (its
+    userinfo still stripped)."""
 
     def throttled_by(
         self, status: int, headers: Mapping[str, str], *, body_throttled: bool = False
@@ -376,6 +398,13 @@ class Profile:
         (``UNKNOWN`` unless the profile reads unlisted values as pending)."""
         key = _value_key(value, fold=self.case_insensitive)
         return self.states.get(key, unlisted) if key else Classification.UNKNOWN
+
+    def body_request_id(self, body: JSON) -> str | None:
+        """The provider's request id a body carries (the profile's ``request_id``
+        expression, over a receipt, status or result body), at most 200 characters;
+        ``None`` without one."""
+        found = _text(self._search("request_id", body)) if isinstance(body, dict) else None
+        return found[:200] if found else None
 
     def _search(self, key: str, body: JSON) -> JSON:
         expression = self.expressions.get(key)
@@ -431,6 +460,15 @@ class Profile:
                 classification = Classification.UNKNOWN
         else:
             classification = None
+        decided: JSONScalar = None
+        ending_unnamed = False
+        if self.decided_by is not None and kind is UrlKind.STATUS:
+            value = found(self.decided_by.value(body))
+            decided = value if not isinstance(value, list | dict) else str(value)
+            classification, ending_unnamed = _decide_by(
+                self.decided_by.verdict(value), classification
+            )
+            unlisted = unlisted and decided is None
         cancelable = find("cancelable")
         required = [
             (text, search(expression, body)) for text, expression in self.require_on_success
@@ -461,6 +499,8 @@ class Profile:
             errors_url=_text(find("errors_url")),
             ambiguous=ambiguous[0] if ambiguous else None,
             unlisted=unlisted and classification is Classification.PENDING,
+            decided=decided,
+            ending_unnamed=ending_unnamed,
         )
 
     def read_result(self, document: JSON) -> ResultReading:
@@ -482,6 +522,7 @@ class Profile:
             output_error=output_error,
             usage=usage,
             ambiguous=next((k for k in repeated if k is not None), None),
+            job_id=_text(self._search("result_job_id", document)),
         )
 
     def _counts(self, body: JSON, repeated: list[str]) -> Counts | None:
@@ -495,6 +536,41 @@ class Profile:
             ints = [p for p in parts if isinstance(p, int) and not isinstance(p, bool) and p >= 0]
             values[name] = sum(ints) if ints else None
         return Counts(**values)
+
+
+ENDINGS: Final = frozenset(
+    {
+        Classification.SUCCEEDED,
+        Classification.PARTIAL,
+        Classification.FAILED,
+        Classification.CANCELED,
+        Classification.EXPIRED,
+        Classification.SKIPPED,
+    }
+)
+"""The classes that name how a run ended."""
+
+
+def _decide_by(
+    verdict: Verdict, by_state: Classification | None
+) -> tuple[Classification | None, bool]:
+    """The class of an answer whose ``decided_by`` field says *verdict*, the state's
+    own class being *by_state*: ``(class, ending_unnamed)``. Absent, the state decides;
+    pending and skipped decide whatever the state says; terminal takes the ending the
+    state names, or is ``UNKNOWN`` with ``ending_unnamed`` when it names none."""
+    match verdict:
+        case Verdict.ABSENT:
+            return by_state, False
+        case Verdict.PENDING:
+            return Classification.PENDING, False
+        case Verdict.SKIPPED:
+            return Classification.SKIPPED, False
+        case Verdict.TERMINAL if by_state in ENDINGS:
+            return by_state, False
+        case Verdict.TERMINAL:
+            return Classification.UNKNOWN, True
+        case _:
+            return Classification.UNKNOWN, False
 
 
 def _refuse_nulls(where: str, data: Mapping[str, object]) -> None:
@@ -566,8 +642,9 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
     fold = data.get("case_insensitive_states", False)
     if not isinstance(fold, bool):
         raise ProfileError(f"{where}: case_insensitive_states must be true or false")
-    if not isinstance(data.get("trace_context", False), bool):
-        raise ProfileError(f"{where}: trace_context must be true or false")
+    for flag in ("trace_context", "result_for_every_ending", "errors_url_query_safe"):
+        if not isinstance(data.get(flag, False), bool):
+            raise ProfileError(f"{where}: {flag} must be true or false")
     states: dict[_ValueKey, Classification] = {}
     listed: dict[_ValueKey, tuple[str, object]] = {}
     for list_name in STATE_LISTS:
@@ -647,6 +724,9 @@ def parse_profile(data: object, *, name: str = "inline") -> Profile:
         time_format=_parse_time_format(where, data.get("time_format")),
         webhook=None if "webhook" not in data else parse_webhook_contract(where, data["webhook"]),
         trace_context=bool(data.get("trace_context", False)),
+        decided_by=parse_decided_by(where, data.get("decided_by")),
+        result_for_every_ending=bool(data.get("result_for_every_ending", False)),
+        errors_url_query_safe=bool(data.get("errors_url_query_safe", False)),
     )
 
 

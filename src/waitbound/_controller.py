@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent
 from waitbound._canceling import (
+    DEADLINE_CANCEL_REQUESTS,
     accepted_cancel,
     after_refused_cancel,
+    deadline_cancel_at,
     decide_cancel,
     refused_cancel_look,
 )
@@ -42,7 +44,13 @@ from waitbound._decide import (
     first_answer_kind,
 )
 from waitbound._estimate import provider_estimate
-from waitbound._finish import Step, deadline_reached, escalate, seconds_between
+from waitbound._finish import (
+    Step,
+    deadline_reached,
+    escalate,
+    seconds_between,
+    settled_without_receipt,
+)
 from waitbound._json import JSON, show
 from waitbound._learned import ModelLookup
 from waitbound._next_poll import paced
@@ -267,11 +275,11 @@ def plan(
             return _budget_spent(record, now, notes, "the submission cannot be sent")
         return _plan_submit(record, now, owner, notes, can_submit=can_submit, lease_s=lease_s)
     cancel_at = record.cancel_target()
+    deadline_cancel = deadline_cancel_at(record)
     if now >= record.stop_at:
-        first_cancel = record.cancel_on_deadline and not record.cancel_requests_used
-        if first_cancel and cancel_at and budget_left:
-            return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
         undone = undone_action(record)
+        if deadline_cancel is not None and undone is None:
+            undone = "the cancel asked for at the deadline (cancel_on_deadline) was not sent"
         late = "the deadline passed before any wait or worker sent a request for it"
         again = record.decisions[-1].option if record.decisions else None
         if undone and again == "fetch_result_again" and record.phase is Phase.FETCHING_RESULT:
@@ -285,11 +293,20 @@ def plan(
         return _finish_early(record, now, notes, deadline_reached(record, now, why))
     if record.cancel_due and cancel_at and budget_left:
         return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
+    if deadline_cancel is not None and cancel_at and budget_left and now >= deadline_cancel:
+        return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
     if not budget_left:
         undone = undone_action(record)
         return _budget_spent(record, now, notes, f"{undone}: no request was left" if undone else "")
+    requests_left = record.max_requests - record.requests_used
+    if deadline_cancel is not None and requests_left <= DEADLINE_CANCEL_REQUESTS:
+        # The last requests are the deadline cancel's and its one look: no status poll
+        # spends them (docs/waiting.md, "A cancel the deadline can confirm").
+        return Sleep(until=deadline_cancel, seconds=seconds_between(now, deadline_cancel))
     if now < record.next_poll_at:
         until = min(record.next_poll_at, record.stop_at)
+        if deadline_cancel is not None:
+            until = min(until, deadline_cancel)
         if record.push.webhook is not None:  # a delivery may bring the poll forward
             until = min(until, now + timedelta(seconds=WEBHOOK_RECHECK_S))
         return Sleep(until=until, seconds=seconds_between(now, until))
@@ -361,6 +378,8 @@ def _budget_spent(record: Record, now: datetime, notes: list[AuditEvent], why: s
         )
     if why:
         detail = f"{why}: {detail}"
+    if (settled := settled_without_receipt(record, now, ": no request was left")) is not None:
+        return _finish_early(record, now, notes, settled)
     if (cancel := accepted_cancel(record)) is not None:
         detail = f"{detail}; {cancel}"
     step = escalate(record, now, Reason.REQUEST_BUDGET_EXHAUSTED, detail)
@@ -403,8 +422,8 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
 ) -> Send:
     policy = record.policy
     left_s = seconds_between(now, record.stop_at)
-    # A cancel at the deadline (--cancel-on-deadline) still gets a short timeout.
-    timeout_s = min(policy.request_timeout_s, left_s if kind != "cancel" else policy.lease_s)
+    # A cancel leaves half the time left for the status look that tells how the job ended.
+    timeout_s = min(policy.request_timeout_s, left_s if kind != "cancel" else left_s / 2)
     if lease_s is None:
         held_s = timeout_s + policy.lease_s
     else:  # the lease asked for; the request ends before it does
@@ -428,8 +447,9 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
         f"; {late_s:.3g}s later than planned" if late_s > 1 and kind == "status" else ""
     )
     event = audit_event(
-        reserved, now, "reserved", summary, request=kind, timeout_s=round(timeout_s, 3)
-    )
+        reserved, now, "reserved", summary, request=kind, timeout_s=round(timeout_s, 3),
+        deadline_at=record.deadline_at.isoformat(),
+    )  # fmt: skip
     return Send(
         transition=Transition(record=reserved, events=(*notes, event)),
         request=Request(
@@ -541,6 +561,12 @@ def observe(
     """
     now = observation.at
     counter = _COUNTERS[observation.kind]
+    if observation.request_id is None and observation.body_problem is None:
+        # A request id the body carries (the profile's ``request_id``) is kept like a
+        # header's: on the record, in the outcome and in the story.
+        named = record.profile.body_request_id(observation.body)
+        if named is not None:
+            observation = replace(observation, request_id=named)
     # The reading and the URLs depend on none of the fields set below: one copy.
     reading = _read(record, observation)
     bad_url: str | None = None
@@ -605,6 +631,7 @@ def observe(
         elapsed_s=round(observation.elapsed_s, 3),
         transport_error=observation.transport_error,
         classification=reading.classification.value if reading and reading.classification else None,
+        deadline_at=after.deadline_at.isoformat(),
     )
     return Transition(
         record=after, events=(observed, audit_event(after, now, kind, summary, **extra))

@@ -16,6 +16,8 @@ from typing import Final
 from waitbound._actions import repeated_key
 from waitbound._answers import Meaning, meaning
 from waitbound._contract import Classification, Counts, Reading, is_present
+from waitbound._doubt import cleared, doubt, foreign_job
+from waitbound._errors_page import errors_page
 from waitbound._final_state import empty_resource, monitor_result
 from waitbound._finish import (
     Step,
@@ -100,6 +102,9 @@ def decide_status(
             found = _by_table(record, observation, reading)
             if found is not None:
                 return _classified(record, observation, found, reading, rng, models=models)
+            if reading is not None and _not_seen_yet(record, now):  # eventual consistency
+                note = f"HTTP {code} with no state: not visible yet"
+                return schedule(record, observation, reading, rng, note=note)
             if reading is not None:
                 return _no_state(record, observation)
             problem = observation.body_problem or "an empty body"
@@ -159,15 +164,22 @@ def _no_state(record: Record, observation: Observation) -> Step:
     )
 
 
+def _not_seen_yet(record: Record, now: datetime) -> bool:
+    """The job was never seen and the not-found grace still runs: a 404 or a 2xx body
+    without a state (a listing still empty right after the job was started: eventual
+    consistency) is "not visible yet", asked again; once a state was seen, it is not."""
+    return record.job_seen_at is None and seconds_between(record.created_at, now) < (
+        record.policy.not_found_grace_s
+    )
+
+
 def _not_visible(
     record: Record, observation: Observation, reading: Reading | None, rng: random.Random, what: str
 ) -> Step:
     """A 404 or 410: "not visible yet" within the not-found grace before the job was
     ever seen; else the contract does not explain it."""
     now = observation.at
-    if record.job_seen_at is None and seconds_between(record.created_at, now) < (
-        record.policy.not_found_grace_s
-    ):
+    if _not_seen_yet(record, now):
         return schedule(record, observation, reading, rng, note=f"{what}: not visible yet")
     seen = "after the job was seen" if record.job_seen_at else "past the not-found grace"
     return escalate(
@@ -193,6 +205,20 @@ def _classified(
     names a new one); terminal → the outcome. *final_here*: this answer's body is the
     final state (by default: it came from a ``location`` or ``resource`` URL)."""
     now = observation.at
+    if reading is not None and (other := foreign_job(record, reading.job_id)) is not None:
+        what = "first answer" if observation.kind == "submit" else "status answer"
+        return doubt(
+            record, observation, reading, rng,
+            f"the {what} names job {other}, not this operation's job {record.job_id}",
+            extra={"job_mismatch": {"expected": record.job_id, "named": other}},
+        )  # fmt: skip
+    if reading is not None and reading.ending_unnamed:
+        return doubt(
+            record, observation, reading, rng,
+            f"the answer says the run is over ({show(reading.decided)}) but its state "
+            f"{show(reading.state)} names no ending",
+        )  # fmt: skip
+    record = cleared(record)
     if reading is not None:
         record = record.evolve(
             provider_state=reading.state,
@@ -437,6 +463,8 @@ def _ended(
     reference = record.result_url or _named_result_url(record, reading)
     if isinstance(reference, str):
         record = record.evolve(result_url=reference)
+        if record.profile.result_for_every_ending and record.result_fetched_at is None:
+            return _fetch_receipt(record, now, outcome, reading, counts=counts, reason=reason)
     return terminal(
         record,
         now,
@@ -445,6 +473,51 @@ def _ended(
         counts=counts or reading.counts,
         usage=reading.usage,
         reason=reason,
+    )
+
+
+def _fetch_receipt(
+    record: Record,
+    now: datetime,
+    outcome: OutcomeKind,
+    reading: Reading,
+    *,
+    counts: Counts | None,
+    reason: Reason | None,
+) -> Step:
+    """A run that ended without success under a contract whose result URL holds the full
+    receipt after any ending (``result_for_every_ending``): fetch it once, so its
+    ``output_error``, ``usage`` and request id reach the outcome; the ending is settled
+    (``settled_outcome``, ``settled_reason``) and stands whatever the fetch brings."""
+    try:
+        url = record.profile.submit.carried(
+            resolve(record.status_url or record.submit_url or "", record.result_url or ""),
+            record.submit_url,
+        )
+    except ValueError:  # not a URL the credentials may follow: the ending as it is
+        return terminal(
+            record, now, outcome, error=reading.error, counts=counts or reading.counts,
+            usage=reading.usage, reason=reason,
+        )  # fmt: skip
+    counted = counts or reading.counts
+    record = record.evolve(
+        phase=Phase.FETCHING_RESULT,
+        settled_outcome=outcome,
+        settled_reason=reason,
+        result_url=url,
+        error=reading.error if is_present(reading.error) else None,
+        counts=counted.as_json() if counted else None,
+        usage=reading.usage,
+        next_poll_at=now,
+        delay_source=None,
+        attempt=0,
+    )
+    ended = outcome.value + (f" ({reason.value})" if reason else "")
+    return (
+        record,
+        "result_due",
+        f"terminal {ended}; fetching its receipt from {redact_url(url)} once",
+        {"result_url": redact_url(url)},
     )
 
 
@@ -543,7 +616,14 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
             return schedule(record, observation, None, rng, note=f"result not ready (HTTP {code})")
         case Meaning.BODY if observation.body_problem is None:
             document = record.profile.read_result(observation.body)
-            record = record.evolve(result_fetched_at=now)
+            if (other := foreign_job(record, document.job_id)) is not None:
+                return doubt(
+                    record, observation, None, rng,
+                    f"the result document names job {other}, not this operation's job "
+                    f"{record.job_id}",
+                    extra={"job_mismatch": {"expected": record.job_id, "named": other}},
+                )  # fmt: skip
+            record = cleared(record).evolve(result_fetched_at=now)
             if document.ambiguous is not None:
                 detail = repeated_key("result", document.ambiguous)
                 return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
@@ -551,6 +631,12 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
             if empty := empty_resource(record, observation, settled):
                 return escalate(record, now, Reason.INTEGRATION_FAILURE, empty)
             usage = document.usage if is_present(document.usage) else record.usage
+            if settled in _UNSUCCESSFUL:  # the receipt of a run that ended otherwise
+                error = document.output_error if is_present(document.output_error) else None
+                return terminal(
+                    record, now, settled, result=document.output, error=error or record.error,
+                    usage=usage, reason=record.settled_reason,
+                )  # fmt: skip
             if is_present(document.output_error):
                 return terminal(
                     record, now, OutcomeKind.FAILED, error=document.output_error, usage=usage
@@ -609,7 +695,7 @@ def decide_errors(record: Record, observation: Observation) -> Step:
     """Keep the first page of per-item errors (bounded); the outcome stands either way."""
     code = observation.http_status
     if code is not None and 200 <= code < 300 and observation.body_problem is None:
-        errors: JSON = bounded(observation.body)
+        errors: JSON = errors_page(observation.body)
     else:
         problem = observation.transport_error or observation.body_problem or f"HTTP {code}"
         errors = {"problem": f"the errors URL answered {problem}"}
@@ -700,6 +786,7 @@ def decide_submit(
 
 
 _TERMINAL: Final = frozenset(Classification) - {Classification.PENDING, Classification.UNKNOWN}
+_UNSUCCESSFUL: Final = frozenset({OutcomeKind.FAILED, OutcomeKind.CANCELED, OutcomeKind.EXPIRED})
 
 
 def _receipt(

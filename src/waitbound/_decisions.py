@@ -45,6 +45,7 @@ from waitbound._options import (
     suggested_grant,
 )
 from waitbound._outcome import OutcomeKind, Reason
+from waitbound._plan import grant_paced, result_reserve
 from waitbound._record import MAX_COUNT, Decision, Phase, Record
 from waitbound._schedule import DelaySource
 from waitbound._urls import redact_url
@@ -271,7 +272,8 @@ def decide_record(
             _as_requested(record)
             if chosen is Option.AS_REQUESTED
             else _grant(record, minutes, checks),
-            action_requests=ACTION_REQUESTS.get(chosen, 0),
+            action_requests=ACTION_REQUESTS.get(chosen, 0)
+            + (result_reserve(_reopened(record, now)) if chosen is Option.CANCEL else 0),
         )
         granted: dict[str, JSON] = {"minutes": grant.minutes, "checks": grant.checks}
         if chosen is Option.AS_REQUESTED and record.decision_request is not None:
@@ -282,7 +284,9 @@ def decide_record(
     after = record
     match chosen:
         case Option.EXTEND | Option.AS_REQUESTED:
-            after = _reopened(_granted(record, grant, now), now)
+            after = grant_paced(
+                _reopened(_granted(record, grant, now), now), now, minutes=grant.minutes
+            )
         case Option.CANCEL:
             after = replace(
                 _reopened(_granted(record, grant, now), now),
@@ -298,6 +302,7 @@ def decide_record(
             pending = (*record.grants.pending_states, record.provider_state)
             after = _reopened(_granted(record, grant, now), now)
             after = replace(after, grants=replace(after.grants, pending_states=pending))
+            after = grant_paced(after, now, minutes=grant.minutes)
             detail["pending_state"] = record.provider_state
         case Option.RESUME_WITH_CREDENTIALS:
             label = (credential_label or "").strip()
@@ -516,15 +521,30 @@ def escalation_message(record: Record, now: datetime) -> str:
         f"Provider job: {_short(record.job_id or '(not known)')}",
         f"Last state: {_short(state_text)}",
         f"Elapsed time: {_duration(elapsed)}",
-        f"Status requests: {record.requests_used} of {record.max_requests}",
-        f"Last HTTP result: {last}",
+        f"Status requests: {record.status_requests_used} of {record.max_requests}",
     ]
+    lines.append(f"Last HTTP result: {last}")
     if record.is_finished:
         lines.append(f"Stopped because: {record.reason.value if record.reason else 'unknown'}")
     if request is not None and request.requested_by != SYSTEM:
         lines.append(
             f"Requested by: {request.requested_by}, {span(request.minutes or 0, more=True)}"
             f" with {counted(request.checks or 0, 'more check')} ({request.why})"
+        )
+    others = [
+        (n, what)
+        for n, what in (
+            (record.submit_attempts, "submit"),
+            (record.result_requests_used, "result"),
+            (record.cancel_requests_used, "cancel"),
+        )
+        if n
+    ]
+    if others:  # the budget is shared: say what else spent it, counted apart
+        spent = ", ".join(f"{n} {what}" for n, what in others)
+        lines.append(
+            f"All requests: {record.requests_used} of {record.max_requests} "
+            f"({record.status_requests_used} status, {spent})"
         )
     offered = ", ".join(cost(record, option) for option in options(record, now))
     lines.append(f"Safe options: {offered or 'none'}")

@@ -20,7 +20,7 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -60,7 +60,8 @@ from waitbound._pacing import Pacer, pacer_for
 from waitbound._record import Record, RequestKind
 from waitbound._schedule_models import models_for
 from waitbound._secrets import credential_values
-from waitbound._telemetry import persisted, sending, traced_loop
+from waitbound._telemetry import sending, traced_loop
+from waitbound._tell import save_and_tell
 from waitbound.stores import Store, open_store
 from waitbound.transports import (
     HttpSettings,
@@ -76,7 +77,6 @@ __all__ = [
     "Exchange",
     "Lease",
     "Tools",
-    "emit",
     "exchange",
     "holder_is_gone",
     "lease_of",
@@ -230,9 +230,7 @@ def _drive(
     meanwhile makes that write lose (and the loop read the record then)."""
 
     def persist(record: Record, events: tuple[AuditEvent, ...]) -> Record:
-        saved = store.save(record, events)
-        emit(on_event, events, saved)
-        return saved
+        return save_and_tell(store, record, events, on_event)
 
     known: Record | None = None
     while True:
@@ -479,18 +477,6 @@ def _note(
         assert again is None or isinstance(again, Record)
         fresh = again
     return fresh
-
-
-def emit(
-    on_event: EventSink | None, events: Sequence[AuditEvent], record: Record | None = None
-) -> None:
-    """Hand persisted *events* to the caller's sink, if any; and, with the *record*
-    they were persisted with, to the traces and metrics (``waitbound._telemetry``)."""
-    if record is not None:
-        persisted(record, events)
-    if on_event is not None:
-        for event in events:
-            on_event(event)
 
 
 def safe_plan(
@@ -763,18 +749,20 @@ def run_exchange_sync(
         effect = next(steps)
         while True:
             match effect:
-                case _Send(request=request, headers=headers, content=content, secrets=secrets):
+                case _Send(request=request, content=content, secrets=secrets):
                     try:
-                        observation = send_sync(
-                            http_client,
-                            request,
-                            headers=headers,
-                            content=content,
-                            secrets=secrets,
-                            profile=profile,
-                            clock=tools.clock,
-                            settings=http,
-                        )
+                        with sending(effect.record, request, effect.headers, profile) as sent:
+                            observation = send_sync(
+                                http_client,
+                                request,
+                                headers=sent.headers,
+                                content=content,
+                                secrets=secrets,
+                                profile=profile,
+                                clock=tools.clock,
+                                settings=http,
+                            )
+                            sent.answered(observation)
                     except Exception as exc:  # the exchange records it on this operation
                         effect = steps.throw(exc)
                     else:
@@ -782,11 +770,11 @@ def run_exchange_sync(
                 case _Persist(transition=after):
                     written: Record | ConflictError
                     try:
-                        written = tools.store.save(after.record, after.events)
+                        written = save_and_tell(
+                            tools.store, after.record, after.events, tools.on_event
+                        )
                     except ConflictError as exc:
                         written = exc
-                    else:
-                        emit(tools.on_event, after.events)
                     effect = steps.send(written)
                 case _Reread(operation_id=operation_id):
                     effect = steps.send(tools.store.get(operation_id))

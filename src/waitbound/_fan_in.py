@@ -25,7 +25,6 @@ from waitbound._controller import Transition
 from waitbound._driver import (
     EventSink,
     Tools,
-    emit,
     exchange,
     run_exchange_async,
     run_exchange_sync,
@@ -42,6 +41,7 @@ from waitbound._own_delivery import deliver_async, deliver_sync, notify_secret_f
 from waitbound._pacing import pacer_for
 from waitbound._record import Record
 from waitbound._schedule_models import models_for
+from waitbound._tell import save_and_tell
 from waitbound._worker import WorkerSettings
 from waitbound.stores import Store
 from waitbound.stores._groups import GroupKind, GroupRow, groups_of, is_group_id, new_group_id
@@ -303,11 +303,9 @@ async def _drive_async(
 
     async def persist(transition: Transition) -> Record | ConflictError:
         try:
-            saved = kit.store.save(transition.record, transition.events)
+            return save_and_tell(kit.store, transition.record, transition.events, kit.on_event)
         except ConflictError as exc:
             return exc
-        emit(kit.on_event, transition.events)
-        return saved
 
     async def reread(operation_id: str) -> Record | None:
         return kit.store.get(operation_id)

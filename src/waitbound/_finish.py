@@ -23,6 +23,7 @@ __all__ = [
     "escalate",
     "finish",
     "seconds_between",
+    "settled_without_receipt",
     "terminal",
     "timed_out",
 ]
@@ -57,6 +58,8 @@ def deadline_reached(record: Record, now: datetime, why: str = "") -> Step:
         return finish(
             record, now, record.settled_outcome or OutcomeKind.COMPLETED_WITH_ERRORS, None
         )
+    if (settled := settled_without_receipt(record, now, why)) is not None:
+        return settled
     if record.phase is Phase.FETCHING_RESULT:
         return escalate(
             record,
@@ -66,6 +69,20 @@ def deadline_reached(record: Record, now: datetime, why: str = "") -> Step:
             f"before the deadline{why}",
         )
     return timed_out(record, now, why)
+
+
+def settled_without_receipt(record: Record, now: datetime, why: str = "") -> Step | None:
+    """A run known to have ended without success (failed, canceled, expired) whose full
+    receipt (``result_for_every_ending``) could not be fetched before a bound: its
+    ending is the outcome, the receipt's absence stated in the audit; ``None`` for any
+    other record."""
+    settled = record.settled_outcome
+    unsuccessful = (OutcomeKind.FAILED, OutcomeKind.CANCELED, OutcomeKind.EXPIRED)
+    if record.phase is not Phase.FETCHING_RESULT or settled not in unsuccessful:
+        return None
+    assert settled is not None
+    done, kind, summary, extra = finish(record, now, settled, record.settled_reason)
+    return done, kind, f"{summary}; its receipt was not fetched{why}", extra
 
 
 def timed_out(record: Record, now: datetime, why: str = "") -> Step:

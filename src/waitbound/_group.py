@@ -36,7 +36,6 @@ from waitbound._controller import Finish, Finished, Request, Send, Sleep, Transi
 from waitbound._driver import (
     Lease,
     Tools,
-    emit,
     holder_is_gone,
     lease_of,
     new_owner,
@@ -47,6 +46,7 @@ from waitbound._errors import ConflictError, UsageError
 from waitbound._operation import request_cancel
 from waitbound._outcome import Reason
 from waitbound._record import Record
+from waitbound._tell import save_and_tell
 from waitbound._token_bucket import TokenBucket
 from waitbound._urls import origin
 from waitbound._worker import WorkerSettings
@@ -260,11 +260,11 @@ class Scheduler:
                     continue
                 case Finish(transition=finish):
                     try:
-                        member.record = self.kit.store.save(finish.record, finish.events)
+                        member.record = save_and_tell(
+                            self.kit.store, finish.record, finish.events, self.kit.on_event
+                        )
                     except ConflictError:
                         member.stale = True
-                    else:
-                        emit(self.kit.on_event, finish.events)
                     return None
                 case Sleep(seconds=seconds):
                     naps.append(seconds)
@@ -308,7 +308,9 @@ class Scheduler:
             self.group.group_id,
         )
         try:
-            reserved = self.kit.store.save(reservation.record, reservation.events)
+            reserved = save_and_tell(
+                self.kit.store, reservation.record, reservation.events, self.kit.on_event
+            )
         except ConflictError:  # someone wrote it meanwhile: nothing is sent, so the
             # group gives back the request it counted (it counts requests sent only)
             member.stale = True
@@ -316,7 +318,6 @@ class Scheduler:
             if released is not None:
                 self.group = released
             return None
-        emit(self.kit.on_event, reservation.events)
         member.record = reserved
         request = send.request
         deadline = self.group.deadline_at

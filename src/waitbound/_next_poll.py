@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from waitbound._canceling import accepted_cancel
+from waitbound._canceling import accepted_cancel, deadline_cancel_at
 from waitbound._contract import Reading
 from waitbound._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._json import JSON, show
@@ -20,11 +20,22 @@ from waitbound._learned import LearnedSchedule, ModelLookup, learned_jitter_s
 from waitbound._observation import Observation
 from waitbound._outcome import Reason
 from waitbound._pacing import Pacer, origin_key
+from waitbound._plan import (
+    HINT_SOURCES,
+    TAIL,
+    budget_min_delay_s,
+    budget_spacing_s,
+    hints_trusted,
+    reserve_requests,
+    status_requests_left,
+)
 from waitbound._record import Phase, Record
 from waitbound._schedule import (
     DelaySource,
+    Hint,
     backoff_bounds_s,
     backoff_delay_s,
+    backoff_raw_s,
     hinted_delay_s,
     read_hints,
 )
@@ -65,7 +76,7 @@ def throttled(
             Reason.RATE_LIMITED,
             f"throttled {used} times; the rate-limit budget is {record.max_rate_limited}",
         )
-    return schedule(record, observation, reading, rng, note="throttled", throttle=True)
+    return schedule(record, observation, reading, rng, note="throttled", throttle=True, unseen=True)
 
 
 def provider_trouble(
@@ -96,6 +107,7 @@ def provider_trouble(
         rng,
         note=f"provider trouble ({what})",
         demanded=observation.http_status == 503,
+        unseen=True,
     )
 
 
@@ -110,6 +122,7 @@ def schedule(
     demanded: bool = False,
     confirming: bool = False,
     models: ModelLookup | None = None,
+    unseen: bool = False,
 ) -> Step:
     """Set ``next_poll_at`` from hints, backoff and jitter; stop if it lands past the deadline.
 
@@ -131,6 +144,14 @@ def schedule(
     jittered the same way (drawn from ``[jitter_floor * d, d]`` with ``d`` such that
     the draw's mean is the plan, never above the cap) and never below the floor; the
     deadline, the request budget and the worker's pacing apply to it as to any delay.
+
+    *unseen*: the answer did not show the job (a throttle, a 5xx, no answer): the look
+    the plan meant is still owed. While waiting on the job, when its retry would land at
+    or past the stop but the provider's minimum (a ``Retry-After``) fits before it, the
+    retry is kept inside: at the plan's last look (a fraction :data:`~waitbound._plan.TAIL`
+    of a spacing before the stop), never sooner than the minimum. Without it, a throttle
+    near the deadline would clip the retry to the deadline and the wait would end
+    ``timed_out`` with a job that ended in time unseen.
     """
     now = observation.at
     policy = record.policy
@@ -138,6 +159,7 @@ def schedule(
     told, invalid = read_hints(
         observation.headers, reading, record.profile, now=now, throttled=throttle
     )
+    record = _hint_evidence(record, told)
     hint = told if told is not None and told.delay_s >= floor else None
     if told is not None and hint is None:
         said = "0" if told.delay_s == 0 else f"{told.delay_s:.3g}s, below the {floor:g}s floor"
@@ -148,6 +170,17 @@ def schedule(
         and hint.source is DelaySource.PROVIDER_RETRY_AFTER
         and not (code is not None and 200 <= code < 300)
     )
+    rejected = None
+    if (
+        hint is not None
+        and not (throttle or demanded or told_to_wait)  # guidance, not a demand
+        and now + timedelta(seconds=hint.delay_s) >= record.stop_at
+    ):
+        rejected, hint = hint, None
+        note = (
+            f"{note + '; ' if note else ''}hint {rejected.delay_s:g}s ({rejected.origin}) "
+            "reaches past the deadline: rejected as guidance"
+        )
     backup = _on_backup_schedule(
         record, demanded=throttle or demanded or told_to_wait, confirming=confirming
     )
@@ -158,7 +191,16 @@ def schedule(
     )
     shape = {"growth": policy.backoff_growth, "jitter_floor": policy.backoff_jitter_floor}
     extra_learned: dict[str, JSON] | None = None
-    if hint is not None:
+    factor = 1.0  # a throttle's multiple of the backoff's step (the step goes on, not it)
+    planned = _learned_delay_s(
+        record, now, models, plain=not (throttle or demanded or confirming or backup)
+    )
+    raw_s = _continued_raw_s(record, base_s, cap_s) if planned is None else planned[1]
+    followed = hint is not None and (
+        confirming or backup or hint.delay_s >= raw_s or hints_trusted(record)
+    )
+    unfollowed = None if followed else hint
+    if hint is not None and followed:
         minimum = hint.delay_s
         delay = hinted_delay_s(
             minimum, jitter=policy.hint_jitter, max_jitter_s=policy.hint_jitter_max_s, rng=rng
@@ -171,29 +213,43 @@ def schedule(
             )
             if slower > delay:
                 delay, source = slower, DelaySource.BACKUP_POLLING
-    elif (
-        planned := _learned_delay_s(
-            record, now, models, plain=not (throttle or demanded or confirming or backup)
-        )
-    ) is not None:
-        minimum = floor
+    elif planned is not None:
+        minimum = max(floor, unfollowed.delay_s if unfollowed else 0.0)
         model, planned_s = planned
-        delay = max(floor, learned_jitter_s(planned_s, policy, rng))
+        delay = max(minimum, learned_jitter_s(planned_s, policy, rng))
         source = DelaySource.LEARNED_SCHEDULE
         extra_learned = {"planned_s": round(planned_s, 3), **model.describe()}
     else:
-        minimum = floor
-        delay = backoff_delay_s(
-            record.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng, **shape
-        )
-        if throttle:
+        minimum = max(floor, unfollowed.delay_s if unfollowed else 0.0)
+        low = policy.backoff_jitter_floor * raw_s
+        if record.attempt and record.last_delay_s and record.delay_source in HINT_SOURCES:
+            low = max(low, min(record.last_delay_s, raw_s))  # never shorter than the hint
+        if unfollowed is not None:  # the hint stays a minimum
+            low = max(low, min(unfollowed.delay_s, raw_s))
+        delay = rng.uniform(low, raw_s)
+        if throttle and unfollowed is None:
             delay *= THROTTLE_FACTOR
             minimum = delay
-            demanded = True
+            factor = THROTTLE_FACTOR
+        demanded = demanded or throttle
         if confirming:
             delay = min(delay, policy.confirm_window_s / (policy.confirm_max_requests + 1))
-        delay = max(delay, floor)
+        delay = max(delay, minimum)
         source = DelaySource.BACKUP_POLLING if backup else DelaySource.LOCAL_BACKOFF
+        if unfollowed is not None and (demanded or told_to_wait):
+            source = unfollowed.source  # a demand lengthened by the plan: still a demand
+    spread_s = (
+        budget_min_delay_s(record, now, cap_s=cap_s)
+        if record.phase is Phase.WAITING and not confirming
+        else 0.0
+    )
+    if spread_s > delay:  # the budget's pace: the rest must still cover the time left
+        delay = spread_s
+        if not (hint is not None and (demanded or told_to_wait)):  # a demand stays one (no webhook
+            source = DelaySource.BUDGET_SPREAD  # brings it forward); the extra says why
+        extra_budget = True
+    else:
+        extra_budget = False
     attempt = record.attempt + 1  # set with the next poll time below: one copy
     extra: dict[str, JSON] = {
         "invalid_hints": [
@@ -202,24 +258,53 @@ def schedule(
     }
     if extra_learned is not None:
         extra["learned"] = extra_learned
-    if hint is not None:
+    if unfollowed is not None:
+        extra["hint"] = {
+            "origin": unfollowed.origin,
+            "delay_s": unfollowed.delay_s,
+            "followed": False,
+            "came_true": [record.hints_true, record.hints_followed],
+        }
+        note = (
+            f"{note + '; ' if note else ''}hint {unfollowed.delay_s:g}s ({unfollowed.origin}) "
+            f"is a minimum, not followed sooner than the plan ({raw_s:.3g}s): this job's "
+            f"hints came true {record.hints_true} of {record.hints_followed} times"
+        )
+    elif hint is not None:
         extra["hint"] = {"origin": hint.origin, "delay_s": hint.delay_s}
+    elif rejected is not None:
+        extra["hint"] = {
+            "origin": rejected.origin,
+            "delay_s": rejected.delay_s,
+            "rejected": "past the deadline",
+        }
     elif told is not None:
         extra["hint"] = {"origin": told.origin, "delay_s": told.delay_s, "minimum": False}
+    if extra_budget:
+        extra["budget"] = {
+            "status_requests_left": status_requests_left(record),
+            "reserve": reserve_requests(record),
+            "time_left_s": round(seconds_between(now, record.stop_at), 3),
+        }
     earliest = now + timedelta(seconds=minimum)
-    cancel_at_deadline = (  # --cancel-on-deadline: its one cancel still goes out at it
-        record.cancel_on_deadline
-        and not record.cancel_requests_used
+    if (
+        unseen
         and record.phase is Phase.WAITING
-        and record.cancel_target() is not None
-        and not demanded
-    )
-    if earliest >= record.stop_at and cancel_at_deadline:
+        and not confirming
+        and earliest < record.stop_at <= now + timedelta(seconds=delay)
+    ):  # the look still owed stays inside the deadline (see the docstring)
+        spacing_s = budget_spacing_s(record, now, cap_s=cap_s) or 0.0
+        delay = max(minimum, seconds_between(now, record.stop_at) - TAIL * spacing_s)
+        note = f"{note + '; ' if note else ''}the look still owed is retried before the deadline"
+    # --cancel-on-deadline: its one cancel still goes out before the deadline
+    cancel_at = None if demanded else deadline_cancel_at(record)
+    if earliest >= record.stop_at and cancel_at is not None:
         note = (
             f"{note + '; ' if note else ''}no status request fits before the deadline: "
-            "the cancel is sent at it"
+            f"the cancel is sent at {cancel_at.isoformat()}, before it"
         )
-    elif earliest >= record.stop_at:
+    elif earliest >= record.stop_at and (demanded or record.requests_used < record.max_requests):
+        # (with no request left the budget, spent first, is the stop: the controller's)
         wait = (
             f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
         )
@@ -238,7 +323,17 @@ def schedule(
             )
         return record, kind, summary, extra | more
     next_poll_at = min(now + timedelta(seconds=delay), record.stop_at)
-    record = record.evolve(attempt=attempt, next_poll_at=next_poll_at, delay_source=source)
+    if record.requests_used >= record.max_requests and not demanded:
+        # Every request is used: nothing is left to wait for, and the stop is the
+        # budget's now (the controller's), never a backoff that runs into the deadline.
+        next_poll_at = now
+    record = record.evolve(
+        attempt=attempt,
+        next_poll_at=next_poll_at,
+        delay_source=source,
+        last_delay_s=round(seconds_between(now, next_poll_at) / factor, 6),
+        last_hint_s=told.delay_s if told is not None else None,
+    )
     ignored = (
         "; ignored " + ", ".join(f"{b.origin} {b.value!r}" for b in invalid) if invalid else ""
     )
@@ -268,6 +363,7 @@ def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) ->
         or not record.policy.origin_pacing
         or record.phase is not Phase.WAITING
         or record.success_seen_at is not None  # a confirmation re-check fits its window
+        or record.doubted_at is not None
         or planned <= now
     ):
         return step
@@ -329,4 +425,35 @@ def _on_backup_schedule(record: Record, *, demanded: bool, confirming: bool) -> 
         and record.phase is Phase.WAITING
         and not demanded
         and not confirming
+    )
+
+
+def _continued_raw_s(record: Record, base_s: float, cap_s: float) -> float:
+    """The backoff's un-jittered step (seconds), going on from the last delay: the
+    formula's ``min(cap, base * growth**attempt)``, or the last delay times the growth
+    when that is longer (a hinted wait of 2 s is followed by about 3 s, never by the
+    formula's restart from its base), never above the cap. A new phase (``attempt``
+    0) starts from the base."""
+    policy = record.policy
+    raw = backoff_raw_s(
+        record.attempt, base_delay_s=base_s, max_delay_s=cap_s, growth=policy.backoff_growth
+    )
+    last = record.last_delay_s
+    if record.attempt and last:
+        raw = max(raw, min(cap_s, last * policy.backoff_growth))
+    return raw
+
+
+def _hint_evidence(record: Record, told: Hint | None) -> Record:
+    """Count the evidence of the look just answered, when a provider hint set it
+    (``delay_source``): the hint was followed, and it came true when the answer brought
+    news: a hint that differs from the last one (an estimate that moved). A hint that
+    says the same on every answer (a constant ``Retry-After: 1``) carries none. (A
+    look that ended the job is not scheduled from, so it needs no count.)"""
+    if record.delay_source not in HINT_SOURCES or record.phase is not Phase.WAITING:
+        return record
+    last = record.last_hint_s
+    news = told is not None and last is not None and abs(told.delay_s - last) > max(0.5, 0.1 * last)
+    return record.evolve(
+        hints_followed=record.hints_followed + 1, hints_true=record.hints_true + int(news)
     )

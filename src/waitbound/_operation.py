@@ -30,6 +30,7 @@ from waitbound._protocol import IDEMPOTENT_METHODS, FinalStateVia, UrlKind
 from waitbound._record import Phase, Policy, Push, Record
 from waitbound._schedule import DelaySource
 from waitbound._telemetry import with_caller_context
+from waitbound._tell import create_and_tell, save_and_tell
 from waitbound._urls import checked_url, origin, shown_url
 from waitbound.stores import Store
 from waitbound.stores._protocol import audit_key_of
@@ -207,7 +208,7 @@ def _resume(store: Store, existing: Record, clock: Clock, *, callback: bool = Fa
         f"used, deadline {existing.deadline_at.isoformat()}",
     )
     try:
-        return store.save(existing, [event])
+        return save_and_tell(store, existing, [event])
     except ConflictError:  # another process moved it on; its record is as good
         return store.get(existing.operation_id) or existing
 
@@ -231,7 +232,7 @@ def _check_signed(store: Store, record: Record) -> None:
 
 def _create(store: Store, record: Record, clock: Clock) -> Record:
     try:
-        return store.create(record, [with_caller_context(record, created_event(record))])
+        return create_and_tell(store, record, [with_caller_context(record, created_event(record))])
     except UsageError:  # created a moment ago by a process started with the same id
         existing = store.get(record.operation_id)
         if existing is None:
@@ -502,7 +503,7 @@ def request_cancel(
             # operation goes on as it was, and its cancel is then judged afresh).
             closed, note = expired
             try:
-                store.save(closed, [note])
+                save_and_tell(store, closed, [note])
             except ConflictError:
                 continue
             if not closed.is_finished:
@@ -544,6 +545,6 @@ def request_cancel(
                 cancel_refused=None,
             )
         try:
-            return store.save(due, [event])
+            return save_and_tell(store, due, [event])
         except ConflictError:
             continue

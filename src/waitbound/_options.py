@@ -22,6 +22,7 @@ __all__ = [
     "RESUMING",
     "SYSTEM",
     "Option",
+    "cancel_allowed",
     "cancel_refusal",
     "cost",
     "counted",
@@ -162,14 +163,28 @@ def cancel_refusal(record: Record, now: datetime) -> str | None:
             f"{name} has no cancel action: neither a receipt, a "
             "status answer, the profile nor a cancel URL given with the operation names one"
         )
-    if not (record.profile.cancel.always or record.cancelable is True):
-        said = {None: "did not say it is", False: "said it is not"}[record.cancelable]
+    if not cancel_allowed(record):
+        if record.cancelable is False:
+            return (
+                f"{name} is not cancelable now: the last status answer said it is not "
+                "cancelable (cancelable false), whatever the profile declares"
+            )
         return (
             f"{name} is not cancelable now: the last status answer "
-            f"{said} cancelable, and profile {record.profile.name} does not declare it always "
-            "cancelable"
+            f"did not say it is cancelable, and profile {record.profile.name} does not declare "
+            "it always cancelable"
         )
     return None
+
+
+def cancel_allowed(record: Record) -> bool:
+    """Whether the job may be sent a cancel, by what it last said: its last answer said
+    ``cancelable`` true, or said nothing and the profile declares it always cancelable
+    before a terminal state (``cancel.always``). An answer that says ``cancelable`` false
+    (or a refused cancel) is obeyed whatever the profile declares."""
+    if record.cancelable is not None:
+        return record.cancelable
+    return record.profile.cancel.always
 
 
 def options(record: Record, now: datetime) -> tuple[Option, ...]:

@@ -158,7 +158,13 @@ class Outcome:
         error: the provider's error, or our description of why we stopped.
         counts: per-item counts, when the profile names them.
         usage: the provider's usage report; ``None`` when it gave none (unknown, not 0).
-        errors: the first page of per-item errors, when the provider names an errors URL.
+        errors: the first page of per-item errors, when the provider names an errors URL:
+            kept whole when small, else structured and bounded (at most 20 whole items,
+            with ``omitted_items`` counting the rest; see ``docs/waiting.md``).
+        errors_url: where the detailed per-item errors are (the provider's
+            ``errors_url``), without user info; its query is kept when the profile
+            marks it safe (``errors_url_query_safe``), else shown as ``?…``; ``None``
+            when the provider named none.
         options: for ``escalated`` and ``timed_out``, the bounded choices left to a
             person while the decision request is open (see ``waitbound decide``).
         decided_by: who decided the outcome, when a person asserted it
@@ -198,6 +204,7 @@ class Outcome:
     counts: Mapping[str, JSON] | None = None
     usage: JSON = None
     errors: JSON = None
+    errors_url: str | None = None
     options: tuple[str, ...] = field(default=())
     next_check_at: datetime | None = None
     decided_by: str | None = None
@@ -351,6 +358,7 @@ class Outcome:
             "counts": dict(self.counts) if self.counts is not None else None,
             "usage": self.usage,
             "errors": self.errors,
+            "errors_url": self.errors_url,
             "options": list(self.options),
             "decided_by": self.decided_by,
             "next_check_at": self.next_check_at.isoformat() if self.next_check_at else None,

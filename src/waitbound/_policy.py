@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import warnings
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from typing import Final
 
@@ -23,8 +27,11 @@ __all__ = [
     "MAX_DURATION_S",
     "MAX_SCHEDULE_KEY",
     "SCHEDULES",
+    "BudgetWarning",
     "Policy",
+    "budget_disagreement",
     "policy_json",
+    "quiet_budget_warning",
 ]
 
 SCHEDULES: Final = ("formula", "learned")
@@ -38,6 +45,45 @@ MAX_COUNT: Final = 100_000
 
 MAX_DURATION_S: Final = 366 * 24 * 3600.0
 """No duration may exceed a year (a deadline further away is a scheduling job, not a wait)."""
+
+
+class BudgetWarning(UserWarning):
+    """A :class:`Policy` whose request budget cannot cover its deadline even at the
+    backoff's cap (``max_requests * max_delay_s`` is shorter than the deadline): its
+    status requests will be spread over the time left, further apart than
+    ``max_delay_s`` (delay source ``budget_spread``). Given once, when the policy is made."""
+
+
+_QUIET: ContextVar[bool] = ContextVar("waitbound_quiet_budget_warning", default=False)
+
+
+@contextlib.contextmanager
+def quiet_budget_warning() -> Iterator[None]:
+    """Make policies without a :class:`BudgetWarning` inside (a stored policy read back:
+    it was warned about when it was made)."""
+    token = _QUIET.set(True)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
+def budget_disagreement(policy: Policy) -> str | None:
+    """One line saying how *policy*'s budget and deadline disagree, or ``None`` when its
+    requests at the backoff's cap cover the deadline (and the business deadline)."""
+    stop_s = policy.deadline_s
+    if policy.business_deadline_s is not None:
+        stop_s = min(stop_s, policy.business_deadline_s)
+    covered_s = policy.max_requests * policy.max_delay_s
+    if covered_s >= stop_s:
+        return None
+    return (
+        f"the budget and the deadline disagree: {policy.max_requests} requests at most "
+        f"{policy.max_delay_s:g}s apart cover {covered_s:g}s of the {stop_s:g}s deadline; "
+        f"the status requests will be spread over the time left (about "
+        f"{stop_s / policy.max_requests:.3g}s apart, delay source budget_spread); raise "
+        "max_requests or max_delay_s, or shorten the deadline, to wait on the backoff"
+    )
 
 
 def _check_number(name: str, value: object, *, positive: bool) -> None:
@@ -82,8 +128,9 @@ class Policy:
         min_delay_s: the floor for every delay (more than 0); ``None`` means
             ``min(1, base_delay_s)``. A provider hint below it is not a minimum: local
             backoff applies.
-        not_found_grace_s: how long a 404 or 410 is read as "not visible yet" before
-            the job was ever seen (a 2xx body without a state stops at once).
+        not_found_grace_s: how long a 404 or 410, or a 2xx body without a state, is
+            read as "not visible yet" before the job was ever seen (once a state was
+            seen, a body without one stops at once).
         request_timeout_s: the timeout of one request (never more than the time left).
         confirm_window_s: how long a success without its required fields is re-checked.
         confirm_max_requests: how many more status requests that re-check may send.
@@ -207,6 +254,8 @@ class Policy:
                 f"max_delay_s ({self.max_delay_s:g}) is below base_delay_s "
                 f"({self.base_delay_s:g}); raise the cap or lower the base"
             )
+        if not _QUIET.get() and (disagreement := budget_disagreement(self)) is not None:
+            warnings.warn(disagreement, BudgetWarning, stacklevel=3)
 
     @property
     def floor_s(self) -> float:

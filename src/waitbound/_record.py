@@ -50,7 +50,7 @@ from waitbound._record_parts import (
     evolve_part,
 )
 from waitbound._schedule import DelaySource
-from waitbound._urls import origin, origin_only, redact_url
+from waitbound._urls import origin, origin_only, redact_url, url_without_userinfo
 
 __all__ = [
     "FIELD_NAMES",
@@ -165,6 +165,7 @@ class Record:
         outcome: OutcomeKind | None
         reason: Reason | None
         settled_outcome: OutcomeKind | None
+        settled_reason: Reason | None
         provider_state: JSONScalar
         progress: JSON
         last_http_status: int | None
@@ -175,11 +176,17 @@ class Record:
         ended_seen_at: datetime | None
         delay_source: DelaySource | None
         attempt: int
+        last_delay_s: float | None
+        last_hint_s: float | None
+        hints_followed: int
+        hints_true: int
+        grant_ends_at: datetime | None
         status_requests_used: int
         transport_failures_used: int
         rate_limited_used: int
         result_requests_used: int
         success_seen_at: datetime | None
+        doubted_at: datetime | None
         confirm_requests_used: int
         in_flight: RequestKind | None
         trusted_origins: tuple[str, ...]
@@ -385,6 +392,7 @@ class Record:
             counts=reported_counts(self.counts),
             usage=self.usage,
             errors=self.errors,
+            errors_url=self.shown_errors_url,
             options=self.decision_request.options if self.decision_request else (),
             decided_by=self.decided_by,
             next_check_at=None if self.is_finished else self.next_poll_at,
@@ -432,6 +440,16 @@ class Record:
             OutcomeKind.SUCCEEDED if missing == "result" else OutcomeKind.COMPLETED_WITH_ERRORS
         )
         return self.settled_outcome or default
+
+    @property
+    def shown_errors_url(self) -> str | None:
+        """The errors URL as the outcome shows it: without user info, its query kept
+        only when the profile marks it safe (``errors_url_query_safe``)."""
+        if self.errors_url is None:
+            return None
+        if self.profile.errors_url_query_safe:
+            return url_without_userinfo(self.errors_url)
+        return redact_url(self.errors_url)
 
     def _unfetched_result_url(self) -> str | None:
         """The result URL, redacted, when the result was not fetched from it."""
@@ -580,6 +598,7 @@ class RecordChanges(TypedDict, total=False):
     outcome: OutcomeKind | None
     reason: Reason | None
     settled_outcome: OutcomeKind | None
+    settled_reason: Reason | None
     provider_state: JSONScalar
     progress: JSON
     last_http_status: int | None
@@ -590,11 +609,17 @@ class RecordChanges(TypedDict, total=False):
     ended_seen_at: datetime | None
     delay_source: DelaySource | None
     attempt: int
+    last_delay_s: float | None
+    last_hint_s: float | None
+    hints_followed: int
+    hints_true: int
+    grant_ends_at: datetime | None
     status_requests_used: int
     transport_failures_used: int
     rate_limited_used: int
     result_requests_used: int
     success_seen_at: datetime | None
+    doubted_at: datetime | None
     confirm_requests_used: int
     in_flight: RequestKind | None
     trusted_origins: tuple[str, ...]

@@ -43,7 +43,7 @@ from waitbound._clock import utc
 from waitbound._contract import Profile, parse_profile
 from waitbound._json import JSON, JSONScalar, canonical_json
 from waitbound._outcome import OutcomeKind, Reason
-from waitbound._policy import Policy, policy_json
+from waitbound._policy import Policy, policy_json, quiet_budget_warning
 from waitbound._protocol import FinalStateVia, UrlKind
 from waitbound._schedule import DelaySource
 
@@ -282,12 +282,26 @@ class Counters(Part):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Schedule(Part):
-    """When: the deadline, the next request's time, why then, and the backoff attempt."""
+    """When: the deadline, the next request's time, why then, and the backoff attempt.
+
+    ``last_delay_s`` is the last delay scheduled (seconds; backoff goes on from it, so
+    a wait never shrinks after a pending answer; after a throttle without a hint, the
+    backoff's step before its ``THROTTLE_FACTOR``, so throttles do not compound) and
+    ``last_hint_s`` the last answer's hint (seconds, ``None``: none).
+    ``hints_followed`` counts the provider hints this operation followed to a look,
+    ``hints_true`` those whose look brought news (the job had ended or its state had
+    changed): the evidence that decides whether a hint shorter than the plan is
+    followed (``waitbound._plan``)."""
 
     deadline_at: datetime
     next_poll_at: datetime
     delay_source: DelaySource | None = None
     attempt: int = 0
+    last_delay_s: float | None = None
+    last_hint_s: float | None = None
+    hints_followed: int = 0
+    hints_true: int = 0
+    grant_ends_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -313,6 +327,9 @@ class Answer(Part):
     ended_seen_at: datetime | None = None
     success_seen_at: datetime | None = None
     cancelable: bool | None = None
+    doubted_at: datetime | None = None
+    """When an answer that is no evidence yet (another job's, an ending its state does
+    not name) was first seen; cleared by an answer that is evidence."""
     estimated_end_at: datetime | None = None
     estimate_from: str | None = None
 
@@ -326,6 +343,7 @@ class Ending(Part):
     outcome: OutcomeKind | None = None
     reason: Reason | None = None
     settled_outcome: OutcomeKind | None = None
+    settled_reason: Reason | None = None
     stopped_phase: Phase | None = None
     result: JSON = None
     error: JSON = None
@@ -470,7 +488,8 @@ def _stored_profile(raw: JSON) -> Profile:
 
 def _stored_policy(raw: JSON) -> Policy:
     assert isinstance(raw, dict)
-    return Policy(**raw)  # type: ignore[arg-type]
+    with quiet_budget_warning():  # warned about when it was made
+        return Policy(**raw)  # type: ignore[arg-type]
 
 
 def _optional(kind: Callable[[str], object]) -> Callable[[JSON], object]:
@@ -514,6 +533,7 @@ _DECODERS: Final[dict[str, Callable[[JSON], object]]] = {
     "outcome": _optional(OutcomeKind),
     "reason": _optional(Reason),
     "settled_outcome": _optional(OutcomeKind),
+    "settled_reason": _optional(Reason),
     "delay_source": _optional(DelaySource),
     "poll_kind": lambda raw: UrlKind(str(raw)),
     "final_state_via": _optional(FinalStateVia),

@@ -100,6 +100,11 @@ class DelaySource(StrEnum):
     """``Policy.schedule = "learned"``: the delay planned from the store's history of
     this kind of job (the audit event names the model's version and sample)."""
     MANUAL_EXTENSION = "manual_extension"
+    BUDGET_SPREAD = "budget_spread"
+    """The plan for the whole authority set it (``waitbound._plan``): the requests
+    left, less the reserve of pending actions, must still cover the time left, so
+    the wait is longer than the backoff (or the hint) would make it, beyond
+    ``max_delay_s`` when the budget cannot cover the time left even at the cap."""
     FIRST_POLL_AFTER = "first_poll_after"
     """The caller held a fresh answer when it started waiting: the first request waits
     ``first_poll_after_s`` (``wait --first-poll-after``)."""

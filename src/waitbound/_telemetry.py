@@ -619,19 +619,32 @@ def noted(
 ) -> None:
     """Hook: *events* about *record* were persisted outside any run (a webhook delivery
     applied, a person's decision): a short span ``waitbound.{what}`` in the operation's
-    recorded trace (or the current one) holds them; an outcome among them is counted."""
+    recorded trace (or the current one) holds them; an outcome among them is counted;
+    with a JSON log, each is logged (as :func:`persisted` does)."""
     if any(event.kind == "finished" for event in events):
         record_outcome(record)
-    if not tracing():
+    span = None
+    if tracing():
+        parent, links = _parent_of(store, record)
+        span = TRACER.start_span(
+            f"waitbound.{what}",
+            context=parent,
+            links=links,
+            attributes=_operation_attributes(record)
+            | {f"waitbound.{k}": v for k, v in attributes.items()},
+        )
+    if EVENTS.isEnabledFor(logging.INFO):
+        for event in events:
+            log_event(
+                record.operation_id,
+                event.kind,
+                event.summary,
+                event.data,
+                profile=record.profile.name,
+                span=span,
+            )
+    if span is None:
         return
-    parent, links = _parent_of(store, record)
-    span = TRACER.start_span(
-        f"waitbound.{what}",
-        context=parent,
-        links=links,
-        attributes=_operation_attributes(record)
-        | {f"waitbound.{k}": v for k, v in attributes.items()},
-    )
     for event in events:
         span.add_event(f"waitbound.{event.kind}", _event_attributes(event))
     span.end()

@@ -25,6 +25,7 @@ __all__ = [
     "resolve",
     "same_url",
     "shown_url",
+    "url_without_userinfo",
 ]
 
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
@@ -181,6 +182,26 @@ def redact_url(url: str) -> str:
     scheme = f"{parsed.scheme}:" if parsed.scheme else ""
     authority = f"//{netloc}" if netloc else ""
     return _quoted(f"{scheme}{authority}{path}", 2000) + ("?…" if parsed.query else "")
+
+
+def url_without_userinfo(url: str) -> str:
+    """The URL with its user info removed and everything else kept, its query included
+    (for a URL a profile marks safe to show whole, e.g. ``errors_url_query_safe``).
+
+    Never raises: a URL httpx cannot parse is shown as :func:`redact_url` shows it.
+    """
+    if not url:
+        return ""
+    try:
+        parsed = httpx.URL(url)
+        netloc = parsed.netloc.decode("ascii")
+        path = parsed.raw_path.decode("ascii")
+    except (httpx.InvalidURL, ValueError, TypeError):
+        return redact_url(url)
+    scheme = f"{parsed.scheme}:" if parsed.scheme else ""
+    authority = f"//{netloc}" if netloc else ""
+    whole = f"{scheme}{authority}{path}"
+    return _quoted(whole, 2000) if len(whole) <= 2000 else redact_url(url)
 
 
 def origin_only(url: str) -> str:

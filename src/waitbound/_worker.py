@@ -67,7 +67,6 @@ from waitbound._delivery import adopt_orphans, deliver_due_async
 from waitbound._driver import (
     Credentials,
     Lease,
-    emit,
     exchange,
     holder_is_gone,
     lease_of,
@@ -85,6 +84,7 @@ from waitbound._outbox import OnComplete
 from waitbound._pacing import pacer_for
 from waitbound._record import Phase, Record
 from waitbound._schedule_models import models_for
+from waitbound._tell import emit
 from waitbound._token_bucket import TokenBucket
 from waitbound._urls import origin
 from waitbound.stores import Store

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.fakes import FakeClock
+from tests.hypothesis_profiles import examples
 from waitbound import (
     DecisionRequest,
     MemoryStore,
@@ -49,7 +50,7 @@ def record(**changes: object) -> Record:
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     result=json_values,
     error=json_values,
@@ -115,7 +116,7 @@ def test_scrub_replaces_secrets_in_keys_and_values() -> None:
 REASON_CHARS = st.characters(codec="utf-8", categories=["L", "N", "P"], include_characters=" ")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     state=st.text(max_size=2000),
     job_id=st.text(min_size=1, max_size=500),

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.fakes import FakeClock
+from tests.hypothesis_profiles import examples
 from waitbound import (
     DecisionRequest,
     OutcomeKind,
@@ -92,7 +93,7 @@ def test_poll_interval_is_never_shorter_than_the_next_check() -> None:
     assert "inputRequests" not in working
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(status=st.sampled_from(["succeeded", *[k.value for k in OutcomeKind]]))
 def test_only_success_is_a_tool_result_without_is_error(status: str) -> None:
     result = tool_result({"status": status, "done": True})

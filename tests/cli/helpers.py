@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
 import waitbound
+from waitbound.cli import run as cli_run
 
 SRC = str(Path(waitbound.__file__).resolve().parents[1])
 INLINE = ("--state-path", "status", "--pending", "running", "--succeeded", "done")
@@ -34,19 +40,71 @@ def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+SUBPROCESS = os.environ.get("WAITBOUND_TEST_SUBPROCESS") == "1"
+"""Set ``WAITBOUND_TEST_SUBPROCESS=1`` to run every :func:`run_cli` in a real process."""
+
+
 def run_cli(
-    tmp_path: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+    tmp_path: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    subprocess_: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real command in *tmp_path*, with the store environment pointing into it."""
-    return subprocess.run(
-        [sys.executable, "-m", "waitbound", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=dict(env) if env is not None else cli_env(tmp_path),
-        check=False,
-        cwd=tmp_path,
-    )
+    """Run the real command in *tmp_path*, with the store environment pointing into it.
+
+    In-process by default (:func:`waitbound.cli.run`, as ``python -m waitbound`` calls
+    it, with the environment, the working directory, the signal handlers and the logging
+    set up as the process would have them and put back after); *subprocess_* (or
+    ``$WAITBOUND_TEST_SUBPROCESS=1``): in a real ``python -m waitbound`` process, for
+    what only a process shows (the entry point, signals, a second process).
+    """
+    environment = dict(env) if env is not None else cli_env(tmp_path)
+    if subprocess_ or SUBPROCESS:
+        return subprocess.run(
+            [sys.executable, "-m", "waitbound", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=environment,
+            check=False,
+            cwd=tmp_path,
+        )
+    code, out, err = in_process(list(args), environment, tmp_path)
+    return subprocess.CompletedProcess(["waitbound", *args], code, out, err)
+
+
+def in_process(args: list[str], env: Mapping[str, str], cwd: Path) -> tuple[int, str, str]:
+    """Run ``waitbound ARGS`` through :func:`waitbound.cli.run` in this process with *env*
+    as the whole environment and *cwd* as the working directory; return the exit code,
+    stdout and stderr. An exception that escapes is printed as the interpreter would
+    print it (exit 1), so a test that forbids tracebacks sees it."""
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    signals = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli_run(args)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for sig, handler in signals.items():
+            signal.signal(sig, handler)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return code, out.getvalue(), err.getvalue()
 
 
 def operations_stored(path: Path) -> int:

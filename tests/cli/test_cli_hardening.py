@@ -29,7 +29,7 @@ from tests.cli.helpers import (
 )
 from waitbound.sim import Simulator, parse_scenario
 
-NO_RETRY = ("--max-transport-failures", "0", "--max-requests", "1")
+NO_RETRY = ("--max-transport-failures", "0")
 BUILTIN = (
     "aip151",
     "anthropic-batch",

@@ -59,7 +59,12 @@ def run(
     seed: int = SEED,
     **policy: Any,
 ) -> Run:
-    """Wait on a scripted provider with a fake clock and a seeded RNG."""
+    """Wait on a scripted provider with a fake clock and a seeded RNG.
+
+    Without ``max_requests``, the budget is one that covers the deadline at any cap
+    (1,000 requests): the rules these tests check are the backoff's and the hints',
+    not the budget's pace (``tests/core/test_plan.py`` checks that)."""
+    policy.setdefault("max_requests", 1000)
     clock = FakeClock()
     provider = ScriptedProvider(clock, script, latency_s=latency_s)
     store = MemoryStore()

@@ -69,7 +69,11 @@ TABLE: dict[str, Any] = {
     "poll_hint": "poll_after",
     "cancelable": "can_cancel",
     "cancel": {"url_template": "{status_url}/cancel"},
-}
+    "decided_by": {
+        "field": "next_action", "pending": ["poll_status"], "skipped": ["retry_later"],
+        "terminal": ["none"],
+    },
+}  # fmt: skip
 INLINE = {**TABLE, "require_on_success": ["output"]}
 """Variant ``inline``: the status body carries the result, which a success must have."""
 FETCHED = {**TABLE, "result_document": "@"}
@@ -117,6 +121,9 @@ PENDING, SUCCEEDED, BARE_SUCCESS, PARTIAL, FAILED, CANCELED, EXPIRED = (
 UNKNOWN, INVISIBLE, DENIED, THROTTLED, TROUBLE, UNREADABLE, UNEXPLAINED = (
     "unknown", "invisible", "denied", "throttled", "trouble", "unreadable", "unexplained",
 )  # fmt: skip
+FOREIGN, NO_ENDING = "foreign", "no_ending"
+"""An answer about another job than :data:`JOB` (no evidence for this operation); a
+``next_action: none`` whose status names no ending (no evidence of an ending)."""
 TERMINAL = frozenset({SUCCEEDED, PARTIAL, FAILED, CANCELED, EXPIRED})
 
 
@@ -138,7 +145,18 @@ def says(reply: Reply, *, inline: bool) -> str:
     body = reply.body
     if not isinstance(body, dict):
         return UNREADABLE
+    if body.get("id", JOB) != JOB:
+        return FOREIGN  # another job's answer is never this one's
     state = body.get("status")
+    action = body.get("next_action")
+    if action == "poll_status":
+        return PENDING  # next_action decides, whatever the status says
+    if action == "retry_later":
+        return CANCELED  # skipped: outcome canceled, reason skipped
+    if action is not None and action != "none":
+        return UNKNOWN
+    if action == "none" and state not in ("done", "partial", "failed", "canceled", "expired"):
+        return NO_ENDING
     if state is None:
         return INVISIBLE
     if state in ("queued", "running"):
@@ -375,6 +393,7 @@ class World:
             waitbound.start(
                 Operation(
                     status_url=f"{BASE}{FIRST_STATUS}",
+                    job_id=JOB,  # the caller knows its job: another job's answer is foreign
                     profile=self.profile,
                     policy=self.policy,
                     result_url=self.result_url,
@@ -848,14 +867,20 @@ def check(world: World, record: Record) -> None:
     # Every status request waited at least what the last answer's hint demanded (unless
     # a person acted in between: a decision makes the operation due now).
     acted = [d.log_at for d in world.decisions + world.cancels]
+    stopped_at = record.created_at + timedelta(seconds=policy.deadline_s)
     polled = [h for h, _ in facts.status]
     for first, then in pairwise(polled):
         minimum = hinted_minimum_s(first.reply, policy.floor_s) if first.delivered else None
         if minimum is None or any(first.n <= k < then.n for k in acted):
             continue
         assert first.answered_at is not None
+        code = first.reply.code or 0
+        reach = first.answered_at + timedelta(seconds=minimum)
+        if 200 <= code < 300 and reach >= min(record.stop_at, stopped_at):
+            continue  # guidance past the deadline is rejected, not obeyed (issue 33)
         waited = (then.sent_at - first.answered_at).total_seconds()
         assert waited >= minimum - 1e-3, f"#{then.n} came {waited:g}s after a {minimum:g}s hint"
+    check_budget_pace(world, record)
     # Exactly one outcome; at most one completion owed and delivered.
     finished = [s for s in world.store.audit(OP) if s.event.kind == "finished"]
     assert len(finished) <= world.finished_events_allowed, "more outcomes than reopenings"
@@ -869,6 +894,43 @@ def check(world: World, record: Record) -> None:
     if record.outcome is None:
         return
     check_outcome(world, record, facts)
+
+
+def check_budget_pace(world: World, record: Record) -> None:
+    """The budget invariant (docs/waiting.md, *The plan*): every status request
+    scheduled while waiting on the job (not a confirmation re-check) leaves the requests
+    after it able to reach the stop: with R requests left and T seconds to the stop,
+    the delay d is at least ``T - (R - 1 + 0.2) * max(cap, T / (R + 0.2))``. R is the
+    whole budget left (the plan also keeps a reserve out, so it is stricter than this).
+    Checked up to a person's first decision (a grant spreads over its own window)."""
+    cap_s = record.policy.max_delay_s
+    if record.push.webhook is not None:
+        cap_s *= record.policy.backup_factor
+    stop = record.deadline_at if not record.grants.extensions else None
+    if stop is None:
+        return
+    if record.business_deadline_at is not None:
+        stop = min(stop, record.business_deadline_at)
+    for stored in world.store.audit(OP):
+        event = stored.event
+        if event.kind == "decided":
+            return
+        data = event.data
+        if event.kind != "scheduled" or data.get("phase") != "waiting":
+            continue
+        if "confirming" in event.summary:
+            continue
+        left = int(str(data["max_requests"])) - int(str(data["requests_used"]))
+        time_left_s = (stop - event.at).total_seconds()
+        if left <= 0 or time_left_s <= 0:
+            continue
+        spacing = max(cap_s, time_left_s / (left + 0.2))
+        bound = time_left_s - (left - 1 + 0.2) * spacing
+        waited = (datetime.fromisoformat(str(data["next_poll_at"])) - event.at).total_seconds()
+        assert waited >= bound - 1e-3, (
+            f"status request scheduled {waited:g}s ahead with {left} requests left and "
+            f"{time_left_s:g}s to the stop: the rest cannot cover it (at least {bound:g}s)"
+        )
 
 
 def check_outcome(world: World, record: Record, facts: Seen) -> None:
@@ -944,7 +1006,8 @@ def _reason_is_true(world: World, record: Record, facts: Seen, reason: Reason) -
             )
         case Reason.CONTRADICTION:
             fetched_late = bool(facts.said(SUCCEEDED, PARTIAL)) and not world.inline
-            return bool(facts.said(BARE_SUCCESS)) or fetched_late
+            doubtful = facts.said(BARE_SUCCESS, FOREIGN, NO_ENDING)
+            return bool(doubtful) or fetched_late
         case Reason.INTEGRATION_FAILURE:
             odd = facts.said(INVISIBLE, UNREADABLE, UNEXPLAINED)
             bad_result = [h for h in facts.result if h.delivered and not result_ok(h.reply)

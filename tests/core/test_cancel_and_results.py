@@ -152,9 +152,10 @@ def test_deadline_never_cancels_by_itself() -> None:
 
 
 def test_cancel_on_deadline_is_sent_when_no_status_request_fits_before_the_deadline() -> None:
-    """Regression: the last answer lands half a second before the deadline, less than the
-    1 s floor: no status request fits, yet the promised cancel still goes out at the
-    deadline (it used to stop "before the deadline" without it)."""
+    """Regression: answers land late (0.5 s each), less than the 1 s floor apart from the
+    cancel's time: the promised cancel still goes out, before the deadline with room for
+    its one status look (it used to stop "before the deadline" without it, then to be
+    sent at the deadline with no look after it)."""
     clock = FakeClock()
     provider = ScriptedProvider(
         clock,
@@ -177,15 +178,19 @@ def test_cancel_on_deadline_is_sent_when_no_status_request_fits_before_the_deadl
         sleep=clock.sleep,
         rng=random.Random(3),
     )
-    status_at = [(t - START).total_seconds() for p, t in provider.requests if p == "/status"]
-    assert status_at == pytest.approx([0.0, 1.5, 3.0, 4.5, 6.0, 7.5, 9.0])
+    sent = [(p, (t - START).total_seconds()) for p, t in provider.requests]
+    cancel_at = next(t for p, t in sent if p == "/status/cancel")
     assert provider.count("/status/cancel") == 1
+    assert cancel_at == pytest.approx(7.5)  # a quarter of the 10 s wait is kept for it
+    assert [p for p, t in sent if t > cancel_at][:1] == ["/status"]  # a look after it
+    assert all(t < 10 for _, t in sent)  # nothing at or after the deadline
     assert outcome.outcome is OutcomeKind.TIMED_OUT
-    assert "cancel requested at the deadline" in str(outcome.error)
+    assert "was accepted by the provider" in str(outcome.error)
 
 
 def test_cancel_on_deadline_sends_one_cancel_then_times_out() -> None:
-    """With cancel_on_deadline, one cancel goes out at the deadline; the outcome stays timed_out."""
+    """With cancel_on_deadline, one cancel goes out before the deadline; a provider that
+    does not confirm it leaves the outcome timed_out, the accepted cancel stated."""
     clock = FakeClock()
     provider = ScriptedProvider(
         clock,
@@ -209,7 +214,7 @@ def test_cancel_on_deadline_sends_one_cancel_then_times_out() -> None:
     )
     assert outcome.outcome is OutcomeKind.TIMED_OUT
     assert provider.count("/status/cancel") == 1
-    assert "cancel requested at the deadline" in str(outcome.error)
+    assert "was accepted by the provider" in str(outcome.error)
 
 
 def test_skipped_is_canceled_with_reason_skipped() -> None:

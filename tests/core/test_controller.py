@@ -112,8 +112,10 @@ def test_retry_after_past_the_deadline_stops_at_once_as_rate_limited() -> None:
     assert result.clock.sleeps == []
 
 
-def test_poll_hint_past_the_deadline_stops_at_once_as_timed_out() -> None:
-    """A pending answer whose hint lands after the deadline times out now, job id kept."""
+def test_poll_hint_past_the_deadline_is_rejected_and_the_wait_goes_on() -> None:
+    """A pending answer whose body hint lands after the deadline is guidance rejected
+    (issue 33), not a stop: the job is looked at again until the deadline, job id kept
+    (it timed out at once, 60 s early, before)."""
     profile = {**PROFILE, "poll_hint": "poll_after_seconds"}
     result = run(
         {"/status": [(200, {"status": "running", "id": "j", "poll_after_seconds": 90})]},
@@ -122,7 +124,8 @@ def test_poll_hint_past_the_deadline_stops_at_once_as_timed_out() -> None:
     )
     assert result.outcome.outcome is OutcomeKind.TIMED_OUT
     assert result.outcome.job_id == "j"
-    assert result.clock.sleeps == []
+    assert len(result.provider.requests) > 1
+    assert sum(result.clock.sleeps) == pytest.approx(60)
 
 
 def test_the_policy_shapes_the_backoff() -> None:
@@ -204,8 +207,12 @@ def test_an_overdue_job_told_half_a_second_costs_what_backoff_costs() -> None:
     assert hinted.outcome.outcome is OutcomeKind.SUCCEEDED
     assert unhinted.outcome.outcome is OutcomeKind.SUCCEEDED
     assert hinted.outcome.status_requests_used <= unhinted.outcome.status_requests_used
-    rng = random.Random(SEED)  # the hint 100 s, then backoff from attempt 1, never the floor
-    expected = [100 + rng.uniform(0, 1.0)] + [rng.uniform(r / 2, r) for r in (10, 20, 40, 80, 120)]
+    # The hint 100 s, then backoff going on from it (issue 33: the last delay times the
+    # growth, at most the 120 s cap; after the hinted wait, never shorter), never the floor.
+    rng = random.Random(SEED)
+    first = 100 + rng.uniform(0, 1.0)
+    second = rng.uniform(first, 120)
+    expected = [first, second] + [rng.uniform(60, 120) for _ in hinted.clock.sleeps[2:]]
     assert hinted.clock.sleeps == pytest.approx(expected, abs=1e-5)
 
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import waitbound
 from tests.fakes import Answer, FakeClock, ScriptedProvider, work_virtually
+from tests.hypothesis_profiles import examples
 from waitbound import (
     Grants,
     MemoryStore,
@@ -513,7 +514,7 @@ _STEPS = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=examples(60), deadline=None, derandomize=True)
 @given(steps=st.lists(_STEPS, min_size=1, max_size=4), max_requests=st.integers(1, 3))
 def test_a_decided_cancel_is_carried_out_or_the_outcome_says_why_not(
     steps: list[tuple[str, float, int, float, float, Answer, list[Answer]]], max_requests: int

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.fakes import FakeClock
+from tests.hypothesis_profiles import examples
 from waitbound import Operation, Policy, SQLiteStore, Submission, parse_profile, run, wait
 
 TOKEN = "SECRET-T0KEN/xyz-123"
@@ -178,7 +179,7 @@ def _strict(text: str) -> object:
 
 
 @settings(
-    max_examples=120,
+    max_examples=examples(120),
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.core.harness import PROFILE
 from tests.fakes import START, Answer, Autojump, FakeClock, ScriptedProvider, autojump
+from tests.hypothesis_profiles import examples
 from waitbound import (
     GroupResult,
     MemoryStore,
@@ -151,7 +152,7 @@ def test_the_group_deadline_stops_before_any_request_at_or_after_it() -> None:
     assert (row.state, row.reason) == ("stopped", "deadline_exceeded")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     pendings=st.lists(st.integers(0, 6), min_size=1, max_size=4),
     hint=st.one_of(st.none(), st.integers(0, 20)),
@@ -211,7 +212,7 @@ class Killed(BaseException):
     """The process dies here (not an Exception: nothing records it)."""
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     pendings=st.lists(st.integers(1, 5), min_size=2, max_size=3),
     budget=st.integers(2, 10),

@@ -106,13 +106,23 @@ def wait_with(
 def test_absurdly_large_hint_ends_the_wait_at_once(
     answer: Any, profile: Mapping[str, Any], reason: Reason
 ) -> None:
-    """A hint beyond any deadline never overflows: stop after one request, without sleeping."""
+    """A hint beyond any deadline never overflows. A throttle's demand stops after one
+    request, without sleeping; guidance on a 2xx answer is rejected (issue 33) and the
+    job is looked at until the deadline."""
     result = run({"/status": [answer]}, profile=profile, deadline_s=600)
     expected = (
         OutcomeKind.TIMED_OUT if reason is Reason.DEADLINE_EXCEEDED else OutcomeKind.ESCALATED
     )
     assert result.outcome.outcome is expected
     assert result.outcome.reason is reason
+    _stopped_at_once_or_looked_until_the_deadline(result, reason)
+
+
+def _stopped_at_once_or_looked_until_the_deadline(result: Any, reason: Reason) -> None:
+    if reason is Reason.DEADLINE_EXCEEDED:  # guidance past the deadline: rejected
+        assert result.provider.count("/status") > 1
+        assert sum(result.clock.sleeps) == pytest.approx(600)
+        return
     assert result.clock.sleeps == []
     assert result.provider.count("/status") == 1
 
@@ -137,11 +147,11 @@ def test_absurdly_large_hint_ends_the_wait_at_once(
 def test_hint_beyond_float_range_is_read_as_a_year(
     answer: Any, profile: Mapping[str, Any], reason: Reason
 ) -> None:
-    """A hint too large for a float is longer than a year too: no crash, stop at once."""
+    """A hint too large for a float is longer than a year too: no crash; a demand stops
+    at once, guidance is rejected."""
     result = run({"/status": [answer]}, profile=profile, deadline_s=600)
     assert result.outcome.reason is reason
-    assert result.clock.sleeps == []
-    assert result.provider.count("/status") == 1
+    _stopped_at_once_or_looked_until_the_deadline(result, reason)
 
 
 # --- huge numbers, deep nesting -----------------------------------------------------
@@ -345,8 +355,8 @@ def test_answer_lost_after_a_crash_names_the_request_kind() -> None:
     ("script", "profile", "words"),
     [
         (
-            [(200, {"status": "running", "poll_after_seconds": 90})],
-            HINTED,
+            [(500, None, {"Retry-After": "90"})],
+            PROFILE,
             "stopped before the deadline",
         ),
         ([RUNNING], PROFILE, "was reached"),

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fakes import START, FakeClock
+from tests.hypothesis_profiles import examples
 from waitbound import (
     MemoryStore,
     Operation,
@@ -955,7 +956,7 @@ class _Anything:
 
 
 @settings(
-    max_examples=200,
+    max_examples=examples(200),
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
 from waitbound import Policy, Record, parse_profile
 from waitbound._record import FIELD_NAMES, RecordChanges
 from waitbound._record_parts import PARTS, Push
@@ -43,7 +44,7 @@ def _same_fields(got: Record, want: Record) -> None:
         assert getattr(got, name) is getattr(want, name), name
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=examples(300), deadline=None, derandomize=True)
 @given(start=CHANGES, changes=CHANGES)
 def test_evolve_gives_what_replace_gives(
     start: dict[str, object], changes: dict[str, object]
@@ -56,7 +57,7 @@ def test_evolve_gives_what_replace_gives(
     assert {name: getattr(base, name) for name in FIELD_NAMES} == before  # base untouched
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=examples(200), deadline=None, derandomize=True)
 @given(
     changes=CHANGES,
     unknown=st.lists(

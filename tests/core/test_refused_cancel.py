@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -77,12 +78,14 @@ class Job:
         return record
 
     def running(self, requests_left: int = 27) -> None:
-        """As a worker leaves it between polls: running, *requests_left* more allowed."""
+        """As a worker leaves it between polls: running, *requests_left* more allowed,
+        ten minutes left (the plan spent the first wait's budget up to its deadline)."""
         record = self.record
         extra = record.requests_used + requests_left - record.policy.max_requests
         self.store.save(
             replace(record, outcome=None, reason=None, finished_at=None, phase=Phase.WAITING,
-                    decision_request=None, error=None, grants=Grants(requests=extra)),
+                    decision_request=None, error=None, grants=Grants(requests=extra),
+                    deadline_at=self.clock.now() + timedelta(minutes=10)),
             [],
         )  # fmt: skip
 
@@ -139,6 +142,29 @@ def test_a_decided_cancel_refused_after_a_budget_stop_learns_the_success() -> No
     outcome = job.decide_cancel(DONE, DONE)
     assert outcome.outcome is OutcomeKind.SUCCEEDED
     assert "the cancel decided by ann at" in (outcome.note or "")
+
+
+def test_a_decided_cancel_of_one_check_carries_the_look_and_the_result_request() -> None:
+    """Regression (issue 33): a person decides ``cancel --checks 1``; the provider
+    refuses it (409) because the job just succeeded; the look (the grant's check) sees
+    the success, and the result is fetched with the request the cancel's reserve
+    carries (it ended request_budget_exhausted: no request was left for it)."""
+    job = Job(RUNNING, cancel=TOO_LATE, max_requests=6, deadline_s=600)
+    assert job.record.reason is Reason.REQUEST_BUDGET_EXHAUSTED
+    polled = job.provider.count("/status")
+    waitbound.decide("op-1", "cancel", why="wrong input", by="ann", checks=1,
+                     store=job.store, clock=job.clock)  # fmt: skip
+    (decision,) = job.record.decisions
+    assert decision.detail["grant"] == {"minutes": 3.0, "checks": 1, "action_requests": 2}
+    job.provider.script["/status"] = [DONE]
+    outcome = wait(operation_id="op-1", store=job.store, client=job.provider.client(),
+                   clock=job.clock, sleep=job.clock.sleep, rng=random.Random(3))  # fmt: skip
+    assert outcome.outcome is OutcomeKind.SUCCEEDED, outcome.error
+    assert outcome.result == {"n": 3}
+    assert job.provider.count("/result") == 1
+    assert job.provider.count("/status/cancel") == 1
+    assert job.provider.count("/status") == polled + 1
+    assert "came too late" in (outcome.note or "")
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from tests.core.test_properties import PROFILE as PROPERTY_PROFILE
 from tests.core.test_properties import Provider as PropertyProvider
 from tests.core.test_properties import _retry_after_s as retry_after_s
 from tests.fakes import START, Answer, FakeClock, ScriptedProvider, gaps
+from tests.hypothesis_profiles import examples
 from waitbound import (
     DelaySource,
     MemoryStore,
@@ -367,7 +368,9 @@ class WebhookRun:
 def run_expecting_webhooks(
     script: Mapping[str, Sequence[Answer]], *, webhook: str | None = "reports", **policy: Any
 ) -> WebhookRun:
-    """Wait (the real loop, virtual time, seeded RNG) on an operation expecting webhooks."""
+    """Wait (the real loop, virtual time, seeded RNG) on an operation expecting webhooks
+    (without ``max_requests``, a budget that covers the deadline: see ``harness.run``)."""
+    policy.setdefault("max_requests", 1000)
     clock = FakeClock()
     provider = ScriptedProvider(clock, script)
     store = MemoryStore()
@@ -555,7 +558,7 @@ class HintingProvider(PropertyProvider):
         self.hint()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     answers=st.lists(ANSWERS, min_size=1, max_size=12),
     policy=POLICIES,

@@ -1,7 +1,12 @@
-"""Run a scenario end to end: the real simulator on loopback, the real CLI in a subprocess."""
+"""Run a scenario end to end: the real simulator on loopback and the real CLI, either
+in-process on virtual time (:func:`run_scenario`, the default: the same command, its
+sleeps advancing a fake clock the simulator reads too) or in a subprocess on real time
+(:func:`run_scenario_subprocess`, kept for the smoke tests)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -12,9 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tests.cli.helpers import SUBPROCESS, in_process
 from waitbound import Record
+from waitbound.cli import run as cli_run
 from waitbound.sim import RequestLogEntry, Scenario, Simulator, load_scenario
 from waitbound.stores import SQLiteStore
+from waitbound.testing import FakeClock
 
 _WAIT_FLAGS = {
     "deadline_s": "--deadline",
@@ -33,7 +41,13 @@ _WAIT_FLAGS = {
 def cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m waitbound ARGS`` and capture its output."""
+    """Run ``waitbound ARGS`` and capture its output: in this process on real time
+    (:func:`tests.cli.helpers.in_process`), or, given an *env* (failpoints, telemetry
+    exporters: what a process of its own must hold) or ``$WAITBOUND_TEST_SUBPROCESS=1``,
+    as ``python -m waitbound ARGS``."""
+    if env is None and not SUBPROCESS:
+        code, out, err = in_process(list(args), dict(os.environ), Path.cwd())
+        return subprocess.CompletedProcess(["waitbound", *args], code, out, err)
     return subprocess.run(
         [sys.executable, "-m", "waitbound", *args],
         capture_output=True,
@@ -110,20 +124,100 @@ class CaseRun:
         return [entry.at_s for entry in self.log if entry.endpoint == "status"]
 
 
+@dataclass
+class Done:
+    """What one command printed and returned (a subprocess's or an in-process run's)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli_in_process(*args: str, clock: FakeClock) -> Done:
+    """Run ``waitbound ARGS`` in this process through :func:`waitbound.cli.run`, its
+    waits on *clock* (virtual time: its sleeps advance the clock, never the machine's)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_run(list(args), clock=clock, sleep=clock.sleep)
+    return Done(code, out.getvalue(), err.getvalue())
+
+
 def run_scenario(path: Path, workdir: Path, *extra: str) -> CaseRun:
-    """Serve the scenario, run ``waitbound wait`` (or ``run``) on it, and collect everything.
+    """The scenario run as :func:`run_scenario_subprocess` runs it, in-process on virtual
+    time: one :class:`~waitbound.testing.FakeClock` is the command's clock and sleep and
+    the simulator's clock, so ``after_s``, gaps and ``elapsed_seconds`` are virtual
+    seconds and no test waits for them (nor depends on the machine's speed).
+
+    With ``wait.cancel_after_status_requests: k``, ``waitbound cancel`` runs (in-process,
+    on the same clock) at the wait's first sleep after the simulator has answered k
+    status requests: the cancel's JSON is the outcome, and the wait must end the same.
+    """
+    scenario = load_scenario(path)
+    cancel_after = scenario.wait.get("cancel_after_status_requests")
+    workdir.mkdir(parents=True, exist_ok=True)
+    clock = FakeClock(limit_s=7 * 24 * 3600.0)
+    with Simulator(scenario, clock=clock, sleep=clock.sleep) as simulator:
+        args = command(scenario, simulator.base_url, workdir, path.parent)
+        store = str(workdir / "store.db")
+        args += ["--store", store, "--operation-id", "op-e2e", *extra]
+        if cancel_after is None:
+            done = cli_in_process(*args, clock=clock)
+        else:
+            done = _with_cancel_in_process(args, simulator, int(cancel_after), store, clock)  # type: ignore[call-overload]
+        log = simulator.log()
+    assert done.stdout.strip(), f"no JSON on stdout; stderr: {done.stderr}"
+    outcome = json.loads(done.stdout)
+    return CaseRun(
+        outcome=outcome,
+        exit_code=done.returncode,
+        stderr=done.stderr,
+        elapsed_s=float(outcome["elapsed_seconds"]),
+        log=log,
+    )
+
+
+def _with_cancel_in_process(
+    args: list[str], simulator: Simulator, after: int, store: str, clock: FakeClock
+) -> Done:
+    """Run *args*; at its first sleep once *after* status requests were answered, run
+    ``waitbound cancel`` to its end; the wait then ends as the cancel says."""
+    canceled: list[Done] = []
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if not canceled and simulator.count("status") >= after:
+            canceled.append(
+                cli_in_process(
+                    "cancel", "op-e2e", "--reason", "e2e", "--store", store, "--json", clock=clock
+                )
+            )
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        cli_run(args, clock=clock, sleep=sleep)
+    assert canceled, "the wait never reached the cancel point"
+    assert canceled[0].returncode != 2, canceled[0].stderr
+    waited = json.loads(out.getvalue())
+    assert waited["outcome"] == json.loads(canceled[0].stdout)["outcome"], err.getvalue()
+    return canceled[0]
+
+
+def run_scenario_subprocess(path: Path, workdir: Path, *extra: str) -> CaseRun:
+    """Serve the scenario, run ``waitbound wait`` (or ``run``) on it in a subprocess on
+    real time, and collect everything.
 
     With ``wait.cancel_after_status_requests: k``, ``waitbound cancel`` is run once the
     simulator has answered k status requests; the cancel command's JSON is the outcome.
     """
     scenario = load_scenario(path)
     cancel_after = scenario.wait.get("cancel_after_status_requests")
+    workdir.mkdir(parents=True, exist_ok=True)
     with Simulator(scenario) as simulator:
         args = command(scenario, simulator.base_url, workdir, path.parent)
         store = str(workdir / "store.db")
         args += ["--store", store, "--operation-id", "op-e2e", *extra]
         if cancel_after is None:
-            done = cli(*args)
+            done = cli(*args, env={})  # an env of its own: a real process
         else:
             done = _with_cancel(args, simulator, int(cancel_after), store)  # type: ignore[call-overload]
         log = simulator.log()
@@ -153,7 +247,7 @@ def _with_cancel(
         while simulator.count("status") < after:
             assert time.monotonic() < end, "the wait never reached the cancel point"
             time.sleep(0.02)
-        canceled = cli("cancel", "op-e2e", "--reason", "e2e", "--store", store, "--json")
+        canceled = cli("cancel", "op-e2e", "--reason", "e2e", "--store", store, "--json", env={})
         waited_out, waited_err = waiting.communicate(timeout=60)
     finally:
         waiting.kill()

@@ -44,7 +44,6 @@ def test_the_matrix_covers_the_contract() -> None:
     assert 40 <= len(data) <= 75
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("path", MATRIX, ids=lambda p: p.stem)
 def test_azure_scenario(path: Path, tmp_path: Path) -> None:
     """`waitbound run … --profile azure --json` meets the scenario's outcome, result, requests."""

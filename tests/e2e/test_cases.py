@@ -1,4 +1,5 @@
-"""Every handed case and canonical scenario, end to end: real CLI, real simulator, loopback."""
+"""Every handed case and canonical scenario, end to end: the real CLI in-process on virtual
+time, the real simulator on loopback (see `tests/e2e/test_smoke.py` for real processes)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ SCENARIOS = [
 ]
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_scenario_reaches_expected_outcome(path: Path, tmp_path: Path) -> None:
     """`waitbound wait --json` meets every expectation the scenario file states."""

@@ -14,13 +14,15 @@ import json
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.runner import cli
-from waitbound.sim import Simulator, parse_scenario
+from tests.e2e.runner import cli, cli_in_process
+from waitbound.sim import Scenario, Simulator, parse_scenario
+from waitbound.testing import FakeClock
 
 pytestmark = pytest.mark.e2e
 
@@ -47,6 +49,13 @@ SCENARIO = {
 OP = "report-export-01"
 
 
+def _virtual(scenario: Scenario) -> Simulator:
+    """The simulator on a virtual clock its commands share (:meth:`Setup.run`), started
+    at the machine's time (a command that reads no injected clock sees the same day)."""
+    clock = FakeClock(datetime.now(UTC), limit_s=7 * 24 * 3600.0)
+    return Simulator(scenario, clock=clock, sleep=clock.sleep)
+
+
 @dataclass
 class Setup:
     sim: Simulator
@@ -54,7 +63,11 @@ class Setup:
     profile: str
 
     def run(self, *args: str) -> tuple[int, str, str]:
-        done = cli(*args, "--store", self.store)
+        """The command in process on the simulator's virtual clock (the plan spreads a
+        3-request budget over its deadline, a grant's checks over its minutes)."""
+        clock = self.sim.clock
+        assert isinstance(clock, FakeClock)
+        done = cli_in_process(*args, "--store", self.store, clock=clock)
         assert "Traceback" not in done.stderr, done.stderr
         return done.returncode, done.stdout, done.stderr
 
@@ -69,7 +82,7 @@ def escalated(tmp_path: Path) -> Iterator[Setup]:
     """An operation that stopped with request_budget_exhausted after 3 status requests."""
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps(PROFILE))
-    with Simulator(parse_scenario(SCENARIO)) as sim:
+    with _virtual(parse_scenario(SCENARIO)) as sim:
         setup = Setup(sim=sim, store=str(tmp_path / "store.db"), profile=str(profile))
         code, outcome = setup.json(
             "wait",
@@ -254,7 +267,7 @@ def test_a_decided_cancel_with_the_default_grant_ends_canceled(tmp_path: Path) -
             "cancel": [{"code": 202, "body": {}}],
         },
     }
-    with Simulator(parse_scenario(scenario)) as sim:
+    with _virtual(parse_scenario(scenario)) as sim:
         setup = _stopped_cancelable(tmp_path, sim)
         code, listed = setup.json("escalations")
         (request,) = listed["escalations"]
@@ -284,7 +297,7 @@ def test_a_refused_cancel_stops_at_once_and_the_outcome_says_so(tmp_path: Path) 
             "cancel": [{"code": 409, "body": {"error": "job_not_cancelable"}}],
         },
     }
-    with Simulator(parse_scenario(scenario)) as sim:
+    with _virtual(parse_scenario(scenario)) as sim:
         setup = _stopped_cancelable(tmp_path, sim)
         code, outcome = setup.json("cancel", OP, "--reason", "wrong input", "--requested-by", "ann")
         assert code == 3, outcome

@@ -8,11 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.runner import run_scenario
 
-pytestmark = pytest.mark.e2e
 PROFILE = {"state": "status", "pending": ["processing"], "succeeded": ["completed"],
            "failed": ["failed"], "job_id": "id"}  # fmt: skip
 
@@ -57,8 +54,10 @@ def test_a_budget_spent_before_the_result_says_succeeded_at_the_provider(
 
 def test_a_status_body_without_a_state_stops_after_one_request(tmp_path: Path) -> None:
     """Regression: a status body with no status field stops the wait at the first
-    answer (integration_failure), inside the not-found grace."""
+    answer (integration_failure), with no not-found grace. (Within a grace, a body
+    without a state before the job was ever seen is "not visible yet", as a 404 is:
+    issue 33; tests/core/test_honest_endings.py covers it.)"""
     nothing = [{"code": 200, "body": {"id": "j-9"}}]
-    run = run_scenario(_scenario(tmp_path, nothing, not_found_grace_s=30), tmp_path)
+    run = run_scenario(_scenario(tmp_path, nothing, not_found_grace_s=0), tmp_path)
     assert (run.outcome["outcome"], run.outcome["reason"]) == ("escalated", "integration_failure")
     assert run.count("status") == 1

@@ -18,7 +18,8 @@ from tests.transports.hostile import HostileServer
 from waitbound import SQLiteStore
 
 STATE = ["--state-path", "status", "--pending", "running", "--succeeded", "done"]
-# A policy whose budget covers its deadline (300 requests at most 0.2 s apart, 60 s).
+# A policy whose budget covers its deadline (300 requests at most 0.2 s apart, 60 s): no
+# warning line besides the one line each bad input gets.
 FAST = [
     "--base-delay",
     "0.1s",

@@ -63,8 +63,8 @@ submit_path = "/jobs"
 allow_cancel = {allow_cancel}
 decide_via_elicitation = {decide}
 headers = {{ Authorization = "Bearer ${{TASKS_TOKEN}}" }}
-policy = {{ deadline_s = 600, max_requests = {max_requests}, base_delay_s = 0.2, \
-max_delay_s = 0.4 }}
+policy = {{ deadline_s = {deadline_s}, max_requests = {max_requests}, base_delay_s = 0.2, \
+max_delay_s = {max_delay_s}, max_extension_s = 600 }}
 """
 
 RUNNING = {"code": 200, "body": {"status": "running", "cancelable": True}}
@@ -99,6 +99,10 @@ def write_config(
             allow_cancel=allow_cancel,
             decide=decide,
             max_requests=max_requests,
+            # The plan keeps a budget's last request late in the deadline (docs/waiting.md):
+            # a small budget gets a short deadline it covers, its last look 2 s before it.
+            deadline_s=12 if max_requests <= 3 else 600,
+            max_delay_s=10 if max_requests <= 3 else 0.4,
         )
         text += PROFILE.format(name=name)
     path = folder / "waitbound-mcp.toml"
@@ -235,7 +239,7 @@ def test_a_failed_job_is_a_completed_task_with_is_error(transport: str, tmp_path
 def test_input_required_decided_through_tasks_update(transport: str, tmp_path: Path) -> None:
     answer = {
         "action": "accept",
-        "content": {"option": "extend", "why": "the export is large", "checks": 3, "minutes": 2},
+        "content": {"option": "extend", "why": "the export is large", "checks": 3, "minutes": 0.5},
     }
     with (
         Simulator(scenario(RUNNING, DONE)) as sim,
@@ -250,7 +254,9 @@ def test_input_required_decided_through_tasks_update(transport: str, tmp_path: P
         assert schema["required"] == ["option", "why"]
         choices = {c["const"]: c["title"] for c in schema["properties"]["option"]["oneOf"]}
         assert "more check" in choices["extend"]
-        assert "request_budget_exhausted" in request["params"]["message"]
+        assert "request_budget_exhausted" in request["params"]["message"], request["params"][
+            "message"
+        ]
         release(sim.base_url)
         s.requester("configure", answer=answer)
         settled = s.requester("settle", taskId=task_id)
@@ -265,7 +271,7 @@ def test_input_required_decided_through_tasks_update(transport: str, tmp_path: P
     # the authenticated principal, never the name the client gives itself
     assert "ext-tasks-requester" not in decision.by
     assert decision.by == "ann" if transport == "http" else decision.by.startswith("os user ")
-    assert decision.detail["grant"] == {"minutes": 2.0, "checks": 3}
+    assert decision.detail["grant"] == {"minutes": 0.5, "checks": 3}
 
 
 def test_input_required_decided_by_a_person_when_answers_do_not_decide(
@@ -295,7 +301,7 @@ def test_input_required_decided_by_a_person_when_answers_do_not_decide(
         assert stored(s, task_id).decision_request == request
         release(sim.base_url)  # the job is stopped: nothing is asked until a person decides
         decided = cli("decide", task_id, "extend", "--why", "ok, go on", "--checks", "3",
-                      "--store", s.store)  # fmt: skip
+                      "--minutes", "0.5", "--store", s.store)  # fmt: skip
         assert decided.returncode == 0, decided.stderr
         settled = s.requester.reply(settling)
     assert settled["status"] == "completed"

@@ -20,7 +20,7 @@ import pytest
 
 import waitbound
 import waitbound.stores
-from tests.cli.helpers import cli_env, closed_port
+from tests.cli.helpers import closed_port, run_cli
 from tests.stores import pg
 from tests.stores.test_store_contract import NOW, T0, events, make_record
 from waitbound import (
@@ -403,15 +403,7 @@ def test_upgrade_store_reports_what_it_did(dsn: str, bare_schema: str, tmp_path:
 
 
 def _db_upgrade(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "waitbound", "db", "upgrade", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=cli_env(tmp_path),
-        check=False,
-        cwd=tmp_path,
-    )
+    return run_cli(tmp_path, "db", "upgrade", *args)
 
 
 def test_db_upgrade_applies_then_is_idempotent(dsn: str, bare_schema: str, tmp_path: Path) -> None:

@@ -35,7 +35,10 @@ from waitbound.profiles import builtin_names
 URL = "https://provider.test"
 RUNNING = (200, {"status": "running"})
 DONE = (200, {"status": "done"})
-POLICY = Policy(max_requests=4, base_delay_s=2, max_delay_s=2, backoff_jitter_floor=1)
+# A deadline the 4 requests cover 2 s apart (the plan would spread them over a longer one).
+POLICY = Policy(
+    max_requests=4, base_delay_s=2, max_delay_s=2, backoff_jitter_floor=1, deadline_s=6.3
+)
 HOSTILE = 120
 OPEN = 40
 OWN = "jobs"

@@ -41,7 +41,10 @@ def _fleet(store: SQLiteStore, clock: FakeClock) -> None:
     }
     provider = ScriptedProvider(clock, script)
     profile = parse_profile(PROFILE, name="jobs")
-    policy = Policy(max_requests=4, base_delay_s=2, max_delay_s=2, backoff_jitter_floor=1)
+    # A deadline the 4 requests cover 2 s apart (the plan would spread them over a longer one).
+    policy = Policy(
+        max_requests=4, base_delay_s=2, max_delay_s=2, backoff_jitter_floor=1, deadline_s=6.3
+    )
     got: list[Completion] = []
     for name in "abcd":
         wait(

@@ -26,6 +26,7 @@ from starlette.testclient import TestClient
 
 import waitbound
 from tests.fakes import START, FakeClock, ScriptedProvider
+from tests.hypothesis_profiles import examples
 from waitbound import AuditEvent, MemoryStore, Operation, Policy, SQLiteStore
 from waitbound.cli import cli
 from waitbound.cli._watch import StreamLost, follow
@@ -310,7 +311,7 @@ _IDS = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, derandomize=True)
+@settings(max_examples=examples(150), deadline=None, derandomize=True)
 @given(last_event_id=_IDS, since=st.one_of(st.none(), _TIMES, _ASCII))
 def test_no_last_event_id_or_since_gives_a_5xx_or_breaks_the_stream(
     last_event_id: str | None, since: str | None

@@ -29,6 +29,7 @@ from starlette.testclient import TestClient
 import waitbound
 import waitbound.web._inbound
 from tests.fakes import FakeClock
+from tests.hypothesis_profiles import examples
 from tests.stores import pg
 from tests.web.signing import (
     GH_A,
@@ -632,7 +633,7 @@ _HEADER_VALUES = st.one_of(
 
 
 @settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture],

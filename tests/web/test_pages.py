@@ -89,7 +89,9 @@ class Inbox:
         self.client = SessionClient(self.app, raise_server_exceptions=False)
 
     def operation(self, label: str | None = None, **changes: Any) -> Operation:
-        policy = changes.pop("policy", Policy(base_delay_s=1.0, max_delay_s=2.0, deadline_s=600))
+        # A budget that covers the deadline at the cap (30 x 30 s >= 600 s), so the next
+        # check's delay source is the backoff's, not the budget's spread (issue 33).
+        policy = changes.pop("policy", Policy(base_delay_s=1.0, max_delay_s=30.0, deadline_s=600))
         return Operation(
             status_url=changes.pop("status_url", "http://provider.test/status"),
             profile=waitbound.parse_profile(PROFILE, name=changes.pop("profile", "reports")),

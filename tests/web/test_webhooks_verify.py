@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook
 
+from tests.hypothesis_profiles import examples
 from tests.web.signing import (
     GH_A,
     GH_B,
@@ -478,7 +479,7 @@ _VALUES = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None, derandomize=True)
+@settings(max_examples=examples(400), deadline=None, derandomize=True)
 @given(
     scheme=st.sampled_from(list(Scheme)),
     headers=st.dictionaries(_NAMES, _VALUES, max_size=6),

@@ -9,10 +9,11 @@ audit chain is broken (``audit verify``, ``show``, ``audit story``); 130 interru
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import click
 
+from waitbound._clock import Clock
 from waitbound._errors import (
     SchemaVersionError,
     StoreError,
@@ -28,6 +29,7 @@ from waitbound.cli._common import (
     Interrupted,
     StoreFailed,
 )
+from waitbound.cli._time import using
 
 __all__ = ["cli", "main"]
 
@@ -37,14 +39,26 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with *argv*; return the exit code."""
+def run(
+    argv: Sequence[str] | None = None,
+    *,
+    clock: Clock | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> int:
+    """Run the command line with *argv*; return the exit code.
+
+    *clock* and *sleep* (seconds) replace the system's for the commands that wait
+    (``wait``, ``run``, ``submit``, ``cancel``, ``wait-all``, ``wait-any``): tests run them
+    in-process on virtual time with :class:`waitbound.testing.FakeClock`. ``None``: the
+    system's.
+    """
     try:
-        result = cli.main(
-            args=list(argv) if argv is not None else None,
-            prog_name="waitbound",
-            standalone_mode=False,
-        )
+        with using(clock, sleep):
+            result = cli.main(
+                args=list(argv) if argv is not None else None,
+                prog_name="waitbound",
+                standalone_mode=False,
+            )
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:

@@ -33,6 +33,7 @@ from waitbound import (
     WaitboundError,
 )
 from waitbound._json import JSON
+from waitbound._policy import budget_disagreement, quiet_budget_warning
 from waitbound._record import MAX_COUNT
 from waitbound._schedule import (
     DEFAULT_BACKOFF_GROWTH,
@@ -185,9 +186,13 @@ _POLICY_FLAGS: Final = {
 def policy_from_flags(flags: dict[str, object]) -> Policy:
     """The policy from the limit and pacing flags (popped from *flags*)."""
     try:
-        return Policy(**{field: flags.pop(flag) for flag, field in _POLICY_FLAGS.items()})  # type: ignore[arg-type]
+        with quiet_budget_warning():  # said once below, as one line
+            policy = Policy(**{field: flags.pop(flag) for flag, field in _POLICY_FLAGS.items()})  # type: ignore[arg-type]
     except UsageError as exc:
         raise UsageError(flag_names(str(exc))) from None
+    if (disagreement := budget_disagreement(policy)) is not None:
+        click.echo(f"warning: {flag_names(disagreement)}", err=True)
+    return policy
 
 
 def http_settings(max_response_bytes: int | None) -> HttpSettings:
@@ -362,7 +367,9 @@ POLICY_OPTIONS = options(
     click.option("--result-url", help="Result endpoint, fetched once after a terminal success."),
     click.option("--cancel-url", help="Cancel endpoint, when no receipt or profile names one."),
     click.option(
-        "--cancel-on-deadline", is_flag=True, help="Send one cancel when the deadline passes."
+        "--cancel-on-deadline",
+        is_flag=True,
+        help="Send one cancel before the deadline, with time kept for one status look after it.",
     ),
 )
 PROGRESS_OPTIONS = options(
@@ -658,6 +665,7 @@ def print_outcome(outcome: Outcome, as_json: bool, costs: Sequence[tuple[str, st
             ("counts", outcome.counts, 500),
             ("usage", outcome.usage, 500),
             ("result url (not fetched)", outcome.result_url, 500),
+            ("errors url", outcome.errors_url, 2000),
             ("result", outcome.result, 2000),
         ):
             if value is not None:

@@ -31,6 +31,7 @@ from waitbound.cli._params import (
     positive_duration,
 )
 from waitbound.cli._render import printable
+from waitbound.cli._time import timing
 from waitbound.stores._groups import GroupRow, groups_of
 
 __all__ = [
@@ -96,6 +97,7 @@ def _run_group(flags: dict[str, Any], *, kind: str, cancel_rest: bool = False) -
         "group_id": group_id,
         "headers": dict(sent),
         "http": http_settings(None),
+        **timing(),
     }
     with opened_store(flags["store"], then="resume with --group (printed above)") as opened:
         if kind == "any":

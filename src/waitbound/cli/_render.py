@@ -226,6 +226,8 @@ def record_summary(record: Record) -> list[str]:
         lines.append(f"  job id       {printable(job)}")
     if record.credential_label:
         lines.append(f"  credentials  {printable(record.credential_label)} (label)")
+    if (errors_url := record.shown_errors_url) is not None:
+        lines.append(f"  errors URL   {printable(errors_url)}")
     if record.business_deadline_at is not None:
         lines.append(f"  business deadline {_time(record.business_deadline_at)}")
     if record.outcome is not None:

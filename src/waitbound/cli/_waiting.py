@@ -45,6 +45,7 @@ from waitbound.cli._common import (
 )
 from waitbound.cli._params import DURATION_HELP, STORED_TEXT, WholeRange, duration, parse_header
 from waitbound.cli._render import option_costs, printable
+from waitbound.cli._time import timing
 
 __all__ = ["cancel_command", "run", "submit", "wait"]
 
@@ -223,6 +224,7 @@ def wait(  # noqa: PLR0917 - click passes every option
                     operation_id=op_id,
                     store=opened,
                     first_poll_after_s=first_poll_after_s,
+                    **timing(),
                 )
                 .status()
                 .outcome
@@ -247,6 +249,7 @@ def wait(  # noqa: PLR0917 - click passes every option
             on_event=sink,
             http=http,
             first_poll_after_s=first_poll_after_s if operation is not None else 0.0,
+            **timing(),
         )
         return outcome, opened.get(op_id)
 
@@ -357,6 +360,7 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
             "headers": dict(sent),
             "on_event": sink,
             "http": http,
+            **timing(),
         }
         if waits:
             outcome = waitbound.run(submission, **common)
@@ -420,8 +424,9 @@ class _CancelAnswered(Exception):
     name="cancel",
     help="Cancel an operation's job through its documented cancel action, then wait for "
     "it to end (--no-wait: send the cancel, record the answer, exit 4).\n\n"
-    "Refused (exit 2) when the job is not cancelable: the last status answer did not "
-    "say so and the profile does not declare it always cancelable.\n\n" + EXIT_CODES_HELP,
+    "Refused (exit 2) when the job is not cancelable: the last status answer said "
+    "cancelable false, or did not say it is and the profile does not declare it always "
+    "cancelable.\n\n" + EXIT_CODES_HELP,
 )
 @click.argument("operation_id", type=STORED_TEXT)
 @click.option("--reason", type=STORED_TEXT, help="Why; kept in the audit log.")
@@ -469,6 +474,7 @@ def cancel_command(  # noqa: PLR0917 - click passes every option
                 headers=dict(sent),
                 on_event=on_event,
                 http=http,
+                **timing(),
             )
         except _CancelAnswered:
             record = opened.get(operation_id)

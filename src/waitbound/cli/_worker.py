@@ -245,7 +245,7 @@ def worker(  # noqa: PLR0917 - click passes every option
         "errors": errors,
     }
     sink.close()
-    if as_json:
+    if as_json or log_format == "json":  # a JSON log: the summary is JSON too
         click.echo(json.dumps(summary, ensure_ascii=False))
     else:
         for line in worker_summary_lines(summary):

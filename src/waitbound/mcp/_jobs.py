@@ -26,7 +26,7 @@ from waitbound._audit import AuditEvent
 from waitbound._clock import Clock, SystemClock
 from waitbound._controller import Finish
 from waitbound._decisions import escalation_message, expire
-from waitbound._driver import emit, holder_is_gone, new_owner, safe_plan
+from waitbound._driver import holder_is_gone, new_owner, safe_plan
 from waitbound._errors import (
     ConflictError,
     DecisionConflictError,
@@ -40,6 +40,7 @@ from waitbound._operation import Submission, request_cancel
 from waitbound._options import suggested_grant
 from waitbound._record import Phase, Record
 from waitbound._story import story_line
+from waitbound._tell import save_and_tell
 from waitbound._worker import WorkerSettings, work
 from waitbound.mcp._answers import (
     Answer,
@@ -381,12 +382,11 @@ class Jobs:
         decision = safe_plan(record, now, owner=new_owner())
         if not isinstance(decision, Finish):
             return record
+        transition = decision.transition
         try:
-            saved = self.store.save(decision.transition.record, decision.transition.events)
+            return save_and_tell(self.store, transition.record, transition.events, self._notify)
         except ConflictError:  # written meanwhile (its submission answered): as it is now
             return self._record(record.operation_id)
-        emit(self._notify, decision.transition.events, saved)
-        return saved
 
     def settle_lost_submissions(self) -> int:
         """Settle this server's submissions nobody can finish (see :meth:`_abandoned`):
@@ -599,7 +599,7 @@ class Jobs:
                 return record
             after, event = expired
             try:
-                self.store.save(after, [event])
+                save_and_tell(self.store, after, [event], self._notify)
             except ConflictError:
                 continue
 

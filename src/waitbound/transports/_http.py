@@ -318,7 +318,7 @@ class _Exchange:
             except NestingError as exc:
                 problem = str(exc)
             except ValueError:
-                if self.request.kind == "result":
+                if self.request.kind in ("result", "errors"):  # text: a document, JSON Lines
                     text = body.decode("utf-8", errors="replace")
                     parsed = redact_text(text, self.secrets)
                 else:

@@ -113,9 +113,10 @@ def scenario(
     fsv: str | None = None,
     reference: str = "arm",
     callback: str | None = None,
+    grace_s: float | None = None,
     **endpoints: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """Build one scenario file's object."""
+    """Build one scenario file's object (*grace_s*: its ``not_found_grace_s``)."""
     path = ACTION if method == "POST" else RESOURCE
     names = ["submit", *endpoints]
     wait: dict[str, Any] = {
@@ -128,6 +129,8 @@ def scenario(
         wait["submit_body"] = {"properties": {"size": 3}}
     if fsv:
         wait["final_state_via"] = fsv
+    if grace_s is not None:
+        wait["not_found_grace_s"] = grace_s
     expect: dict[str, Any] = {"outcome": outcome}
     if reason:
         expect["reason"] = reason
@@ -662,13 +665,14 @@ def matrix() -> list[dict[str, Any]]:
         ),
         s(
             "post-ol-monitor-no-status",
-            "AZ status monitor: 'status' is required; a monitor answering 200 with a body that has no status can never become a valid answer: integration failure at once, not polled again.",
+            "AZ status monitor: 'status' is required; a monitor answering 200 with a body that has no status can never become a valid answer: integration failure at once, not polled again. (With no not-found grace: a body without a state before the job was ever seen is 'not visible yet' within the grace, as a 404 is, so the grace is 0 here to state the at-once rule.)",
             "POST",
             [ans(202, None, OL)],
             outcome="escalated",
             reason="integration_failure",
             requests=2,
             reference="base",
+            grace_s=0,
             monitor=[ans(200, {"id": "op1", "name": "op1"})],
         ),
         s(
