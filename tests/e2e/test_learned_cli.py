@@ -15,7 +15,7 @@ from waitbound import OutcomeKind, Phase, Policy, Record, SQLiteStore, parse_pro
 from waitbound.sim import Simulator, parse_scenario
 
 STATE = ["--state-path", "status", "--pending", "running", "--succeeded", "done"]
-PACE = ["--base-delay", "0.1s", "--max-delay", "0.4s", "--deadline", "30s"]
+PACE = ["--base-delay", "0.1s", "--max-delay", "0.4s", "--deadline", "30s", "--max-requests", "100"]
 LEARNED = ["--schedule", "learned", "--schedule-key", "sim-jobs"]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -554,6 +554,7 @@ def test_a_lost_webhook_is_found_by_the_backup_polls(
         detached = cli(
             "wait", f"{sim.base_url}/status", *STATE, "--base-delay", f"{base}s",
             "--max-delay", f"{cap}s", "--deadline", "60s", "--webhook", RECEIVER, "--detach",
+            "--max-requests", "120",  # at the backup cap (0.6 s) they cover the deadline: no spread
             "--job-id-path", "id",
             "--notify", hooked.url, "--json", "--store", str(store), "--operation-id", "op-lost",
         )  # fmt: skip
