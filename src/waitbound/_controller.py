@@ -54,7 +54,7 @@ from waitbound._finish import (
 from waitbound._json import JSON, show
 from waitbound._learned import ModelLookup
 from waitbound._next_poll import paced
-from waitbound._observation import Observation
+from waitbound._observation import Observation, Request
 from waitbound._options import undone_action
 from waitbound._outcome import Reason
 from waitbound._pacing import Pacer
@@ -95,23 +95,6 @@ room to persist the answer while the lease is still ours."""
 WEBHOOK_RECHECK_S = 1.0
 """While webhooks are expected (``push.webhook``), a sleeping wait reads the record again
 at least this often (seconds), so a delivery applied meanwhile wakes it."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Request:
-    """One request to send: ``method url`` with a total timeout in seconds.
-
-    A ``submit`` request's body and headers come from the caller, never the record.
-    ``redirect_budget`` is how many same-origin redirects it may follow at most (each
-    is one more request to the provider, so never more than the request budget has
-    left); ``None`` leaves it to the transport's own limit.
-    """
-
-    kind: RequestKind
-    url: str
-    timeout_s: float
-    method: str = "GET"
-    redirect_budget: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
