@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent
+from waitbound._audit_record import audit_event
 from waitbound._canceling import (
     DEADLINE_CANCEL_REQUESTS,
     accepted_cancel,
@@ -51,7 +52,7 @@ from waitbound._finish import (
     seconds_between,
     settled_without_receipt,
 )
-from waitbound._json import JSON, show
+from waitbound._json import show
 from waitbound._learned import ModelLookup
 from waitbound._next_poll import paced
 from waitbound._observation import Observation, Request
@@ -136,22 +137,6 @@ class Send:
 
 
 Decision = Finished | Finish | Sleep | Send
-
-
-def _standard_data(record: Record) -> dict[str, JSON]:
-    return {
-        "phase": record.phase.value,
-        "state": record.provider_state,
-        "requests_used": record.requests_used,
-        "max_requests": record.max_requests,
-        "next_poll_at": record.next_poll_at.isoformat() if not record.is_finished else None,
-        "delay_source": record.delay_source.value if record.delay_source else None,
-    }
-
-
-def audit_event(record: Record, at: datetime, kind: str, summary: str, **extra: JSON) -> AuditEvent:
-    """An audit event with the record's standard story fields, after the change."""
-    return AuditEvent(at=at, kind=kind, summary=summary, data=_standard_data(record) | extra)
 
 
 def created_event(record: Record) -> AuditEvent:

@@ -23,8 +23,8 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from waitbound._audit import AuditEvent
+from waitbound._audit_record import audit_event
 from waitbound._contract import Profile
-from waitbound._controller import audit_event
 from waitbound._errors import UsageError
 from waitbound._escalation_message import escalation_message
 from waitbound._json import JSON, canonical_json
