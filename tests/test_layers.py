@@ -34,7 +34,7 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
     {
         "profile": (  # a provider's contract, its protocol, the policy, the schedule formula
             "_sections", "_protocol", "_actions", "_decided_by", "_throttle", "_webhooks",
-            "_contract", "_schedule", "_policy", "profiles",
+            "_contract", "_contract_parse", "_schedule", "_policy", "profiles",
         ),
     },
     {
