@@ -37,7 +37,8 @@ from waitbound._audit_check import (
 )
 from waitbound._audit_key import load_audit_key
 from waitbound._clock import Clock, SystemClock
-from waitbound._contract import Classification, Counts, Profile, load_profile, parse_profile
+from waitbound._contract import Classification, Counts, Profile
+from waitbound._contract_parse import load_profile, parse_profile
 from waitbound._delivery import deliver_due, deliver_due_async
 from waitbound._errors import (
     ConflictError,

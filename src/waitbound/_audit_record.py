@@ -1,4 +1,6 @@
-"""What a record asserts, as one digest the audit key signs with the chain's head.
+"""The record's side of its audit: the standard fields every audit event carries
+(:func:`audit_event`), and what a record asserts, as one digest the audit key signs
+with the chain's head.
 
 The head MAC (``Record.audit_mac``, see ``docs/audit.md``) binds the chain to the
 record; version 2 also covers :data:`ASSERTED_FIELDS`, so a database writer without the
@@ -10,19 +12,45 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime
 from typing import Final
 
 from waitbound._audit import (
     HASHED,
+    AuditEvent,
     AuditFinding,
     StoredAuditEvent,
     diagnose_chain,
     head_is_authentic,
     mac_asserted,
 )
+from waitbound._json import JSON
 from waitbound._record import Record, field_json
 
-__all__ = ["ASSERTED_FIELDS", "asserted_digest", "diagnose_record", "record_is_forged"]
+__all__ = [
+    "ASSERTED_FIELDS",
+    "asserted_digest",
+    "audit_event",
+    "diagnose_record",
+    "record_is_forged",
+]
+
+
+def _standard_data(record: Record) -> dict[str, JSON]:
+    return {
+        "phase": record.phase.value,
+        "state": record.provider_state,
+        "requests_used": record.requests_used,
+        "max_requests": record.max_requests,
+        "next_poll_at": record.next_poll_at.isoformat() if not record.is_finished else None,
+        "delay_source": record.delay_source.value if record.delay_source else None,
+    }
+
+
+def audit_event(record: Record, at: datetime, kind: str, summary: str, **extra: JSON) -> AuditEvent:
+    """An audit event with the record's standard story fields, after the change."""
+    return AuditEvent(at=at, kind=kind, summary=summary, data=_standard_data(record) | extra)
+
 
 ASSERTED_FIELDS: Final[tuple[str, ...]] = (
     "status_url",

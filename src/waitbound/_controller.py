@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from waitbound._audit import AuditEvent
+from waitbound._audit_record import audit_event
 from waitbound._canceling import (
     DEADLINE_CANCEL_REQUESTS,
     accepted_cancel,
@@ -51,10 +52,10 @@ from waitbound._finish import (
     seconds_between,
     settled_without_receipt,
 )
-from waitbound._json import JSON, show
+from waitbound._json import show
 from waitbound._learned import ModelLookup
 from waitbound._next_poll import paced
-from waitbound._observation import Observation
+from waitbound._observation import Observation, Request
 from waitbound._options import undone_action
 from waitbound._outcome import Reason
 from waitbound._pacing import Pacer
@@ -98,23 +99,6 @@ at least this often (seconds), so a delivery applied meanwhile wakes it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Request:
-    """One request to send: ``method url`` with a total timeout in seconds.
-
-    A ``submit`` request's body and headers come from the caller, never the record.
-    ``redirect_budget`` is how many same-origin redirects it may follow at most (each
-    is one more request to the provider, so never more than the request budget has
-    left); ``None`` leaves it to the transport's own limit.
-    """
-
-    kind: RequestKind
-    url: str
-    timeout_s: float
-    method: str = "GET"
-    redirect_budget: int | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Transition:
     """A record change and the audit events that explain it; persist both together."""
 
@@ -153,22 +137,6 @@ class Send:
 
 
 Decision = Finished | Finish | Sleep | Send
-
-
-def _standard_data(record: Record) -> dict[str, JSON]:
-    return {
-        "phase": record.phase.value,
-        "state": record.provider_state,
-        "requests_used": record.requests_used,
-        "max_requests": record.max_requests,
-        "next_poll_at": record.next_poll_at.isoformat() if not record.is_finished else None,
-        "delay_source": record.delay_source.value if record.delay_source else None,
-    }
-
-
-def audit_event(record: Record, at: datetime, kind: str, summary: str, **extra: JSON) -> AuditEvent:
-    """An audit event with the record's standard story fields, after the change."""
-    return AuditEvent(at=at, kind=kind, summary=summary, data=_standard_data(record) | extra)
 
 
 def created_event(record: Record) -> AuditEvent:

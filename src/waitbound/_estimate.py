@@ -1,5 +1,5 @@
-"""The provider's own estimate of when a job ends, kept from its answers, and the grant
-a decision suggests from it.
+"""The provider's own estimate of when a job ends, kept from its answers (the grant a
+decision suggests from it is ``_options.estimate_grant``).
 
 A pure module (see the rules atop ``_controller.py``). A status answer may state when
 the job should end: an estimated duration (the profile's ``estimated_duration``, e.g.
@@ -19,15 +19,12 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from waitbound._contract import Classification, Reading
+from waitbound._numbers import rough_duration
 from waitbound._observation import Observation
 from waitbound._record import Record
 from waitbound._schedule import read_hints
 
-__all__ = ["ESTIMATE_SLACK", "estimate_grant", "provider_estimate"]
-
-ESTIMATE_SLACK: Final = 1.25
-"""A grant derived from an estimate covers this much more than the time the estimate
-leaves (an estimate is seldom exact; a quarter more, and at least a minute)."""
+__all__ = ["provider_estimate"]
 
 _LONGEST_S: Final = 366 * 24 * 3600.0
 """An estimate further out than this (seconds) is no estimate (a year and a day)."""
@@ -60,45 +57,13 @@ def provider_estimate(
         and 0 <= seconds <= _LONGEST_S
     ):
         end = record.created_at + timedelta(seconds=float(seconds))
-        return end, f"the provider's estimated duration of {_span(float(seconds))}"
+        return end, f"the provider's estimated duration of {rough_duration(float(seconds))}"
     expires = reading.expires_at
     if expires is not None and now < expires <= now + timedelta(seconds=_LONGEST_S):
         return expires, "the job's own expiry time (expires_at)"
     hint, _ = read_hints(observation.headers, reading, record.profile, now=now)
     if hint is not None and record.policy.max_delay_s <= hint.delay_s <= _LONGEST_S:
         end = now + timedelta(seconds=hint.delay_s)
-        return end, f"the provider's hint ({hint.origin}: look again in {_span(hint.delay_s)})"
+        again = rough_duration(hint.delay_s)
+        return end, f"the provider's hint ({hint.origin}: look again in {again})"
     return kept
-
-
-def estimate_grant(record: Record, ceiling_minutes: float) -> tuple[float, str] | None:
-    """The minutes a decision on *record* is suggested from the provider's estimate, and
-    the words that say so, or ``None`` without a usable estimate.
-
-    The time the estimate leaves is counted from when the decision request was opened
-    (else from the last answer): :data:`ESTIMATE_SLACK` times it, in whole minutes, at
-    least 1, at most *ceiling_minutes*. An estimate already past at that time suggests
-    nothing (the formula's grant applies).
-    """
-    end, source = record.estimated_end_at, record.estimate_from
-    if end is None or source is None:
-        return None
-    request = record.decision_request
-    since = request.opened_at if request is not None else record.last_observed_at
-    if since is None or end <= since:
-        return None
-    left_s = (end - since).total_seconds()
-    minutes = min(float(max(1, math.ceil(left_s * ESTIMATE_SLACK / 60))), ceiling_minutes)
-    words = (
-        f"from {source}: it should end by {end.strftime('%Y-%m-%d %H:%M:%S')} UTC, "
-        f"{_span(left_s)} after this request opened"
-    )
-    return minutes, words
-
-
-def _span(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.3g} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.3g} minutes"
-    return f"{seconds / 3600:.3g} hours"

@@ -32,6 +32,7 @@ __all__ = [
     "parse_duration",
     "parse_integer",
     "parse_number",
+    "rough_duration",
 ]
 
 _MAX_CHARS: Final = 64
@@ -151,3 +152,13 @@ def _finite(seconds: float, text: str) -> float:
     if seconds == 0 and re.search(r"[1-9]", text):
         raise ValueError(f"{_shown(text)} is too short a duration to mean anything")
     return seconds
+
+
+def rough_duration(seconds: float) -> str:
+    """A duration in words, to three significant digits in the largest fitting unit:
+    ``"45 s"``, ``"9 minutes"``, ``"1.5 hours"`` (how an estimate is told)."""
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.3g} minutes"
+    return f"{seconds / 3600:.3g} hours"

@@ -1,4 +1,8 @@
-"""What one request returned: an HTTP answer or a transport failure."""
+"""One request and what it returned: the request a decision plans (:class:`Request`),
+and the HTTP answer or transport failure it got (:class:`Observation`).
+
+These are values only, below the rules that plan requests and read answers and the
+transports that send them, so both can name them."""
 
 from __future__ import annotations
 
@@ -12,9 +16,26 @@ from waitbound._contract import Profile
 from waitbound._json import JSON
 from waitbound._record import RequestKind
 
-__all__ = ["HINT_HEADERS", "Observation", "kept_header_names"]
+__all__ = ["HINT_HEADERS", "Observation", "Request", "kept_header_names"]
 
 HINT_HEADERS: Final = ("retry-after", "retry-after-ms", "x-ms-retry-after-ms")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Request:
+    """One request to send: ``method url`` with a total timeout in seconds.
+
+    A ``submit`` request's body and headers come from the caller, never the record.
+    ``redirect_budget`` is how many same-origin redirects it may follow at most (each
+    is one more request to the provider, so never more than the request budget has
+    left); ``None`` leaves it to the transport's own limit.
+    """
+
+    kind: RequestKind
+    url: str
+    timeout_s: float
+    method: str = "GET"
+    redirect_budget: int | None = None
 
 
 def kept_header_names(profile: Profile) -> frozenset[str]:

@@ -6,18 +6,20 @@ decision is made (``_decisions.py`` applies them).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final
 
-from waitbound._estimate import estimate_grant
 from waitbound._json import show
+from waitbound._numbers import rough_duration
 from waitbound._outcome import Reason
 from waitbound._record import DecisionRequest, Phase, Record
 
 __all__ = [
     "ACTION_REQUESTS",
+    "ESTIMATE_SLACK",
     "MIN_GRANT_S",
     "RESUMING",
     "SYSTEM",
@@ -26,6 +28,7 @@ __all__ = [
     "cancel_refusal",
     "cost",
     "counted",
+    "estimate_grant",
     "grant_basis",
     "open_request",
     "option_costs",
@@ -37,6 +40,10 @@ __all__ = [
     "span",
     "suggested_grant",
 ]
+
+ESTIMATE_SLACK: Final = 1.25
+"""A grant derived from an estimate covers this much more than the time the estimate
+leaves (an estimate is seldom exact; a quarter more, and at least a minute)."""
 
 
 class Option(StrEnum):
@@ -264,14 +271,40 @@ def open_request(
     return replace(record, decision_request=replace(opened, options=offered))
 
 
+def estimate_grant(record: Record, ceiling_minutes: float) -> tuple[float, str] | None:
+    """The minutes a decision on *record* is suggested from the provider's estimate, and
+    the words that say so, or ``None`` without a usable estimate.
+
+    The time the estimate leaves is counted from when the decision request was opened
+    (else from the last answer): :data:`ESTIMATE_SLACK` times it, in whole minutes, at
+    least 1, at most *ceiling_minutes*. An estimate already past at that time suggests
+    nothing (the formula's grant applies).
+    """
+    end, source = record.estimated_end_at, record.estimate_from
+    if end is None or source is None:
+        return None
+    request = record.decision_request
+    since = request.opened_at if request is not None else record.last_observed_at
+    if since is None or end <= since:
+        return None
+    left_s = (end - since).total_seconds()
+    minutes = min(float(max(1, math.ceil(left_s * ESTIMATE_SLACK / 60))), ceiling_minutes)
+    words = (
+        f"from {source}: it should end by {end.strftime('%Y-%m-%d %H:%M:%S')} UTC, "
+        f"{rough_duration(left_s)} after this request opened"
+    )
+    return minutes, words
+
+
 def suggested_grant(record: Record) -> tuple[float, int]:
     """The grant a decision gives when it names none: ``(minutes, checks)``.
 
     When the provider stated when the job should end (an estimated duration, its
     expiry time, a hint: ``_estimate.py``), the minutes cover that estimate with some
-    slack (:func:`grant_basis` says so); else a third of the policy's deadline in whole
-    minutes (at least 1). Checks: a third of its request budget (at least 1). Never
-    beyond the ceiling (a fraction of a minute when that is short)."""
+    slack (:func:`estimate_grant`; :func:`grant_basis` says so); else a third of the
+    policy's deadline in whole minutes (at least 1). Checks: a third of its request
+    budget (at least 1). Never beyond the ceiling (a fraction of a minute when that is
+    short)."""
     policy = record.policy
     ceiling = policy.extension_ceiling_s / 60
     checks = max(1, policy.max_requests // 3)

@@ -40,7 +40,8 @@ from typing import Final, Literal, TypeVar
 
 from waitbound._audit import GENESIS_HASH
 from waitbound._clock import utc
-from waitbound._contract import Profile, parse_profile
+from waitbound._contract import Profile
+from waitbound._contract_parse import parse_profile
 from waitbound._json import JSON, JSONScalar, canonical_json
 from waitbound._outcome import OutcomeKind, Reason
 from waitbound._policy import Policy, policy_json, quiet_budget_warning

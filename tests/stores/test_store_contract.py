@@ -41,14 +41,13 @@ from waitbound import (
     UsageError,
 )
 from waitbound._audit import StoredAuditEvent
+from waitbound._notices import completion_event, outbox_entries
 from waitbound._push import (
     Channel,
     InboundDelivery,
     OutboxEntry,
     OutboxStatus,
     completion_delivery_id,
-    completion_event,
-    outbox_entries,
 )
 from waitbound._record import DecisionRequest, Push
 from waitbound.stores._protocol import AuditCursor, cursor_of

@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from waitbound._config_file import expand_env, load_toml
-from waitbound._contract import Profile, parse_profile
+from waitbound._contract import Profile
+from waitbound._contract_parse import parse_profile
 from waitbound._credentials import Binding, BoundCredentials, Place
 from waitbound._errors import UsageError, WaitboundError
 from waitbound._operation import check_url

@@ -15,7 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
-from waitbound._contract import Profile, load_profile, parse_profile
+from waitbound._contract import Profile
+from waitbound._contract_parse import load_profile, parse_profile
 from waitbound._errors import ProfileError
 from waitbound._json import JSON
 

@@ -242,7 +242,7 @@ class Store(Protocol):
     # record with ``push.webhook`` and a ``job_id`` as the operation deliveries about
     # that job match (the newest such operation wins), match the inbox's unmatched
     # deliveries for it (look-back), and insert the record's
-    # ``waitbound._push.outbox_entries`` (an entry whose ``delivery_id`` exists is
+    # ``waitbound._notices.outbox_entries`` (an entry whose ``delivery_id`` exists is
     # left as it is).
 
     def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:

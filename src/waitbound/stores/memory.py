@@ -10,8 +10,9 @@ from datetime import datetime, timedelta
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._errors import ConflictError, UsageError
 from waitbound._history import HISTORY_LIMIT, Evidence, ScheduleSummary, evidence_of
+from waitbound._notices import outbox_entries
 from waitbound._pacing import choose, span
-from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
+from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
 from waitbound._record import Record, assemble
 from waitbound._record_parts import PARTS, Part, decode_part
 from waitbound.stores._codec import dump_json, load_object

@@ -35,7 +35,8 @@ from waitbound._clock import utc
 from waitbound._errors import ConflictError, StoreError, UsageError
 from waitbound._history import Evidence, ScheduleSummary, evidence_of
 from waitbound._metrics import store_transaction
-from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
+from waitbound._notices import outbox_entries
+from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
 from waitbound._record import Record
 from waitbound.stores._calendar_rows import CalendarRows
 from waitbound.stores._codec import from_text, load_object, to_text

@@ -31,8 +31,9 @@ from waitbound._clock import utc
 from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
 from waitbound._history import Evidence, ScheduleSummary
 from waitbound._metrics import store_transaction
+from waitbound._notices import outbox_entries
 from waitbound._private_dirs import make_private_dirs
-from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
+from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
 from waitbound._record import Phase, Record
 from waitbound.stores._calendar_rows import CALENDAR_DDL, CalendarRows
 from waitbound.stores._codec import brief, from_sqlite, from_text, load_object, to_sqlite

@@ -12,7 +12,8 @@ from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Self
 
-from waitbound._contract import Classification, Profile, parse_profile
+from waitbound._contract import Classification, Profile
+from waitbound._contract_parse import parse_profile
 from waitbound._errors import ProfileError, ScenarioError, UsageError
 from waitbound._json import JSON
 from waitbound.sim import Scenario, Simulator, load_scenario, parse_scenario

@@ -34,9 +34,8 @@ import httpx
 
 from waitbound._clock import Clock
 from waitbound._contract import Profile
-from waitbound._controller import Request
 from waitbound._json import JSON, NestingError, parse_provider_json
-from waitbound._observation import Observation, kept_header_names
+from waitbound._observation import Observation, Request, kept_header_names
 from waitbound._secrets import redact_headers, redact_text
 from waitbound._urls import origin, resolve
 from waitbound.transports._threads import run_in_thread

@@ -1,0 +1,186 @@
+"""waitbound's modules sit in layers, and a module imports only from its own layer or
+from a lower one (issue 35, item 3: "layers you can see").
+
+The table below (:data:`LAYERS`) is the one place the layers are written down, lowest
+first. Each tier holds one or more layers; the layers of one tier are independent of
+each other (the rules, telemetry and the transports do not import one another). A
+layer lists module names under ``waitbound.`` (``stores`` is that package and all its
+modules; ``waitbound`` is the package's own ``__init__``).
+
+What counts as an import is what the no-cycle test counts (:func:`_graph`): top-level
+and function-level imports alike, and imports under ``if TYPE_CHECKING:`` too (a type
+named in a signature is a dependency a reader follows; a module that needs a higher
+layer's type takes a protocol of its own layer instead). The package's implicit import
+of a parent ``__init__`` does not count.
+
+A new module fails :func:`test_every_module_has_a_layer` until it is placed here.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tests.test_import_graph import _graph
+
+PACKAGE = "waitbound"
+
+LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
+    {
+        "base": (  # no knowledge of operations: errors, time, JSON, numbers, URLs, secrets
+            "_errors", "_clock", "_json", "_numbers", "_urls", "_secrets", "_jmes",
+            "_config_file", "_private_dirs", "_failpoints", "_token_bucket", "_audit_key",
+        ),
+    },
+    {
+        "profile": (  # a provider's contract, its protocol, the policy, the schedule formula
+            "_sections", "_protocol", "_actions", "_decided_by", "_throttle", "_webhooks",
+            "_contract", "_contract_parse", "_schedule", "_policy", "profiles",
+        ),
+    },
+    {
+        "model": (  # the values: record, outcome, observation, audit, history, push values
+            "_outcome", "_record_parts", "_record", "_observation", "_audit",
+            "_audit_record", "_history", "_push", "_pacing", "_errors_page",
+        ),
+    },
+    {
+        "rules": (  # pure decisions: no clock, socket or store
+            "_answers", "_decide", "_doubt", "_next_poll", "_plan", "_finish", "_canceling",
+            "_final_state", "_estimate", "_options", "_learned", "_controller", "_decisions",
+            "_escalation_message", "_notices", "_credentials",
+        ),
+        "observe": ("_logs", "_metrics", "_telemetry"),
+        "transports": ("transports",),
+    },
+    {
+        "stores": ("stores",),
+    },
+    {
+        "engine": (  # driving operations: drivers, worker, fan-in, handles, delivery
+            "_driver", "_worker", "_fan_in", "_group", "_group_commit", "_handle",
+            "_delivery", "_own_delivery", "_outbox", "_inbox", "_operation", "_tell",
+            "_schedule_models", "_escalations", "_audit_check", "_api",
+        ),
+    },
+    {
+        "fronts": (  # what people and programs use: the package, CLI, web, MCP, test kits
+            PACKAGE, "__main__", "_story", "cli", "web", "mcp", "provider", "sim", "testing",
+        ),
+    },
+)  # fmt: skip
+"""The layers, lowest first; within one tier, independent layers."""
+
+
+def _entries() -> dict[str, tuple[int, str]]:
+    """Each table entry (a full module name) → (its tier, its layer)."""
+    found: dict[str, tuple[int, str]] = {}
+    for tier, layers in enumerate(LAYERS):
+        for layer, names in layers.items():
+            for name in names:
+                full = PACKAGE if name == PACKAGE else f"{PACKAGE}.{name}"
+                assert full not in found, f"{full} is listed twice"
+                found[full] = (tier, layer)
+    return found
+
+
+def _place(module: str, entries: dict[str, tuple[int, str]]) -> tuple[int, str] | None:
+    """The tier and layer of *module*: its own entry, or its nearest listed package's
+    (the root package's entry covers only its ``__init__``)."""
+    parts = module.split(".")
+    for end in range(len(parts), 1, -1):
+        place = entries.get(".".join(parts[:end]))
+        if place is not None:
+            return place
+    return entries.get(module)
+
+
+def _violations(graph: dict[str, set[str]], entries: dict[str, tuple[int, str]]) -> list[str]:
+    """Every import of a higher layer, or of an independent layer of the same tier."""
+    found = []
+    for module in sorted(graph):
+        here = _place(module, entries)
+        assert here is not None, module
+        for dep in sorted(graph[module]):
+            there = _place(dep, entries)
+            assert there is not None, dep
+            if there[0] > here[0] or (there[0] == here[0] and there[1] != here[1]):
+                found.append(f"{module} ({here[1]}) imports {dep} ({there[1]})")
+    return found
+
+
+@functools.cache
+def _longest_chains(graph_items: tuple[tuple[str, frozenset[str]], ...]) -> dict[str, int]:
+    graph = dict(graph_items)
+    depth: dict[str, int] = {}
+
+    def visit(module: str) -> int:
+        if module not in depth:
+            depth[module] = 1 + max((visit(dep) for dep in graph[module]), default=0)
+        return depth[module]
+
+    for module in graph:
+        visit(module)
+    return depth
+
+
+def longest_chain(graph: dict[str, set[str]]) -> tuple[int, list[str]]:
+    """The longest chain of imports inside the package, in modules (a module that
+    imports nothing of the package is a chain of 1), and one such chain."""
+    depth = _longest_chains(tuple((m, frozenset(d)) for m, d in sorted(graph.items())))
+    module = max(sorted(depth), key=depth.__getitem__)
+    chain = [module]
+    while graph[chain[-1]]:
+        chain.append(max(sorted(graph[chain[-1]]), key=depth.__getitem__))
+    return depth[module], chain
+
+
+def test_every_module_has_a_layer() -> None:
+    """Every module of the package is placed in :data:`LAYERS`, and every entry of the
+    table names a module or package that exists."""
+    graph = _graph()
+    entries = _entries()
+    assert sorted(m for m in graph if _place(m, entries) is None) == []
+    assert sorted(e for e in entries if e not in graph) == []
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    """No module imports one of a higher layer, nor one of an independent layer beside
+    its own (a rule never imports a store, the engine, telemetry or a transport)."""
+    assert _violations(_graph(), _entries()) == []
+
+
+def test_the_import_chains_do_not_grow() -> None:
+    """The longest chain of imports inside the package stays at or below its measured
+    length: 41 modules before the layers were fixed, 32 after (``base`` → … →
+    ``fronts``). The goal (issue 35) is 14; lower this bound as chains shorten."""
+    length, chain = longest_chain(_graph())
+    assert length <= 32, " → ".join(chain)
+
+
+def test_the_checks_find_what_they_guard() -> None:
+    """The checks themselves: a rule importing a store, a transport importing a rule and
+    a model importing the engine are found; a front importing everything is not; the
+    longest chain is counted in modules."""
+    entries = _entries()
+    graph = {
+        "waitbound._decide": {"waitbound.stores.sqlite"},
+        "waitbound.stores.sqlite": {"waitbound._record"},
+        "waitbound.transports._http": {"waitbound._controller"},
+        "waitbound._controller": set(),
+        "waitbound._record": {"waitbound._driver", "waitbound._errors"},
+        "waitbound._driver": set(),
+        "waitbound._errors": set(),
+        "waitbound.cli._app": {"waitbound", "waitbound._driver", "waitbound._errors"},
+        "waitbound": set(),
+    }
+    assert _violations(graph, entries) == [
+        "waitbound._decide (rules) imports waitbound.stores.sqlite (stores)",
+        "waitbound._record (model) imports waitbound._driver (engine)",
+        "waitbound.transports._http (transports) imports waitbound._controller (rules)",
+    ]
+    assert longest_chain(graph) == (
+        4,
+        ["waitbound._decide", "waitbound.stores.sqlite", "waitbound._record", "waitbound._driver"],
+    )
+    assert _place("waitbound.web._app", entries) == (len(LAYERS) - 1, "fronts")
+    assert _place("waitbound._api", entries) == (len(LAYERS) - 2, "engine")
