@@ -17,7 +17,14 @@ from waitbound._outcome import OutcomeKind
 from waitbound._record import FIELD_NAMES, RECORD_SCHEMA, Phase, Record, decode_fields
 from waitbound.stores._codec import brief, load_json
 
-__all__ = ["COLD_FIELDS", "HOT_COLUMNS", "POLL_FIELDS", "ROW_COLUMNS", "record_of_v4_row"]
+__all__ = [
+    "COLD_FIELDS",
+    "HOT_COLUMNS",
+    "POLL_FIELDS",
+    "ROW_COLUMNS",
+    "V5_DROPPED",
+    "record_of_v4_row",
+]
 
 HOT_COLUMNS: Final[tuple[str, ...]] = (
     "version",
@@ -40,6 +47,24 @@ HOT_COLUMNS: Final[tuple[str, ...]] = (
     "audit_mac",
 )
 """The record fields schema 4 kept as typed columns of the same names."""
+
+V5_DROPPED: Final[tuple[str, ...]] = (
+    "in_flight",
+    "submit_attempts",
+    "status_requests_used",
+    "result_requests_used",
+    "cancel_requests_used",
+    "confirm_requests_used",
+    "transport_failures_used",
+    "rate_limited_used",
+    "attempt",
+    "audit_mac",
+    "poll",
+    "data_version",
+    "data",
+)
+"""The ``operations`` columns of schemas 1-4 that schema 5 drops (the parts hold their
+values); SQLite and PostgreSQL drop the same."""
 
 POLL_FIELDS: Final[tuple[str, ...]] = (
     "provider_state",
