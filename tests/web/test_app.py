@@ -29,11 +29,9 @@ from tests.fakes import START, FakeClock, ScriptedProvider
 from tests.hypothesis_profiles import examples
 from waitbound import AuditEvent, MemoryStore, Operation, Policy, SQLiteStore
 from waitbound._story import chain_status, operation_document
-from waitbound.cli import _inspect as cli_inspect
 from waitbound.cli import cli
 from waitbound.cli._watch import StreamLost, follow
 from waitbound.stores._protocol import cursor_of
-from waitbound.web import _app as web_app
 from waitbound.web._app import create_app
 from waitbound.web._auth import bearer_token, token_matches
 from waitbound.web._config import ServeConfig
@@ -467,8 +465,6 @@ def test_show_json_and_get_operation_are_built_by_one_function(tmp_path: Any) ->
     assert shown.exit_code == 0, shown.output
     assert json.loads(shown.output) == served == json.loads(json.dumps(built))
     assert served["groups"] == [grouped.group_id]
-    assert cli_inspect.operation_document is operation_document
-    assert web_app.build_document is operation_document
 
 
 # --- GET /operations/{id}/events ------------------------------------------------------
