@@ -13,12 +13,18 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import httpx
 
-from waitbound._call_options import AsyncOptions, SyncOptions, drive_async, drive_sync
+from waitbound._call_options import (
+    AsyncOptions,
+    CallOptions,
+    SyncOptions,
+    drive_async,
+    drive_sync,
+)
 from waitbound._clock import Clock
 from waitbound._controller import Finish, Send, plan
 from waitbound._driver import Credentials, EventSink, Tools, loop, one_step, tools
@@ -53,7 +59,7 @@ __all__ = [
 ]
 
 
-_O = TypeVar("_O", SyncOptions, AsyncOptions)
+_O = TypeVar("_O", bound=CallOptions[Any, Any])
 
 
 def _submitted(record: Record) -> bool:

@@ -215,6 +215,15 @@ class _Handle:
     _callbacks: list[Callable[..., object]]
     _fired: bool
 
+    @classmethod
+    def _of(cls, operation_id: str, options: CallOptions[Any, Any]) -> Self:
+        """The handle on *operation_id* in *options*' store (given), built from the
+        options of the call that returns it (``SyncOptions`` for
+        :class:`OperationHandle`, ``AsyncOptions`` for :class:`AsyncOperationHandle`)."""
+        handle = cls.__new__(cls)
+        handle._setup(operation_id, options)
+        return handle
+
     def _setup(self, operation_id: str, options: CallOptions[Any, Any]) -> None:
         """Name *operation_id* in *options*' store (given), driven with *options*."""
         assert options.store is not None
@@ -394,14 +403,6 @@ class OperationHandle(_Handle):
         self._options = options
 
     @classmethod
-    def _of(cls, operation_id: str, options: SyncOptions) -> OperationHandle:
-        """The handle on *operation_id* in *options*' store (given), as built by the
-        call that returns it."""
-        handle = cls.__new__(cls)
-        handle._setup(operation_id, options)
-        return handle
-
-    @classmethod
     def from_token(
         cls,
         token: str,
@@ -548,14 +549,6 @@ class AsyncOperationHandle(_Handle):
         super()._setup(operation_id, options)
         self._options = options
         self._pending: list[Awaitable[object]] = []
-
-    @classmethod
-    def _of(cls, operation_id: str, options: AsyncOptions) -> AsyncOperationHandle:
-        """The handle on *operation_id* in *options*' store (given), as built by the
-        call that returns it."""
-        handle = cls.__new__(cls)
-        handle._setup(operation_id, options)
-        return handle
 
     @classmethod
     def from_token(

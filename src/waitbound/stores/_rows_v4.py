@@ -16,6 +16,7 @@ from waitbound._errors import SchemaVersionError, StoreError
 from waitbound._outcome import OutcomeKind
 from waitbound._record import FIELD_NAMES, RECORD_SCHEMA, Phase, Record, decode_fields
 from waitbound.stores._codec import brief, load_json
+from waitbound.stores._rows import QUERY_COLUMNS
 
 __all__ = [
     "COLD_FIELDS",
@@ -49,22 +50,14 @@ HOT_COLUMNS: Final[tuple[str, ...]] = (
 """The record fields schema 4 kept as typed columns of the same names."""
 
 V5_DROPPED: Final[tuple[str, ...]] = (
-    "in_flight",
-    "submit_attempts",
-    "status_requests_used",
-    "result_requests_used",
-    "cancel_requests_used",
-    "confirm_requests_used",
-    "transport_failures_used",
-    "rate_limited_used",
-    "attempt",
-    "audit_mac",
+    *(column for column in HOT_COLUMNS if column not in QUERY_COLUMNS),
     "poll",
     "data_version",
     "data",
 )
 """The ``operations`` columns of schemas 1-4 that schema 5 drops (the parts hold their
-values); SQLite and PostgreSQL drop the same."""
+values): the hot columns it does not keep as query columns, ``poll`` and ``data``;
+SQLite and PostgreSQL drop the same."""
 
 POLL_FIELDS: Final[tuple[str, ...]] = (
     "provider_state",
