@@ -12,22 +12,22 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import anyio
 import httpx
 
+from waitbound._call_options import (
+    AsyncOptions,
+    CallOptions,
+    SyncOptions,
+    drive_async,
+    drive_sync,
+)
 from waitbound._clock import Clock
 from waitbound._controller import Finish, Send, plan
-from waitbound._driver import (
-    Credentials,
-    EventSink,
-    Tools,
-    loop,
-    one_step,
-    run_async_effects,
-    run_sync_effects,
-    tools,
-)
+from waitbound._driver import Credentials, EventSink, Tools, loop, one_step, tools
 from waitbound._errors import OperationNotFoundError
 from waitbound._handle import AsyncOperationHandle, OperationHandle
 from waitbound._operation import (
@@ -59,8 +59,61 @@ __all__ = [
 ]
 
 
+_O = TypeVar("_O", bound=CallOptions[Any, Any])
+
+
 def _submitted(record: Record) -> bool:
     return record.phase is not Phase.SUBMITTING
+
+
+def _kept(
+    options: _O,
+    kit: Tools,
+    secret: str | None,
+) -> _O:
+    """What ``submit``'s handle keeps: *options* with the store, clock and randomness
+    the call drove with, and the completion secret it resolved."""
+    return replace(options, store=kit.store, clock=kit.clock, rng=kit.rng, notify_secret=secret)
+
+
+def _started(
+    kit: Tools,
+    operation: Operation,
+    operation_id: str | None,
+    callback: bool,
+    first_poll_after_s: float,
+) -> Record:
+    """``start``'s record: created (or loaded) for a worker to drive; nothing sent."""
+    return open_operation(
+        kit.store,
+        operation,
+        operation_id=operation_id,
+        clock=kit.clock,
+        callback=callback,
+        first_poll_after_s=first_poll_after_s,
+    )
+
+
+def _opened(
+    options: SyncOptions | AsyncOptions,
+    operation: Operation | Submission | None,
+    operation_id: str | None,
+    first_poll_after_s: float = 0.0,
+) -> tuple[Tools, Record, str | None]:
+    """The tools *options* give, the operation's record (created, or loaded to resume)
+    and the secret its completion webhook is signed with; the secret is checked first,
+    so a bad one stores nothing."""
+    secret = notify_secret_for(operation, options.notify_secret)
+    kit = options.tools()
+    record = open_operation(
+        kit.store,
+        operation,
+        operation_id=operation_id,
+        clock=kit.clock,
+        callback=options.on_complete is not None,
+        first_poll_after_s=first_poll_after_s,
+    )
+    return kit, record, secret
 
 
 def wait(
@@ -124,19 +177,12 @@ def wait(
             without an *operation* (nothing is stored).
         StoreError: the store cannot be used.
     """
-    secret = notify_secret_for(operation, notify_secret)
-    kit = tools(store, clock, rng, on_event, headers)
-    record = open_operation(
-        kit.store,
-        operation,
-        operation_id=operation_id,
-        clock=kit.clock,
-        callback=on_complete is not None,
-        first_poll_after_s=first_poll_after_s,
-    )
-    done = run_sync_effects(
-        loop(kit, record), kit, record.profile, client=client, sleep=sleep, http=http
-    )
+    options = SyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep, rng=rng,
+        on_event=on_event, http=http, on_complete=on_complete, notify_secret=notify_secret,
+    )  # fmt: skip
+    kit, record, secret = _opened(options, operation, operation_id, first_poll_after_s)
+    done = drive_sync(options, loop(kit, record), kit, record.profile)
     deliver_sync(kit, done, on_complete, secret)
     return done.to_outcome()
 
@@ -161,24 +207,13 @@ async def wait_async(
 
     *sleep* is an async callable taking seconds (default ``anyio.sleep``).
     """
-    secret = notify_secret_for(operation, notify_secret)
-    kit = tools(store, clock, rng, on_event, headers)
-    record = open_operation(
-        kit.store,
-        operation,
-        operation_id=operation_id,
-        clock=kit.clock,
-        callback=on_complete is not None,
-        first_poll_after_s=first_poll_after_s,
-    )
-    done = await run_async_effects(
-        loop(kit, record),
-        kit,
-        record.profile,
-        client=client,
-        sleep=sleep or anyio.sleep,
-        http=http,
-    )
+    options = AsyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep or anyio.sleep,
+        rng=rng, on_event=on_event, http=http, on_complete=on_complete,
+        notify_secret=notify_secret,
+    )  # fmt: skip
+    kit, record, secret = _opened(options, operation, operation_id, first_poll_after_s)
+    done = await drive_async(options, loop(kit, record), kit, record.profile)
     await deliver_async(kit, done, on_complete, secret)
     return done.to_outcome()
 
@@ -219,25 +254,14 @@ def start(
         UsageError: bad URLs or ids, or a bad *first_poll_after_s* (nothing is stored).
     """
     kit = tools(store, clock, None, None, None)
-    record = open_operation(
-        kit.store,
-        operation,
-        operation_id=operation_id,
-        clock=kit.clock,
-        callback=callback,
-        first_poll_after_s=first_poll_after_s,
-    )
-    return OperationHandle(
+    record = _started(kit, operation, operation_id, callback, first_poll_after_s)
+    return OperationHandle._of(
         record.operation_id,
-        store=kit.store,
-        headers=headers,
-        client=client,
-        clock=kit.clock,
-        sleep=sleep,
-        rng=rng,
-        on_event=on_event,
-        http=http,
-    )
+        SyncOptions(
+            store=kit.store, headers=headers, client=client, clock=kit.clock, sleep=sleep,
+            rng=rng, on_event=on_event, http=http,
+        ),
+    )  # fmt: skip
 
 
 async def start_async(
@@ -261,25 +285,14 @@ async def start_async(
         Its :class:`AsyncOperationHandle` (``result`` and ``cancel`` are coroutines).
     """
     kit = tools(store, clock, None, None, None)
-    record = open_operation(
-        kit.store,
-        operation,
-        operation_id=operation_id,
-        clock=kit.clock,
-        callback=callback,
-        first_poll_after_s=first_poll_after_s,
-    )
-    return AsyncOperationHandle(
+    record = _started(kit, operation, operation_id, callback, first_poll_after_s)
+    return AsyncOperationHandle._of(
         record.operation_id,
-        store=kit.store,
-        headers=headers,
-        client=client,
-        clock=kit.clock,
-        sleep=sleep,
-        rng=rng,
-        on_event=on_event,
-        http=http,
-    )
+        AsyncOptions(
+            store=kit.store, headers=headers, client=client, clock=kit.clock,
+            sleep=sleep or anyio.sleep, rng=rng, on_event=on_event, http=http,
+        ),
+    )  # fmt: skip
 
 
 def submit(
@@ -323,37 +336,14 @@ def submit(
             secret (nothing is stored).
         StoreError: the store cannot be used.
     """
-    secret = notify_secret_for(submission, notify_secret)
-    kit = tools(store, clock, rng, on_event, headers)
-    record = open_operation(
-        kit.store,
-        submission,
-        operation_id=operation_id,
-        clock=kit.clock,
-        callback=on_complete is not None,
-    )
-    done = run_sync_effects(
-        loop(kit, record, submission, _submitted),
-        kit,
-        record.profile,
-        client=client,
-        sleep=sleep,
-        http=http,
-    )
+    options = SyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep, rng=rng,
+        on_event=on_event, http=http, on_complete=on_complete, notify_secret=notify_secret,
+    )  # fmt: skip
+    kit, record, secret = _opened(options, submission, operation_id)
+    done = drive_sync(options, loop(kit, record, submission, _submitted), kit, record.profile)
     deliver_sync(kit, done, on_complete, secret)
-    return OperationHandle(
-        done.operation_id,
-        store=kit.store,
-        headers=headers,
-        client=client,
-        clock=kit.clock,
-        sleep=sleep,
-        rng=kit.rng,
-        on_event=on_event,
-        http=http,
-        on_complete=on_complete,
-        notify_secret=secret,
-    )
+    return OperationHandle._of(done.operation_id, _kept(options, kit, secret))
 
 
 async def submit_async(
@@ -376,37 +366,16 @@ async def submit_async(
     Returns:
         The :class:`AsyncOperationHandle` (see :func:`submit`).
     """
-    secret = notify_secret_for(submission, notify_secret)
-    kit = tools(store, clock, rng, on_event, headers)
-    record = open_operation(
-        kit.store,
-        submission,
-        operation_id=operation_id,
-        clock=kit.clock,
-        callback=on_complete is not None,
-    )
-    done = await run_async_effects(
-        loop(kit, record, submission, _submitted),
-        kit,
-        record.profile,
-        client=client,
-        sleep=sleep or anyio.sleep,
-        http=http,
-    )
+    options = AsyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep or anyio.sleep,
+        rng=rng, on_event=on_event, http=http, on_complete=on_complete,
+        notify_secret=notify_secret,
+    )  # fmt: skip
+    kit, record, secret = _opened(options, submission, operation_id)
+    steps = loop(kit, record, submission, _submitted)
+    done = await drive_async(options, steps, kit, record.profile)
     await deliver_async(kit, done, on_complete, secret)
-    return AsyncOperationHandle(
-        done.operation_id,
-        store=kit.store,
-        headers=headers,
-        client=client,
-        clock=kit.clock,
-        sleep=sleep,
-        rng=kit.rng,
-        on_event=on_event,
-        http=http,
-        on_complete=on_complete,
-        notify_secret=secret,
-    )
+    return AsyncOperationHandle._of(done.operation_id, _kept(options, kit, secret))
 
 
 def cancel(
@@ -434,14 +403,15 @@ def cancel(
         OperationNotFoundError: no such operation.
         UsageError: finished already, no cancel action, or not cancelable now.
     """
-    kit = tools(store, clock, rng, on_event, headers)
+    options = SyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep, rng=rng,
+        on_event=on_event, http=http,
+    )  # fmt: skip
+    kit = options.tools()
     record = request_cancel(
         kit.store, kit.clock, operation_id, reason=reason, requested_by=requested_by
     )
-    done = run_sync_effects(
-        loop(kit, record), kit, record.profile, client=client, sleep=sleep, http=http
-    )
-    return done.to_outcome()
+    return drive_sync(options, loop(kit, record), kit, record.profile).to_outcome()
 
 
 async def cancel_async(
@@ -459,19 +429,15 @@ async def cancel_async(
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
 ) -> Outcome:
     """Cancel without blocking the event loop; see :func:`cancel`."""
-    kit = tools(store, clock, rng, on_event, headers)
+    options = AsyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep or anyio.sleep,
+        rng=rng, on_event=on_event, http=http,
+    )  # fmt: skip
+    kit = options.tools()
     record = request_cancel(
         kit.store, kit.clock, operation_id, reason=reason, requested_by=requested_by
     )
-    done = await run_async_effects(
-        loop(kit, record),
-        kit,
-        record.profile,
-        client=client,
-        sleep=sleep or anyio.sleep,
-        http=http,
-    )
-    return done.to_outcome()
+    return (await drive_async(options, loop(kit, record), kit, record.profile)).to_outcome()
 
 
 def run(
@@ -499,18 +465,12 @@ def run(
             secret (nothing is stored).
         StoreError: the store cannot be used.
     """
-    secret = notify_secret_for(submission, notify_secret)
-    kit = tools(store, clock, rng, on_event, headers)
-    record = open_operation(
-        kit.store,
-        submission,
-        operation_id=operation_id,
-        clock=kit.clock,
-        callback=on_complete is not None,
-    )
-    done = run_sync_effects(
-        loop(kit, record, submission), kit, record.profile, client=client, sleep=sleep, http=http
-    )
+    options = SyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep, rng=rng,
+        on_event=on_event, http=http, on_complete=on_complete, notify_secret=notify_secret,
+    )  # fmt: skip
+    kit, record, secret = _opened(options, submission, operation_id)
+    done = drive_sync(options, loop(kit, record, submission), kit, record.profile)
     deliver_sync(kit, done, on_complete, secret)
     return done.to_outcome()
 
@@ -531,25 +491,23 @@ async def run_async(
     notify_secret: str | None = None,
 ) -> Outcome:
     """Submit and wait without blocking the event loop; see :func:`run`."""
-    secret = notify_secret_for(submission, notify_secret)
-    kit = tools(store, clock, rng, on_event, headers)
-    record = open_operation(
-        kit.store,
-        submission,
-        operation_id=operation_id,
-        clock=kit.clock,
-        callback=on_complete is not None,
-    )
-    done = await run_async_effects(
-        loop(kit, record, submission),
-        kit,
-        record.profile,
-        client=client,
-        sleep=sleep or anyio.sleep,
-        http=http,
-    )
+    options = AsyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep or anyio.sleep,
+        rng=rng, on_event=on_event, http=http, on_complete=on_complete,
+        notify_secret=notify_secret,
+    )  # fmt: skip
+    kit, record, secret = _opened(options, submission, operation_id)
+    done = await drive_async(options, loop(kit, record, submission), kit, record.profile)
     await deliver_async(kit, done, on_complete, secret)
     return done.to_outcome()
+
+
+def _no_sleep(seconds: float) -> None:
+    """A check sends at most one request, due now: it never sleeps."""
+
+
+async def _no_nap(seconds: float) -> None:
+    """:func:`_no_sleep` for the async check."""
 
 
 def _look(kit: Tools, operation_id: str) -> Record | None:
@@ -583,19 +541,16 @@ def check(
     Raises:
         OperationNotFoundError: no such operation.
     """
-    kit = tools(store, clock, rng, on_event, headers)
+    options = SyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=_no_sleep, rng=rng,
+        on_event=on_event, http=http,
+    )  # fmt: skip
+    kit = options.tools()
     record = _look(kit, operation_id)
     if record is None:
         stored = kit.store.get(operation_id)
         assert stored is not None
-        record = run_sync_effects(
-            loop(kit, stored, until=one_step()),
-            kit,
-            stored.profile,
-            client=client,
-            sleep=lambda seconds: None,
-            http=http,
-        )
+        record = drive_sync(options, loop(kit, stored, until=one_step()), kit, stored.profile)
     return record.to_outcome()
 
 
@@ -611,21 +566,15 @@ async def check_async(
     http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen value
 ) -> Outcome:
     """One bounded look without blocking the event loop; see :func:`check`."""
-    kit = tools(store, clock, rng, on_event, headers)
+    options = AsyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=_no_nap, rng=rng,
+        on_event=on_event, http=http,
+    )  # fmt: skip
+    kit = options.tools()
     record = _look(kit, operation_id)
     if record is None:
         stored = kit.store.get(operation_id)
         assert stored is not None
-
-        async def no_sleep(seconds: float) -> None:
-            return None
-
-        record = await run_async_effects(
-            loop(kit, stored, until=one_step()),
-            kit,
-            stored.profile,
-            client=client,
-            sleep=no_sleep,
-            http=http,
-        )
+        steps = loop(kit, stored, until=one_step())
+        record = await drive_async(options, steps, kit, stored.profile)
     return record.to_outcome()

@@ -13,13 +13,14 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Final
 
 import anyio
 import httpx
 
+from waitbound._call_options import AsyncOptions, SyncOptions
 from waitbound._clock import Clock
 from waitbound._controller import Transition
 from waitbound._driver import (
@@ -29,7 +30,6 @@ from waitbound._driver import (
     run_exchange_async,
     run_exchange_sync,
 )
-from waitbound._driver import tools as make_tools
 from waitbound._errors import ConflictError, UsageError
 from waitbound._group import Ended, Go, Nap, Scheduler, Stop, check_members
 from waitbound._handle import AsyncOperationHandle, OperationHandle
@@ -230,13 +230,8 @@ def _open_group(
 
 def _opened(
     members: Iterable[Member],
+    options: SyncOptions | AsyncOptions,
     *,
-    store: Store | None,
-    clock: Clock | None,
-    rng: random.Random | None,
-    on_event: EventSink | None,
-    headers: Mapping[str, str] | None,
-    notify_secret: str | None,
     kind: GroupKind,
     deadline: float | datetime | None,
     max_requests: int | None,
@@ -247,26 +242,21 @@ def _opened(
     """The group opened (or resumed) over *members*: its scheduler (``.kit``: the store
     and tools it drives with), the members' handles by operation id, and the secret
     completions are signed with."""
-    listed, store = _store_of(members, store)
-    kit = make_tools(store, clock, rng, on_event, headers)
+    listed, store = _store_of(members, options.store)
+    kit = replace(options, store=store).tools()
     row, handles = _open_group(
         kit, listed, kind=kind, deadline=deadline, max_requests=max_requests, group_id=group_id
     )
     scheduler = Scheduler(kit, groups_of(kit.store), row, pacing=pacing, cancel_rest=cancel_rest)
-    return scheduler, handles, notify_secret_for(None, notify_secret)
+    return scheduler, handles, notify_secret_for(None, options.notify_secret)
 
 
-def _drive_sync(
-    scheduler: Scheduler,
-    *,
-    client: httpx.Client | None,
-    sleep: Callable[[float], None],
-    http: HttpSettings,
-) -> Iterator[Record]:
+def _drive_sync(scheduler: Scheduler, options: SyncOptions) -> Iterator[Record]:
     """Carry out the scheduler's turns, blocking; yield each member that ends."""
     if scheduler.group.state != "waiting":
         return
     kit = scheduler.kit
+    client, sleep, http = options.client, options.sleep, options.http
     while True:
         match scheduler.next():
             case Nap(seconds=seconds):
@@ -287,18 +277,13 @@ def _drive_sync(
                 return
 
 
-async def _drive_async(
-    scheduler: Scheduler,
-    *,
-    client: httpx.AsyncClient | None,
-    sleep: Callable[[float], Awaitable[object]],
-    http: HttpSettings,
-) -> AsyncIterator[Record]:
+async def _drive_async(scheduler: Scheduler, options: AsyncOptions) -> AsyncIterator[Record]:
     """Carry out the scheduler's turns without blocking the event loop; yield each
     member that ends."""
     if scheduler.group.state != "waiting":
         return
     kit = scheduler.kit
+    client, sleep, http = options.client, options.sleep, options.http
     http_client, own_client = await borrow_async_client(client)
 
     async def persist(transition: Transition) -> Record | ConflictError:
@@ -424,13 +409,16 @@ def wait_all(
     one request budget over all of them, recorded durably (resume with ``group_id``).
     One scheduler drives every member, one request at a time, with per-origin pacing.
     """
+    options = SyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep, rng=rng,
+        on_event=on_event, http=http, on_complete=on_complete, notify_secret=notify_secret,
+    )  # fmt: skip
     scheduler, handles, secret = _opened(
-        members, store=store, clock=clock, rng=rng, on_event=on_event, headers=headers,
-        notify_secret=notify_secret, kind="all", deadline=deadline,
+        members, options, kind="all", deadline=deadline,
         max_requests=max_requests, group_id=group_id, pacing=pacing,
     )  # fmt: skip
     kit = scheduler.kit
-    for record in _drive_sync(scheduler, client=client, sleep=sleep, http=http):
+    for record in _drive_sync(scheduler, options):
         _ended_sync(kit, record, handles, on_complete, secret)
     return _result(scheduler)
 
@@ -462,13 +450,16 @@ def wait_any(
     by ``group grp_…``) and its cancel request sent, within both budgets; the job's end
     is then learned by whoever waits on it next.
     """
+    options = SyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep, rng=rng,
+        on_event=on_event, http=http, on_complete=on_complete, notify_secret=notify_secret,
+    )  # fmt: skip
     scheduler, handles, secret = _opened(
-        members, store=store, clock=clock, rng=rng, on_event=on_event, headers=headers,
-        notify_secret=notify_secret, kind="any", deadline=deadline,
+        members, options, kind="any", deadline=deadline,
         max_requests=max_requests, group_id=group_id, pacing=pacing, cancel_rest=cancel_rest,
     )  # fmt: skip
     kit = scheduler.kit
-    for record in _drive_sync(scheduler, client=client, sleep=sleep, http=http):
+    for record in _drive_sync(scheduler, options):
         _ended_sync(kit, record, handles, on_complete, secret)
     return _result(scheduler)
 
@@ -498,13 +489,16 @@ def as_completed(
     iteration starts; stopping the iteration early leaves it ``waiting`` (resume with
     its ``group_id``, see ``waitbound show``).
     """
+    options = SyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep, rng=rng,
+        on_event=on_event, http=http, on_complete=on_complete, notify_secret=notify_secret,
+    )  # fmt: skip
     scheduler, handles, secret = _opened(
-        members, store=store, clock=clock, rng=rng, on_event=on_event, headers=headers,
-        notify_secret=notify_secret, kind="as_completed", deadline=deadline,
+        members, options, kind="as_completed", deadline=deadline,
         max_requests=max_requests, group_id=group_id, pacing=pacing,
     )  # fmt: skip
     kit = scheduler.kit
-    for record in _drive_sync(scheduler, client=client, sleep=sleep, http=http):
+    for record in _drive_sync(scheduler, options):
         _ended_sync(kit, record, handles, on_complete, secret)
         yield record.to_outcome()
 
@@ -528,15 +522,17 @@ async def wait_all_async(
     pacing: WorkerSettings = _DEFAULT_PACING,
 ) -> GroupResult:
     """:func:`wait_all` without blocking the event loop (anyio; *sleep* async)."""
+    options = AsyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep or anyio.sleep,
+        rng=rng, on_event=on_event, http=http, on_complete=on_complete,
+        notify_secret=notify_secret,
+    )  # fmt: skip
     scheduler, handles, secret = _opened(
-        members, store=store, clock=clock, rng=rng, on_event=on_event, headers=headers,
-        notify_secret=notify_secret, kind="all", deadline=deadline,
+        members, options, kind="all", deadline=deadline,
         max_requests=max_requests, group_id=group_id, pacing=pacing,
     )  # fmt: skip
     kit = scheduler.kit
-    async for record in _drive_async(
-        scheduler, client=client, sleep=sleep or anyio.sleep, http=http
-    ):
+    async for record in _drive_async(scheduler, options):
         await _ended_async(kit, record, handles, on_complete, secret)
     return _result(scheduler)
 
@@ -561,15 +557,17 @@ async def wait_any_async(
     pacing: WorkerSettings = _DEFAULT_PACING,
 ) -> GroupResult:
     """:func:`wait_any` without blocking the event loop (anyio; *sleep* async)."""
+    options = AsyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep or anyio.sleep,
+        rng=rng, on_event=on_event, http=http, on_complete=on_complete,
+        notify_secret=notify_secret,
+    )  # fmt: skip
     scheduler, handles, secret = _opened(
-        members, store=store, clock=clock, rng=rng, on_event=on_event, headers=headers,
-        notify_secret=notify_secret, kind="any", deadline=deadline,
+        members, options, kind="any", deadline=deadline,
         max_requests=max_requests, group_id=group_id, pacing=pacing, cancel_rest=cancel_rest,
     )  # fmt: skip
     kit = scheduler.kit
-    async for record in _drive_async(
-        scheduler, client=client, sleep=sleep or anyio.sleep, http=http
-    ):
+    async for record in _drive_async(scheduler, options):
         await _ended_async(kit, record, handles, on_complete, secret)
     return _result(scheduler)
 
@@ -593,15 +591,17 @@ async def as_completed_async(
     pacing: WorkerSettings = _DEFAULT_PACING,
 ) -> AsyncIterator[Outcome]:
     """:func:`as_completed` as an async iterator (``async for outcome in …``)."""
+    options = AsyncOptions(
+        store=store, headers=headers, client=client, clock=clock, sleep=sleep or anyio.sleep,
+        rng=rng, on_event=on_event, http=http, on_complete=on_complete,
+        notify_secret=notify_secret,
+    )  # fmt: skip
     scheduler, handles, secret = _opened(
-        members, store=store, clock=clock, rng=rng, on_event=on_event, headers=headers,
-        notify_secret=notify_secret, kind="as_completed", deadline=deadline,
+        members, options, kind="as_completed", deadline=deadline,
         max_requests=max_requests, group_id=group_id, pacing=pacing,
     )  # fmt: skip
     kit = scheduler.kit
-    async for record in _drive_async(
-        scheduler, client=client, sleep=sleep or anyio.sleep, http=http
-    ):
+    async for record in _drive_async(scheduler, options):
         await _ended_async(kit, record, handles, on_complete, secret)
         yield record.to_outcome()
 

@@ -22,22 +22,20 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Final, Self
+from typing import Any, Final, Self
 
 import anyio
 import httpx
 
-from waitbound._clock import Clock
-from waitbound._driver import (
-    Credentials,
-    EventSink,
-    Tools,
-    loop,
-    one_step,
-    run_async_effects,
-    run_sync_effects,
-    tools,
+from waitbound._call_options import (
+    AsyncOptions,
+    CallOptions,
+    SyncOptions,
+    drive_async,
+    drive_sync,
 )
+from waitbound._clock import Clock
+from waitbound._driver import Credentials, EventSink, loop, one_step
 from waitbound._errors import OperationNotFoundError, UsageError
 from waitbound._json import JSON
 from waitbound._operation import request_cancel
@@ -217,10 +215,21 @@ class _Handle:
     _callbacks: list[Callable[..., object]]
     _fired: bool
 
-    def __init__(self, operation_id: str, store: Store, kit: Tools) -> None:
+    @classmethod
+    def _of(cls, operation_id: str, options: CallOptions[Any, Any]) -> Self:
+        """The handle on *operation_id* in *options*' store (given), built from the
+        options of the call that returns it (``SyncOptions`` for
+        :class:`OperationHandle`, ``AsyncOptions`` for :class:`AsyncOperationHandle`)."""
+        handle = cls.__new__(cls)
+        handle._setup(operation_id, options)
+        return handle
+
+    def _setup(self, operation_id: str, options: CallOptions[Any, Any]) -> None:
+        """Name *operation_id* in *options*' store (given), driven with *options*."""
+        assert options.store is not None
         self._operation_id = operation_id
-        self._store = store
-        self._kit = kit
+        self._store = options.store
+        self._kit = options.tools()
         self._lock = threading.Lock()
         self._callbacks = []
         self._fired = False
@@ -334,6 +343,14 @@ class _Handle:
         return error
 
 
+def _no_sleep(seconds: float) -> None:
+    """A handle's ``cancel`` sends its one request now: it never sleeps."""
+
+
+async def _no_nap(seconds: float) -> None:
+    """:func:`_no_sleep` for the async handle."""
+
+
 class _TimeUp(Exception):
     """The caller's ``result(timeout)`` ran out before the next request was due."""
 
@@ -372,12 +389,18 @@ class OperationHandle(_Handle):
         on_complete: OnComplete | None = None,
         notify_secret: str | None = None,
     ) -> None:
-        super().__init__(operation_id, store, tools(store, clock, rng, on_event, headers))
-        self._client = client
-        self._sleep = sleep
-        self._http = http
-        self._on_complete = on_complete
-        self._secret = notify_secret
+        self._setup(
+            operation_id,
+            SyncOptions(
+                store=store, headers=headers, client=client, clock=clock, sleep=sleep,
+                rng=rng, on_event=on_event, http=http, on_complete=on_complete,
+                notify_secret=notify_secret,
+            ),
+        )  # fmt: skip
+
+    def _setup(self, operation_id: str, options: SyncOptions) -> None:
+        super()._setup(operation_id, options)
+        self._options = options
 
     @classmethod
     def from_token(
@@ -412,17 +435,13 @@ class OperationHandle(_Handle):
         opened = store if store is not None else _reopen(spec, schema)
         if opened.get(operation_id) is None:
             raise OperationNotFoundError(operation_id)
-        return cls(
+        return cls._of(
             operation_id,
-            store=opened,
-            headers=headers,
-            client=client,
-            clock=clock,
-            sleep=sleep,
-            rng=rng,
-            on_event=on_event,
-            http=http,
-        )
+            SyncOptions(
+                store=opened, headers=headers, client=client, clock=clock, sleep=sleep,
+                rng=rng, on_event=on_event, http=http,
+            ),
+        )  # fmt: skip
 
     def result(self, timeout: float | None = None) -> Outcome:
         """Block until the operation has an outcome; return it when it succeeded.
@@ -455,25 +474,22 @@ class OperationHandle(_Handle):
             clock = self._kit.clock
             end = None if timeout is None else clock.monotonic() + timeout
 
+            nap = self._options.sleep
+
             def bounded(seconds: float) -> None:
                 if end is not None and clock.monotonic() + seconds > end:
-                    self._sleep(max(0.0, end - clock.monotonic()))
+                    nap(max(0.0, end - clock.monotonic()))
                     raise _TimeUp
-                self._sleep(seconds)
+                nap(seconds)
 
             try:
-                record = run_sync_effects(
-                    loop(self._kit, record),
-                    self._kit,
-                    record.profile,
-                    client=self._client,
-                    sleep=bounded,
-                    http=self._http,
-                )
+                steps = loop(self._kit, record)
+                record = drive_sync(self._options, steps, self._kit, record.profile, bounded)
             except _TimeUp:
                 assert timeout is not None
                 raise self._timed_out(self._record(), timeout) from None
-            deliver_sync(self._kit, record, self._on_complete, self._secret)
+            options = self._options
+            deliver_sync(self._kit, record, options.on_complete, options.notify_secret)
         return self._seen(record).to_outcome().raise_for_outcome()
 
     def cancel(self, *, reason: str | None = None, requested_by: str | None = None) -> Outcome:
@@ -492,14 +508,8 @@ class OperationHandle(_Handle):
             kit.store, kit.clock, self._operation_id, reason=reason, requested_by=requested_by
         )
         if not record.is_finished:
-            record = run_sync_effects(
-                loop(kit, record, until=one_step()),
-                kit,
-                record.profile,
-                client=self._client,
-                sleep=lambda seconds: None,
-                http=self._http,
-            )
+            steps = loop(kit, record, until=one_step())
+            record = drive_sync(self._options, steps, kit, record.profile, _no_sleep)
         return self._seen(record).to_outcome()
 
 
@@ -526,12 +536,18 @@ class AsyncOperationHandle(_Handle):
         on_complete: OnComplete | None = None,
         notify_secret: str | None = None,
     ) -> None:
-        super().__init__(operation_id, store, tools(store, clock, rng, on_event, headers))
-        self._client = client
-        self._sleep = sleep or anyio.sleep
-        self._http = http
-        self._on_complete = on_complete
-        self._secret = notify_secret
+        self._setup(
+            operation_id,
+            AsyncOptions(
+                store=store, headers=headers, client=client, clock=clock,
+                sleep=sleep or anyio.sleep, rng=rng, on_event=on_event, http=http,
+                on_complete=on_complete, notify_secret=notify_secret,
+            ),
+        )  # fmt: skip
+
+    def _setup(self, operation_id: str, options: AsyncOptions) -> None:
+        super()._setup(operation_id, options)
+        self._options = options
         self._pending: list[Awaitable[object]] = []
 
     @classmethod
@@ -554,17 +570,13 @@ class AsyncOperationHandle(_Handle):
         opened = store if store is not None else _reopen(spec, schema)
         if opened.get(operation_id) is None:
             raise OperationNotFoundError(operation_id)
-        return cls(
+        return cls._of(
             operation_id,
-            store=opened,
-            headers=headers,
-            client=client,
-            clock=clock,
-            sleep=sleep,
-            rng=rng,
-            on_event=on_event,
-            http=http,
-        )
+            AsyncOptions(
+                store=opened, headers=headers, client=client, clock=clock,
+                sleep=sleep or anyio.sleep, rng=rng, on_event=on_event, http=http,
+            ),
+        )  # fmt: skip
 
     def _call(self, fn: Callable[..., object]) -> None:
         try:
@@ -601,7 +613,7 @@ class AsyncOperationHandle(_Handle):
         if not record.is_finished:
             clock = self._kit.clock
             end = None if timeout is None else clock.monotonic() + timeout
-            nap = self._sleep
+            nap = self._options.sleep
 
             async def bounded(seconds: float) -> None:
                 if end is not None and clock.monotonic() + seconds > end:
@@ -610,18 +622,13 @@ class AsyncOperationHandle(_Handle):
                 await nap(seconds)
 
             try:
-                record = await run_async_effects(
-                    loop(self._kit, record),
-                    self._kit,
-                    record.profile,
-                    client=self._client,
-                    sleep=bounded,
-                    http=self._http,
-                )
+                steps = loop(self._kit, record)
+                record = await drive_async(self._options, steps, self._kit, record.profile, bounded)
             except _TimeUp:
                 assert timeout is not None
                 raise self._timed_out(self._record(), timeout) from None
-            await deliver_async(self._kit, record, self._on_complete, self._secret)
+            options = self._options
+            await deliver_async(self._kit, record, options.on_complete, options.notify_secret)
         self._seen(record)
         await self._run_pending()
         return record.to_outcome().raise_for_outcome()
@@ -635,18 +642,8 @@ class AsyncOperationHandle(_Handle):
             kit.store, kit.clock, self._operation_id, reason=reason, requested_by=requested_by
         )
         if not record.is_finished:
-
-            async def no_sleep(seconds: float) -> None:
-                return None
-
-            record = await run_async_effects(
-                loop(kit, record, until=one_step()),
-                kit,
-                record.profile,
-                client=self._client,
-                sleep=no_sleep,
-                http=self._http,
-            )
+            steps = loop(kit, record, until=one_step())
+            record = await drive_async(self._options, steps, kit, record.profile, _no_nap)
         self._seen(record)
         await self._run_pending()
         return record.to_outcome()

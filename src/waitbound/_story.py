@@ -13,12 +13,14 @@ from datetime import datetime
 from waitbound._audit import AuditEvent, AuditFinding, StoredAuditEvent
 from waitbound._audit_check import diagnose_record
 from waitbound._json import JSON, show
+from waitbound._options import option_costs
 from waitbound._record import Record
 
 __all__ = [
     "NEXT_KINDS",
     "chain_status",
     "event_details",
+    "operation_document",
     "printable",
     "short_time",
     "story_line",
@@ -72,11 +74,56 @@ def story_line(event: AuditEvent) -> str:
 
 
 def chain_status(
-    record: Record, events: Sequence[StoredAuditEvent], key: bytes | None
+    record: Record,
+    events: Sequence[StoredAuditEvent],
+    key: bytes | None,
+    *,
+    escaped: bool = True,
 ) -> tuple[str, AuditFinding | None]:
     """``intact`` (or ``intact, head authenticated`` with the audit *key*) or
-    ``broken: …``, and the finding (``None`` when intact). See ``docs/audit.md``."""
+    ``broken: …``, and the finding (``None`` when intact). See ``docs/audit.md``.
+
+    *escaped*: the finding's line with control characters escaped (:func:`printable`),
+    as every surface a person reads shows it (the CLI, ``show --json`` on a terminal,
+    the inbox pages); ``False`` leaves it as it is, as ``GET /operations/{id}`` has
+    always served it (its JSON goes to a program, not a terminal)."""
     finding = diagnose_record(record, list(events), key=key)
     if finding is not None:
-        return f"broken: {printable(finding.line())}", finding
+        line = finding.line()
+        return f"broken: {printable(line) if escaped else line}", finding
     return ("intact, head authenticated" if key is not None else "intact"), None
+
+
+def operation_document(
+    record: Record,
+    events: Sequence[StoredAuditEvent],
+    chain: tuple[str, AuditFinding | None],
+    groups: Sequence[str] = (),
+) -> dict[str, JSON]:
+    """The operation as ``waitbound show --json`` prints it and ``GET
+    /operations/{operation_id}`` serves it: ``record``, ``outcome`` (``None`` while
+    waiting), ``option_costs``, ``audit_chain``, ``audit_finding``, ``groups`` (the ids
+    of the groups it is a member of), ``audit``.
+
+    *chain* is :func:`chain_status`'s answer for *record* and *events* (the two fronts
+    differ only in its *escaped*)."""
+    status, finding = chain
+    return {
+        "record": record.shown_json(),
+        "outcome": record.to_outcome().as_json() if record.is_finished else None,
+        "option_costs": [{"option": o, "cost": c} for o, c in option_costs(record)],
+        "audit_chain": status,
+        "audit_finding": finding.as_json() if finding is not None else None,
+        "groups": list(groups),
+        "audit": [
+            {
+                "seq": s.seq,
+                "at": s.event.at.isoformat(),
+                "kind": s.event.kind,
+                "summary": s.event.summary,
+                "data": dict(s.event.data),
+                "hash": s.hash,
+            }
+            for s in events
+        ],
+    }

@@ -28,6 +28,7 @@ import waitbound
 from tests.fakes import START, FakeClock, ScriptedProvider
 from tests.hypothesis_profiles import examples
 from waitbound import AuditEvent, MemoryStore, Operation, Policy, SQLiteStore
+from waitbound._story import chain_status, operation_document
 from waitbound.cli import cli
 from waitbound.cli._watch import StreamLost, follow
 from waitbound.stores._protocol import cursor_of
@@ -436,6 +437,34 @@ def test_the_operation_is_what_show_json_prints(tmp_path: Any) -> None:
     assert shown.exit_code == 0, shown.output
     assert served == json.loads(shown.output)
     assert served["outcome"]["outcome"] == "succeeded"
+
+
+def test_show_json_and_get_operation_are_built_by_one_function(tmp_path: Any) -> None:
+    """One builder (``_story.operation_document``) serves both fronts: for a record
+    that is a group's member, each front's document is what it builds."""
+    path = tmp_path / "s.db"
+    sqlite = SQLiteStore(path, create=True)
+    clock = FakeClock()
+    answers: list[Any] = [(200, {"status": "running"}), (200, {"status": "done"})]
+    provider = ScriptedProvider(clock, {"/status": answers})
+    grouped = waitbound.wait_all(
+        [_operation()], store=sqlite, client=provider.client(), clock=clock,
+        sleep=clock.sleep, rng=random.Random(7),
+    )  # fmt: skip
+    operation_id = grouped.outcomes[0].operation_id
+    record = sqlite.get(operation_id)
+    assert record is not None
+    events = sqlite.audit(operation_id)
+    built = operation_document(
+        record, events, chain_status(record, events, None), [grouped.group_id]
+    )
+    with TestClient(_app(sqlite)) as http:
+        served = http.get(f"/operations/{operation_id}", headers=AUTH).json()
+    sqlite.close()
+    shown = CliRunner().invoke(cli, ["show", operation_id, "--json", "--store", str(path)])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output) == served == json.loads(json.dumps(built))
+    assert served["groups"] == [grouped.group_id]
 
 
 # --- GET /operations/{id}/events ------------------------------------------------------

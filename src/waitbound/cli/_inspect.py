@@ -9,8 +9,7 @@ import click
 
 import waitbound
 from waitbound import AuditFinding, Record, StoredAuditEvent
-from waitbound._json import JSON
-from waitbound._story import chain_status
+from waitbound._story import chain_status, operation_document
 from waitbound.cli._common import (
     AUDIT_KEY_FILE_HELP,
     EXIT_AUDIT_BROKEN,
@@ -19,7 +18,7 @@ from waitbound.cli._common import (
 )
 from waitbound.cli._groups import group_document, group_lines
 from waitbound.cli._params import STORED_TEXT
-from waitbound.cli._render import group_line, grouped, option_costs, printable, record_summary
+from waitbound.cli._render import group_line, grouped, printable, record_summary
 from waitbound.stores._groups import GroupRow, groups_of, is_group_id
 
 __all__ = ["chain_status", "print_story", "read_operation", "report_broken", "show"]
@@ -107,25 +106,8 @@ def show(
     chain, finding = chain_status(record, events, key)
     groups = _groups_of(store, operation_id)
     if as_json:
-        document: dict[str, JSON] = {
-            "record": record.shown_json(),
-            "outcome": record.to_outcome().as_json() if record.is_finished else None,
-            "option_costs": [{"option": o, "cost": c} for o, c in option_costs(record)],
-            "audit_chain": chain,
-            "audit_finding": finding.as_json() if finding is not None else None,
-            "groups": [row.group_id for row in groups],
-            "audit": [
-                {
-                    "seq": s.seq,
-                    "at": s.event.at.isoformat(),
-                    "kind": s.event.kind,
-                    "summary": s.event.summary,
-                    "data": dict(s.event.data),
-                    "hash": s.hash,
-                }
-                for s in events
-            ],
-        }
+        groups_of_it = [row.group_id for row in groups]
+        document = operation_document(record, events, (chain, finding), groups_of_it)
         click.echo(json.dumps(document, ensure_ascii=False))
     else:
         for line in record_summary(record):

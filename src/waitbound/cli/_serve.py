@@ -20,7 +20,7 @@ import click
 import platformdirs
 
 import waitbound
-from waitbound import UsageError, WorkerSettings
+from waitbound import UsageError
 from waitbound._config_file import read_bounded
 from waitbound._metrics import metering, observe_store
 from waitbound._outbox import resolve_notify_secret, webhook_signer
@@ -35,7 +35,7 @@ from waitbound.cli._common import (
 )
 from waitbound.cli._params import DURATION_HELP, WholeRange
 from waitbound.cli._telemetry import LOG_FORMAT_OPTION, apply_log_format, configure_sdk
-from waitbound.cli._worker import DRIVE_OPTIONS, credentials
+from waitbound.cli._worker import DRIVE_OPTIONS, credentials, drive_settings
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
@@ -326,13 +326,12 @@ def serve_command(  # noqa: PLR0917 - click passes every option
     reader = configure_sdk(prometheus=metrics)
     config = _load_config(config_file)
     per_origin = credentials(header_for, credentials_file)
-    settings = WorkerSettings(
+    settings = drive_settings(
         concurrency=concurrency,
-        lease_s=lease,
-        commit_pause_s=commit_pause,
+        lease=lease,
+        commit_pause=commit_pause,
         per_origin_concurrency=per_origin_concurrency,
         per_origin_rate=per_origin_rate,
-        per_origin_burst=max(1, int(per_origin_rate)),
         label_prefix=label_prefix,
     )
     http = http_settings(max_response_bytes)

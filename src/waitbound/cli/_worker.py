@@ -37,7 +37,7 @@ from waitbound.cli._params import (
 from waitbound.cli._render import worker_summary_lines
 from waitbound.cli._telemetry import LOG_FORMAT_OPTION, apply_log_format
 
-__all__ = ["DRIVE_OPTIONS", "WORKER_IN_MEMORY", "worker"]
+__all__ = ["DRIVE_OPTIONS", "WORKER_IN_MEMORY", "drive_settings", "worker"]
 
 WORKER_IN_MEMORY = "no other command can add an operation to it, so a worker has nothing to drive"
 
@@ -54,6 +54,31 @@ def credentials(
     if credentials_file is not None:
         found = found.merged(load_credentials(credentials_file), "--credentials")
     return found
+
+
+def drive_settings(
+    *,
+    concurrency: int,
+    lease: float,
+    commit_pause: float,
+    per_origin_concurrency: int,
+    per_origin_rate: float,
+    label_prefix: str,
+    until_idle: bool = False,
+) -> WorkerSettings:
+    """The worker's settings from :data:`DRIVE_OPTIONS`' flags (``worker``, and the
+    worker ``serve`` runs, which has no ``--until-idle``): the burst per origin is the
+    rate's whole part, at least 1."""
+    return WorkerSettings(
+        concurrency=concurrency,
+        until_idle=until_idle,
+        lease_s=lease,
+        commit_pause_s=commit_pause,
+        per_origin_concurrency=per_origin_concurrency,
+        per_origin_rate=per_origin_rate,
+        per_origin_burst=max(1, int(per_origin_rate)),
+        label_prefix=label_prefix,
+    )
 
 
 DRIVE_OPTIONS = options(
@@ -172,14 +197,13 @@ def worker(  # noqa: PLR0917 - click passes every option
     notify_secret = resolve_notify_secret(None, None)  # $WAITBOUND_NOTIFY_SECRET
     if notify_secret is not None:
         webhook_signer(notify_secret)  # a secret that cannot sign: one line, before starting
-    settings = WorkerSettings(
+    settings = drive_settings(
         concurrency=concurrency,
         until_idle=until_idle,
-        lease_s=lease,
-        commit_pause_s=commit_pause,
+        lease=lease,
+        commit_pause=commit_pause,
         per_origin_concurrency=per_origin_concurrency,
         per_origin_rate=per_origin_rate,
-        per_origin_burst=max(1, int(per_origin_rate)),
         label_prefix=label_prefix,
     )
     http = http_settings(max_response_bytes)

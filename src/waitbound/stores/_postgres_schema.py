@@ -22,7 +22,7 @@ from waitbound.stores._postgres_conn import connection_info, dsn_secrets, failur
 from waitbound.stores._protocol import decode_record
 from waitbound.stores._rows import PART_COLUMNS, QUERY_COLUMNS, RecordRows
 from waitbound.stores._rows_v4 import ROW_COLUMNS as V4_ROW_COLUMNS
-from waitbound.stores._rows_v4 import record_of_v4_row
+from waitbound.stores._rows_v4 import V5_DROPPED, record_of_v4_row
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -225,23 +225,6 @@ _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 SET_QUERY: Final = ", ".join(f"{column} = %s" for column in QUERY_COLUMNS)
 """The ``SET`` of the query columns (every write sets them)."""
-
-V5_DROPPED: Final = (
-    "in_flight",
-    "submit_attempts",
-    "status_requests_used",
-    "result_requests_used",
-    "cancel_requests_used",
-    "confirm_requests_used",
-    "transport_failures_used",
-    "rate_limited_used",
-    "attempt",
-    "audit_mac",
-    "poll",
-    "data_version",
-    "data",
-)
-"""The ``operations`` columns of schemas 1-4 that schema 5 drops (the parts hold them)."""
 
 
 def apply_migrations(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> list[int]:

@@ -16,8 +16,16 @@ from waitbound._errors import SchemaVersionError, StoreError
 from waitbound._outcome import OutcomeKind
 from waitbound._record import FIELD_NAMES, RECORD_SCHEMA, Phase, Record, decode_fields
 from waitbound.stores._codec import brief, load_json
+from waitbound.stores._rows import QUERY_COLUMNS
 
-__all__ = ["COLD_FIELDS", "HOT_COLUMNS", "POLL_FIELDS", "ROW_COLUMNS", "record_of_v4_row"]
+__all__ = [
+    "COLD_FIELDS",
+    "HOT_COLUMNS",
+    "POLL_FIELDS",
+    "ROW_COLUMNS",
+    "V5_DROPPED",
+    "record_of_v4_row",
+]
 
 HOT_COLUMNS: Final[tuple[str, ...]] = (
     "version",
@@ -40,6 +48,16 @@ HOT_COLUMNS: Final[tuple[str, ...]] = (
     "audit_mac",
 )
 """The record fields schema 4 kept as typed columns of the same names."""
+
+V5_DROPPED: Final[tuple[str, ...]] = (
+    *(column for column in HOT_COLUMNS if column not in QUERY_COLUMNS),
+    "poll",
+    "data_version",
+    "data",
+)
+"""The ``operations`` columns of schemas 1-4 that schema 5 drops (the parts hold their
+values): the hot columns it does not keep as query columns, ``poll`` and ``data``;
+SQLite and PostgreSQL drop the same."""
 
 POLL_FIELDS: Final[tuple[str, ...]] = (
     "provider_state",

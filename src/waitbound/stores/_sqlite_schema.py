@@ -116,8 +116,8 @@ CREATE INDEX sessions_expiry ON sessions (expires_at);
 """,
     # 5: the record as parts (waitbound.stores._rows): one JSON column per part. Every
     # row is rewritten from the format the file had before the upgrade by
-    # _rewrite_v5, which then drops the schema-3 columns (_V5_DROPPED), in the same
-    # transaction.
+    # _rewrite_v5, which then drops the schema-3 columns (_rows_v4.V5_DROPPED), in the
+    # same transaction.
     # And, additive: the groups of operations waited on together (waitbound.stores._groups),
     # two tables of their own; and the schedule history (waitbound._history): one row of
     # duration evidence per finished operation, the newest HISTORY_LIMIT per key.

@@ -64,7 +64,7 @@ from waitbound.stores._rows import (
     Row,
 )
 from waitbound.stores._rows_v4 import ROW_COLUMNS as V4_ROW_COLUMNS
-from waitbound.stores._rows_v4 import record_of_v4_row
+from waitbound.stores._rows_v4 import V5_DROPPED, record_of_v4_row
 from waitbound.stores._sqlite_schema import ADDED_IN_5, MIGRATIONS, SCHEMA_VERSION, TABLES
 
 __all__ = ["SCHEMA_VERSION", "NotAStoreError", "SQLiteStore", "StoreNotFoundError"]
@@ -260,7 +260,7 @@ class SQLiteStore(ClaimsByReservation):
                 ) from None
             row = self._rows.row(record, replaces=0)
             db.execute(_update(row.changed), (*row.query, *row.texts, operation_id, record.version))
-        for column in _V5_DROPPED:
+        for column in V5_DROPPED:
             db.execute(f"ALTER TABLE operations DROP COLUMN {column}")
 
     def upgrade(self) -> list[int]:
@@ -944,22 +944,6 @@ _INSERT: Final = (
     " VALUES (" + ", ".join("?" for _ in range(len(QUERY_COLUMNS) + len(PART_COLUMNS) + 2)) + ")"
 )
 _GET: Final = f"SELECT {ROW_COLUMNS} FROM operations WHERE operation_id = ?"
-_V5_DROPPED: Final = (
-    "in_flight",
-    "submit_attempts",
-    "status_requests_used",
-    "result_requests_used",
-    "cancel_requests_used",
-    "confirm_requests_used",
-    "transport_failures_used",
-    "rate_limited_used",
-    "attempt",
-    "audit_mac",
-    "poll",
-    "data_version",
-    "data",
-)
-"""The columns of schemas 1-4 that schema 5 drops (the parts hold their values)."""
 
 
 @functools.cache

@@ -28,7 +28,8 @@ from waitbound._audit import StoredAuditEvent
 from waitbound._errors import StoreError, UsageError
 from waitbound._json import JSON
 from waitbound._record import Record
-from waitbound._story import printable
+from waitbound._story import chain_status, printable
+from waitbound._story import operation_document as build_document
 from waitbound.stores._groups import groups_of
 from waitbound.stores._protocol import AuditCursor
 from waitbound.web._auth import BearerAuth, is_page, is_public
@@ -79,33 +80,11 @@ def operation_document(
     key: bytes | None = None,
     groups: Sequence[str] = (),
 ) -> dict[str, JSON]:
-    """The operation as ``waitbound show --json`` prints it: ``record``, ``outcome``
-    (``None`` while waiting), ``option_costs``, ``audit_chain``, ``audit_finding``,
-    ``groups`` (the ids of the groups it is a member of), ``audit``."""
-    finding = waitbound.diagnose_record(record, list(events), key=key)
-    if finding is not None:
-        chain = f"broken: {finding.line()}"
-    else:
-        chain = "intact, head authenticated" if key is not None else "intact"
-    return {
-        "record": record.shown_json(),
-        "outcome": record.to_outcome().as_json() if record.is_finished else None,
-        "option_costs": [{"option": o, "cost": c} for o, c in waitbound.option_costs(record)],
-        "audit_chain": chain,
-        "audit_finding": finding.as_json() if finding is not None else None,
-        "groups": list(groups),
-        "audit": [
-            {
-                "seq": s.seq,
-                "at": s.event.at.isoformat(),
-                "kind": s.event.kind,
-                "summary": s.event.summary,
-                "data": dict(s.event.data),
-                "hash": s.hash,
-            }
-            for s in events
-        ],
-    }
+    """The operation as ``waitbound show --json`` prints it (one builder for both,
+    :func:`waitbound._story.operation_document`); the audit chain's finding line is
+    served unescaped, as this endpoint always has (``chain_status``'s *escaped*)."""
+    chain = chain_status(record, events, key, escaped=False)
+    return build_document(record, events, chain, groups)
 
 
 def _not_found(operation_id: str) -> JSONResponse:
