@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from waitbound._audit import AuditEvent, StoredAuditEvent, head_is_authentic, head_mac, seal_all
 from waitbound._audit_record import asserted_digest
@@ -15,6 +15,9 @@ from waitbound._json import JSON
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
 from waitbound._record import AuditHead, Record
 from waitbound.stores._codec import brief, dump_json, load_json, to_text
+
+if TYPE_CHECKING:
+    from waitbound.stores._sql_dialect import SQLAccess
 
 __all__ = [
     "DRIVABLE_PHASES",
@@ -26,6 +29,8 @@ __all__ = [
     "audit_key_of",
     "audit_rows",
     "ClaimsByReservation",
+    "InboxPruning",
+    "SQLTables",
     "claimed",
     "cursor_of",
     "delivery_of",
@@ -348,6 +353,39 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release the store's resources."""
+        ...
+
+
+@runtime_checkable
+class SQLTables(Protocol):
+    """A store keeping its rows in SQL tables that other store modules use too (the
+    sign-in sessions, ``_sessions``; the groups, ``_groups``): SQLite and PostgreSQL.
+
+    Those modules reach the tables through this one method, never through the store's
+    private members, so each backend keeps its locking, transactions, error handling
+    and metrics to itself.
+    """
+
+    def sql_tables(self) -> SQLAccess:
+        """The store's dialect (with its tables' names) and a way to open one of its
+        transactions (see :class:`~waitbound.stores._sql_dialect.SQLAccess`)."""
+        ...
+
+
+@runtime_checkable
+class InboxPruning(Protocol):
+    """A store whose webhook inbox can be pruned (``waitbound serve``'s
+    ``[inbox] retention_days``, see ``_inbox_retention``): every waitbound store."""
+
+    def prune_inbox(self, *, before: datetime) -> tuple[int, int]:
+        """In one transaction, delete the deliveries received before *before* (aware)
+        that were applied to their operation or never matched to one (one matched and
+        waiting to be applied is kept whatever its age); return how many were deleted
+        and how many the inbox still holds.
+
+        Raises:
+            StoreError: the store failed (nothing is deleted).
+        """
         ...
 
 
