@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Final, LiteralString, cast
 
@@ -33,14 +32,17 @@ from psycopg_pool import ConnectionPool
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, StoreError, UsageError
-from waitbound._history import Evidence, ScheduleSummary, evidence_of
+from waitbound._history import evidence_of
 from waitbound._metrics import store_transaction
-from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus, outbox_entries
+from waitbound._push import Channel, InboundDelivery, OutboxEntry, outbox_entries
 from waitbound._record import Record
+from waitbound.stores._audit_rows import AuditRows
 from waitbound.stores._calendar_rows import CalendarRows
-from waitbound.stores._codec import from_text, load_object, to_text
+from waitbound.stores._codec import to_text
 from waitbound.stores._group_charges import charges
 from waitbound.stores._history_rows import Execute, HistoryRows
+from waitbound.stores._inbox_rows import InboxRows
+from waitbound.stores._outbox_rows import OutboxRows
 from waitbound.stores._postgres_conn import (
     connection_info,
     dsn_secrets,
@@ -62,21 +64,19 @@ from waitbound.stores._postgres_schema import (
 )
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
-    AuditCursor,
     ClaimsByReservation,
     Planner,
     Write,
     advance,
     audit_rows,
-    delivery_of,
-    encode_json,
-    outbox_entry_of,
     outcomes,
     planned,
     readable,
     webhook_key,
 )
 from waitbound.stores._rows import PART_COLUMNS, QUERY_COLUMNS, RecordRows, Row
+from waitbound.stores._sql_dialect import SQLAccess, postgres_dialect
+from waitbound.stores._sql_store import SharedSQL
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -86,57 +86,6 @@ __all__ = [
     "redact_dsn",
     "upgrade",
 ]
-
-
-def _audit_after_queries() -> dict[str, str]:
-    """``audit_after``'s four statements: with or without the label filter (the join
-    reads each operation's JSON) and the cursor."""
-    head = (
-        "SELECT e.operation_id, e.seq, e.at, e.kind, e.summary, e.data::text, e.prev_hash,"
-        " e.hash FROM {schema}.audit_events AS e"
-    )
-    join = " JOIN {schema}.operations AS o ON o.operation_id = e.operation_id"
-    labelled = "left(coalesce(o.contract->>'label', ''), %s) = %s"
-    after = '(e.at, e.operation_id COLLATE "C", e.seq) > (%s, %s, %s)'
-    order = ' ORDER BY e.at, e.operation_id COLLATE "C", e.seq LIMIT %s'
-    return {
-        "audit_after": head + order,
-        "audit_after_cursor": f"{head} WHERE {after}{order}",
-        "audit_after_labelled": f"{head}{join} WHERE {labelled}{order}",
-        "audit_after_labelled_cursor": f"{head}{join} WHERE {labelled} AND {after}{order}",
-    }
-
-
-_INBOX_COLUMNS: Final = (
-    "provider, webhook_id, received_at, job_id, event_type, authoritative, payload::text,"
-    " operation_id, applied_at"
-)
-_OUTBOX_FIELDS: Final = (
-    "delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at,"
-    " status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at"
-)
-_OUTBOX_COLUMNS: Final = _OUTBOX_FIELDS.replace("payload", "payload::text")
-
-
-def _claim_outbox_queries() -> dict[str, str]:
-    """``claim_outbox``'s two statements: every operation's entries, or one's (a
-    separate statement, so the one-operation claim is planned on ``outbox_operation``)."""
-
-    def claim(only: str) -> str:
-        return (
-            "WITH due AS (SELECT delivery_id FROM {schema}.outbox"
-            " WHERE status = %s AND channel = ANY(%s) AND next_attempt_at <= %s"
-            f" AND (lease_expires_at IS NULL OR lease_expires_at <= %s){only}"
-            ' ORDER BY next_attempt_at, delivery_id COLLATE "C" LIMIT %s FOR UPDATE SKIP LOCKED)'
-            " UPDATE {schema}.outbox AS o SET lease_owner = %s, lease_expires_at = %s FROM due"
-            " WHERE o.delivery_id = due.delivery_id RETURNING "
-            + ", ".join(f"o.{column}" for column in _OUTBOX_COLUMNS.split(", "))
-        )
-
-    return {
-        "claim_outbox": claim(""),
-        "claim_outbox_of": claim(" AND operation_id = %s"),
-    }
 
 
 NOTIFY_CHANNEL: Final = "waitbound_wakeup"
@@ -185,11 +134,6 @@ _QUERIES: Final = {
     + ", %s) ON CONFLICT (operation_id) DO NOTHING RETURNING 1",
     "get": "SELECT " + _READ + " FROM {schema}.operations WHERE operation_id = %s",
     "notify": "SELECT pg_notify(%s, %s)",
-    "append": "INSERT INTO {schema}.audit_events"
-    " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
-    " VALUES (%s, %s, %s, %s, %s, %s::json, %s, %s)",
-    "audit": "SELECT seq, at, kind, summary, data::text, prev_hash, hash"
-    " FROM {schema}.audit_events WHERE operation_id = %s ORDER BY seq",
     "reserve_due": "SELECT " + _READ + " FROM {schema}.operations"
     " WHERE phase = ANY(%s) AND next_poll_at <= %s"
     " AND (lease_expires_at IS NULL OR lease_expires_at <= %s OR lease_owner = ANY(%s))"
@@ -225,43 +169,10 @@ _QUERIES: Final = {
     # other stores order them, whatever the database's collation)
     "push_lock": "SELECT pg_advisory_xact_lock(%s)",
     "pace_lock": "SELECT pg_advisory_xact_lock(%s), set_config('synchronous_commit', 'off', true)",
-    "register": "INSERT INTO {schema}.webhook_jobs (provider, job_id, operation_id)"
-    " VALUES (%s, %s, %s) ON CONFLICT (provider, job_id) DO UPDATE"
-    " SET operation_id = excluded.operation_id"
-    " WHERE webhook_jobs.operation_id IS DISTINCT FROM excluded.operation_id",
-    "look_back": "UPDATE {schema}.inbox SET operation_id = %s"
-    " WHERE provider = %s AND job_id = %s AND operation_id IS NULL",
-    "put_delivery": "INSERT INTO {schema}.inbox (provider, webhook_id, received_at, job_id,"
-    " event_type, authoritative, payload, operation_id, applied_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s::json, (SELECT operation_id FROM"
-    " {schema}.webhook_jobs WHERE provider = %s AND job_id = %s), %s)"
-    " ON CONFLICT (provider, webhook_id) DO NOTHING RETURNING operation_id",
-    "pending_deliveries": "SELECT " + _INBOX_COLUMNS + " FROM {schema}.inbox"
-    " WHERE operation_id IS NOT NULL AND applied_at IS NULL"
-    ' ORDER BY received_at, webhook_id COLLATE "C" LIMIT %s',
-    "mark_applied": "UPDATE {schema}.inbox SET applied_at = %s"
-    " WHERE provider = %s AND webhook_id = %s AND applied_at IS NULL",
-    "inbox": "SELECT " + _INBOX_COLUMNS + " FROM {schema}.inbox"
-    " WHERE (%s::text IS NULL OR provider = %s) AND (%s::text IS NULL OR operation_id = %s)"
-    ' ORDER BY received_at DESC, webhook_id COLLATE "C" DESC, provider COLLATE "C" DESC'
-    " LIMIT %s",
-    **_claim_outbox_queries(),
-    "settle_outbox": "UPDATE {schema}.outbox SET status = %s, attempts = %s,"
-    " next_attempt_at = %s, delivered_at = %s, last_error = %s, lease_owner = NULL,"
-    " lease_expires_at = NULL"
-    " WHERE delivery_id = %s AND status = %s AND lease_owner IS NOT DISTINCT FROM %s::text",
-    "add_outbox": "INSERT INTO {schema}.outbox (" + _OUTBOX_FIELDS + ")"
-    " VALUES (%s, %s, %s, %s, %s::json, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-    " ON CONFLICT (delivery_id) DO NOTHING",
-    "outbox": "SELECT " + _OUTBOX_COLUMNS + " FROM {schema}.outbox"
-    " WHERE (%s::text IS NULL OR operation_id = %s) AND (%s::text IS NULL OR status = %s)"
-    ' ORDER BY created_at DESC, delivery_id COLLATE "C" DESC LIMIT %s',
-    "get_outbox": "SELECT " + _OUTBOX_COLUMNS + " FROM {schema}.outbox WHERE delivery_id = %s",
-    **_audit_after_queries(),
 }
 
 
-class PostgresStore(ClaimsByReservation):
+class PostgresStore(SharedSQL, ClaimsByReservation):
     """A :class:`~waitbound.stores.Store` in a PostgreSQL schema, shared by many workers.
 
     Thread-safe: every call borrows a connection from a pool and is one transaction.
@@ -326,13 +237,17 @@ class PostgresStore(ClaimsByReservation):
         self._sql = {name: sql.SQL(text).format(schema=ident) for name, text in _QUERIES.items()}
         self._writes: dict[tuple[int, ...], sql.Composed] = {}
         """One write statement per set of parts written (:func:`_write_query`)."""
-        self._history = HistoryRows(
+        self._dialect = postgres_dialect(self.schema)
+        self._audit_rows = AuditRows(self._dialect)
+        self._inbox_rows = InboxRows(self._dialect)
+        self._outbox_rows = OutboxRows(self._dialect)
+        self._history_rows = HistoryRows(
             f'"{self.schema}".schedule_history',  # a checked lowercase identifier
             mark="%s",
             instant=lambda at: at,
             read_instant=lambda at: utc(at) if isinstance(at, datetime) else None,
         )
-        self._calendar = CalendarRows(
+        self._calendar_rows = CalendarRows(
             f'"{self.schema}".pace_calendar', mark="%s", keep_s=_CALENDAR_KEEP_S
         )
         self._calendar_ready = False
@@ -376,6 +291,13 @@ class PostgresStore(ClaimsByReservation):
         ``COMMIT`` round trips): a single statement is atomic and sees one snapshot."""
         with failures(self.label, self._secrets), self._pool.connection() as conn:
             yield conn
+
+    _reading = _read
+
+    def sql_tables(self) -> SQLAccess:
+        """See :class:`~waitbound.stores._protocol.SQLTables` (a transaction is
+        :meth:`_transaction`: one pooled connection, one transaction)."""
+        return SQLAccess(self._dialect, self._transaction)
 
     def upgrade(self) -> list[int]:
         """Apply pending migrations; return their versions (see :func:`upgrade`).
@@ -483,7 +405,7 @@ class PostgresStore(ClaimsByReservation):
         if not sealed:
             return
         with conn.cursor() as cursor:
-            cursor.executemany(self._sql["append"], audit_rows(sealed, lambda at: at))
+            cursor.executemany(_q(self._audit_rows.append), self._audit_rows.rows(sealed))
 
     def _write(
         self,
@@ -610,12 +532,6 @@ class PostgresStore(ClaimsByReservation):
             rows = conn.execute(self._sql["heads"]).fetchall()
         return sorted((str(op), int(seq), str(head)) for op, seq, head in rows)
 
-    def audit(self, operation_id: str) -> list[StoredAuditEvent]:
-        """See :meth:`Store.audit`."""
-        with self._read() as conn:
-            rows = conn.execute(self._sql["audit"], (operation_id,)).fetchall()
-        return [_audit_event(operation_id, row) for row in rows]
-
     @staticmethod
     def _has_push_writes(stored: Record) -> bool:
         """Whether writing *stored* has push-path statements to run (see
@@ -634,38 +550,24 @@ class PostgresStore(ClaimsByReservation):
         lock, as :meth:`put_delivery` does, so a delivery stored at the same moment is
         either seen by the look-back or sees the registration: never neither.
         """
-        key = _text_key(webhook_key(stored))
+        key = webhook_key(stored)
         if key is not None:
-            conn.execute(self._sql["push_lock"], (_job_lock_key(self.schema, *key),))
-            conn.execute(self._sql["register"], (*key, stored.operation_id))
-            conn.execute(self._sql["look_back"], (stored.operation_id, *key))
+            lock = _job_lock_key(self.schema, key[0], to_text(key[1]))
+            conn.execute(self._sql["push_lock"], (lock,))
+            self._inbox_rows.register(_run(conn), key, stored.operation_id)
         entries = outbox_entries(stored, stored.finished_at or stored.created_at)
         if entries:
+            outbox = self._outbox_rows
             with conn.cursor() as cursor:
-                cursor.executemany(self._sql["add_outbox"], [_outbox_row(e) for e in entries])
-        self._history.record(_run(conn), stored)  # the schedule history's part
+                cursor.executemany(_q(outbox.insert), [outbox.row(e) for e in entries])
+        self._history_rows.record(_run(conn), stored)  # the schedule history's part
 
     # -- the schedule history -----------------------------------------------------------
-
-    def schedule_history(self, key: str) -> list[Evidence]:
-        """See :meth:`Store.schedule_history`."""
-        with self._read() as conn:
-            return self._history.history(_run(conn), key)
-
-    def history_version(self, key: str) -> int:
-        """See :meth:`Store.history_version`."""
-        with self._read() as conn:
-            return self._history.version(_run(conn), key)
-
-    def schedules(self) -> list[ScheduleSummary]:
-        """See :meth:`Store.schedules`."""
-        with self._read() as conn:
-            return self._history.summaries(_run(conn))
 
     def forget_schedule(self, key: str) -> int:
         """See :meth:`Store.forget_schedule`."""
         with self._read() as conn:
-            return self._history.forget(_run(conn), key)
+            return self._history_rows.forget(_run(conn), key)
 
     # -- origin pacing ------------------------------------------------------------------
 
@@ -689,7 +591,7 @@ class PostgresStore(ClaimsByReservation):
             # not wait for the disk: a crash may lose the last few counts (a slightly
             # emptier second), and the origin's lock is not held through an fsync.
             conn.execute(self._sql["pace_lock"], (_pace_lock_key(self.schema, origin),))
-            return self._calendar.pace(
+            return self._calendar_rows.pace(
                 _run(conn),
                 origin,
                 planned_at,
@@ -697,11 +599,6 @@ class PostgresStore(ClaimsByReservation):
                 now=now,
                 rng_offset=rng_offset,
             )
-
-    def calendar_size(self) -> int:
-        """See :meth:`Store.calendar_size`."""
-        with self._read() as conn:
-            return self._calendar.size(_run(conn))
 
     # -- the push path ------------------------------------------------------------------
 
@@ -744,51 +641,9 @@ class PostgresStore(ClaimsByReservation):
     ) -> InboundDelivery | None:
         """Store one delivery in the caller's transaction (``None``: a duplicate), under
         its job's advisory lock (taken here unless *locked*: the caller holds it)."""
-        job_id = None if delivery.job_id is None else to_text(delivery.job_id)
-        if job_id is not None and not locked:
-            lock = _job_lock_key(self.schema, delivery.provider, job_id)
-            conn.execute(self._sql["push_lock"], (lock,))
-        event_type = None if delivery.event_type is None else to_text(delivery.event_type)
-        row = conn.execute(
-            self._sql["put_delivery"],
-            (
-                delivery.provider,
-                to_text(delivery.webhook_id),
-                delivery.received_at,
-                job_id,
-                event_type,
-                delivery.authoritative,
-                encode_json(delivery.payload),
-                delivery.provider,
-                job_id,
-                delivery.applied_at,
-            ),
-        ).fetchone()
-        if row is None:
-            return None
-        return replace(delivery, operation_id=row[0])
-
-    def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
-        """See :meth:`Store.pending_deliveries`."""
-        with self._read() as conn:
-            rows = conn.execute(self._sql["pending_deliveries"], (limit,)).fetchall()
-        return [delivery_of(row, utc, from_text) for row in rows]
-
-    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> bool:
-        """See :meth:`Store.mark_applied`."""
-        with self._transaction() as conn:
-            cursor = conn.execute(self._sql["mark_applied"], (at, provider, to_text(webhook_id)))
-            return cursor.rowcount == 1
-
-    def inbox(
-        self, *, provider: str | None = None, operation_id: str | None = None, limit: int = 100
-    ) -> list[InboundDelivery]:
-        """See :meth:`Store.inbox`."""
-        with self._read() as conn:
-            rows = conn.execute(
-                self._sql["inbox"], (provider, provider, operation_id, operation_id, limit)
-            ).fetchall()
-        return [delivery_of(row, utc, from_text) for row in rows]
+        if delivery.job_id is not None and not locked:
+            conn.execute(self._sql["push_lock"], (self._lock_of(delivery),))
+        return self._inbox_rows.put(_run(conn), delivery)
 
     def claim_outbox(
         self,
@@ -807,76 +662,16 @@ class PostgresStore(ClaimsByReservation):
         if limit < 0:
             raise UsageError(f"claim limit must be 0 or more; got {limit}")
         until = now + timedelta(seconds=lease_s)
-        args: tuple[object, ...] = (OutboxStatus.PENDING.value, [c.value for c in channels])
-        if operation_id is None:
-            query, args = "claim_outbox", (*args, now, now)
-        else:
-            query, args = "claim_outbox_of", (*args, now, now, operation_id)
         with self._transaction() as conn:
-            rows = conn.execute(self._sql[query], (*args, limit, owner, until)).fetchall()
-        taken = [outbox_entry_of(row, utc, from_text) for row in rows]
-        return sorted(taken, key=lambda e: (e.next_attempt_at, e.delivery_id))
-
-    def settle_outbox(self, entry: OutboxEntry) -> bool:
-        """See :meth:`Store.settle_outbox`."""
-        with self._transaction() as conn:
-            cursor = conn.execute(
-                self._sql["settle_outbox"],
-                (
-                    entry.status.value,
-                    entry.attempts,
-                    entry.next_attempt_at,
-                    entry.delivered_at,
-                    None if entry.last_error is None else to_text(entry.last_error),
-                    entry.delivery_id,
-                    OutboxStatus.PENDING.value,
-                    entry.lease_owner,
-                ),
+            return self._outbox_rows.claim(
+                conn,
+                owner=owner,
+                now=now,
+                until=until,
+                limit=limit,
+                channels=channels,
+                operation_id=operation_id,
             )
-            return cursor.rowcount == 1
-
-    def add_outbox(self, entry: OutboxEntry) -> OutboxEntry:
-        """See :meth:`Store.add_outbox`."""
-        with self._transaction() as conn:
-            cursor = conn.execute(self._sql["add_outbox"], _outbox_row(entry))
-            if cursor.rowcount != 1:
-                raise UsageError(f"delivery {entry.delivery_id!r} exists already")
-        return entry
-
-    def outbox(
-        self,
-        *,
-        operation_id: str | None = None,
-        status: OutboxStatus | None = None,
-        limit: int = 100,
-    ) -> list[OutboxEntry]:
-        """See :meth:`Store.outbox`."""
-        wanted = status.value if status is not None else None
-        with self._read() as conn:
-            rows = conn.execute(
-                self._sql["outbox"], (operation_id, operation_id, wanted, wanted, limit)
-            ).fetchall()
-        return [outbox_entry_of(row, utc, from_text) for row in rows]
-
-    def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
-        """See :meth:`Store.get_outbox`."""
-        with self._read() as conn:
-            row = conn.execute(self._sql["get_outbox"], (delivery_id,)).fetchone()
-        return outbox_entry_of(row, utc, from_text) if row else None
-
-    def audit_after(
-        self, cursor: AuditCursor | None, *, label_prefix: str = "", limit: int = 500
-    ) -> list[StoredAuditEvent]:
-        """See :meth:`Store.audit_after` (operation ids in byte order, ``COLLATE "C"``)."""
-        name, args = "audit_after", []
-        if label_prefix:  # the unfiltered stream reads no record's JSON
-            name, args = name + "_labelled", [len(label_prefix), label_prefix]
-        if cursor is not None:
-            name, args = name + "_cursor", [*args, *cursor]
-        statement = self._sql[name]
-        with self._read() as conn:
-            rows = conn.execute(statement, (*args, limit)).fetchall()
-        return [_audit_event(row[0], row[1:]) for row in rows]
 
     async def wait_for_wakeup(self, timeout_s: float) -> bool:
         """Wait up to *timeout_s* seconds for a wake-up: a ``NOTIFY`` that this schema got
@@ -945,45 +740,6 @@ def _job_lock_key(schema: str, provider: str, job_id: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
 
 
-def _text_key(key: tuple[str, str] | None) -> tuple[str, str] | None:
-    """A (provider, job id) key with the job id as a ``text`` column holds it."""
-    return None if key is None else (key[0], to_text(key[1]))
-
-
-def _outbox_row(e: OutboxEntry) -> tuple[object, ...]:
-    """An entry as the ``outbox`` columns' values, in :data:`_OUTBOX_FIELDS` order."""
-    return (
-        e.delivery_id,
-        e.operation_id,
-        e.channel.value,
-        None if e.target is None else to_text(e.target),
-        encode_json(e.payload),
-        e.created_at,
-        e.next_attempt_at,
-        e.status.value,
-        e.attempts,
-        e.delivered_at,
-        None if e.last_error is None else to_text(e.last_error),
-        e.replay_of,
-        e.lease_owner,
-        e.lease_expires_at,
-    )
-
-
-def _audit_event(operation_id: str, row: Any) -> StoredAuditEvent:
-    """An ``audit_events`` row (seq, at, kind, summary, data, prev_hash, hash) as a
-    stored event of *operation_id*."""
-    seq, at, kind, summary, data, prev_hash, digest = row
-    assert isinstance(at, datetime)
-    return StoredAuditEvent(
-        operation_id=operation_id,
-        seq=int(seq),
-        event=AuditEvent(at=utc(at), kind=kind, summary=from_text(summary), data=load_object(data)),
-        prev_hash=prev_hash,
-        hash=digest,
-    )
-
-
 def _run(conn: psycopg.Connection[TupleRow]) -> Execute:
     """*conn*'s ``execute`` as the history's statements (built from checked names and
     fixed text only, see :class:`HistoryRows`) run them."""
@@ -992,3 +748,9 @@ def _run(conn: psycopg.Connection[TupleRow]) -> Execute:
         return conn.execute(cast("LiteralString", query), params)  # type: ignore[redundant-cast]
 
     return execute
+
+
+def _q(text: str) -> LiteralString:
+    """A shared statement (built from checked names and fixed text only) as psycopg
+    takes a query."""
+    return cast("LiteralString", text)  # type: ignore[redundant-cast]
