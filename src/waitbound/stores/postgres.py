@@ -13,17 +13,21 @@ The schema is versioned: :data:`MIGRATIONS` is applied by :func:`upgrade` (the
 The JSON columns are ``json``, not ``jsonb``: ``json`` keeps the text exactly as
 written, while ``jsonb`` turns ``1e+16`` into an integer and ``-0.0`` into ``0.0`` (which
 breaks the audit chain's hashes) and refuses ``\\u0000`` in a string outright.
+
+Around this module: its own statements in ``_postgres_sql``, its push path (advisory
+locks, outbox claims) in ``_postgres_push``, its wake-ups in ``_postgres_wakeup``, its
+schema and migrations in ``_postgres_schema``; the statements it shares with SQLite in
+``_audit_rows``, ``_inbox_rows``, ``_outbox_rows``, ``_history_rows`` and
+``_calendar_rows`` (see ``_sql_dialect``), and the methods over them in ``_sql_store``.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
-from typing import Any, Final, LiteralString, cast
+from datetime import datetime
+from typing import Final
 
-import anyio
 import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
@@ -32,15 +36,12 @@ from psycopg_pool import ConnectionPool
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, StoreError, UsageError
-from waitbound._history import evidence_of
 from waitbound._metrics import store_transaction
-from waitbound._push import Channel, InboundDelivery, OutboxEntry, outbox_entries
 from waitbound._record import Record
 from waitbound.stores._audit_rows import AuditRows
 from waitbound.stores._calendar_rows import CalendarRows
-from waitbound.stores._codec import to_text
 from waitbound.stores._group_charges import charges
-from waitbound.stores._history_rows import Execute, HistoryRows
+from waitbound.stores._history_rows import HistoryRows
 from waitbound.stores._inbox_rows import InboxRows
 from waitbound.stores._outbox_rows import OutboxRows
 from waitbound.stores._postgres_conn import (
@@ -49,11 +50,11 @@ from waitbound.stores._postgres_conn import (
     failures,
     redact_dsn,
 )
+from waitbound.stores._postgres_push import PostgresPushPath
 from waitbound.stores._postgres_schema import (
     DEFAULT_SCHEMA,
     MIGRATIONS,
     SCHEMA_VERSION,
-    SET_QUERY,
     apply_migrations,
     checked_schema,
     ensure_calendar,
@@ -62,6 +63,14 @@ from waitbound.stores._postgres_schema import (
     upgrade,
     where,
 )
+from waitbound.stores._postgres_sql import (
+    QUERIES,
+    pace_lock_key,
+    q,
+    run,
+    write_query,
+)
+from waitbound.stores._postgres_wakeup import NOTIFY_CHANNEL, Wakeups
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
     ClaimsByReservation,
@@ -72,9 +81,8 @@ from waitbound.stores._protocol import (
     outcomes,
     planned,
     readable,
-    webhook_key,
 )
-from waitbound.stores._rows import PART_COLUMNS, QUERY_COLUMNS, RecordRows, Row
+from waitbound.stores._rows import RecordRows, Row
 from waitbound.stores._sql_dialect import SQLAccess, postgres_dialect
 from waitbound.stores._sql_store import SharedSQL
 
@@ -88,91 +96,7 @@ __all__ = [
 ]
 
 
-NOTIFY_CHANNEL: Final = "waitbound_wakeup"
-"""The ``LISTEN``/``NOTIFY`` channel; a notification's payload is the schema's name."""
-
-_READ: Final = ", ".join(("operation_id", "version", *(f"{c}::text" for c in PART_COLUMNS)))
-"""The row's columns as :meth:`RecordRows.record` reads them."""
-
-
-def _write_query(changed: tuple[int, ...]) -> str:
-    """One record's write as ONE statement (atomic by itself, so a save needs no
-    ``BEGIN``/``COMMIT`` round trips): the compare-and-swap update of its row, the
-    requests it reserves charged to the member's waiting groups (``_groups.charges``;
-    none: nothing is scanned), its audit events appended only when the update took, and
-    a ``NOTIFY`` when the write made the operation due sooner than before. Returns one
-    row when the update took, none on a conflict. *changed*: the indices of the parts
-    written (in ``PART_COLUMNS``)."""
-    parts = "".join(f", {PART_COLUMNS[index]} = %s::json" for index in changed)
-    return (
-        "WITH before AS (SELECT next_poll_at, phase FROM {schema}.operations"
-        " WHERE operation_id = %s),"
-        " updated AS (UPDATE {schema}.operations SET "
-        + SET_QUERY
-        + parts
-        + " WHERE operation_id = %s AND version = %s RETURNING 1),"
-        " charged AS (UPDATE {schema}.op_groups SET requests_used = requests_used + %s,"
-        " version = version + 1 WHERE %s::integer > 0 AND state = 'waiting'"
-        " AND group_id <> %s AND group_id IN (SELECT group_id FROM {schema}.op_group_members"
-        " WHERE operation_id = %s) AND EXISTS (SELECT 1 FROM updated)),"
-        " appended AS (INSERT INTO {schema}.audit_events"
-        " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
-        " SELECT * FROM unnest(%s::text[], %s::integer[], %s::timestamptz[], %s::text[],"
-        " %s::text[], %s::json[], %s::text[], %s::text[])"
-        " WHERE EXISTS (SELECT 1 FROM updated))"
-        " SELECT CASE WHEN %s::boolean AND (before.phase <> ALL(%s::text[])"
-        " OR %s::timestamptz < before.next_poll_at) THEN pg_notify(%s, %s) END"
-        " FROM updated, before"
-    )
-
-
-_QUERIES: Final = {
-    "insert": "INSERT INTO {schema}.operations (operation_id, "
-    + ", ".join((*QUERY_COLUMNS, *PART_COLUMNS))
-    + ", created_at) VALUES ("
-    + ", ".join(["%s"] * (len(QUERY_COLUMNS) + 1) + ["%s::json"] * len(PART_COLUMNS))
-    + ", %s) ON CONFLICT (operation_id) DO NOTHING RETURNING 1",
-    "get": "SELECT " + _READ + " FROM {schema}.operations WHERE operation_id = %s",
-    "notify": "SELECT pg_notify(%s, %s)",
-    "reserve_due": "SELECT " + _READ + " FROM {schema}.operations"
-    " WHERE phase = ANY(%s) AND next_poll_at <= %s"
-    " AND (lease_expires_at IS NULL OR lease_expires_at <= %s OR lease_owner = ANY(%s))"
-    " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
-    "reserve_due_labelled": "SELECT " + _READ + " FROM {schema}.operations"
-    " WHERE phase = ANY(%s) AND next_poll_at <= %s"
-    " AND (lease_expires_at IS NULL OR lease_expires_at <= %s OR lease_owner = ANY(%s))"
-    " AND left(coalesce(contract->>'label', ''), %s) = %s"
-    " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
-    "next_claimable": "SELECT min(greatest(next_poll_at, lease_expires_at))"
-    " FROM {schema}.operations WHERE phase = ANY(%s)",
-    "next_claimable_labelled": "SELECT min(greatest(next_poll_at, lease_expires_at))"
-    " FROM {schema}.operations WHERE phase = ANY(%s)"
-    " AND left(coalesce(contract->>'label', ''), %s) = %s",
-    "holders": "SELECT DISTINCT lease_owner FROM {schema}.operations"
-    " WHERE phase = ANY(%s) AND next_poll_at <= %s AND lease_expires_at > %s"
-    " AND lease_owner IS NOT NULL ORDER BY lease_owner LIMIT 100",
-    "holders_labelled": "SELECT DISTINCT lease_owner FROM {schema}.operations"
-    " WHERE phase = ANY(%s) AND next_poll_at <= %s AND lease_expires_at > %s"
-    " AND lease_owner IS NOT NULL AND left(coalesce(contract->>'label', ''), %s) = %s"
-    " ORDER BY lease_owner LIMIT 100",
-    "recent": "SELECT " + _READ + " FROM {schema}.operations"
-    " WHERE left(coalesce(contract->>'label', ''), %s) = %s AND (outcome IS NULL OR NOT %s)"
-    " ORDER BY created_at DESC, operation_id DESC LIMIT %s",
-    # every operation: no row's JSON is read by the server
-    "recent_all": "SELECT " + _READ + " FROM {schema}.operations"
-    " WHERE (outcome IS NULL OR NOT %s) ORDER BY created_at DESC, operation_id DESC LIMIT %s",
-    "heads": "SELECT operation_id, audit_seq, audit_head FROM {schema}.operations"
-    ' ORDER BY operation_id COLLATE "C"',
-    "summary": "SELECT count(*) FILTER (WHERE outcome IS NULL),"
-    " min(next_poll_at) FILTER (WHERE phase = ANY(%s)) FROM {schema}.operations",
-    # -- the push path (ids are ordered and compared byte-wise, COLLATE "C", as the
-    # other stores order them, whatever the database's collation)
-    "push_lock": "SELECT pg_advisory_xact_lock(%s)",
-    "pace_lock": "SELECT pg_advisory_xact_lock(%s), set_config('synchronous_commit', 'off', true)",
-}
-
-
-class PostgresStore(SharedSQL, ClaimsByReservation):
+class PostgresStore(PostgresPushPath, SharedSQL, ClaimsByReservation):
     """A :class:`~waitbound.stores.Store` in a PostgreSQL schema, shared by many workers.
 
     Thread-safe: every call borrows a connection from a pool and is one transaction.
@@ -234,9 +158,9 @@ class PostgresStore(SharedSQL, ClaimsByReservation):
                 f"this waitbound's {SCHEMA_VERSION}; run `{hint}`"
             )
         ident = sql.Identifier(self.schema)
-        self._sql = {name: sql.SQL(text).format(schema=ident) for name, text in _QUERIES.items()}
+        self._sql = {name: sql.SQL(text).format(schema=ident) for name, text in QUERIES.items()}
         self._writes: dict[tuple[int, ...], sql.Composed] = {}
-        """One write statement per set of parts written (:func:`_write_query`)."""
+        """One write statement per set of parts written (``_postgres_sql.write_query``)."""
         self._dialect = postgres_dialect(self.schema)
         self._audit_rows = AuditRows(self._dialect)
         self._inbox_rows = InboxRows(self._dialect)
@@ -265,8 +189,7 @@ class PostgresStore(SharedSQL, ClaimsByReservation):
             name=f"waitbound:{self.schema}",
         )
         self._rows = RecordRows(lambda at: at)
-        self._conninfo = conninfo
-        self._listener: psycopg.AsyncConnection[TupleRow] | None = None
+        self._wakeups = Wakeups(conninfo, self.schema)
         try:
             with failures(self.label, self._secrets):
                 self._pool.open(wait=True, timeout=max(connect_timeout_s, 1.0))
@@ -405,7 +328,7 @@ class PostgresStore(SharedSQL, ClaimsByReservation):
         if not sealed:
             return
         with conn.cursor() as cursor:
-            cursor.executemany(_q(self._audit_rows.append), self._audit_rows.rows(sealed))
+            cursor.executemany(q(self._audit_rows.append), self._audit_rows.rows(sealed))
 
     def _write(
         self,
@@ -417,7 +340,7 @@ class PostgresStore(SharedSQL, ClaimsByReservation):
         replaces: int,
     ) -> None:
         """Write one record by compare-and-swap on *replaces* (its stored version), in
-        one statement (:func:`_write_query`): the query columns always, the parts
+        one statement (``_postgres_sql.write_query``): the query columns always, the parts
         that changed (``row.changed``), its *sealed* audit events, and
         ``NOTIFY`` (delivered at commit) when the write makes the operation due sooner
         than before (a decision resuming it, a webhook hint).
@@ -454,7 +377,7 @@ class PostgresStore(SharedSQL, ClaimsByReservation):
         """The write statement for the parts *changed*, made once per set."""
         found = self._writes.get(changed)
         if found is None:
-            found = sql.SQL(_write_query(changed)).format(schema=sql.Identifier(self.schema))
+            found = sql.SQL(write_query(changed)).format(schema=sql.Identifier(self.schema))
             self._writes[changed] = found
         return found
 
@@ -532,42 +455,12 @@ class PostgresStore(SharedSQL, ClaimsByReservation):
             rows = conn.execute(self._sql["heads"]).fetchall()
         return sorted((str(op), int(seq), str(head)) for op, seq, head in rows)
 
-    @staticmethod
-    def _has_push_writes(stored: Record) -> bool:
-        """Whether writing *stored* has push-path statements to run (see
-        :meth:`_push_writes`): then the write is a transaction of several statements."""
-        return (
-            webhook_key(stored) is not None
-            or bool(outbox_entries(stored, stored.finished_at or stored.created_at))
-            or evidence_of(stored) is not None
-        )
-
-    def _push_writes(self, conn: psycopg.Connection[TupleRow], stored: Record) -> None:
-        """The push path's part of a record write (see ``Store``), in its transaction.
-
-        A record that neither expects webhooks nor owes a completion (most records) costs
-        no statement at all. Registering a job takes its (provider, job id) advisory
-        lock, as :meth:`put_delivery` does, so a delivery stored at the same moment is
-        either seen by the look-back or sees the registration: never neither.
-        """
-        key = webhook_key(stored)
-        if key is not None:
-            lock = _job_lock_key(self.schema, key[0], to_text(key[1]))
-            conn.execute(self._sql["push_lock"], (lock,))
-            self._inbox_rows.register(_run(conn), key, stored.operation_id)
-        entries = outbox_entries(stored, stored.finished_at or stored.created_at)
-        if entries:
-            outbox = self._outbox_rows
-            with conn.cursor() as cursor:
-                cursor.executemany(_q(outbox.insert), [outbox.row(e) for e in entries])
-        self._history_rows.record(_run(conn), stored)  # the schedule history's part
-
     # -- the schedule history -----------------------------------------------------------
 
     def forget_schedule(self, key: str) -> int:
         """See :meth:`Store.forget_schedule`."""
         with self._read() as conn:
-            return self._history_rows.forget(_run(conn), key)
+            return self._history_rows.forget(run(conn), key)
 
     # -- origin pacing ------------------------------------------------------------------
 
@@ -590,87 +483,14 @@ class PostgresStore(SharedSQL, ClaimsByReservation):
             # The calendar only spreads polls (it bounds nothing), so its commit need
             # not wait for the disk: a crash may lose the last few counts (a slightly
             # emptier second), and the origin's lock is not held through an fsync.
-            conn.execute(self._sql["pace_lock"], (_pace_lock_key(self.schema, origin),))
+            conn.execute(self._sql["pace_lock"], (pace_lock_key(self.schema, origin),))
             return self._calendar_rows.pace(
-                _run(conn),
+                run(conn),
                 origin,
                 planned_at,
                 latest_at=latest_at,
                 now=now,
                 rng_offset=rng_offset,
-            )
-
-    # -- the push path ------------------------------------------------------------------
-
-    def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
-        """See :meth:`Store.put_delivery` (one statement under the job's advisory lock)."""
-        with self._transaction() as conn:
-            return self._put_delivery(conn, delivery)
-
-    def put_deliveries(self, deliveries: Sequence[InboundDelivery]) -> list[InboundDelivery | None]:
-        """See :meth:`Store.put_deliveries` (one transaction). First every job's advisory
-        lock, in the order of their keys; then the inserts, in (provider, webhook id)
-        order, deliveries of one id in the order given: two batches naming the same
-        jobs or ids never wait for each other in a circle."""
-        if not deliveries:
-            return []
-        locks = sorted({self._lock_of(d) for d in deliveries if d.job_id is not None})
-        order = sorted(
-            range(len(deliveries)),
-            key=lambda i: (deliveries[i].provider, to_text(deliveries[i].webhook_id)),
-        )
-        stored: list[InboundDelivery | None] = [None] * len(deliveries)
-        with self._transaction() as conn:
-            for lock in locks:
-                conn.execute(self._sql["push_lock"], (lock,))
-            for i in order:
-                stored[i] = self._put_delivery(conn, deliveries[i], locked=True)
-        return stored
-
-    def _lock_of(self, delivery: InboundDelivery) -> int:
-        """The advisory lock of *delivery*'s job (it names one)."""
-        assert delivery.job_id is not None
-        return _job_lock_key(self.schema, delivery.provider, to_text(delivery.job_id))
-
-    def _put_delivery(
-        self,
-        conn: psycopg.Connection[TupleRow],
-        delivery: InboundDelivery,
-        *,
-        locked: bool = False,
-    ) -> InboundDelivery | None:
-        """Store one delivery in the caller's transaction (``None``: a duplicate), under
-        its job's advisory lock (taken here unless *locked*: the caller holds it)."""
-        if delivery.job_id is not None and not locked:
-            conn.execute(self._sql["push_lock"], (self._lock_of(delivery),))
-        return self._inbox_rows.put(_run(conn), delivery)
-
-    def claim_outbox(
-        self,
-        *,
-        owner: str,
-        now: datetime,
-        lease_s: float,
-        limit: int,
-        channels: Sequence[Channel],
-        operation_id: str | None = None,
-    ) -> list[OutboxEntry]:
-        """See :meth:`Store.claim_outbox` (``FOR UPDATE SKIP LOCKED``, one statement).
-
-        Entries another worker is claiming at this moment are skipped, not waited for.
-        """
-        if limit < 0:
-            raise UsageError(f"claim limit must be 0 or more; got {limit}")
-        until = now + timedelta(seconds=lease_s)
-        with self._transaction() as conn:
-            return self._outbox_rows.claim(
-                conn,
-                owner=owner,
-                now=now,
-                until=until,
-                limit=limit,
-                channels=channels,
-                operation_id=operation_id,
             )
 
     async def wait_for_wakeup(self, timeout_s: float) -> bool:
@@ -688,69 +508,14 @@ class PostgresStore(SharedSQL, ClaimsByReservation):
             (also when listening failed: then it waits the whole *timeout_s* and tries
             to listen again on the next call).
         """
-        clock = anyio.current_time
-        end = clock() + max(0.0, timeout_s)
-        try:
-            listener = await self._listening()
-            async for note in listener.notifies(timeout=max(0.0, timeout_s)):
-                if note.payload == self.schema:
-                    return True
-                if clock() >= end:
-                    break
-            return False
-        except (psycopg.Error, OSError):
-            self._drop_listener()
-            await anyio.sleep(max(0.0, end - clock()))
-            return False
-
-    async def _listening(self) -> psycopg.AsyncConnection[TupleRow]:
-        if self._listener is None or self._listener.closed:
-            self._listener = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-            await self._listener.execute(
-                sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL))
-            )
-        return self._listener
-
-    def _drop_listener(self) -> None:
-        if self._listener is not None:
-            self._listener.pgconn.finish()
-            self._listener = None
+        return await self._wakeups.wait(timeout_s)
 
     def close(self) -> None:
         """Close the pool and its connections (the listening one included)."""
-        self._drop_listener()
+        self._wakeups.close()
         self._pool.close()
 
 
 _CALENDAR_KEEP_S: Final = 300
 """Other origins' buckets are pruned once this many seconds old (a margin for the
 workers' clock skew: the prune never touches a bucket a live transaction counts in)."""
-
-
-def _pace_lock_key(schema: str, origin: str) -> int:
-    """The advisory lock one origin's pacing takes (a signed 64-bit key)."""
-    text = f"waitbound pace\x1f{schema}\x1f{origin}"
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
-
-
-def _job_lock_key(schema: str, provider: str, job_id: str) -> int:
-    """The advisory lock a job's registration and its deliveries take (a signed 64-bit
-    key), so the look-back never misses a delivery stored at the same moment."""
-    text = f"waitbound push\x1f{schema}\x1f{provider}\x1f{job_id}"
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
-
-
-def _run(conn: psycopg.Connection[TupleRow]) -> Execute:
-    """*conn*'s ``execute`` as the history's statements (built from checked names and
-    fixed text only, see :class:`HistoryRows`) run them."""
-
-    def execute(query: str, params: tuple[Any, ...]) -> psycopg.Cursor[TupleRow]:
-        return conn.execute(cast("LiteralString", query), params)  # type: ignore[redundant-cast]
-
-    return execute
-
-
-def _q(text: str) -> LiteralString:
-    """A shared statement (built from checked names and fixed text only) as psycopg
-    takes a query."""
-    return cast("LiteralString", text)  # type: ignore[redundant-cast]

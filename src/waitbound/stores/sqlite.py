@@ -11,6 +11,11 @@ per version, and opening a file for writing applies the pending ones in one tran
 Instants are UTC ISO 8601 texts (``datetime.isoformat``): such texts sort as their
 instants do (a whole second, ``…:00+00:00``, sorts before its fractions, ``…:00.5…``,
 since ``+`` sorts before ``.``), so SQL compares and orders them as text.
+
+Around this module: opening, migrating and reading older files in ``_sqlite_open``, its
+own statements in ``_sqlite_rows``; the statements it shares with PostgreSQL in
+``_audit_rows``, ``_inbox_rows``, ``_outbox_rows``, ``_history_rows`` and
+``_calendar_rows`` (see ``_sql_dialect``), and the methods over them in ``_sql_store``.
 """
 
 from __future__ import annotations
