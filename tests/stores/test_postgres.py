@@ -35,7 +35,8 @@ from waitbound import (
 from waitbound._push import InboundDelivery
 from waitbound._record import Push
 from waitbound.stores import SchemaUpgrade, is_postgres_dsn, open_store, sqlite, upgrade_store
-from waitbound.stores._protocol import advance, audit_rows, encode_record
+from waitbound.stores._audit_rows import audit_rows
+from waitbound.stores._protocol import advance, encode_record
 
 try:
     import psycopg

@@ -33,7 +33,8 @@ from waitbound.stores import (
     sqlite,
     upgrade_store,
 )
-from waitbound.stores._protocol import advance, audit_rows, encode_record
+from waitbound.stores._audit_rows import audit_rows
+from waitbound.stores._protocol import advance, encode_record
 
 
 def _digest(path: Path) -> str:

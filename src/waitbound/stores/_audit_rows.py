@@ -9,17 +9,17 @@ the ``json`` casts, the byte-wise collation of ids, how the label is read from t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
-from waitbound.stores._codec import from_text, load_object
+from waitbound.stores._codec import dump_json, from_text, load_object, to_text
 from waitbound.stores._history_rows import Execute
-from waitbound.stores._protocol import AuditCursor, audit_rows
+from waitbound.stores._protocol import AuditCursor
 from waitbound.stores._sql_dialect import Dialect
 
-__all__ = ["AuditRows"]
+__all__ = ["AuditRows", "audit_rows"]
 
 
 class AuditRows:
@@ -93,3 +93,22 @@ class AuditRows:
             prev_hash=prev_hash,
             hash=digest,
         )
+
+
+def audit_rows(
+    sealed: Sequence[StoredAuditEvent], instant: Callable[[datetime], object]
+) -> list[tuple[object, ...]]:
+    """Sealed events as ``audit_events`` rows, the time converted by *instant*."""
+    return [
+        (
+            s.operation_id,
+            s.seq,
+            instant(s.event.at),
+            s.event.kind,
+            to_text(s.event.summary),
+            dump_json(dict(s.event.data)),
+            s.prev_hash,
+            s.hash,
+        )
+        for s in sealed
+    ]

@@ -12,16 +12,18 @@ the caller's transaction (or, PostgreSQL's reads, as one autocommitted statement
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from waitbound._push import InboundDelivery
+from waitbound.stores._codec import load_json
 from waitbound.stores._history_rows import Execute
-from waitbound.stores._protocol import delivery_of, encode_json
+from waitbound.stores._protocol import encode_json
 from waitbound.stores._sql_dialect import Dialect
 
-__all__ = ["InboxRows"]
+__all__ = ["InboxRows", "delivery_of"]
 
 _COLUMNS: Final = (
     "provider, webhook_id, received_at, job_id, event_type, authoritative, payload,"
@@ -153,3 +155,27 @@ class InboxRows:
     def _deliveries(self, rows: list[tuple[object, ...]]) -> list[InboundDelivery]:
         d = self._dialect
         return [delivery_of(row, d.read_instant, d.read_text) for row in rows]
+
+
+def _same(text: Any) -> str:
+    return str(text)
+
+
+def delivery_of(
+    row: Sequence[Any], instant: Callable[[Any], datetime], text: Callable[[Any], str] = _same
+) -> InboundDelivery:
+    """An ``inbox`` row (provider, webhook_id, received_at, job_id, event_type,
+    authoritative, payload, operation_id, applied_at) as a delivery; *instant* reads the
+    store's stored instants, *text* its provider texts (PostgreSQL: :func:`from_text`)."""
+    provider, webhook_id, received_at, job_id, event_type, authoritative, payload, op, applied = row
+    return InboundDelivery(
+        provider=provider,
+        webhook_id=text(webhook_id),
+        received_at=instant(received_at),
+        job_id=None if job_id is None else text(job_id),
+        event_type=None if event_type is None else text(event_type),
+        authoritative=bool(authoritative),
+        payload=load_json(payload),
+        operation_id=op,
+        applied_at=None if applied is None else instant(applied),
+    )

@@ -10,17 +10,18 @@ whose writes are serialised, selects and then leases.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
 from waitbound._push import Channel, OutboxEntry, OutboxStatus
+from waitbound.stores._codec import load_json
 from waitbound.stores._history_rows import Execute
-from waitbound.stores._protocol import encode_json, outbox_entry_of
+from waitbound.stores._protocol import encode_json
 from waitbound.stores._sql_dialect import Dialect
 
-__all__ = ["OutboxRows"]
+__all__ = ["OutboxRows", "outbox_entry_of"]
 
 _FIELDS: Final = (
     "delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at,"
@@ -186,3 +187,45 @@ class OutboxRows:
     def _entries(self, rows: Sequence[Any]) -> list[OutboxEntry]:
         d = self._dialect
         return [outbox_entry_of(row, d.read_instant, d.read_text) for row in rows]
+
+
+def _same(text: Any) -> str:
+    return str(text)
+
+
+def outbox_entry_of(
+    row: Sequence[Any], instant: Callable[[Any], datetime], text: Callable[[Any], str] = _same
+) -> OutboxEntry:
+    """An ``outbox`` row (delivery_id, operation_id, channel, target, payload, created_at,
+    next_attempt_at, status, attempts, delivered_at, last_error, replay_of, lease_owner,
+    lease_expires_at) as an entry; *instant* reads the store's stored instants, *text*
+    its foreign texts (the target and the last error; PostgreSQL: :func:`from_text`).
+
+    Raises:
+        ValueError: the stored payload is not a JSON object.
+    """
+    delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at = row[:7]
+    status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at = row[7:]
+    decoded = load_json(payload)
+    if not isinstance(decoded, dict):
+        raise ValueError(f"outbox entry {delivery_id!r}: its payload is not a JSON object")
+
+    def maybe(value: Any) -> datetime | None:
+        return None if value is None else instant(value)
+
+    return OutboxEntry(
+        delivery_id=delivery_id,
+        operation_id=operation_id,
+        channel=Channel(channel),
+        target=None if target is None else text(target),
+        payload=decoded,
+        created_at=instant(created_at),
+        next_attempt_at=instant(next_attempt_at),
+        status=OutboxStatus(status),
+        attempts=int(attempts),
+        delivered_at=maybe(delivered_at),
+        last_error=None if last_error is None else text(last_error),
+        replay_of=replay_of,
+        lease_owner=lease_owner,
+        lease_expires_at=maybe(lease_expires_at),
+    )

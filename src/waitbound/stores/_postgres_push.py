@@ -69,11 +69,6 @@ class PostgresPushPath:
                 cursor.executemany(q(outbox.insert), [outbox.row(e) for e in entries])
         self._history_rows.record(run(conn), stored)  # the schedule history's part
 
-    def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
-        """See :meth:`Store.put_delivery` (one statement under the job's advisory lock)."""
-        with self._transaction() as conn:
-            return self._put_delivery(conn, delivery)
-
     def put_deliveries(self, deliveries: Sequence[InboundDelivery]) -> list[InboundDelivery | None]:
         """See :meth:`Store.put_deliveries` (one transaction). First every job's advisory
         lock, in the order of their keys; then the inserts, in (provider, webhook id)

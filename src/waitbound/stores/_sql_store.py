@@ -36,6 +36,7 @@ class SharedSQL:
       ``_calendar_rows``: its statements;
     * ``_transaction()``: one write transaction, yielding its connection;
     * ``_reading()``: a connection for one read statement;
+    * ``_put_delivery(connection, delivery)``: one delivery stored in a transaction;
     * ``_legacy``: nonzero when the store is an older SQLite file opened read-only,
       which has no schedule history nor calendar to read.
     """
@@ -48,6 +49,13 @@ class SharedSQL:
     _outbox_rows: OutboxRows
     _transaction: Callable[[], AbstractContextManager[Any]]
     _reading: Callable[[], AbstractContextManager[Any]]
+    _put_delivery: Callable[[Any, InboundDelivery], InboundDelivery | None]
+
+    def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
+        """See :meth:`Store.put_delivery` (one transaction; PostgreSQL: under the job's
+        advisory lock)."""
+        with self._transaction() as conn:
+            return self._put_delivery(conn, delivery)
 
     def schedule_history(self, key: str) -> list[Evidence]:
         """See :meth:`Store.schedule_history`."""

@@ -77,7 +77,6 @@ from waitbound.stores._protocol import (
     Planner,
     Write,
     advance,
-    audit_rows,
     outcomes,
     planned,
     readable,
@@ -349,7 +348,7 @@ class PostgresStore(PostgresPushPath, SharedSQL, ClaimsByReservation):
             ConflictError: the stored version is not *replaces* (nothing was written).
         """
         op = stored.operation_id
-        rows = audit_rows(sealed, lambda at: at)
+        rows = self._audit_rows.rows(sealed)
         columns = [[event[i] for event in rows] for i in range(8)]  # one array per column
         drivable = stored.phase.value in DRIVABLE_PHASES
         charged = charges([event.event for event in sealed])

@@ -457,11 +457,6 @@ class SQLiteStore(SharedSQL, ClaimsByReservation):
 
     # -- the push path ------------------------------------------------------------------
 
-    def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
-        """See :meth:`Store.put_delivery` (one ``BEGIN IMMEDIATE`` transaction)."""
-        with self._transaction() as db:
-            return self._put_delivery(db, delivery)
-
     def put_deliveries(self, deliveries: Sequence[InboundDelivery]) -> list[InboundDelivery | None]:
         """See :meth:`Store.put_deliveries` (one ``BEGIN IMMEDIATE`` transaction)."""
         if not deliveries:
