@@ -35,13 +35,14 @@ from waitbound import (
 from waitbound._push import InboundDelivery
 from waitbound._record import Push
 from waitbound.stores import SchemaUpgrade, is_postgres_dsn, open_store, sqlite, upgrade_store
-from waitbound.stores._protocol import advance, audit_rows, encode_record
+from waitbound.stores._audit_rows import audit_rows
+from waitbound.stores._protocol import advance, encode_record
 
 try:
     import psycopg
 
     from waitbound.stores import _postgres_schema as postgres_schema
-    from waitbound.stores import postgres
+    from waitbound.stores import _postgres_sql, postgres
 except ImportError:  # pragma: no cover - the test extra installs psycopg
     if os.environ.get("CI"):
         raise
@@ -589,7 +590,7 @@ def test_put_delivery_waits_for_a_registration_in_progress(schema: str, dsn: str
     store = postgres.PostgresStore(dsn, schema=schema)
     try:
         with psycopg.connect(dsn) as other:
-            key = postgres._job_lock_key(schema, "reports", "job-42")
+            key = _postgres_sql.job_lock_key(schema, "reports", "job-42")
             other.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
             other.execute(
                 f'INSERT INTO "{schema}".webhook_jobs VALUES (%s, %s, %s)'.encode(),

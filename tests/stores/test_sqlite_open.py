@@ -28,11 +28,13 @@ from waitbound.stores import (
     NotAStoreError,
     SchemaUpgrade,
     StoreNotFoundError,
+    _sqlite_open,
     _sqlite_schema,
     sqlite,
     upgrade_store,
 )
-from waitbound.stores._protocol import advance, audit_rows, encode_record
+from waitbound.stores._audit_rows import audit_rows
+from waitbound.stores._protocol import advance, encode_record
 
 
 def _digest(path: Path) -> str:
@@ -119,9 +121,9 @@ def test_read_only_opens_immutable_when_the_file_or_folder_is_not_writable(
     """Not writable (a read-only copy kept for audit): mode=ro&immutable=1, and it reads."""
     path = tmp_path / "copy.db"
     _stored(path)
-    assert sqlite._uri(path, create=False, read_only=True).endswith("?mode=ro")
+    assert _sqlite_open.uri(path, create=False, read_only=True).endswith("?mode=ro")
     monkeypatch.setattr("os.access", lambda *args, **kwargs: False)
-    uri = sqlite._uri(path, create=False, read_only=True)
+    uri = _sqlite_open.uri(path, create=False, read_only=True)
     assert uri.startswith("file:///")
     assert uri.endswith("?mode=ro&immutable=1")
     store = open_store(path, read_only=True)

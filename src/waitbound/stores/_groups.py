@@ -25,7 +25,8 @@ from typing import Final, Literal, Protocol
 from waitbound._clock import utc
 from waitbound._errors import StoreError, UsageError
 from waitbound.stores._group_charges import MEMORY_GROUPS
-from waitbound.stores._protocol import Store
+from waitbound.stores._protocol import SQLTables, Store
+from waitbound.stores._sql_dialect import SQLAccess
 
 __all__ = [
     "GROUP_KINDS",
@@ -256,11 +257,11 @@ class _SQLGroups:
     """The group tables of a SQLite or PostgreSQL store, through the store's own
     transactions (``%s`` or ``?`` placeholders, times as ISO text or timestamptz)."""
 
-    def __init__(self, store: Store, schema: str, mark: str, text_times: bool) -> None:
-        self._store = store
-        self._schema = schema
-        self._mark = mark
-        self._text_times = text_times
+    def __init__(self, tables: SQLAccess) -> None:
+        self._transaction = tables.transaction
+        self._schema = tables.dialect.prefix
+        self._mark = tables.dialect.mark
+        self._text_times = tables.dialect.text_times
 
     def _sql(self, text: str) -> str:
         return (
@@ -310,7 +311,7 @@ class _SQLGroups:
         return loaded[0] if loaded else None
 
     def create_group(self, row: GroupRow) -> GroupRow:
-        with self._store._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             if self._one(db, row.group_id) is not None:
                 raise UsageError(f"group {row.group_id} exists already")
             self._exec(
@@ -338,11 +339,11 @@ class _SQLGroups:
         return row
 
     def get_group(self, group_id: str) -> GroupRow | None:
-        with self._store._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             return self._one(db, group_id)
 
     def spend_group(self, group_id: str) -> GroupRow | None:
-        with self._store._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             counted = self._update(
                 db,
                 "UPDATE {g} SET requests_used = requests_used + 1, version = version + 1"
@@ -353,7 +354,7 @@ class _SQLGroups:
             return self._one(db, group_id) if counted else None
 
     def release_group(self, group_id: str) -> GroupRow | None:
-        with self._store._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             self._update(
                 db,
                 "UPDATE {g} SET requests_used = requests_used - 1, version = version + 1"
@@ -365,7 +366,7 @@ class _SQLGroups:
     def end_group(
         self, group_id: str, *, state: GroupState, reason: str | None, at: datetime
     ) -> GroupRow | None:
-        with self._store._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             self._exec(
                 db,
                 "UPDATE {g} SET state = ?, reason = ?, ended_at = ?, version = version + 1"
@@ -375,7 +376,7 @@ class _SQLGroups:
             return self._one(db, group_id)
 
     def groups_of_operation(self, operation_id: str) -> list[GroupRow]:
-        with self._store._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             rows = self._exec(
                 db,
                 f"SELECT {_COLUMNS} FROM {{g}} WHERE group_id IN"
@@ -388,7 +389,7 @@ class _SQLGroups:
     def list_groups(self, *, state: GroupState | None = None, limit: int = 50) -> list[GroupRow]:
         where = " WHERE state = ?" if state is not None else ""
         args: tuple[object, ...] = (state, limit) if state is not None else (limit,)
-        with self._store._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             rows = self._exec(
                 db,
                 f"SELECT {_COLUMNS} FROM {{g}}{where} ORDER BY created_at DESC, group_id DESC"
@@ -405,7 +406,6 @@ def groups_of(store: Store) -> GroupStore:
         UsageError: a store kind without groups (another implementation of ``Store``).
     """
     from waitbound.stores.memory import MemoryStore
-    from waitbound.stores.sqlite import SQLiteStore
 
     if isinstance(store, MemoryStore):
         with MEMORY_GROUPS.lock:
@@ -414,13 +414,6 @@ def groups_of(store: Store) -> GroupStore:
                 found = _MemoryGroups()
                 MEMORY_GROUPS.kept[store] = found
             return found
-    if isinstance(store, SQLiteStore):
-        return _SQLGroups(store, "", "?", text_times=True)
-    try:
-        from waitbound.stores.postgres import PostgresStore
-    except ImportError:  # psycopg is not installed: no such store either
-        PostgresStore = None  # type: ignore[assignment,misc]
-    if PostgresStore is not None and isinstance(store, PostgresStore):
-        schema = f'"{store.schema}".'  # the schema name is checked (a-z0-9_)
-        return _SQLGroups(store, schema, "%s", text_times=False)
+    if isinstance(store, SQLTables):
+        return _SQLGroups(store.sql_tables())
     raise UsageError(f"a {type(store).__name__} keeps no groups")

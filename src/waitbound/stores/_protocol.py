@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from waitbound._audit import AuditEvent, StoredAuditEvent, head_is_authentic, head_mac, seal_all
 from waitbound._audit_record import asserted_digest
@@ -14,7 +14,10 @@ from waitbound._history import Evidence, ScheduleSummary
 from waitbound._json import JSON
 from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
 from waitbound._record import AuditHead, Record
-from waitbound.stores._codec import brief, dump_json, load_json, to_text
+from waitbound.stores._codec import brief, dump_json, load_json
+
+if TYPE_CHECKING:
+    from waitbound.stores._sql_dialect import SQLAccess
 
 __all__ = [
     "DRIVABLE_PHASES",
@@ -24,12 +27,11 @@ __all__ = [
     "Write",
     "advance",
     "audit_key_of",
-    "audit_rows",
     "ClaimsByReservation",
+    "InboxPruning",
+    "SQLTables",
     "claimed",
     "cursor_of",
-    "delivery_of",
-    "outbox_entry_of",
     "encode_json",
     "webhook_key",
     "decode_record",
@@ -351,6 +353,39 @@ class Store(Protocol):
         ...
 
 
+@runtime_checkable
+class SQLTables(Protocol):
+    """A store keeping its rows in SQL tables that other store modules use too (the
+    sign-in sessions, ``_sessions``; the groups, ``_groups``): SQLite and PostgreSQL.
+
+    Those modules reach the tables through this one method, never through the store's
+    private members, so each backend keeps its locking, transactions, error handling
+    and metrics to itself.
+    """
+
+    def sql_tables(self) -> SQLAccess:
+        """The store's dialect (with its tables' names) and a way to open one of its
+        transactions (see :class:`~waitbound.stores._sql_dialect.SQLAccess`)."""
+        ...
+
+
+@runtime_checkable
+class InboxPruning(Protocol):
+    """A store whose webhook inbox can be pruned (``waitbound serve``'s
+    ``[inbox] retention_days``, see ``_inbox_retention``): every waitbound store."""
+
+    def prune_inbox(self, *, before: datetime) -> tuple[int, int]:
+        """In one transaction, delete the deliveries received before *before* (aware)
+        that were applied to their operation or never matched to one (one matched and
+        waiting to be applied is kept whatever its age); return how many were deleted
+        and how many the inbox still holds.
+
+        Raises:
+            StoreError: the store failed (nothing is deleted).
+        """
+        ...
+
+
 AuditCursor = tuple[datetime, str, int]
 """A position in the audit events of many operations: (``at``, operation id, seq)."""
 
@@ -388,68 +423,6 @@ def webhook_key(record: Record) -> tuple[str, str] | None:
     if record.push.webhook is None or record.job_id is None:
         return None
     return (record.push.webhook, record.job_id)
-
-
-def _same(text: Any) -> str:
-    return str(text)
-
-
-def delivery_of(
-    row: Sequence[Any], instant: Callable[[Any], datetime], text: Callable[[Any], str] = _same
-) -> InboundDelivery:
-    """An ``inbox`` row (provider, webhook_id, received_at, job_id, event_type,
-    authoritative, payload, operation_id, applied_at) as a delivery; *instant* reads the
-    store's stored instants, *text* its provider texts (PostgreSQL: :func:`from_text`)."""
-    provider, webhook_id, received_at, job_id, event_type, authoritative, payload, op, applied = row
-    return InboundDelivery(
-        provider=provider,
-        webhook_id=text(webhook_id),
-        received_at=instant(received_at),
-        job_id=None if job_id is None else text(job_id),
-        event_type=None if event_type is None else text(event_type),
-        authoritative=bool(authoritative),
-        payload=load_json(payload),
-        operation_id=op,
-        applied_at=None if applied is None else instant(applied),
-    )
-
-
-def outbox_entry_of(
-    row: Sequence[Any], instant: Callable[[Any], datetime], text: Callable[[Any], str] = _same
-) -> OutboxEntry:
-    """An ``outbox`` row (delivery_id, operation_id, channel, target, payload, created_at,
-    next_attempt_at, status, attempts, delivered_at, last_error, replay_of, lease_owner,
-    lease_expires_at) as an entry; *instant* reads the store's stored instants, *text*
-    its foreign texts (the target and the last error; PostgreSQL: :func:`from_text`).
-
-    Raises:
-        ValueError: the stored payload is not a JSON object.
-    """
-    delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at = row[:7]
-    status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at = row[7:]
-    decoded = load_json(payload)
-    if not isinstance(decoded, dict):
-        raise ValueError(f"outbox entry {delivery_id!r}: its payload is not a JSON object")
-
-    def maybe(value: Any) -> datetime | None:
-        return None if value is None else instant(value)
-
-    return OutboxEntry(
-        delivery_id=delivery_id,
-        operation_id=operation_id,
-        channel=Channel(channel),
-        target=None if target is None else text(target),
-        payload=decoded,
-        created_at=instant(created_at),
-        next_attempt_at=instant(next_attempt_at),
-        status=OutboxStatus(status),
-        attempts=int(attempts),
-        delivered_at=maybe(delivered_at),
-        last_error=None if last_error is None else text(last_error),
-        replay_of=replay_of,
-        lease_owner=lease_owner,
-        lease_expires_at=maybe(lease_expires_at),
-    )
 
 
 def encode_json(value: object) -> str:
@@ -567,25 +540,6 @@ class ClaimsByReservation:
             plan=lambda record: (claimed(record, owner=owner, now=now, lease_s=lease_s), ()),
             label_prefix=label_prefix,
         )
-
-
-def audit_rows(
-    sealed: Sequence[StoredAuditEvent], instant: Callable[[datetime], object]
-) -> list[tuple[object, ...]]:
-    """Sealed events as ``audit_events`` rows, the time converted by *instant*."""
-    return [
-        (
-            s.operation_id,
-            s.seq,
-            instant(s.event.at),
-            s.event.kind,
-            to_text(s.event.summary),
-            dump_json(dict(s.event.data)),
-            s.prev_hash,
-            s.hash,
-        )
-        for s in sealed
-    ]
 
 
 def advance(

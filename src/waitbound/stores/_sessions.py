@@ -7,7 +7,9 @@ a reader of the store can list and revoke sessions, never use one.
 
 ``session_id`` is the hex SHA-256 of the cookie's value; an operator names a session by
 its first :data:`SHOWN_ID_CHARS` characters (``waitbound sessions``). One small
-implementation per store, reached with :func:`sessions_of` (the records' ``Store``
+implementation per kind of store, reached with :func:`sessions_of`: a dict for a
+MemoryStore, one copy of the SQL for SQLite and PostgreSQL, which reach the store's
+tables through :class:`~waitbound.stores._protocol.SQLTables` (the records' ``Store``
 protocol is unchanged).
 """
 
@@ -23,7 +25,8 @@ from typing import Final, Protocol
 
 from waitbound._clock import utc
 from waitbound._errors import StoreError, UsageError
-from waitbound.stores._protocol import Store
+from waitbound.stores._protocol import SQLTables, Store
+from waitbound.stores._sql_dialect import SQLAccess
 
 __all__ = ["SHOWN_ID_CHARS", "SessionRow", "SessionStore", "sessions_of"]
 
@@ -199,11 +202,11 @@ class _SQLSessions:
     """The ``sessions`` table of a SQLite or PostgreSQL store, through the store's own
     transactions (``%s`` or ``?`` placeholders, times as ISO text or timestamptz)."""
 
-    def __init__(self, store: Store, table: str, mark: str, text_times: bool) -> None:
-        self._store = store
-        self._table = table
-        self._mark = mark
-        self._text_times = text_times
+    def __init__(self, tables: SQLAccess) -> None:
+        self._transaction = tables.transaction
+        self._table = tables.dialect.table("sessions")
+        self._mark = tables.dialect.mark
+        self._text_times = tables.dialect.text_times
 
     def _sql(self, text: str) -> str:
         return text.replace("{t}", self._table).replace("?", self._mark)
@@ -214,7 +217,7 @@ class _SQLSessions:
         return utc(value).isoformat() if self._text_times else utc(value)
 
     def _run(self, text: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
-        with self._store._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             try:
                 cursor = db.execute(self._sql(text), tuple(args))
             except sqlite3.OperationalError as exc:
@@ -249,7 +252,7 @@ class _SQLSessions:
     def revoke_sessions(self, *, at: datetime, shown_id: str | None = None) -> list[SessionRow]:
         prefix = _checked_prefix(shown_id) if shown_id is not None else ""
         now = self._at(at)
-        with self._store._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             found = [
                 _row(values)
                 for values in db.execute(
@@ -279,7 +282,7 @@ class _SQLSessions:
 
     def prune_sessions(self, *, before: datetime) -> int:
         at = self._at(before)
-        with self._store._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             cursor = db.execute(
                 self._sql("DELETE FROM {t} WHERE expires_at < ? OR revoked_at < ?"), (at, at)
             )
@@ -297,7 +300,6 @@ def sessions_of(store: Store) -> SessionStore:
         UsageError: a store kind without sessions (another implementation of ``Store``).
     """
     from waitbound.stores.memory import MemoryStore
-    from waitbound.stores.sqlite import SQLiteStore
 
     if isinstance(store, MemoryStore):
         with _MEMORY_LOCK:
@@ -306,13 +308,6 @@ def sessions_of(store: Store) -> SessionStore:
                 found = _MemorySessions()
                 _MEMORY[store] = found
             return found
-    if isinstance(store, SQLiteStore):
-        return _SQLSessions(store, "sessions", "?", text_times=True)
-    try:
-        from waitbound.stores.postgres import PostgresStore
-    except ImportError:  # psycopg is not installed: no such store either
-        PostgresStore = None  # type: ignore[assignment,misc]
-    if PostgresStore is not None and isinstance(store, PostgresStore):
-        table = f'"{store.schema}".sessions'  # the schema name is checked (a-z0-9_)
-        return _SQLSessions(store, table, "%s", text_times=False)
+    if isinstance(store, SQLTables):
+        return _SQLSessions(store.sql_tables())
     raise UsageError(f"a {type(store).__name__} keeps no sign-in sessions")

@@ -297,6 +297,18 @@ class MemoryStore(ClaimsByReservation):
         self._inbox[key] = stored
         return stored
 
+    def prune_inbox(self, *, before: datetime) -> tuple[int, int]:
+        """See :meth:`~waitbound.stores._protocol.InboxPruning.prune_inbox`."""
+        with self._lock:
+            gone = [
+                key
+                for key, d in self._inbox.items()
+                if d.received_at < before and (d.applied_at is not None or d.operation_id is None)
+            ]
+            for key in gone:
+                del self._inbox[key]
+            return len(gone), len(self._inbox)
+
     def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
         """See :meth:`Store.pending_deliveries`."""
         with self._lock:

@@ -13,18 +13,21 @@ The schema is versioned: :data:`MIGRATIONS` is applied by :func:`upgrade` (the
 The JSON columns are ``json``, not ``jsonb``: ``json`` keeps the text exactly as
 written, while ``jsonb`` turns ``1e+16`` into an integer and ``-0.0`` into ``0.0`` (which
 breaks the audit chain's hashes) and refuses ``\\u0000`` in a string outright.
+
+Around this module: its own statements in ``_postgres_sql``, its push path (advisory
+locks, outbox claims) in ``_postgres_push``, its wake-ups in ``_postgres_wakeup``, its
+schema and migrations in ``_postgres_schema``; the statements it shares with SQLite in
+``_audit_rows``, ``_inbox_rows``, ``_outbox_rows``, ``_history_rows`` and
+``_calendar_rows`` (see ``_sql_dialect``), and the methods over them in ``_sql_store``.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
-from datetime import datetime, timedelta
-from typing import Any, Final, LiteralString, cast
+from datetime import datetime
+from typing import Final
 
-import anyio
 import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
@@ -33,26 +36,25 @@ from psycopg_pool import ConnectionPool
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
 from waitbound._errors import ConflictError, StoreError, UsageError
-from waitbound._history import Evidence, ScheduleSummary, evidence_of
 from waitbound._metrics import store_transaction
-from waitbound._notices import outbox_entries
-from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
 from waitbound._record import Record
+from waitbound.stores._audit_rows import AuditRows
 from waitbound.stores._calendar_rows import CalendarRows
-from waitbound.stores._codec import from_text, load_object, to_text
 from waitbound.stores._group_charges import charges
-from waitbound.stores._history_rows import Execute, HistoryRows
+from waitbound.stores._history_rows import HistoryRows
+from waitbound.stores._inbox_rows import InboxRows
+from waitbound.stores._outbox_rows import OutboxRows
 from waitbound.stores._postgres_conn import (
     connection_info,
     dsn_secrets,
     failures,
     redact_dsn,
 )
+from waitbound.stores._postgres_push import PostgresPushPath
 from waitbound.stores._postgres_schema import (
     DEFAULT_SCHEMA,
     MIGRATIONS,
     SCHEMA_VERSION,
-    SET_QUERY,
     apply_migrations,
     checked_schema,
     ensure_calendar,
@@ -61,23 +63,27 @@ from waitbound.stores._postgres_schema import (
     upgrade,
     where,
 )
+from waitbound.stores._postgres_sql import (
+    QUERIES,
+    pace_lock_key,
+    q,
+    run,
+    write_query,
+)
+from waitbound.stores._postgres_wakeup import NOTIFY_CHANNEL, Wakeups
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
-    AuditCursor,
     ClaimsByReservation,
     Planner,
     Write,
     advance,
-    audit_rows,
-    delivery_of,
-    encode_json,
-    outbox_entry_of,
     outcomes,
     planned,
     readable,
-    webhook_key,
 )
-from waitbound.stores._rows import PART_COLUMNS, QUERY_COLUMNS, RecordRows, Row
+from waitbound.stores._rows import RecordRows, Row
+from waitbound.stores._sql_dialect import SQLAccess, postgres_dialect
+from waitbound.stores._sql_store import SharedSQL
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -89,180 +95,7 @@ __all__ = [
 ]
 
 
-def _audit_after_queries() -> dict[str, str]:
-    """``audit_after``'s four statements: with or without the label filter (the join
-    reads each operation's JSON) and the cursor."""
-    head = (
-        "SELECT e.operation_id, e.seq, e.at, e.kind, e.summary, e.data::text, e.prev_hash,"
-        " e.hash FROM {schema}.audit_events AS e"
-    )
-    join = " JOIN {schema}.operations AS o ON o.operation_id = e.operation_id"
-    labelled = "left(coalesce(o.contract->>'label', ''), %s) = %s"
-    after = '(e.at, e.operation_id COLLATE "C", e.seq) > (%s, %s, %s)'
-    order = ' ORDER BY e.at, e.operation_id COLLATE "C", e.seq LIMIT %s'
-    return {
-        "audit_after": head + order,
-        "audit_after_cursor": f"{head} WHERE {after}{order}",
-        "audit_after_labelled": f"{head}{join} WHERE {labelled}{order}",
-        "audit_after_labelled_cursor": f"{head}{join} WHERE {labelled} AND {after}{order}",
-    }
-
-
-_INBOX_COLUMNS: Final = (
-    "provider, webhook_id, received_at, job_id, event_type, authoritative, payload::text,"
-    " operation_id, applied_at"
-)
-_OUTBOX_FIELDS: Final = (
-    "delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at,"
-    " status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at"
-)
-_OUTBOX_COLUMNS: Final = _OUTBOX_FIELDS.replace("payload", "payload::text")
-
-
-def _claim_outbox_queries() -> dict[str, str]:
-    """``claim_outbox``'s two statements: every operation's entries, or one's (a
-    separate statement, so the one-operation claim is planned on ``outbox_operation``)."""
-
-    def claim(only: str) -> str:
-        return (
-            "WITH due AS (SELECT delivery_id FROM {schema}.outbox"
-            " WHERE status = %s AND channel = ANY(%s) AND next_attempt_at <= %s"
-            f" AND (lease_expires_at IS NULL OR lease_expires_at <= %s){only}"
-            ' ORDER BY next_attempt_at, delivery_id COLLATE "C" LIMIT %s FOR UPDATE SKIP LOCKED)'
-            " UPDATE {schema}.outbox AS o SET lease_owner = %s, lease_expires_at = %s FROM due"
-            " WHERE o.delivery_id = due.delivery_id RETURNING "
-            + ", ".join(f"o.{column}" for column in _OUTBOX_COLUMNS.split(", "))
-        )
-
-    return {
-        "claim_outbox": claim(""),
-        "claim_outbox_of": claim(" AND operation_id = %s"),
-    }
-
-
-NOTIFY_CHANNEL: Final = "waitbound_wakeup"
-"""The ``LISTEN``/``NOTIFY`` channel; a notification's payload is the schema's name."""
-
-_READ: Final = ", ".join(("operation_id", "version", *(f"{c}::text" for c in PART_COLUMNS)))
-"""The row's columns as :meth:`RecordRows.record` reads them."""
-
-
-def _write_query(changed: tuple[int, ...]) -> str:
-    """One record's write as ONE statement (atomic by itself, so a save needs no
-    ``BEGIN``/``COMMIT`` round trips): the compare-and-swap update of its row, the
-    requests it reserves charged to the member's waiting groups (``_groups.charges``;
-    none: nothing is scanned), its audit events appended only when the update took, and
-    a ``NOTIFY`` when the write made the operation due sooner than before. Returns one
-    row when the update took, none on a conflict. *changed*: the indices of the parts
-    written (in ``PART_COLUMNS``)."""
-    parts = "".join(f", {PART_COLUMNS[index]} = %s::json" for index in changed)
-    return (
-        "WITH before AS (SELECT next_poll_at, phase FROM {schema}.operations"
-        " WHERE operation_id = %s),"
-        " updated AS (UPDATE {schema}.operations SET "
-        + SET_QUERY
-        + parts
-        + " WHERE operation_id = %s AND version = %s RETURNING 1),"
-        " charged AS (UPDATE {schema}.op_groups SET requests_used = requests_used + %s,"
-        " version = version + 1 WHERE %s::integer > 0 AND state = 'waiting'"
-        " AND group_id <> %s AND group_id IN (SELECT group_id FROM {schema}.op_group_members"
-        " WHERE operation_id = %s) AND EXISTS (SELECT 1 FROM updated)),"
-        " appended AS (INSERT INTO {schema}.audit_events"
-        " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
-        " SELECT * FROM unnest(%s::text[], %s::integer[], %s::timestamptz[], %s::text[],"
-        " %s::text[], %s::json[], %s::text[], %s::text[])"
-        " WHERE EXISTS (SELECT 1 FROM updated))"
-        " SELECT CASE WHEN %s::boolean AND (before.phase <> ALL(%s::text[])"
-        " OR %s::timestamptz < before.next_poll_at) THEN pg_notify(%s, %s) END"
-        " FROM updated, before"
-    )
-
-
-_QUERIES: Final = {
-    "insert": "INSERT INTO {schema}.operations (operation_id, "
-    + ", ".join((*QUERY_COLUMNS, *PART_COLUMNS))
-    + ", created_at) VALUES ("
-    + ", ".join(["%s"] * (len(QUERY_COLUMNS) + 1) + ["%s::json"] * len(PART_COLUMNS))
-    + ", %s) ON CONFLICT (operation_id) DO NOTHING RETURNING 1",
-    "get": "SELECT " + _READ + " FROM {schema}.operations WHERE operation_id = %s",
-    "notify": "SELECT pg_notify(%s, %s)",
-    "append": "INSERT INTO {schema}.audit_events"
-    " (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
-    " VALUES (%s, %s, %s, %s, %s, %s::json, %s, %s)",
-    "audit": "SELECT seq, at, kind, summary, data::text, prev_hash, hash"
-    " FROM {schema}.audit_events WHERE operation_id = %s ORDER BY seq",
-    "reserve_due": "SELECT " + _READ + " FROM {schema}.operations"
-    " WHERE phase = ANY(%s) AND next_poll_at <= %s"
-    " AND (lease_expires_at IS NULL OR lease_expires_at <= %s OR lease_owner = ANY(%s))"
-    " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
-    "reserve_due_labelled": "SELECT " + _READ + " FROM {schema}.operations"
-    " WHERE phase = ANY(%s) AND next_poll_at <= %s"
-    " AND (lease_expires_at IS NULL OR lease_expires_at <= %s OR lease_owner = ANY(%s))"
-    " AND left(coalesce(contract->>'label', ''), %s) = %s"
-    " ORDER BY next_poll_at, operation_id LIMIT %s FOR UPDATE SKIP LOCKED",
-    "next_claimable": "SELECT min(greatest(next_poll_at, lease_expires_at))"
-    " FROM {schema}.operations WHERE phase = ANY(%s)",
-    "next_claimable_labelled": "SELECT min(greatest(next_poll_at, lease_expires_at))"
-    " FROM {schema}.operations WHERE phase = ANY(%s)"
-    " AND left(coalesce(contract->>'label', ''), %s) = %s",
-    "holders": "SELECT DISTINCT lease_owner FROM {schema}.operations"
-    " WHERE phase = ANY(%s) AND next_poll_at <= %s AND lease_expires_at > %s"
-    " AND lease_owner IS NOT NULL ORDER BY lease_owner LIMIT 100",
-    "holders_labelled": "SELECT DISTINCT lease_owner FROM {schema}.operations"
-    " WHERE phase = ANY(%s) AND next_poll_at <= %s AND lease_expires_at > %s"
-    " AND lease_owner IS NOT NULL AND left(coalesce(contract->>'label', ''), %s) = %s"
-    " ORDER BY lease_owner LIMIT 100",
-    "recent": "SELECT " + _READ + " FROM {schema}.operations"
-    " WHERE left(coalesce(contract->>'label', ''), %s) = %s AND (outcome IS NULL OR NOT %s)"
-    " ORDER BY created_at DESC, operation_id DESC LIMIT %s",
-    # every operation: no row's JSON is read by the server
-    "recent_all": "SELECT " + _READ + " FROM {schema}.operations"
-    " WHERE (outcome IS NULL OR NOT %s) ORDER BY created_at DESC, operation_id DESC LIMIT %s",
-    "heads": "SELECT operation_id, audit_seq, audit_head FROM {schema}.operations"
-    ' ORDER BY operation_id COLLATE "C"',
-    "summary": "SELECT count(*) FILTER (WHERE outcome IS NULL),"
-    " min(next_poll_at) FILTER (WHERE phase = ANY(%s)) FROM {schema}.operations",
-    # -- the push path (ids are ordered and compared byte-wise, COLLATE "C", as the
-    # other stores order them, whatever the database's collation)
-    "push_lock": "SELECT pg_advisory_xact_lock(%s)",
-    "pace_lock": "SELECT pg_advisory_xact_lock(%s), set_config('synchronous_commit', 'off', true)",
-    "register": "INSERT INTO {schema}.webhook_jobs (provider, job_id, operation_id)"
-    " VALUES (%s, %s, %s) ON CONFLICT (provider, job_id) DO UPDATE"
-    " SET operation_id = excluded.operation_id"
-    " WHERE webhook_jobs.operation_id IS DISTINCT FROM excluded.operation_id",
-    "look_back": "UPDATE {schema}.inbox SET operation_id = %s"
-    " WHERE provider = %s AND job_id = %s AND operation_id IS NULL",
-    "put_delivery": "INSERT INTO {schema}.inbox (provider, webhook_id, received_at, job_id,"
-    " event_type, authoritative, payload, operation_id, applied_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s::json, (SELECT operation_id FROM"
-    " {schema}.webhook_jobs WHERE provider = %s AND job_id = %s), %s)"
-    " ON CONFLICT (provider, webhook_id) DO NOTHING RETURNING operation_id",
-    "pending_deliveries": "SELECT " + _INBOX_COLUMNS + " FROM {schema}.inbox"
-    " WHERE operation_id IS NOT NULL AND applied_at IS NULL"
-    ' ORDER BY received_at, webhook_id COLLATE "C" LIMIT %s',
-    "mark_applied": "UPDATE {schema}.inbox SET applied_at = %s"
-    " WHERE provider = %s AND webhook_id = %s AND applied_at IS NULL",
-    "inbox": "SELECT " + _INBOX_COLUMNS + " FROM {schema}.inbox"
-    " WHERE (%s::text IS NULL OR provider = %s) AND (%s::text IS NULL OR operation_id = %s)"
-    ' ORDER BY received_at DESC, webhook_id COLLATE "C" DESC, provider COLLATE "C" DESC'
-    " LIMIT %s",
-    **_claim_outbox_queries(),
-    "settle_outbox": "UPDATE {schema}.outbox SET status = %s, attempts = %s,"
-    " next_attempt_at = %s, delivered_at = %s, last_error = %s, lease_owner = NULL,"
-    " lease_expires_at = NULL"
-    " WHERE delivery_id = %s AND status = %s AND lease_owner IS NOT DISTINCT FROM %s::text",
-    "add_outbox": "INSERT INTO {schema}.outbox (" + _OUTBOX_FIELDS + ")"
-    " VALUES (%s, %s, %s, %s, %s::json, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-    " ON CONFLICT (delivery_id) DO NOTHING",
-    "outbox": "SELECT " + _OUTBOX_COLUMNS + " FROM {schema}.outbox"
-    " WHERE (%s::text IS NULL OR operation_id = %s) AND (%s::text IS NULL OR status = %s)"
-    ' ORDER BY created_at DESC, delivery_id COLLATE "C" DESC LIMIT %s',
-    "get_outbox": "SELECT " + _OUTBOX_COLUMNS + " FROM {schema}.outbox WHERE delivery_id = %s",
-    **_audit_after_queries(),
-}
-
-
-class PostgresStore(ClaimsByReservation):
+class PostgresStore(PostgresPushPath, SharedSQL, ClaimsByReservation):
     """A :class:`~waitbound.stores.Store` in a PostgreSQL schema, shared by many workers.
 
     Thread-safe: every call borrows a connection from a pool and is one transaction.
@@ -324,16 +157,20 @@ class PostgresStore(ClaimsByReservation):
                 f"this waitbound's {SCHEMA_VERSION}; run `{hint}`"
             )
         ident = sql.Identifier(self.schema)
-        self._sql = {name: sql.SQL(text).format(schema=ident) for name, text in _QUERIES.items()}
+        self._sql = {name: sql.SQL(text).format(schema=ident) for name, text in QUERIES.items()}
         self._writes: dict[tuple[int, ...], sql.Composed] = {}
-        """One write statement per set of parts written (:func:`_write_query`)."""
-        self._history = HistoryRows(
+        """One write statement per set of parts written (``_postgres_sql.write_query``)."""
+        self._dialect = postgres_dialect(self.schema)
+        self._audit_rows = AuditRows(self._dialect)
+        self._inbox_rows = InboxRows(self._dialect)
+        self._outbox_rows = OutboxRows(self._dialect)
+        self._history_rows = HistoryRows(
             f'"{self.schema}".schedule_history',  # a checked lowercase identifier
             mark="%s",
             instant=lambda at: at,
             read_instant=lambda at: utc(at) if isinstance(at, datetime) else None,
         )
-        self._calendar = CalendarRows(
+        self._calendar_rows = CalendarRows(
             f'"{self.schema}".pace_calendar', mark="%s", keep_s=_CALENDAR_KEEP_S
         )
         self._calendar_ready = False
@@ -351,8 +188,7 @@ class PostgresStore(ClaimsByReservation):
             name=f"waitbound:{self.schema}",
         )
         self._rows = RecordRows(lambda at: at)
-        self._conninfo = conninfo
-        self._listener: psycopg.AsyncConnection[TupleRow] | None = None
+        self._wakeups = Wakeups(conninfo, self.schema)
         try:
             with failures(self.label, self._secrets):
                 self._pool.open(wait=True, timeout=max(connect_timeout_s, 1.0))
@@ -377,6 +213,13 @@ class PostgresStore(ClaimsByReservation):
         ``COMMIT`` round trips): a single statement is atomic and sees one snapshot."""
         with failures(self.label, self._secrets), self._pool.connection() as conn:
             yield conn
+
+    _reading = _read
+
+    def sql_tables(self) -> SQLAccess:
+        """See :class:`~waitbound.stores._protocol.SQLTables` (a transaction is
+        :meth:`_transaction`: one pooled connection, one transaction)."""
+        return SQLAccess(self._dialect, self._transaction)
 
     def upgrade(self) -> list[int]:
         """Apply pending migrations; return their versions (see :func:`upgrade`).
@@ -484,7 +327,7 @@ class PostgresStore(ClaimsByReservation):
         if not sealed:
             return
         with conn.cursor() as cursor:
-            cursor.executemany(self._sql["append"], audit_rows(sealed, lambda at: at))
+            cursor.executemany(q(self._audit_rows.append), self._audit_rows.rows(sealed))
 
     def _write(
         self,
@@ -496,7 +339,7 @@ class PostgresStore(ClaimsByReservation):
         replaces: int,
     ) -> None:
         """Write one record by compare-and-swap on *replaces* (its stored version), in
-        one statement (:func:`_write_query`): the query columns always, the parts
+        one statement (``_postgres_sql.write_query``): the query columns always, the parts
         that changed (``row.changed``), its *sealed* audit events, and
         ``NOTIFY`` (delivered at commit) when the write makes the operation due sooner
         than before (a decision resuming it, a webhook hint).
@@ -505,7 +348,7 @@ class PostgresStore(ClaimsByReservation):
             ConflictError: the stored version is not *replaces* (nothing was written).
         """
         op = stored.operation_id
-        rows = audit_rows(sealed, lambda at: at)
+        rows = self._audit_rows.rows(sealed)
         columns = [[event[i] for event in rows] for i in range(8)]  # one array per column
         drivable = stored.phase.value in DRIVABLE_PHASES
         charged = charges([event.event for event in sealed])
@@ -533,7 +376,7 @@ class PostgresStore(ClaimsByReservation):
         """The write statement for the parts *changed*, made once per set."""
         found = self._writes.get(changed)
         if found is None:
-            found = sql.SQL(_write_query(changed)).format(schema=sql.Identifier(self.schema))
+            found = sql.SQL(write_query(changed)).format(schema=sql.Identifier(self.schema))
             self._writes[changed] = found
         return found
 
@@ -611,62 +454,12 @@ class PostgresStore(ClaimsByReservation):
             rows = conn.execute(self._sql["heads"]).fetchall()
         return sorted((str(op), int(seq), str(head)) for op, seq, head in rows)
 
-    def audit(self, operation_id: str) -> list[StoredAuditEvent]:
-        """See :meth:`Store.audit`."""
-        with self._read() as conn:
-            rows = conn.execute(self._sql["audit"], (operation_id,)).fetchall()
-        return [_audit_event(operation_id, row) for row in rows]
-
-    @staticmethod
-    def _has_push_writes(stored: Record) -> bool:
-        """Whether writing *stored* has push-path statements to run (see
-        :meth:`_push_writes`): then the write is a transaction of several statements."""
-        return (
-            webhook_key(stored) is not None
-            or bool(outbox_entries(stored, stored.finished_at or stored.created_at))
-            or evidence_of(stored) is not None
-        )
-
-    def _push_writes(self, conn: psycopg.Connection[TupleRow], stored: Record) -> None:
-        """The push path's part of a record write (see ``Store``), in its transaction.
-
-        A record that neither expects webhooks nor owes a completion (most records) costs
-        no statement at all. Registering a job takes its (provider, job id) advisory
-        lock, as :meth:`put_delivery` does, so a delivery stored at the same moment is
-        either seen by the look-back or sees the registration: never neither.
-        """
-        key = _text_key(webhook_key(stored))
-        if key is not None:
-            conn.execute(self._sql["push_lock"], (_job_lock_key(self.schema, *key),))
-            conn.execute(self._sql["register"], (*key, stored.operation_id))
-            conn.execute(self._sql["look_back"], (stored.operation_id, *key))
-        entries = outbox_entries(stored, stored.finished_at or stored.created_at)
-        if entries:
-            with conn.cursor() as cursor:
-                cursor.executemany(self._sql["add_outbox"], [_outbox_row(e) for e in entries])
-        self._history.record(_run(conn), stored)  # the schedule history's part
-
     # -- the schedule history -----------------------------------------------------------
-
-    def schedule_history(self, key: str) -> list[Evidence]:
-        """See :meth:`Store.schedule_history`."""
-        with self._read() as conn:
-            return self._history.history(_run(conn), key)
-
-    def history_version(self, key: str) -> int:
-        """See :meth:`Store.history_version`."""
-        with self._read() as conn:
-            return self._history.version(_run(conn), key)
-
-    def schedules(self) -> list[ScheduleSummary]:
-        """See :meth:`Store.schedules`."""
-        with self._read() as conn:
-            return self._history.summaries(_run(conn))
 
     def forget_schedule(self, key: str) -> int:
         """See :meth:`Store.forget_schedule`."""
         with self._read() as conn:
-            return self._history.forget(_run(conn), key)
+            return self._history_rows.forget(run(conn), key)
 
     # -- origin pacing ------------------------------------------------------------------
 
@@ -689,195 +482,15 @@ class PostgresStore(ClaimsByReservation):
             # The calendar only spreads polls (it bounds nothing), so its commit need
             # not wait for the disk: a crash may lose the last few counts (a slightly
             # emptier second), and the origin's lock is not held through an fsync.
-            conn.execute(self._sql["pace_lock"], (_pace_lock_key(self.schema, origin),))
-            return self._calendar.pace(
-                _run(conn),
+            conn.execute(self._sql["pace_lock"], (pace_lock_key(self.schema, origin),))
+            return self._calendar_rows.pace(
+                run(conn),
                 origin,
                 planned_at,
                 latest_at=latest_at,
                 now=now,
                 rng_offset=rng_offset,
             )
-
-    def calendar_size(self) -> int:
-        """See :meth:`Store.calendar_size`."""
-        with self._read() as conn:
-            return self._calendar.size(_run(conn))
-
-    # -- the push path ------------------------------------------------------------------
-
-    def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
-        """See :meth:`Store.put_delivery` (one statement under the job's advisory lock)."""
-        with self._transaction() as conn:
-            return self._put_delivery(conn, delivery)
-
-    def put_deliveries(self, deliveries: Sequence[InboundDelivery]) -> list[InboundDelivery | None]:
-        """See :meth:`Store.put_deliveries` (one transaction). First every job's advisory
-        lock, in the order of their keys; then the inserts, in (provider, webhook id)
-        order, deliveries of one id in the order given: two batches naming the same
-        jobs or ids never wait for each other in a circle."""
-        if not deliveries:
-            return []
-        locks = sorted({self._lock_of(d) for d in deliveries if d.job_id is not None})
-        order = sorted(
-            range(len(deliveries)),
-            key=lambda i: (deliveries[i].provider, to_text(deliveries[i].webhook_id)),
-        )
-        stored: list[InboundDelivery | None] = [None] * len(deliveries)
-        with self._transaction() as conn:
-            for lock in locks:
-                conn.execute(self._sql["push_lock"], (lock,))
-            for i in order:
-                stored[i] = self._put_delivery(conn, deliveries[i], locked=True)
-        return stored
-
-    def _lock_of(self, delivery: InboundDelivery) -> int:
-        """The advisory lock of *delivery*'s job (it names one)."""
-        assert delivery.job_id is not None
-        return _job_lock_key(self.schema, delivery.provider, to_text(delivery.job_id))
-
-    def _put_delivery(
-        self,
-        conn: psycopg.Connection[TupleRow],
-        delivery: InboundDelivery,
-        *,
-        locked: bool = False,
-    ) -> InboundDelivery | None:
-        """Store one delivery in the caller's transaction (``None``: a duplicate), under
-        its job's advisory lock (taken here unless *locked*: the caller holds it)."""
-        job_id = None if delivery.job_id is None else to_text(delivery.job_id)
-        if job_id is not None and not locked:
-            lock = _job_lock_key(self.schema, delivery.provider, job_id)
-            conn.execute(self._sql["push_lock"], (lock,))
-        event_type = None if delivery.event_type is None else to_text(delivery.event_type)
-        row = conn.execute(
-            self._sql["put_delivery"],
-            (
-                delivery.provider,
-                to_text(delivery.webhook_id),
-                delivery.received_at,
-                job_id,
-                event_type,
-                delivery.authoritative,
-                encode_json(delivery.payload),
-                delivery.provider,
-                job_id,
-                delivery.applied_at,
-            ),
-        ).fetchone()
-        if row is None:
-            return None
-        return replace(delivery, operation_id=row[0])
-
-    def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
-        """See :meth:`Store.pending_deliveries`."""
-        with self._read() as conn:
-            rows = conn.execute(self._sql["pending_deliveries"], (limit,)).fetchall()
-        return [delivery_of(row, utc, from_text) for row in rows]
-
-    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> bool:
-        """See :meth:`Store.mark_applied`."""
-        with self._transaction() as conn:
-            cursor = conn.execute(self._sql["mark_applied"], (at, provider, to_text(webhook_id)))
-            return cursor.rowcount == 1
-
-    def inbox(
-        self, *, provider: str | None = None, operation_id: str | None = None, limit: int = 100
-    ) -> list[InboundDelivery]:
-        """See :meth:`Store.inbox`."""
-        with self._read() as conn:
-            rows = conn.execute(
-                self._sql["inbox"], (provider, provider, operation_id, operation_id, limit)
-            ).fetchall()
-        return [delivery_of(row, utc, from_text) for row in rows]
-
-    def claim_outbox(
-        self,
-        *,
-        owner: str,
-        now: datetime,
-        lease_s: float,
-        limit: int,
-        channels: Sequence[Channel],
-        operation_id: str | None = None,
-    ) -> list[OutboxEntry]:
-        """See :meth:`Store.claim_outbox` (``FOR UPDATE SKIP LOCKED``, one statement).
-
-        Entries another worker is claiming at this moment are skipped, not waited for.
-        """
-        if limit < 0:
-            raise UsageError(f"claim limit must be 0 or more; got {limit}")
-        until = now + timedelta(seconds=lease_s)
-        args: tuple[object, ...] = (OutboxStatus.PENDING.value, [c.value for c in channels])
-        if operation_id is None:
-            query, args = "claim_outbox", (*args, now, now)
-        else:
-            query, args = "claim_outbox_of", (*args, now, now, operation_id)
-        with self._transaction() as conn:
-            rows = conn.execute(self._sql[query], (*args, limit, owner, until)).fetchall()
-        taken = [outbox_entry_of(row, utc, from_text) for row in rows]
-        return sorted(taken, key=lambda e: (e.next_attempt_at, e.delivery_id))
-
-    def settle_outbox(self, entry: OutboxEntry) -> bool:
-        """See :meth:`Store.settle_outbox`."""
-        with self._transaction() as conn:
-            cursor = conn.execute(
-                self._sql["settle_outbox"],
-                (
-                    entry.status.value,
-                    entry.attempts,
-                    entry.next_attempt_at,
-                    entry.delivered_at,
-                    None if entry.last_error is None else to_text(entry.last_error),
-                    entry.delivery_id,
-                    OutboxStatus.PENDING.value,
-                    entry.lease_owner,
-                ),
-            )
-            return cursor.rowcount == 1
-
-    def add_outbox(self, entry: OutboxEntry) -> OutboxEntry:
-        """See :meth:`Store.add_outbox`."""
-        with self._transaction() as conn:
-            cursor = conn.execute(self._sql["add_outbox"], _outbox_row(entry))
-            if cursor.rowcount != 1:
-                raise UsageError(f"delivery {entry.delivery_id!r} exists already")
-        return entry
-
-    def outbox(
-        self,
-        *,
-        operation_id: str | None = None,
-        status: OutboxStatus | None = None,
-        limit: int = 100,
-    ) -> list[OutboxEntry]:
-        """See :meth:`Store.outbox`."""
-        wanted = status.value if status is not None else None
-        with self._read() as conn:
-            rows = conn.execute(
-                self._sql["outbox"], (operation_id, operation_id, wanted, wanted, limit)
-            ).fetchall()
-        return [outbox_entry_of(row, utc, from_text) for row in rows]
-
-    def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
-        """See :meth:`Store.get_outbox`."""
-        with self._read() as conn:
-            row = conn.execute(self._sql["get_outbox"], (delivery_id,)).fetchone()
-        return outbox_entry_of(row, utc, from_text) if row else None
-
-    def audit_after(
-        self, cursor: AuditCursor | None, *, label_prefix: str = "", limit: int = 500
-    ) -> list[StoredAuditEvent]:
-        """See :meth:`Store.audit_after` (operation ids in byte order, ``COLLATE "C"``)."""
-        name, args = "audit_after", []
-        if label_prefix:  # the unfiltered stream reads no record's JSON
-            name, args = name + "_labelled", [len(label_prefix), label_prefix]
-        if cursor is not None:
-            name, args = name + "_cursor", [*args, *cursor]
-        statement = self._sql[name]
-        with self._read() as conn:
-            rows = conn.execute(statement, (*args, limit)).fetchall()
-        return [_audit_event(row[0], row[1:]) for row in rows]
 
     async def wait_for_wakeup(self, timeout_s: float) -> bool:
         """Wait up to *timeout_s* seconds for a wake-up: a ``NOTIFY`` that this schema got
@@ -894,102 +507,14 @@ class PostgresStore(ClaimsByReservation):
             (also when listening failed: then it waits the whole *timeout_s* and tries
             to listen again on the next call).
         """
-        clock = anyio.current_time
-        end = clock() + max(0.0, timeout_s)
-        try:
-            listener = await self._listening()
-            async for note in listener.notifies(timeout=max(0.0, timeout_s)):
-                if note.payload == self.schema:
-                    return True
-                if clock() >= end:
-                    break
-            return False
-        except (psycopg.Error, OSError):
-            self._drop_listener()
-            await anyio.sleep(max(0.0, end - clock()))
-            return False
-
-    async def _listening(self) -> psycopg.AsyncConnection[TupleRow]:
-        if self._listener is None or self._listener.closed:
-            self._listener = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-            await self._listener.execute(
-                sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL))
-            )
-        return self._listener
-
-    def _drop_listener(self) -> None:
-        if self._listener is not None:
-            self._listener.pgconn.finish()
-            self._listener = None
+        return await self._wakeups.wait(timeout_s)
 
     def close(self) -> None:
         """Close the pool and its connections (the listening one included)."""
-        self._drop_listener()
+        self._wakeups.close()
         self._pool.close()
 
 
 _CALENDAR_KEEP_S: Final = 300
 """Other origins' buckets are pruned once this many seconds old (a margin for the
 workers' clock skew: the prune never touches a bucket a live transaction counts in)."""
-
-
-def _pace_lock_key(schema: str, origin: str) -> int:
-    """The advisory lock one origin's pacing takes (a signed 64-bit key)."""
-    text = f"waitbound pace\x1f{schema}\x1f{origin}"
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
-
-
-def _job_lock_key(schema: str, provider: str, job_id: str) -> int:
-    """The advisory lock a job's registration and its deliveries take (a signed 64-bit
-    key), so the look-back never misses a delivery stored at the same moment."""
-    text = f"waitbound push\x1f{schema}\x1f{provider}\x1f{job_id}"
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
-
-
-def _text_key(key: tuple[str, str] | None) -> tuple[str, str] | None:
-    """A (provider, job id) key with the job id as a ``text`` column holds it."""
-    return None if key is None else (key[0], to_text(key[1]))
-
-
-def _outbox_row(e: OutboxEntry) -> tuple[object, ...]:
-    """An entry as the ``outbox`` columns' values, in :data:`_OUTBOX_FIELDS` order."""
-    return (
-        e.delivery_id,
-        e.operation_id,
-        e.channel.value,
-        None if e.target is None else to_text(e.target),
-        encode_json(e.payload),
-        e.created_at,
-        e.next_attempt_at,
-        e.status.value,
-        e.attempts,
-        e.delivered_at,
-        None if e.last_error is None else to_text(e.last_error),
-        e.replay_of,
-        e.lease_owner,
-        e.lease_expires_at,
-    )
-
-
-def _audit_event(operation_id: str, row: Any) -> StoredAuditEvent:
-    """An ``audit_events`` row (seq, at, kind, summary, data, prev_hash, hash) as a
-    stored event of *operation_id*."""
-    seq, at, kind, summary, data, prev_hash, digest = row
-    assert isinstance(at, datetime)
-    return StoredAuditEvent(
-        operation_id=operation_id,
-        seq=int(seq),
-        event=AuditEvent(at=utc(at), kind=kind, summary=from_text(summary), data=load_object(data)),
-        prev_hash=prev_hash,
-        hash=digest,
-    )
-
-
-def _run(conn: psycopg.Connection[TupleRow]) -> Execute:
-    """*conn*'s ``execute`` as the history's statements (built from checked names and
-    fixed text only, see :class:`HistoryRows`) run them."""
-
-    def execute(query: str, params: tuple[Any, ...]) -> psycopg.Cursor[TupleRow]:
-        return conn.execute(cast("LiteralString", query), params)  # type: ignore[redundant-cast]
-
-    return execute

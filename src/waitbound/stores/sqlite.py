@@ -11,61 +11,73 @@ per version, and opening a file for writing applies the pending ones in one tran
 Instants are UTC ISO 8601 texts (``datetime.isoformat``): such texts sort as their
 instants do (a whole second, ``…:00+00:00``, sorts before its fractions, ``…:00.5…``,
 since ``+`` sorts before ``.``), so SQL compares and orders them as text.
+
+Around this module: opening, migrating and reading older files in ``_sqlite_open``, its
+own statements in ``_sqlite_rows``; the statements it shares with PostgreSQL in
+``_audit_rows``, ``_inbox_rows``, ``_outbox_rows``, ``_history_rows`` and
+``_calendar_rows`` (see ``_sql_dialect``), and the methods over them in ``_sql_store``.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import replace
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
 from waitbound._clock import utc
-from waitbound._errors import ConflictError, SchemaVersionError, StoreError, UsageError
-from waitbound._history import Evidence, ScheduleSummary
+from waitbound._errors import ConflictError, StoreError, UsageError
 from waitbound._metrics import store_transaction
 from waitbound._notices import outbox_entries
-from waitbound._private_dirs import make_private_dirs
-from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
+from waitbound._push import Channel, InboundDelivery, OutboxEntry
 from waitbound._record import Phase, Record
+from waitbound.stores._audit_rows import AuditRows
 from waitbound.stores._calendar_rows import CALENDAR_DDL, CalendarRows
-from waitbound.stores._codec import brief, from_sqlite, from_text, load_object, to_sqlite
+from waitbound.stores._codec import brief
 from waitbound.stores._group_charges import charge_sql, charges
 from waitbound.stores._history_rows import Execute, HistoryRows
+from waitbound.stores._inbox_rows import InboxRows
+from waitbound.stores._outbox_rows import OutboxRows
 from waitbound.stores._protocol import (
     DRIVABLE_PHASES,
-    AuditCursor,
     ClaimsByReservation,
     Planner,
     Write,
     advance,
-    audit_rows,
-    decode_record,
-    delivery_of,
-    encode_json,
-    outbox_entry_of,
     outcomes,
     planned,
     readable,
     webhook_key,
 )
 from waitbound.stores._rows import (
-    PART_COLUMNS,
-    QUERY_COLUMNS,
     ROW_COLUMNS,
     RecordRows,
     Row,
 )
-from waitbound.stores._rows_v4 import ROW_COLUMNS as V4_ROW_COLUMNS
-from waitbound.stores._rows_v4 import V5_DROPPED, record_of_v4_row
-from waitbound.stores._sqlite_schema import ADDED_IN_5, MIGRATIONS, SCHEMA_VERSION, TABLES
+from waitbound.stores._sql_dialect import SQLITE, SQLAccess
+from waitbound.stores._sql_store import SharedSQL
+from waitbound.stores._sqlite_open import (
+    check_ours,
+    connect,
+    legacy_columns,
+    legacy_heads,
+    legacy_record,
+    migrate,
+)
+from waitbound.stores._sqlite_rows import (
+    GET,
+    INSERT,
+    instant,
+    label_filter,
+    moment,
+    read_instant,
+    update,
+)
+from waitbound.stores._sqlite_schema import SCHEMA_VERSION
 
 __all__ = ["SCHEMA_VERSION", "NotAStoreError", "SQLiteStore", "StoreNotFoundError"]
 
@@ -83,7 +95,7 @@ class NotAStoreError(StoreError, UsageError):
     was changed."""
 
 
-class SQLiteStore(ClaimsByReservation):
+class SQLiteStore(SharedSQL, ClaimsByReservation):
     """A :class:`~waitbound.stores.Store` in one SQLite file.
 
     Args:
@@ -124,35 +136,23 @@ class SQLiteStore(ClaimsByReservation):
         self.read_only = read_only
         self._lock = threading.RLock()
         self._closed = False
-        create = create and not read_only
-        if not create and not self.path.exists():
-            raise StoreNotFoundError(
-                f"store {self.path} does not exist (nothing was created); check the path, "
-                "or record an operation there first (waitbound wait, submit or run)"
-            )
-        try:
-            if create:
-                _create_private(self.path)
-            self._db = sqlite3.connect(
-                _uri(self.path, create=create, read_only=read_only),
-                timeout=timeout_s,
-                isolation_level=None,
-                check_same_thread=False,
-                uri=True,
-            )
-        except (OSError, sqlite3.Error) as exc:
-            if self.path.is_dir() or not _folder_possible(self.path):
-                raise NotAStoreError(
-                    f"store {self.path}: cannot open it ({_why(exc)}); name a file"
-                ) from None
-            raise StoreError(f"store {self.path}: cannot open it ({_why(exc)})") from None
+        self._db = connect(
+            self.path,
+            create=create and not read_only,
+            read_only=read_only,
+            timeout_s=timeout_s,
+            missing=StoreNotFoundError,
+            refused=NotAStoreError,
+        )
         self._applied: list[int] = []
-        self._rows = RecordRows(_instant)
+        self._rows = RecordRows(instant)
         self._pending_rows: list[tuple[Record, Row]] = []
         """Rows written in the open transaction (see :meth:`_transaction`)."""
-        self._calendar = CalendarRows("pace_calendar", mark="?")
+        self._calendar_rows = CalendarRows("pace_calendar", mark="?")
+        self._audit_rows, self._inbox_rows, self._outbox_rows = _AUDIT, _INBOX, _OUTBOX
+        self._history_rows = _HISTORY
         try:
-            found = self._check_ours()
+            found = check_ours(self._db, self.path, read_only=read_only, refused=NotAStoreError)
             if not read_only:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
@@ -176,92 +176,10 @@ class SQLiteStore(ClaimsByReservation):
                 ) from None
             raise
 
-    def _check_ours(self) -> int:
-        """Refuse a file that is not a waitbound store; return its schema version (0: a
-        fresh, empty file).
-
-        Runs before anything is written, so a foreign database is left exactly as it was.
-        """
-        (found,) = self._db.execute("PRAGMA user_version").fetchone()
-        if found > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"store {self.path} has schema {found}, newer than this waitbound "
-                f"understands ({SCHEMA_VERSION}); upgrade waitbound to use it"
-            )
-        tables = {
-            name
-            for (name,) in self._db.execute(
-                "SELECT name FROM sqlite_master"
-                " WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!'"
-            )
-        }
-        if found == 0 and not tables:
-            if self.read_only:
-                raise NotAStoreError(
-                    f"store {self.path} is empty: it holds no waitbound store; check the path"
-                )
-            return 0
-        expected = TABLES[found or SCHEMA_VERSION]
-        foreign = sorted(tables - expected)
-        if foreign:
-            raise NotAStoreError(
-                f"store {self.path} is a SQLite database but not a waitbound store (it has "
-                f"table {foreign[0]!r}); name another file (nothing in it was changed)"
-            )
-        if found == SCHEMA_VERSION:
-            tables |= ADDED_IN_5
-        if found == 0 or tables != expected:
-            missing = (
-                "its schema version" if found == 0 else f"table {sorted(expected - tables)[0]!r}"
-            )
-            raise NotAStoreError(
-                f"store {self.path} is not a waitbound store ({missing} is missing); "
-                "name another file (nothing in it was changed)"
-            )
-        return int(found)
-
     def _migrate(self) -> list[int]:
-        """Apply the pending migrations (one transaction, the version included); return
-        their versions.
-
-        The version is read again under the write lock: another process opening the
-        same file at the same time may have applied them already.
-        """
-        with self._transaction() as db:
-            (found,) = db.execute("PRAGMA user_version").fetchone()
-            pending = list(range(int(found) + 1, SCHEMA_VERSION + 1))
-            for version in pending:
-                for statement in MIGRATIONS[version - 1].split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                if version == 5:
-                    self._rewrite_v5(db, was=int(found))
-            if pending:
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        return pending
-
-    def _rewrite_v5(self, db: sqlite3.Connection, *, was: int) -> None:
-        """Schema 5's row rewrite: read every record in the format the file had
-        (schema *was*: whole-record JSON up to 2, the split row of 3 and 4), write it as
-        its parts, then drop the columns schema 5 no longer has. (An upgrade from 2
-        skips schema 3's own split: each row is read once and written once.)"""
-        if was <= 2:
-            rows = db.execute("SELECT operation_id, data FROM operations").fetchall()
-        else:
-            rows = db.execute(f"SELECT {V4_ROW_COLUMNS} FROM operations").fetchall()
-        for found in rows:
-            operation_id = found[0]
-            try:
-                record = decode_record(found[1]) if was <= 2 else record_of_v4_row(found)
-            except StoreError as exc:
-                raise StoreError(
-                    f"store {self.path}: operation {operation_id!r} cannot be upgraded ({exc}); "
-                    "nothing was changed"
-                ) from None
-            row = self._rows.row(record, replaces=0)
-            db.execute(_update(row.changed), (*row.query, *row.texts, operation_id, record.version))
-        for column in V5_DROPPED:
-            db.execute(f"ALTER TABLE operations DROP COLUMN {column}")
+        """Apply the pending migrations; return their versions (see
+        :func:`~waitbound.stores._sqlite_open.migrate`)."""
+        return migrate(self._transaction, rows=self._rows, update=update, path=self.path)
 
     def upgrade(self) -> list[int]:
         """Apply pending schema migrations; return their versions.
@@ -302,6 +220,12 @@ class SQLiteStore(ClaimsByReservation):
             self._pending_rows.clear()
 
     @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for reads (see :meth:`_damage`)."""
+        with self._damage():
+            yield self._db
+
+    @contextmanager
     def _damage(self) -> Iterator[None]:
         """Turn a database failure (a damaged or foreign file, a full disk) into one line.
 
@@ -328,8 +252,8 @@ class SQLiteStore(ClaimsByReservation):
         try:
             with self._transaction() as db:
                 db.execute(
-                    _INSERT,
-                    (stored.operation_id, *row.query, *row.texts, _instant(stored.created_at)),
+                    INSERT,
+                    (stored.operation_id, *row.query, *row.texts, instant(stored.created_at)),
                 )
                 self._append(db, sealed)
                 _push_writes(db, stored)
@@ -344,21 +268,12 @@ class SQLiteStore(ClaimsByReservation):
         with self._damage():
             if self._legacy:
                 row = self._db.execute(
-                    f"SELECT {self._legacy_columns} FROM operations WHERE operation_id = ?",
+                    f"SELECT {legacy_columns(self._legacy)} FROM operations WHERE operation_id = ?",
                     (operation_id,),
                 ).fetchone()
-                return self._legacy_record(row) if row else None
-            row = self._db.execute(_GET, (operation_id,)).fetchone()
+                return legacy_record(self._legacy, row) if row else None
+            row = self._db.execute(GET, (operation_id,)).fetchone()
             return self._rows.record(row) if row else None
-
-    @property
-    def _legacy_columns(self) -> str:
-        """The columns a record is read from in an older file (read-only)."""
-        return "operation_id, data" if self._legacy <= 2 else V4_ROW_COLUMNS
-
-    def _legacy_record(self, row: Sequence[Any]) -> Record:
-        """A record read from an older file's row (read as :attr:`_legacy_columns`)."""
-        return decode_record(row[1]) if self._legacy <= 2 else record_of_v4_row(row)
 
     def save(self, record: Record, events: Sequence[AuditEvent]) -> Record:
         """See :meth:`Store.save`."""
@@ -414,7 +329,7 @@ class SQLiteStore(ClaimsByReservation):
             ConflictError: the stored version is not *replaces* (nothing was written).
         """
         cursor = db.execute(
-            _update(row.changed), (*row.query, *row.texts, stored.operation_id, replaces)
+            update(row.changed), (*row.query, *row.texts, stored.operation_id, replaces)
         )
         if cursor.rowcount != 1:
             raise ConflictError(stored.operation_id, replaces)
@@ -422,11 +337,7 @@ class SQLiteStore(ClaimsByReservation):
 
     @staticmethod
     def _append(db: sqlite3.Connection, sealed: Sequence[StoredAuditEvent]) -> None:
-        db.executemany(
-            "INSERT INTO audit_events (operation_id, seq, at, kind, summary, data, prev_hash, hash)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            audit_rows(sealed, datetime.isoformat),
-        )
+        db.executemany(_AUDIT.append, _AUDIT.rows(sealed))
 
     def reserve_due(
         self,
@@ -440,8 +351,8 @@ class SQLiteStore(ClaimsByReservation):
     ) -> list[Record]:
         """See :meth:`Store.reserve_due` (one ``BEGIN IMMEDIATE`` transaction: the file's
         write lock is held from the selection to the commit)."""
-        stamp = _instant(now)
-        labelled, label_args = _label_filter(label_prefix)
+        stamp = instant(now)
+        labelled, label_args = label_filter(label_prefix)
         gone = sorted(gone_owners)
         held = f" OR lease_owner IN ({', '.join('?' for _ in gone)})" if gone else ""
         with self._transaction() as db:
@@ -460,8 +371,8 @@ class SQLiteStore(ClaimsByReservation):
         self, *, now: datetime, label_prefix: str = ""
     ) -> tuple[datetime | None, list[str]]:
         """See :meth:`Store.next_claimable`."""
-        stamp = _instant(now)
-        labelled, label_args = _label_filter(label_prefix)
+        stamp = instant(now)
+        labelled, label_args = label_filter(label_prefix)
         with self._damage():
             (earliest,) = self._db.execute(
                 "SELECT min(CASE WHEN lease_expires_at > next_poll_at THEN lease_expires_at"
@@ -475,28 +386,7 @@ class SQLiteStore(ClaimsByReservation):
                 f"{labelled} ORDER BY lease_owner LIMIT 100",
                 (*DRIVABLE_PHASES, stamp, stamp, *label_args),
             ).fetchall()
-        return (_moment(earliest) if earliest else None), [owner for (owner,) in holders]
-
-    def schedule_history(self, key: str) -> list[Evidence]:
-        """See :meth:`Store.schedule_history`."""
-        if self._legacy:
-            return []
-        with self._damage():
-            return _HISTORY.history(_run(self._db), key)
-
-    def history_version(self, key: str) -> int:
-        """See :meth:`Store.history_version`."""
-        if self._legacy:
-            return 0
-        with self._damage():
-            return _HISTORY.version(_run(self._db), key)
-
-    def schedules(self) -> list[ScheduleSummary]:
-        """See :meth:`Store.schedules`."""
-        if self._legacy:
-            return []
-        with self._damage():
-            return _HISTORY.summaries(_run(self._db))
+        return (moment(earliest) if earliest else None), [owner for (owner,) in holders]
 
     def forget_schedule(self, key: str) -> int:
         """See :meth:`Store.forget_schedule`."""
@@ -514,7 +404,7 @@ class SQLiteStore(ClaimsByReservation):
     ) -> datetime:
         """See :meth:`Store.pace` (one write transaction)."""
         with self._transaction() as db:
-            return self._calendar.pace(
+            return self._calendar_rows.pace(
                 _run(db),
                 origin,
                 planned_at,
@@ -522,13 +412,6 @@ class SQLiteStore(ClaimsByReservation):
                 now=now,
                 rng_offset=rng_offset,
             )
-
-    def calendar_size(self) -> int:
-        """See :meth:`Store.calendar_size`."""
-        if self._legacy:
-            return 0
-        with self._damage():
-            return self._calendar.size(_run(self._db))
 
     def pending_summary(self) -> tuple[int, datetime | None]:
         """See :meth:`Store.pending_summary`."""
@@ -544,23 +427,13 @@ class SQLiteStore(ClaimsByReservation):
             ).fetchone()
         return int(count), utc(datetime.fromisoformat(earliest)) if earliest else None
 
-    def audit(self, operation_id: str) -> list[StoredAuditEvent]:
-        """See :meth:`Store.audit`."""
-        with self._damage():
-            rows = self._db.execute(
-                "SELECT seq, at, kind, summary, data, prev_hash, hash FROM audit_events"
-                " WHERE operation_id = ? ORDER BY seq",
-                (operation_id,),
-            ).fetchall()
-            return [_audit_event(operation_id, row) for row in rows]
-
     def recent(
         self, *, label_prefix: str = "", limit: int = 50, open_only: bool = False
     ) -> list[Record]:
         """See :meth:`Store.recent`."""
-        columns = self._legacy_columns if self._legacy else ROW_COLUMNS
+        columns = legacy_columns(self._legacy) if self._legacy else ROW_COLUMNS
         # none: no row's JSON is read
-        labelled, label_args = _label_filter(label_prefix, "data" if self._legacy else "contract")
+        labelled, label_args = label_filter(label_prefix, "data" if self._legacy else "contract")
         with self._damage():
             rows = self._db.execute(
                 f"SELECT {columns} FROM operations WHERE (outcome IS NULL OR NOT ?){labelled}"
@@ -568,35 +441,22 @@ class SQLiteStore(ClaimsByReservation):
                 (open_only, *label_args, limit),
             ).fetchall()
             if self._legacy:
-                return readable(rows, self._legacy_record, lambda row: row[0])
+                return readable(
+                    rows, lambda row: legacy_record(self._legacy, row), lambda row: row[0]
+                )
             return readable(rows, self._rows.record, lambda row: row[0])
 
     def heads(self) -> list[tuple[str, int, str]]:
         """See :meth:`Store.heads`."""
         with self._damage():
             if 0 < self._legacy <= 2:
-                found = []
-                for operation_id, text in self._db.execute(
-                    "SELECT operation_id, data FROM operations ORDER BY operation_id"
-                ).fetchall():
-                    try:
-                        record = decode_record(text)
-                    except StoreError:
-                        found.append((operation_id, 0, ""))
-                        continue
-                    found.append((operation_id, record.audit_seq, record.audit_head))
-                return found
+                return legacy_heads(self._db)
             rows = self._db.execute(
                 "SELECT operation_id, audit_seq, audit_head FROM operations ORDER BY operation_id"
             ).fetchall()
         return sorted((str(op), int(seq), str(head)) for op, seq, head in rows)
 
     # -- the push path ------------------------------------------------------------------
-
-    def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
-        """See :meth:`Store.put_delivery` (one ``BEGIN IMMEDIATE`` transaction)."""
-        with self._transaction() as db:
-            return self._put_delivery(db, delivery)
 
     def put_deliveries(self, deliveries: Sequence[InboundDelivery]) -> list[InboundDelivery | None]:
         """See :meth:`Store.put_deliveries` (one ``BEGIN IMMEDIATE`` transaction)."""
@@ -608,65 +468,7 @@ class SQLiteStore(ClaimsByReservation):
     @staticmethod
     def _put_delivery(db: sqlite3.Connection, delivery: InboundDelivery) -> InboundDelivery | None:
         """Store one delivery in the caller's transaction (``None``: a duplicate)."""
-        row = db.execute(
-            "SELECT operation_id FROM webhook_jobs WHERE provider = ? AND job_id = ?",
-            (delivery.provider, to_sqlite(delivery.job_id)),
-        ).fetchone()
-        matched: str | None = row[0] if row else None
-        cursor = db.execute(
-            "INSERT INTO inbox (provider, webhook_id, received_at, job_id, event_type,"
-            " authoritative, payload, operation_id, applied_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (provider, webhook_id) DO NOTHING",
-            (
-                delivery.provider,
-                to_sqlite(delivery.webhook_id),
-                _instant(delivery.received_at),
-                to_sqlite(delivery.job_id),
-                to_sqlite(delivery.event_type),
-                delivery.authoritative,
-                encode_json(delivery.payload),
-                matched,
-                _instant(delivery.applied_at),
-            ),
-        )
-        if cursor.rowcount != 1:
-            return None
-        return replace(delivery, operation_id=matched)
-
-    def pending_deliveries(self, *, limit: int) -> list[InboundDelivery]:
-        """See :meth:`Store.pending_deliveries`."""
-        with self._damage():
-            rows = self._db.execute(
-                f"SELECT {_INBOX_COLUMNS} FROM inbox"
-                " WHERE operation_id IS NOT NULL AND applied_at IS NULL"
-                " ORDER BY received_at, webhook_id LIMIT ?",
-                (limit,),
-            ).fetchall()
-            return [delivery_of(row, _moment, from_sqlite) for row in rows]
-
-    def mark_applied(self, provider: str, webhook_id: str, at: datetime) -> bool:
-        """See :meth:`Store.mark_applied`."""
-        with self._transaction() as db:
-            cursor = db.execute(
-                "UPDATE inbox SET applied_at = ? WHERE provider = ? AND webhook_id = ?"
-                " AND applied_at IS NULL",
-                (_instant(at), provider, to_sqlite(webhook_id)),
-            )
-            return cursor.rowcount == 1
-
-    def inbox(
-        self, *, provider: str | None = None, operation_id: str | None = None, limit: int = 100
-    ) -> list[InboundDelivery]:
-        """See :meth:`Store.inbox`."""
-        where, args = _filters(provider=provider, operation_id=operation_id)
-        with self._damage():
-            rows = self._db.execute(
-                f"SELECT {_INBOX_COLUMNS} FROM inbox{where}"
-                " ORDER BY received_at DESC, webhook_id DESC, provider DESC LIMIT ?",
-                (*args, limit),
-            ).fetchall()
-            return [delivery_of(row, _moment, from_sqlite) for row in rows]
+        return _INBOX.put(_run(db), delivery)
 
     def claim_outbox(
         self,
@@ -681,121 +483,22 @@ class SQLiteStore(ClaimsByReservation):
         """See :meth:`Store.claim_outbox` (one ``BEGIN IMMEDIATE`` transaction)."""
         if not channels:
             return []
-        stamp = _instant(now)
         until = now + timedelta(seconds=lease_s)
-        marks = ", ".join("?" for _ in channels)
-        only = "" if operation_id is None else " AND operation_id = ?"
-        only_args = () if operation_id is None else (operation_id,)
         with self._transaction() as db:
-            rows = db.execute(
-                f"SELECT {_OUTBOX_COLUMNS} FROM outbox"
-                f" WHERE status = ? AND channel IN ({marks}) AND next_attempt_at <= ?"
-                f" AND (lease_expires_at IS NULL OR lease_expires_at <= ?){only}"
-                " ORDER BY next_attempt_at, delivery_id LIMIT ?",
-                (
-                    OutboxStatus.PENDING.value,
-                    *(c.value for c in channels),
-                    stamp,
-                    stamp,
-                    *only_args,
-                    limit,
-                ),
-            ).fetchall()
-            taken = [
-                replace(
-                    outbox_entry_of(row, _moment, from_sqlite),
-                    lease_owner=owner,
-                    lease_expires_at=until,
-                )
-                for row in rows
-            ]
-            db.executemany(
-                "UPDATE outbox SET lease_owner = ?, lease_expires_at = ? WHERE delivery_id = ?",
-                [(owner, _instant(until), e.delivery_id) for e in taken],
+            return _OUTBOX.claim(
+                db,
+                owner=owner,
+                now=now,
+                until=until,
+                limit=limit,
+                channels=channels,
+                operation_id=operation_id,
             )
-        return taken
 
-    def settle_outbox(self, entry: OutboxEntry) -> bool:
-        """See :meth:`Store.settle_outbox`."""
-        with self._transaction() as db:
-            cursor = db.execute(
-                "UPDATE outbox SET status = ?, attempts = ?, next_attempt_at = ?,"
-                " delivered_at = ?, last_error = ?, lease_owner = NULL, lease_expires_at = NULL"
-                " WHERE delivery_id = ? AND status = ? AND lease_owner IS ?",
-                (
-                    entry.status.value,
-                    entry.attempts,
-                    _instant(entry.next_attempt_at),
-                    _instant(entry.delivered_at),
-                    to_sqlite(entry.last_error),
-                    entry.delivery_id,
-                    OutboxStatus.PENDING.value,
-                    entry.lease_owner,
-                ),
-            )
-            return cursor.rowcount == 1
-
-    def add_outbox(self, entry: OutboxEntry) -> OutboxEntry:
-        """See :meth:`Store.add_outbox`."""
-        with self._transaction() as db:
-            if not _insert_outbox(db, [entry]):
-                raise UsageError(f"delivery {entry.delivery_id!r} exists already")
-        return entry
-
-    def outbox(
-        self,
-        *,
-        operation_id: str | None = None,
-        status: OutboxStatus | None = None,
-        limit: int = 100,
-    ) -> list[OutboxEntry]:
-        """See :meth:`Store.outbox`."""
-        where, args = _filters(
-            operation_id=operation_id, status=status.value if status is not None else None
-        )
-        with self._damage():
-            rows = self._db.execute(
-                f"SELECT {_OUTBOX_COLUMNS} FROM outbox{where}"
-                " ORDER BY created_at DESC, delivery_id DESC LIMIT ?",
-                (*args, limit),
-            ).fetchall()
-            return [outbox_entry_of(row, _moment, from_sqlite) for row in rows]
-
-    def get_outbox(self, delivery_id: str) -> OutboxEntry | None:
-        """See :meth:`Store.get_outbox`."""
-        with self._damage():
-            row = self._db.execute(
-                f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE delivery_id = ?", (delivery_id,)
-            ).fetchone()
-            return outbox_entry_of(row, _moment, from_sqlite) if row else None
-
-    def audit_after(
-        self, cursor: AuditCursor | None, *, label_prefix: str = "", limit: int = 500
-    ) -> list[StoredAuditEvent]:
-        """See :meth:`Store.audit_after`.
-
-        ``at`` is compared as text: instants are stored as UTC ISO 8601, which sorts as
-        the instants do (see the module's docstring), and the cursor is written alike.
-        """
-        conditions: list[str] = []
-        args: list[object] = []
-        joined = ""
-        if label_prefix:  # the unfiltered stream reads no record's JSON
-            joined = " JOIN operations AS o ON o.operation_id = e.operation_id"
-            conditions.append("substr(coalesce(json_extract(o.contract, '$.label'), ''), 1, ?) = ?")
-            args += [len(label_prefix), label_prefix]
-        if cursor is not None:
-            conditions.append("(e.at, e.operation_id, e.seq) > (?, ?, ?)")
-            args += [_instant(cursor[0]), cursor[1], cursor[2]]
-        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-        with self._damage():
-            rows = self._db.execute(
-                "SELECT e.operation_id, e.seq, e.at, e.kind, e.summary, e.data, e.prev_hash,"
-                f" e.hash FROM audit_events AS e{joined}{where}"
-                " ORDER BY e.at, e.operation_id, e.seq LIMIT ?",
-                (*args, limit),
-            ).fetchall()
-            return [_audit_event(row[0], row[1:]) for row in rows]
+    def sql_tables(self) -> SQLAccess:
+        """See :class:`~waitbound.stores._protocol.SQLTables` (a transaction is
+        :meth:`_transaction`: ``BEGIN IMMEDIATE`` under the store's lock)."""
+        return SQLAccess(SQLITE, self._transaction)
 
     def close(self) -> None:
         """Close the database connection (an open transaction is rolled back)."""
@@ -803,77 +506,21 @@ class SQLiteStore(ClaimsByReservation):
         self._db.close()
 
 
-def _uri(path: Path, *, create: bool, read_only: bool) -> str:
-    """The ``file:`` URI to open *path* with (RFC 8089; SQLite's URI parameters).
-
-    Read-only: ``mode=ro``, plus ``immutable=1`` when the file or its folder is not
-    writable (a WAL database cannot otherwise be read there: SQLite would need to
-    create its ``-shm`` file).
-    """
-    uri = path.absolute().as_uri()
-    if read_only:
-        writable = os.access(path, os.W_OK) and os.access(path.absolute().parent, os.W_OK)
-        return uri + ("?mode=ro" if writable else "?mode=ro&immutable=1")
-    return uri + ("?mode=rwc" if create else "?mode=rw")
-
-
-def _folder_possible(path: Path) -> bool:
-    """Whether no ancestor of *path* is a file (a folder could be there)."""
-    return all(parent.is_dir() or not parent.exists() for parent in path.absolute().parents)
-
-
-def _why(exc: BaseException) -> str:
-    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
-
-
-def _instant(value: datetime | None) -> str | None:
-    """An instant as UTC ISO 8601 text: such texts sort as their instants do."""
-    return utc(value).isoformat() if value is not None else None
-
-
-def _read_instant(value: object) -> datetime | None:
-    return utc(datetime.fromisoformat(str(value))) if value is not None else None
-
-
 _CHARGE: Final = charge_sql("", "?")
 """A reserved request charged to the member's other waiting groups (``_groups``)."""
 
+_AUDIT: Final = AuditRows(SQLITE)
+_INBOX: Final = InboxRows(SQLITE)
+_OUTBOX: Final = OutboxRows(SQLITE)
+
 _HISTORY: Final = HistoryRows(
-    "schedule_history", mark="?", instant=_instant, read_instant=_read_instant
+    "schedule_history", mark="?", instant=instant, read_instant=read_instant
 )
 
 
 def _run(db: sqlite3.Connection) -> Execute:
     """*db*'s ``execute`` as the history's statements run them."""
     return db.execute
-
-
-def _create_private(path: Path) -> None:
-    """Create a missing store file readable by its owner only (``0600``; a missing
-    folder and each missing parent ``0700``, whatever the umask), before SQLite opens
-    it: SQLite gives the ``-wal`` and ``-shm`` files it makes beside it the database
-    file's mode, so they are ``0600`` too. An existing file is left as it is."""
-    make_private_dirs(path.parent)
-    with suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-
-
-def _label_filter(label_prefix: str, column: str = "contract") -> tuple[str, tuple[object, ...]]:
-    """The ``AND …`` clause (and its arguments) keeping operations whose label starts with
-    *label_prefix* (read from the JSON *column*: the ``contract`` part; ``data`` in a
-    file older than schema 5); nothing for the common, unfiltered look (it reads no
-    record's JSON)."""
-    if not label_prefix:
-        return "", ()
-    return (
-        f" AND substr(coalesce(json_extract({column}, '$.label'), ''), 1, ?) = ?",
-        (len(label_prefix), label_prefix),
-    )
-
-
-def _moment(text: str) -> datetime:
-    """A stored instant (see :func:`_instant`) as aware UTC."""
-    return utc(datetime.fromisoformat(text))
 
 
 def _push_writes(db: sqlite3.Connection, stored: Record) -> None:
@@ -884,99 +531,7 @@ def _push_writes(db: sqlite3.Connection, stored: Record) -> None:
     """
     found = webhook_key(stored)
     if found is not None:
-        key = (found[0], to_sqlite(found[1]))
-        db.execute(
-            "INSERT INTO webhook_jobs (provider, job_id, operation_id) VALUES (?, ?, ?)"
-            " ON CONFLICT (provider, job_id) DO UPDATE SET operation_id = excluded.operation_id"
-            " WHERE operation_id IS NOT excluded.operation_id",
-            (*key, stored.operation_id),
-        )
-        db.execute(
-            "UPDATE inbox SET operation_id = ?"
-            " WHERE provider = ? AND job_id = ? AND operation_id IS NULL",
-            (stored.operation_id, *key),
-        )
+        _INBOX.register(_run(db), found, stored.operation_id)
     entries = outbox_entries(stored, stored.finished_at or stored.created_at)
     if entries:
-        _insert_outbox(db, entries)
-
-
-def _insert_outbox(db: sqlite3.Connection, entries: Sequence[OutboxEntry]) -> int:
-    """Insert *entries*, leaving any whose ``delivery_id`` exists; return how many were new."""
-    inserted = 0
-    for e in entries:
-        cursor = db.execute(
-            f"INSERT INTO outbox ({_OUTBOX_COLUMNS})"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (delivery_id) DO NOTHING",
-            (
-                e.delivery_id,
-                e.operation_id,
-                e.channel.value,
-                to_sqlite(e.target),
-                encode_json(e.payload),
-                _instant(e.created_at),
-                _instant(e.next_attempt_at),
-                e.status.value,
-                e.attempts,
-                _instant(e.delivered_at),
-                to_sqlite(e.last_error),
-                e.replay_of,
-                e.lease_owner,
-                _instant(e.lease_expires_at),
-            ),
-        )
-        inserted += cursor.rowcount
-    return inserted
-
-
-def _filters(**equal: object) -> tuple[str, tuple[object, ...]]:
-    """A ``WHERE`` clause for the columns given a value (``None``: not filtered on)."""
-    given = {column: value for column, value in equal.items() if value is not None}
-    if not given:
-        return "", ()
-    return " WHERE " + " AND ".join(f"{column} = ?" for column in given), tuple(given.values())
-
-
-_INSERT: Final = (
-    f"INSERT INTO operations (operation_id, {', '.join(QUERY_COLUMNS)},"
-    f" {', '.join(PART_COLUMNS)}, created_at)"
-    " VALUES (" + ", ".join("?" for _ in range(len(QUERY_COLUMNS) + len(PART_COLUMNS) + 2)) + ")"
-)
-_GET: Final = f"SELECT {ROW_COLUMNS} FROM operations WHERE operation_id = ?"
-
-
-@functools.cache
-def _update(changed: tuple[int, ...]) -> str:
-    """The compare-and-swap ``UPDATE`` of one row: the query columns and the parts at
-    the indices *changed* (one statement text per set of parts; SQLite keeps each
-    prepared)."""
-    sets = [f"{column} = ?" for column in QUERY_COLUMNS]
-    sets += [f"{PART_COLUMNS[index]} = ?" for index in changed]
-    return f"UPDATE operations SET {', '.join(sets)} WHERE operation_id = ? AND version = ?"
-
-
-_INBOX_COLUMNS: Final = (
-    "provider, webhook_id, received_at, job_id, event_type, authoritative, payload,"
-    " operation_id, applied_at"
-)
-
-_OUTBOX_COLUMNS: Final = (
-    "delivery_id, operation_id, channel, target, payload, created_at, next_attempt_at,"
-    " status, attempts, delivered_at, last_error, replay_of, lease_owner, lease_expires_at"
-)
-
-
-def _audit_event(operation_id: str, row: Any) -> StoredAuditEvent:
-    """An ``audit_events`` row (seq, at, kind, summary, data, prev_hash, hash) as a
-    stored event of *operation_id*."""
-    seq, at, kind, summary, data, prev_hash, digest = row
-    return StoredAuditEvent(
-        operation_id=operation_id,
-        seq=seq,
-        event=AuditEvent(
-            at=_moment(at), kind=kind, summary=from_text(summary), data=load_object(data)
-        ),
-        prev_hash=prev_hash,
-        hash=digest,
-    )
+        _OUTBOX.add(_run(db), entries)
