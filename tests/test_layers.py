@@ -59,7 +59,7 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
         "engine": (  # driving operations: drivers, worker, fan-in, handles, delivery
             "_driver", "_worker", "_fan_in", "_group", "_group_commit", "_handle",
             "_delivery", "_own_delivery", "_outbox", "_inbox", "_operation", "_tell",
-            "_schedule_models", "_escalations", "_audit_check", "_api",
+            "_schedule_models", "_escalations", "_audit_check", "_api", "_call_options",
         ),
     },
     {

@@ -14,8 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from waitbound._audit import AuditEvent, StoredAuditEvent
-from waitbound.stores._codec import dump_json, from_text, load_object, to_text
-from waitbound.stores._history_rows import Execute
+from waitbound.stores._codec import Execute, dump_json, from_text, load_object, to_text
 from waitbound.stores._protocol import AuditCursor
 from waitbound.stores._sql_dialect import Dialect
 

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Final
 
 from waitbound._pacing import Span, first_room, room, settle, span
-from waitbound.stores._history_rows import Execute
+from waitbound.stores._codec import Execute
 
 __all__ = ["CALENDAR_DDL", "FULL_BATCH", "CalendarRows"]
 

@@ -27,11 +27,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from waitbound._json import JSON
 
 __all__ = [
+    "Execute",
     "ESCAPE",
     "MARK",
     "brief",
@@ -41,6 +43,10 @@ __all__ = [
     "load_object",
     "to_text",
 ]
+
+Execute = Callable[[str, tuple[Any, ...]], Any]
+"""Run one statement with its parameters in the caller's transaction; answer with a
+DB-API cursor (``rowcount``, ``fetchone``, ``fetchall``)."""
 
 ESCAPE: Final = "\x10"
 """U+0010 (DATA LINK ESCAPE): starts every escape."""

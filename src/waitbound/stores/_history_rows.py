@@ -15,17 +15,13 @@ from typing import Any, Final
 from waitbound._history import HISTORY_LIMIT, Evidence, ScheduleSummary, evidence_of
 from waitbound._outcome import OutcomeKind
 from waitbound._record import Record
+from waitbound.stores._codec import Execute
 
 __all__ = ["HistoryRows"]
 
 _COLUMNS: Final = (
     "key, operation_id, accepted_at, pending_seen_at, ended_seen_at, outcome, finished_at"
 )
-
-
-Execute = Callable[[str, tuple[Any, ...]], Any]
-"""Run one statement with its parameters in the caller's transaction; answer with a
-DB-API cursor (``rowcount``, ``fetchone``, ``fetchall``)."""
 
 
 class HistoryRows:

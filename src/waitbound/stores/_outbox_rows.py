@@ -16,8 +16,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from waitbound._push import Channel, OutboxEntry, OutboxStatus
-from waitbound.stores._codec import load_json
-from waitbound.stores._history_rows import Execute
+from waitbound.stores._codec import Execute, load_json
 from waitbound.stores._protocol import encode_json
 from waitbound.stores._sql_dialect import Dialect
 

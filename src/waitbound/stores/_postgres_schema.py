@@ -19,8 +19,9 @@ from psycopg.rows import TupleRow
 from waitbound._errors import SchemaVersionError, StoreError, UsageError
 from waitbound.stores._codec import dump_json, load_json, to_text
 from waitbound.stores._postgres_conn import connection_info, dsn_secrets, failures, redact_dsn
+from waitbound.stores._postgres_sql import SET_QUERY
 from waitbound.stores._protocol import decode_record
-from waitbound.stores._rows import PART_COLUMNS, QUERY_COLUMNS, RecordRows
+from waitbound.stores._rows import PART_COLUMNS, RecordRows
 from waitbound.stores._rows_v4 import ROW_COLUMNS as V4_ROW_COLUMNS
 from waitbound.stores._rows_v4 import V5_DROPPED, record_of_v4_row
 
@@ -28,7 +29,6 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "MIGRATIONS",
     "SCHEMA_VERSION",
-    "SET_QUERY",
     "V5_DROPPED",
     "apply_migrations",
     "checked_schema",
@@ -221,10 +221,6 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-
-
-SET_QUERY: Final = ", ".join(f"{column} = %s" for column in QUERY_COLUMNS)
-"""The ``SET`` of the query columns (every write sets them)."""
 
 
 def apply_migrations(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> list[int]:

@@ -13,11 +13,13 @@ from typing import Any, Final, LiteralString, cast
 import psycopg
 from psycopg.rows import TupleRow
 
-from waitbound.stores._history_rows import Execute
-from waitbound.stores._postgres_schema import SET_QUERY
+from waitbound.stores._codec import Execute
 from waitbound.stores._rows import PART_COLUMNS, QUERY_COLUMNS
 
-__all__ = ["QUERIES", "READ", "job_lock_key", "pace_lock_key", "q", "run", "write_query"]
+__all__ = ["QUERIES", "READ", "SET_QUERY", "job_lock_key", "pace_lock_key", "q", "run", "write_query"]
+
+SET_QUERY: Final = ", ".join(f"{column} = %s" for column in QUERY_COLUMNS)
+"""The ``SET`` of the query columns (every write sets them)."""
 
 READ: Final = ", ".join(("operation_id", "version", *(f"{c}::text" for c in PART_COLUMNS)))
 """The row's columns as :meth:`RecordRows.record` reads them."""

@@ -21,8 +21,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from waitbound._clock import utc
-from waitbound.stores._codec import from_sqlite, from_text, to_sqlite, to_text
-from waitbound.stores._history_rows import Execute
+from waitbound.stores._codec import Execute, from_sqlite, from_text, to_sqlite, to_text
 
 __all__ = ["POSTGRES", "SQLITE", "Dialect", "SQLAccess", "postgres_dialect"]
 

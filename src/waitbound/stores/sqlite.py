@@ -37,9 +37,9 @@ from waitbound._push import Channel, InboundDelivery, OutboxEntry
 from waitbound._record import Phase, Record
 from waitbound.stores._audit_rows import AuditRows
 from waitbound.stores._calendar_rows import CALENDAR_DDL, CalendarRows
-from waitbound.stores._codec import brief
+from waitbound.stores._codec import Execute, brief
 from waitbound.stores._group_charges import charge_sql, charges
-from waitbound.stores._history_rows import Execute, HistoryRows
+from waitbound.stores._history_rows import HistoryRows
 from waitbound.stores._inbox_rows import InboxRows
 from waitbound.stores._outbox_rows import OutboxRows
 from waitbound.stores._protocol import (
