@@ -7,7 +7,7 @@ A discrete-event simulation (one ``heapq`` of events, no sockets, no threads):
   (the first status poll at t = 0, as the controller schedules it today) and a
   ``NOTIFY`` wakes one sleeping worker. A job is done ``duration`` seconds after its
   arrival (log-normal). After every observation that is not the end, the next poll is
-  scheduled by waitbound's real schedule: :func:`waitbound._schedule.backoff_delay_s`
+  scheduled by waitbound's real schedule: :func:`waitbound._profile._schedule.backoff_delay_s`
   with the attempt number and the real :class:`waitbound.Policy`'s base, cap, growth,
   jitter floor and floor; the deadline and the request budget end it as the controller
   would.
@@ -43,7 +43,7 @@ from statistics import NormalDist
 from typing import Any
 
 from waitbound import Policy
-from waitbound._schedule import backoff_delay_s
+from waitbound._profile._schedule import backoff_delay_s
 
 Z95 = NormalDist().inv_cdf(0.95)
 """The standard normal's 95th percentile: a log-normal's ``sigma = ln(p95 / median) / Z95``."""

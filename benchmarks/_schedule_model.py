@@ -26,7 +26,7 @@ from itertools import pairwise
 from statistics import NormalDist
 from typing import Final
 
-from waitbound._learned import LearnedSchedule, Survival, plan
+from waitbound._rules._learned import LearnedSchedule, Survival, plan
 
 __all__ = [
     "MEDIAN_S",
@@ -391,7 +391,7 @@ def true_plan(
     mix: Mix, *, floor_s: float, cap_s: float, lag_target_s: float, resolution_s: float = 0.5
 ) -> LearnedSchedule:
     """The dynamic programme's schedule on *mix*'s true survival function (waitbound's
-    own planner, ``waitbound._learned.plan``, handed the exact ``S(t)`` instead of an
+    own planner, ``waitbound._rules._learned.plan``, handed the exact ``S(t)`` instead of an
     estimate): the limit no schedule within the same floor and cap beats on average."""
     times, survival = [0.0], [1.0]
     t = 0.0

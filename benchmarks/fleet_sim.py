@@ -2,7 +2,7 @@
 
 A discrete-event simulation on a virtual clock (no sockets, no threads; the model is
 ``benchmarks/_fleet_model.py``): operations arrive at a steady rate, each is polled on
-waitbound's real schedule (``waitbound._schedule.backoff_delay_s`` with the real
+waitbound's real schedule (``waitbound._profile._schedule.backoff_delay_s`` with the real
 ``Policy`` defaults, the deadline set to 1 h) until its job ends; workers claim and
 reserve many due operations in one transaction, send the requests, and group-commit
 the observations; the database runs at most ``cores`` transactions at once, each

@@ -9,15 +9,15 @@ computed by waitbound's real code with the real :class:`waitbound.Policy` defaul
 (each mix also with jobs that outlast the deadline, so the whole fleet is still
 polling at steady state, as in the issue's figures):
 
-- **default**: no hint; the delay is :func:`waitbound._schedule.backoff_delay_s` of
+- **default**: no hint; the delay is :func:`waitbound._profile._schedule.backoff_delay_s` of
   the attempt (base 5 s, growth 1.5, cap 60 s, jitter 80-100 %), at least the floor;
 - **Retry-After: 120**: every answer carries the hint; the delay is
-  :func:`waitbound._schedule.hinted_delay_s` (120 s plus up to 10 %, at most 1 s).
+  :func:`waitbound._profile._schedule.hinted_delay_s` (120 s plus up to 10 %, at most 1 s).
 
 With pacing on, every planned poll time goes through the real
 :meth:`waitbound.MemoryStore.pace` via the real driver's pacer
-(:func:`waitbound._pacing.pacer_for`), with ``latest_at`` = min(planned + the
-policy's ``max_delay_s``, the deadline), as ``waitbound._next_poll.paced`` asks it.
+(:func:`waitbound._model._pacing.pacer_for`), with ``latest_at`` = min(planned + the
+policy's ``max_delay_s``, the deadline), as ``waitbound._rules._next_poll.paced`` asks it.
 The deadline (600 s) and the request budget (30) end an operation as the controller
 would (a poll is never planned past the deadline).
 
@@ -49,8 +49,8 @@ from statistics import NormalDist
 
 from benchmarks._common import machine, print_machine, print_table
 from waitbound import MemoryStore, Policy
-from waitbound import _pacing as pacing
-from waitbound._schedule import backoff_delay_s, hinted_delay_s
+from waitbound._model import _pacing as pacing
+from waitbound._profile._schedule import backoff_delay_s, hinted_delay_s
 
 MEDIAN_S = 60.0
 P95_S = 600.0

@@ -59,7 +59,7 @@ from benchmarks.schedule_efficiency import (
     missing_extra,
 )
 from waitbound import MemoryStore, Policy
-from waitbound._history import Evidence
+from waitbound._model._history import Evidence
 
 LEARN_KEY = "learning"
 """The key the learning jobs add to; measured jobs add to their own key (the history

@@ -119,9 +119,9 @@ def next_delay_cost_us(calls: int = 20_000) -> tuple[float, float]:
     60 s, 1,000 log-normal jobs), and of the same look-up without a plan (formula)."""
     import random
 
-    from waitbound._history import Evidence
-    from waitbound._learned import estimate, plan
-    from waitbound._schedule_models import ScheduleModels
+    from waitbound._engine._schedule_models import ScheduleModels
+    from waitbound._model._history import Evidence
+    from waitbound._rules._learned import estimate, plan
 
     rng = random.Random(1)
     start = datetime(2026, 1, 1, tzinfo=UTC)

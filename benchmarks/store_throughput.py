@@ -3,7 +3,7 @@
 A transition is what one poll step persists, with the same pure controller as the
 drivers. Two paths are measured side by side:
 
-*per operation* (``waitbound wait``'s loop, ``waitbound._driver._drive``):
+*per operation* (``waitbound wait``'s loop, ``waitbound._engine._driver._drive``):
 
 1. ``store.get`` the record;
 2. ``plan`` → a reservation: the request counted and the lease taken, saved by
@@ -11,7 +11,7 @@ drivers. Two paths are measured side by side:
 3. ``observe`` the answer → saved by compare-and-swap with its ``observed`` and
    ``scheduled`` audit events, in one transaction.
 
-*batched* (the worker, ``waitbound._worker``), N operations a round:
+*batched* (the worker, ``waitbound._engine._worker``), N operations a round:
 
 1. ``store.reserve_due`` of N: one transaction selects the due operations, ``plan``
    reserves each (lease and counter, ``reserved`` event), and writes them all;
@@ -61,9 +61,9 @@ from benchmarks._common import (
     verdict,
 )
 from waitbound import Observation, Operation, Policy, Record, SystemClock, WorkerSettings, start
-from waitbound._audit import AuditEvent
-from waitbound._controller import Send, observe, plan
-from waitbound._driver import new_owner
+from waitbound._engine._driver import new_owner
+from waitbound._model._audit import AuditEvent
+from waitbound._rules._controller import Send, observe, plan
 from waitbound.stores import Store
 
 POLICY = Policy(

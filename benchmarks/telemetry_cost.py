@@ -2,7 +2,7 @@
 
 Three measurements, each the median of ``--runs`` runs (CPU time of this process):
 
-1. **The hooks of one poll, in isolation**: what ``waitbound._driver`` and a SQLite
+1. **The hooks of one poll, in isolation**: what ``waitbound._engine._driver`` and a SQLite
    store call for one durable poll cycle (the request's ``sending`` span and
    ``answered``, ``persisted`` for the reservation and for the answer with their audit
    events, two timed store transactions), with no SDK installed (the API's no-op),
@@ -33,11 +33,11 @@ import httpx
 
 from benchmarks._common import PROFILE, machine, print_machine, print_table
 from waitbound import MemoryStore, Operation, Policy, wait
-from waitbound._controller import Request, audit_event
-from waitbound._metrics import record_request, store_transaction
-from waitbound._observation import Observation
-from waitbound._operation import open_operation
-from waitbound._telemetry import persisted, sending
+from waitbound._engine._operation import open_operation
+from waitbound._model._observation import Observation
+from waitbound._observe._metrics import record_request, store_transaction
+from waitbound._observe._telemetry import persisted, sending
+from waitbound._rules._controller import Request, audit_event
 from waitbound.testing import FakeClock
 
 FULL_RUNS, QUICK_RUNS = 7, 2

@@ -10,7 +10,7 @@ import pytest
 from benchmarks._fleet_model import DbCosts, Fleet, Line, simulate
 
 from waitbound import Policy
-from waitbound._schedule import backoff_delay_s
+from waitbound._profile._schedule import backoff_delay_s
 
 MS = 0.001
 ZERO = Line(fixed_s=0.0, per_row_s=0.0)

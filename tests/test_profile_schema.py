@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 import waitbound
 from tests.hypothesis_profiles import examples
 from waitbound import ProfileError, parse_profile
-from waitbound._actions import CANCEL_KEYS, SUBMIT_KEYS
-from waitbound._contract_parse import COUNT_KEYS, KNOWN_KEYS
-from waitbound._decided_by import DECIDED_BY_KEYS
-from waitbound._webhooks import WEBHOOK_KEYS
+from waitbound._profile._actions import CANCEL_KEYS, SUBMIT_KEYS
+from waitbound._profile._contract_parse import COUNT_KEYS, KNOWN_KEYS
+from waitbound._profile._decided_by import DECIDED_BY_KEYS
+from waitbound._profile._webhooks import WEBHOOK_KEYS
 from waitbound.cli import run as run_cli
 from waitbound.profiles import SCHEMA_FILE, builtin_names, profile_schema
 

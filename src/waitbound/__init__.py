@@ -5,7 +5,20 @@ table) and a policy (deadline, budgets, pacing); get back exactly one honest
 :class:`Outcome`. See ``README.md`` and ``docs/``.
 """
 
-from waitbound._api import (
+from waitbound._base._audit_key import load_audit_key
+from waitbound._base._clock import Clock, SystemClock
+from waitbound._base._errors import (
+    ConflictError,
+    DecisionConflictError,
+    OperationNotFoundError,
+    ProfileError,
+    ScenarioError,
+    SchemaVersionError,
+    StoreError,
+    UsageError,
+    WaitboundError,
+)
+from waitbound._engine._api import (
     cancel,
     cancel_async,
     check,
@@ -19,15 +32,7 @@ from waitbound._api import (
     wait,
     wait_async,
 )
-from waitbound._audit import (
-    AuditEvent,
-    AuditFinding,
-    AuditProblem,
-    StoredAuditEvent,
-    diagnose_chain,
-    verify_chain,
-)
-from waitbound._audit_check import (
+from waitbound._engine._audit_check import (
     AuditCheckpoint,
     audit_checkpoint,
     diagnose_record,
@@ -35,23 +40,8 @@ from waitbound._audit_check import (
     verify_audit,
     verify_checkpoint,
 )
-from waitbound._audit_key import load_audit_key
-from waitbound._clock import Clock, SystemClock
-from waitbound._contract import Classification, Counts, Profile
-from waitbound._contract_parse import load_profile, parse_profile
-from waitbound._delivery import deliver_due, deliver_due_async
-from waitbound._errors import (
-    ConflictError,
-    DecisionConflictError,
-    OperationNotFoundError,
-    ProfileError,
-    ScenarioError,
-    SchemaVersionError,
-    StoreError,
-    UsageError,
-    WaitboundError,
-)
-from waitbound._escalations import (
+from waitbound._engine._delivery import deliver_due, deliver_due_async
+from waitbound._engine._escalations import (
     Escalation,
     decide,
     decide_async,
@@ -60,7 +50,7 @@ from waitbound._escalations import (
     request_extension,
     request_extension_async,
 )
-from waitbound._fan_in import (
+from waitbound._engine._fan_in import (
     GroupResult,
     as_completed,
     as_completed_async,
@@ -69,13 +59,20 @@ from waitbound._fan_in import (
     wait_any,
     wait_any_async,
 )
-from waitbound._handle import AsyncOperationHandle, OperationHandle, OperationStatus
-from waitbound._metrics import observe_store
-from waitbound._observation import Observation
-from waitbound._operation import Operation, Submission, new_operation_id
-from waitbound._options import Option, option_costs
-from waitbound._outbox import Completion, replay_delivery
-from waitbound._outcome import (
+from waitbound._engine._handle import AsyncOperationHandle, OperationHandle, OperationStatus
+from waitbound._engine._operation import Operation, Submission, new_operation_id
+from waitbound._engine._outbox import Completion, replay_delivery
+from waitbound._engine._worker import WorkerSettings, work
+from waitbound._model._audit import (
+    AuditEvent,
+    AuditFinding,
+    AuditProblem,
+    StoredAuditEvent,
+    diagnose_chain,
+    verify_chain,
+)
+from waitbound._model._observation import Observation
+from waitbound._model._outcome import (
     EscalatedError,
     JobFailedError,
     Outcome,
@@ -86,12 +83,15 @@ from waitbound._outcome import (
     StoppedWaitingError,
     TimedOutError,
 )
-from waitbound._policy import BudgetWarning
-from waitbound._protocol import FinalStateVia, UrlKind
-from waitbound._push import Channel, OutboxEntry, OutboxStatus
-from waitbound._record import Decision, DecisionRequest, Grants, Phase, Policy, Record
-from waitbound._schedule import DelaySource, parse_retry_after
-from waitbound._worker import WorkerSettings, work
+from waitbound._model._push import Channel, OutboxEntry, OutboxStatus
+from waitbound._model._record import Decision, DecisionRequest, Grants, Phase, Policy, Record
+from waitbound._observe._metrics import observe_store
+from waitbound._profile._contract import Classification, Counts, Profile
+from waitbound._profile._contract_parse import load_profile, parse_profile
+from waitbound._profile._policy import BudgetWarning
+from waitbound._profile._protocol import FinalStateVia, UrlKind
+from waitbound._profile._schedule import DelaySource, parse_retry_after
+from waitbound._rules._options import Option, option_costs
 from waitbound.profiles import profile_schema
 from waitbound.stores import MemoryStore, SQLiteStore, Store, open_store
 from waitbound.transports import HttpSettings

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from waitbound._audit import AuditEvent, AuditFinding, StoredAuditEvent
-from waitbound._audit_check import diagnose_record
-from waitbound._json import JSON, show
-from waitbound._options import option_costs
-from waitbound._record import Record
+from waitbound._base._json import JSON, show
+from waitbound._engine._audit_check import diagnose_record
+from waitbound._model._audit import AuditEvent, AuditFinding, StoredAuditEvent
+from waitbound._model._record import Record
+from waitbound._rules._options import option_costs
 
 __all__ = [
     "NEXT_KINDS",

@@ -22,7 +22,7 @@ from waitbound import (
     parse_profile,
     request_extension,
 )
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 from waitbound.mcp._answers import answer_bound, bounded, escalation_answer, fit, scrub, view
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -34,7 +34,7 @@ from waitbound import (
     start,
     work,
 )
-from waitbound._credentials import BoundCredentials, Place, headers_for
+from waitbound._rules._credentials import BoundCredentials, Place, headers_for
 from waitbound.cli._credentials import from_flags
 from waitbound.mcp import Jobs, parse_config
 

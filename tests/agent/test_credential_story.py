@@ -19,7 +19,7 @@ import pytest
 
 from tests.agent.test_bound_credentials import FAST, PROFILE, SECRET, Recorder, recorder
 from waitbound import Operation, Record, SQLiteStore, WorkerSettings, parse_profile, start, work
-from waitbound._credentials import BoundCredentials
+from waitbound._rules._credentials import BoundCredentials
 from waitbound.cli._credentials import from_flags
 
 pytestmark = pytest.mark.anyio

@@ -25,7 +25,7 @@ from waitbound import (
     SQLiteStore,
     parse_profile,
 )
-from waitbound._errors import OperationNotFoundError, UsageError
+from waitbound._base._errors import OperationNotFoundError, UsageError
 from waitbound.mcp import Jobs, parse_config
 from waitbound.mcp._tasks import (
     BadResponses,

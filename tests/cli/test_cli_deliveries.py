@@ -34,8 +34,8 @@ from waitbound import (
     deliver_due,
     parse_profile,
 )
-from waitbound._push import completion_delivery_id
-from waitbound._record import Push
+from waitbound._model._push import completion_delivery_id
+from waitbound._model._record import Push
 from waitbound.cli import run as run_in_process
 from waitbound.sim import Simulator, parse_scenario
 

@@ -20,6 +20,7 @@ import pytest
 
 import waitbound
 from tests.cli.helpers import INLINE, assert_refused, closed_port, run_cli
+from waitbound._profile._policy import policy_json
 from waitbound.cli import run as run_in_process
 from waitbound.cli._common import resume_hint
 from waitbound.sim import Simulator, parse_scenario
@@ -394,6 +395,6 @@ def test_origin_pacing_flag_is_stored_in_the_policy(tmp_path: Path, running: Sim
         assert plain is not None
         assert paced.policy.origin_pacing is True
         assert plain.policy.origin_pacing is False
-        assert "origin_pacing" not in waitbound._policy.policy_json(plain.policy)
+        assert "origin_pacing" not in policy_json(plain.policy)
     finally:
         opened.close()

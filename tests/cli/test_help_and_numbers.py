@@ -11,7 +11,7 @@ import click
 import pytest
 
 from tests.cli.helpers import INLINE, closed_port
-from waitbound._numbers import DURATION_SYNTAX
+from waitbound._base._numbers import DURATION_SYNTAX
 from waitbound.cli import cli, run
 from waitbound.cli._params import NumberRange, WholeRange, duration, positive_duration
 

@@ -41,8 +41,8 @@ from waitbound import (
     UsageError,
     parse_profile,
 )
-from waitbound._controller import Request
-from waitbound._observation import Observation
+from waitbound._model._observation import Observation
+from waitbound._rules._controller import Request
 from waitbound.testing import FakeClock
 from waitbound.transports import _http
 
@@ -441,7 +441,7 @@ class World:
                 raise Killed
             return observed
 
-        with mock.patch("waitbound._driver.send_sync", send):
+        with mock.patch("waitbound._engine._driver.send_sync", send):
             yield
 
     def _common(self) -> dict[str, Any]:

@@ -16,8 +16,8 @@ import pytest
 import waitbound
 from tests.fakes import Answer, FakeClock, ScriptedProvider
 from waitbound import MemoryStore, Operation, Policy, Reason, Record, UsageError, parse_profile
-from waitbound._decisions import escalation_message
-from waitbound._options import cost, suggested_grant
+from waitbound._rules._decisions import escalation_message
+from waitbound._rules._options import cost, suggested_grant
 from waitbound.mcp._tasks import offered
 
 URL = "http://provider.test/status"

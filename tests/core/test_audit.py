@@ -16,8 +16,8 @@ import pytest
 
 import waitbound
 from waitbound import AuditEvent, AuditProblem, MemoryStore, Policy, Record, StoredAuditEvent
-from waitbound._audit import GENESIS_HASH, head_mac, seal, seal_all
-from waitbound._audit_record import asserted_digest
+from waitbound._model._audit import GENESIS_HASH, head_mac, seal, seal_all
+from waitbound._model._audit_record import asserted_digest
 from waitbound.stores._protocol import advance
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -35,7 +35,7 @@ from waitbound import (
     wait_async,
     work,
 )
-from waitbound._push import completion_delivery_id
+from waitbound._model._push import completion_delivery_id
 
 SCRIPT = {
     "/status": [(200, {"status": "running", "id": "j-1"}), (200, {"status": "done", "output": 7})]

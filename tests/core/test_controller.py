@@ -20,7 +20,7 @@ from waitbound import (
     parse_profile,
     wait,
 )
-from waitbound._controller import Send, plan
+from waitbound._rules._controller import Send, plan
 
 RUNNING = (200, {"status": "running", "id": "job-1"})
 DONE = (200, {"status": "done", "output": {"rows": 3}})

@@ -35,9 +35,9 @@ from waitbound import (
     parse_profile,
     wait,
 )
-from waitbound._controller import Finish, plan
-from waitbound._operation import request_cancel
-from waitbound._options import Option, cancel_refusal, open_request, options
+from waitbound._engine._operation import request_cancel
+from waitbound._rules._controller import Finish, plan
+from waitbound._rules._options import Option, cancel_refusal, open_request, options
 from waitbound.stores import Store
 from waitbound.stores.sqlite import SQLiteStore
 

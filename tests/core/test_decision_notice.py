@@ -6,9 +6,9 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from waitbound import MemoryStore, Policy, Record, parse_profile
-from waitbound._outcome import OutcomeKind, Reason
-from waitbound._push import Channel, decision_delivery_id
-from waitbound._record import DecisionRequest, Phase, Push
+from waitbound._model._outcome import OutcomeKind, Reason
+from waitbound._model._push import Channel, decision_delivery_id
+from waitbound._model._record import DecisionRequest, Phase, Push
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PROFILE = parse_profile({"state": "status", "pending": ["running"], "succeeded": ["done"]})

@@ -39,15 +39,15 @@ from waitbound import (
     submit,
     wait,
 )
-from waitbound._audit import AuditEvent
-from waitbound._decisions import (
+from waitbound._base._json import JSON, canonical_json
+from waitbound._model._audit import AuditEvent
+from waitbound._rules._decisions import (
     MAX_WHY_CHARS,
     decide_record,
     escalation_message,
     expire,
     profile_version,
 )
-from waitbound._json import JSON, canonical_json
 from waitbound.stores._protocol import decode_record, encode_record
 
 URL = "http://provider.test/status"

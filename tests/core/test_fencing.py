@@ -37,10 +37,10 @@ from waitbound import (
     start,
     work,
 )
-from waitbound._controller import Request, Send, plan
-from waitbound._driver import Exchange, Lease, _Persist, _Send, exchange, lease_of
-from waitbound._failpoints import hit, inject
-from waitbound._record import Phase
+from waitbound._base._failpoints import hit, inject
+from waitbound._engine._driver import Exchange, Lease, _Persist, _Send, exchange, lease_of
+from waitbound._model._record import Phase
+from waitbound._rules._controller import Request, Send, plan
 
 PROFILE = parse_profile({"state": "status", "pending": ["running"], "succeeded": ["done"]})
 POLICY = Policy(base_delay_s=0.5, max_delay_s=0.5, min_delay_s=0.1, deadline_s=120)
@@ -413,7 +413,7 @@ def test_the_wait_driver_pauses_at_a_failpoint_with_its_own_sleep() -> None:
 def test_the_controller_never_notes_a_live_lease_of_its_own_as_an_answer_lost() -> None:
     """A record whose request is in flight under this very owner's unexpired lease: the
     plan is to look again when the lease ends, never answer_lost and a new reservation."""
-    from waitbound._controller import Sleep
+    from waitbound._rules._controller import Sleep
 
     clock = FakeClock()
     _, reserved, _ = _reserved(clock)

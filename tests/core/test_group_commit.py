@@ -1,4 +1,4 @@
-"""The group commit itself (``waitbound._group_commit``): who leads, what each batch
+"""The group commit itself (``waitbound._engine._group_commit``): who leads, what each batch
 holds, and what a cancelled or failed task leaves. All on one event loop with gates the
 test opens, no timer."""
 
@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import anyio
 import pytest
 
-from waitbound._group_commit import GroupCommit
+from waitbound._engine._group_commit import GroupCommit
 
 _T = TypeVar("_T")
 

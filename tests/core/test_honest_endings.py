@@ -25,10 +25,10 @@ from tests.core.test_protocol import (
 )
 from tests.fakes import FakeClock
 from waitbound import OutcomeKind, Reason
-from waitbound._controller import Send, plan
-from waitbound._outcome import Outcome
-from waitbound._protocol import FinalStateVia, UrlKind
-from waitbound._record import Phase
+from waitbound._model._outcome import Outcome
+from waitbound._model._record import Phase
+from waitbound._profile._protocol import FinalStateVia, UrlKind
+from waitbound._rules._controller import Send, plan
 
 RESULT = "http://provider.test/result"
 DONE = (200, {"status": "done", "id": "j-9"})

@@ -36,8 +36,8 @@ from waitbound import (
     verify_chain,
     wait,
 )
-from waitbound._contract import Classification
-from waitbound._next_poll import THROTTLE_FACTOR
+from waitbound._profile._contract import Classification
+from waitbound._rules._next_poll import THROTTLE_FACTOR
 
 RUNNING = (200, {"status": "running", "id": "job-1"})
 DONE = (200, {"status": "done", "output": {"rows": 3}})

@@ -13,14 +13,14 @@ import pytest
 from tests.core.harness import PROFILE, SEED, URL
 from tests.fakes import START, FakeClock
 from waitbound import MemoryStore, Operation, OutcomeKind, Policy, Reason, parse_profile, start
-from waitbound._audit import AuditEvent
-from waitbound._controller import Finish, Send, Transition, observe, plan
-from waitbound._errors import ConflictError, StoreError
-from waitbound._inbox import SAVE_ATTEMPTS, apply_delivery, sweep_inbox
-from waitbound._observation import Observation
-from waitbound._push import InboundDelivery
-from waitbound._record import Push, Record
-from waitbound._schedule import DelaySource
+from waitbound._base._errors import ConflictError, StoreError
+from waitbound._engine._inbox import SAVE_ATTEMPTS, apply_delivery, sweep_inbox
+from waitbound._model._audit import AuditEvent
+from waitbound._model._observation import Observation
+from waitbound._model._push import InboundDelivery
+from waitbound._model._record import Push, Record
+from waitbound._profile._schedule import DelaySource
+from waitbound._rules._controller import Finish, Send, Transition, observe, plan
 
 POLICY = Policy(base_delay_s=5, max_delay_s=120, deadline_s=600, max_requests=5)
 LATER = START + timedelta(seconds=40)

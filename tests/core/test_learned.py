@@ -33,8 +33,9 @@ from waitbound import (
     wait,
     wait_all,
 )
-from waitbound._history import Evidence
-from waitbound._learned import (
+from waitbound._engine._schedule_models import CHECK_INTERVAL_S, ScheduleModels
+from waitbound._model._history import Evidence
+from waitbound._rules._learned import (
     MIN_JOBS,
     MODEL_VERSION,
     LearnedSchedule,
@@ -42,7 +43,6 @@ from waitbound._learned import (
     formula_lag_s,
     plan,
 )
-from waitbound._schedule_models import CHECK_INTERVAL_S, ScheduleModels
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KEY = "exports"
@@ -154,7 +154,7 @@ def test_microsecond_delays_plan_in_bounded_steps(monkeypatch: pytest.MonkeyPatc
     walked in at most about 4,000 steps (the grid's size), not one per microsecond up
     to the horizon (billions: a poll that never returned), and the plan keeps every
     delay within the cap."""
-    from waitbound._schedule import backoff_raw_s
+    from waitbound._profile._schedule import backoff_raw_s
 
     steps = 0
     counted = backoff_raw_s
@@ -165,7 +165,7 @@ def test_microsecond_delays_plan_in_bounded_steps(monkeypatch: pytest.MonkeyPatc
         assert steps <= 4_100, "the formula's walk is unbounded"
         return counted(attempt, **kw)
 
-    monkeypatch.setattr("waitbound._learned.backoff_raw_s", counting)
+    monkeypatch.setattr("waitbound._rules._learned.backoff_raw_s", counting)
     evidence = [_evidence(3599.0, 3600.0 + i, i) for i in range(40)]
     survival = estimate(evidence, resolution_s=0.25, max_step_s=1e-6 / 4)
     lag = formula_lag_s(
@@ -499,7 +499,7 @@ def test_the_learned_jitter_keeps_its_mean_at_the_plan_near_the_cap() -> None:
     import random as random_
 
     from waitbound import Policy
-    from waitbound._learned import learned_jitter_s
+    from waitbound._rules._learned import learned_jitter_s
 
     policy = Policy(max_delay_s=60.0, backoff_jitter_floor=0.8)
     rng = random_.Random(4)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from waitbound._numbers import (
+from waitbound._base._numbers import (
     DURATION_SYNTAX,
     DURATION_UNITS,
     check_number,

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-import waitbound._controller
+import waitbound._rules._controller
 from tests.fakes import FakeClock, ScriptedProvider, work_virtually
 from waitbound import (
     MemoryStore,
@@ -30,8 +30,8 @@ from waitbound import (
     start,
     wait,
 )
-from waitbound._controller import Send, plan
-from waitbound._observation import Observation
+from waitbound._model._observation import Observation
+from waitbound._rules._controller import Send, plan
 
 PROFILE = parse_profile(
     {"state": "status", "pending": ["running"], "succeeded": ["done"], "result_url": "result_url"}
@@ -91,14 +91,14 @@ def test_a_controller_failure_on_one_operation_is_recorded_on_it_alone(
 ) -> None:
     """A bug reading one operation's answer (injected into the controller) escalates
     that operation with the error named and its lease released; the others succeed."""
-    real = waitbound._controller.observe
+    real = waitbound._rules._controller.observe
 
     def observe(record: Any, observation: Observation, *, rng: random.Random, **kw: Any) -> Any:
         if record.operation_id == "op-5":
             raise KeyError("injected")
         return real(record, observation, rng=rng, **kw)
 
-    monkeypatch.setattr("waitbound._driver.observe", observe)
+    monkeypatch.setattr("waitbound._engine._driver.observe", observe)
     store, clock = MemoryStore(), FakeClock()
     ids = _many(store, 8, clock)
 

@@ -1,5 +1,5 @@
-"""Completions out: the policy (``waitbound._outbox``) and the delivery pass that applies
-it (``waitbound._delivery``): each entry at least once under a stable id, with the retry
+"""Completions out: the policy (``waitbound._engine._outbox``) and the delivery pass that applies
+it (``waitbound._engine._delivery``): each entry at least once under a stable id, with the retry
 schedule, the channels, replays, and no secret ever in an error line or a log."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from waitbound import (
     parse_profile,
     replay_delivery,
 )
-from waitbound._outbox import (
+from waitbound._engine._outbox import (
     MAX_ATTEMPTS,
     NOTIFY_SECRET_ENV,
     Attempt,
@@ -52,8 +52,8 @@ from waitbound._outbox import (
     resolve_notify_secret,
     webhook_signer,
 )
-from waitbound._push import completion_delivery_id
-from waitbound._record import Push
+from waitbound._model._push import completion_delivery_id
+from waitbound._model._record import Push
 
 RAWS = (5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 300.0)
 """The backoff before attempts 2..10 (seconds, before jitter): base 5 s, cap 300 s."""
@@ -813,8 +813,8 @@ def test_a_killed_local_deliverers_lease_is_let_go_at_once() -> None:
     attempt counted); one leased by another machine's deliverer waits out its lease."""
     import socket
 
-    from waitbound._delivery import adopt_orphans
-    from waitbound._push import Channel, OutboxEntry
+    from waitbound._engine._delivery import adopt_orphans
+    from waitbound._model._push import Channel, OutboxEntry
 
     store = MemoryStore()
     now = datetime(2026, 1, 1, tzinfo=UTC)

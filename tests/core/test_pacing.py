@@ -22,10 +22,10 @@ from tests.core.test_worker import _run_worker
 from tests.fakes import Autojump, FakeClock
 from tests.hypothesis_profiles import examples
 from waitbound import MemoryStore, Operation, OutcomeKind, Policy, Record, start, wait
-from waitbound._controller import observe
-from waitbound._errors import StoreError
-from waitbound._observation import Observation
-from waitbound._pacing import SPREAD_FACTOR, choose, origin_key, pacer_for, span
+from waitbound._base._errors import StoreError
+from waitbound._model._observation import Observation
+from waitbound._model._pacing import SPREAD_FACTOR, choose, origin_key, pacer_for, span
+from waitbound._rules._controller import observe
 from waitbound._story import story_line
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

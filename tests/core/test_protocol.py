@@ -31,9 +31,9 @@ from waitbound import (
     run,
     wait,
 )
-from waitbound._answers import Meaning, meaning
-from waitbound._contract import Classification, StateTable
-from waitbound._protocol import FinalStateVia, UrlKind
+from waitbound._profile._contract import Classification, StateTable
+from waitbound._profile._protocol import FinalStateVia, UrlKind
+from waitbound._rules._answers import Meaning, meaning
 from waitbound.profiles import builtin_profile
 
 ARM = "https://management.test"

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from tests.hypothesis_profiles import examples
 from waitbound import Policy, Record, parse_profile
-from waitbound._record import FIELD_NAMES, RecordChanges
-from waitbound._record_parts import PARTS, Push
+from waitbound._model._record import FIELD_NAMES, RecordChanges
+from waitbound._model._record_parts import PARTS, Push
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 RECORD = Record(

@@ -37,19 +37,19 @@ from waitbound import (
     start,
     wait,
 )
-from waitbound._audit import AuditEvent
-from waitbound._controller import WEBHOOK_RECHECK_S, Sleep, plan
-from waitbound._inbox import sweep_inbox
-from waitbound._json import JSON
-from waitbound._push import InboundDelivery
-from waitbound._record import Push, Record
-from waitbound._schedule import (
+from waitbound._base._json import JSON
+from waitbound._engine._inbox import sweep_inbox
+from waitbound._model._audit import AuditEvent
+from waitbound._model._push import InboundDelivery
+from waitbound._model._record import Push, Record
+from waitbound._profile._schedule import (
     backoff_bounds_s,
     backoff_delay_s,
     backoff_raw_s,
     hinted_delay_s,
     read_hints,
 )
+from waitbound._rules._controller import WEBHOOK_RECHECK_S, Sleep, plan
 
 PROFILE = parse_profile(
     {

@@ -28,7 +28,7 @@ from waitbound import (
     Submission,
     parse_profile,
 )
-from waitbound._history import schedule_key
+from waitbound._model._history import schedule_key
 
 TABLE: dict[str, Any] = {
     "state": "status",

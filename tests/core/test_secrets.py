@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from waitbound import MemoryStore, Operation, Policy, parse_profile, wait
-from waitbound._secrets import credential_values, is_credential, redact_bytes, secret_parts
+from waitbound._base._secrets import credential_values, is_credential, redact_bytes, secret_parts
 from waitbound.sim import Simulator, parse_scenario
 
 TOKEN = "tok-5f0e9a1b2c"

@@ -19,8 +19,8 @@ import pytest
 from tests.cli.helpers import run_cli
 from tests.stores.test_store_contract import T0, entry, make_record
 from waitbound import SQLiteStore
-from waitbound._record import Push, Record
-from waitbound._urls import origin_only
+from waitbound._base._urls import origin_only
+from waitbound._model._record import Push, Record
 from waitbound.cli._deliveries import _row, entry_json
 from waitbound.web._app import operation_document
 

@@ -32,9 +32,9 @@ from waitbound import (
     start,
     work,
 )
-from waitbound._controller import lease_margin_s
-from waitbound._push import InboundDelivery
-from waitbound._record import Push
+from waitbound._model._push import InboundDelivery
+from waitbound._model._record import Push
+from waitbound._rules._controller import lease_margin_s
 from waitbound.stores._protocol import Write
 
 PROFILE = parse_profile({"state": "status", "pending": ["running"], "succeeded": ["done"]})

@@ -35,9 +35,9 @@ from waitbound import (
     verify_audit,
     work,
 )
-from waitbound._controller import lease_margin_s
-from waitbound._failpoints import inject
-from waitbound._worker import DEFAULT_COMMIT_PAUSE_S, MAX_COMMIT_PAUSE_S
+from waitbound._base._failpoints import inject
+from waitbound._engine._worker import DEFAULT_COMMIT_PAUSE_S, MAX_COMMIT_PAUSE_S
+from waitbound._rules._controller import lease_margin_s
 from waitbound.stores import Store
 from waitbound.stores._protocol import Write
 

@@ -54,8 +54,8 @@ from waitbound import (
     parse_profile,
     start,
 )
-from waitbound._audit import StoredAuditEvent
-from waitbound._push import InboundDelivery, completion_delivery_id
+from waitbound._model._audit import StoredAuditEvent
+from waitbound._model._push import InboundDelivery, completion_delivery_id
 from waitbound.sim import Simulator, parse_scenario
 from waitbound.web._config import load_serve_config
 from waitbound.web._run import serve

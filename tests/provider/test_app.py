@@ -9,7 +9,7 @@ import anyio
 import httpx
 import pytest
 
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 from waitbound.provider import (
     Job,
     JobCompletedWithErrors,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import waitbound.sim
-from waitbound._errors import ScenarioError
+from waitbound._base._errors import ScenarioError
 from waitbound.sim import Scenario, load_scenario, parse_scenario
 
 # The handed cases, as copied into the project's tests.

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from waitbound._errors import UsageError
+from waitbound._base._errors import UsageError
 from waitbound.sim import Simulator, parse_scenario
 from waitbound.testing import FakeClock, ScenarioBuilder
 

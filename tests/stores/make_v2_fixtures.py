@@ -46,10 +46,10 @@ from typing import Any
 
 import waitbound
 from waitbound import AuditEvent, OutcomeKind, Phase, Policy, Reason, Record, Store
-from waitbound._audit_check import verify_audit
-from waitbound._push import InboundDelivery
-from waitbound._record import DecisionRequest, Push
-from waitbound._schedule import DelaySource
+from waitbound._engine._audit_check import verify_audit
+from waitbound._model._push import InboundDelivery
+from waitbound._model._record import DecisionRequest, Push
+from waitbound._profile._schedule import DelaySource
 
 HERE = Path(__file__).resolve().parent / "fixtures"
 PG_SCHEMA = "waitbound_v2_fixture"

@@ -53,9 +53,9 @@ import waitbound
 from tests.stores.make_v2_fixtures import AUDIT_KEY, AUDIT_KEY_HEX, T0, _base, _events, _poll
 from tests.stores.make_v2_fixtures import populate as populate_v2
 from waitbound import OutcomeKind, Phase, Reason, Store
-from waitbound._audit_check import verify_audit
-from waitbound._record import Decision, DecisionRequest, Grants
-from waitbound._schedule import DelaySource
+from waitbound._engine._audit_check import verify_audit
+from waitbound._model._record import Decision, DecisionRequest, Grants
+from waitbound._profile._schedule import DelaySource
 from waitbound.stores._sessions import SessionRow, sessions_of
 
 HERE = Path(__file__).resolve().parent / "fixtures"

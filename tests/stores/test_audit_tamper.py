@@ -29,9 +29,9 @@ from tests.cli.helpers import cli_env, run_cli
 from tests.fakes import FakeClock, ScriptedProvider
 from tests.stores import pg
 from waitbound import AuditProblem, Operation, Policy, SQLiteStore, Store, parse_profile
-from waitbound._audit import GENESIS_HASH, StoredAuditEvent, seal
-from waitbound._clock import utc
-from waitbound._record_parts import PARTS, PLACES
+from waitbound._base._clock import utc
+from waitbound._model._audit import GENESIS_HASH, StoredAuditEvent, seal
+from waitbound._model._record_parts import PARTS, PLACES
 from waitbound.stores._rows import QUERY_COLUMNS
 
 KEY = b"an audit key of 32 bytes, or so!"
@@ -503,7 +503,7 @@ def test_a_version_1_mac_keeps_verifying_and_the_next_keyed_write_signs_version_
     """A head signed by the release before (version 1: operation id, seq and head only)
     verifies with the key; a keyed write extending it signs version 2, which covers the
     asserted fields from then on."""
-    from waitbound._audit import MAC_V2, head_mac
+    from waitbound._model._audit import MAC_V2, head_mac
 
     store = target.open(None)
     try:

@@ -33,13 +33,13 @@ from waitbound import (
     wait,
     wait_all,
 )
-from waitbound._driver import exchange, run_exchange_sync
-from waitbound._driver import tools as make_tools
-from waitbound._group import Ended, Go, Nap, Scheduler, Stop
-from waitbound._operation import open_operation
-from waitbound._pacing import pacer_for
-from waitbound._schedule_models import models_for
-from waitbound._worker import WorkerSettings
+from waitbound._engine._driver import exchange, run_exchange_sync
+from waitbound._engine._driver import tools as make_tools
+from waitbound._engine._group import Ended, Go, Nap, Scheduler, Stop
+from waitbound._engine._operation import open_operation
+from waitbound._engine._schedule_models import models_for
+from waitbound._engine._worker import WorkerSettings
+from waitbound._model._pacing import pacer_for
 from waitbound.stores._groups import GroupKind, GroupRow, groups_of, new_group_id
 from waitbound.transports import HttpSettings
 

@@ -25,11 +25,11 @@ from tests.fakes import FakeClock
 from tests.stores import pg
 from tests.stores.test_store_contract import _BACKENDS, T0, Backend, delivery, entry, make_record
 from waitbound import AuditEvent, OutcomeKind, Phase, Store, StoreError
-from waitbound._audit_check import audit_checkpoint, export_audit, verify_audit
-from waitbound._escalations import escalations
-from waitbound._json import MAX_DEPTH
-from waitbound._push import OutboxStatus
-from waitbound._record import DecisionRequest, Push
+from waitbound._base._json import MAX_DEPTH
+from waitbound._engine._audit_check import audit_checkpoint, export_audit, verify_audit
+from waitbound._engine._escalations import escalations
+from waitbound._model._push import Channel, OutboxStatus
+from waitbound._model._record import DecisionRequest, Push
 from waitbound.stores._codec import dump_json, from_text, load_json, to_text
 
 MIB = 1 << 20
@@ -82,7 +82,7 @@ HOSTILE: dict[str, Any] = {
     "deep": _deep(MAX_DEPTH),
     "mebibyte": "\u0000" + "z" * MIB + "\ud800",
 }
-"""Values as :func:`waitbound._json.parse_provider_json` may hand them on (it keeps
+"""Values as :func:`waitbound._base._json.parse_provider_json` may hand them on (it keeps
 ``NaN`` as text), plus what a Python caller may pass (surrogates, U+0010)."""
 
 TEXT = "t\u0000\ud800\x10"
@@ -173,7 +173,7 @@ def _write_everything(store: Store) -> None:
         now=T0,
         lease_s=30,
         limit=10,
-        channels=[waitbound._push.Channel.WEBHOOK],
+        channels=[Channel.WEBHOOK],
     )
     assert store.settle_outbox(
         replace(claimed, attempts=1, last_error=TEXT, next_attempt_at=T0 + timedelta(hours=1))
@@ -363,7 +363,7 @@ def _write_as_schema_3(schema: str, record: Any, sealed: Any, inbound: Any) -> N
     every text raw."""
     import psycopg
 
-    from waitbound._record import field_json
+    from waitbound._model._record import field_json
     from waitbound.stores._rows_v4 import COLD_FIELDS, HOT_COLUMNS, POLL_FIELDS
 
     def column(name: str) -> object:

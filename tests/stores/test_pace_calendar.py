@@ -20,7 +20,7 @@ import waitbound
 from tests.stores import pg
 from tests.stores.test_store_contract import T0, backend, store
 from waitbound import SQLiteStore, Store
-from waitbound._pacing import SPREAD_FACTOR, choose, span
+from waitbound._model._pacing import SPREAD_FACTOR, choose, span
 
 __all__ = ["backend", "store"]  # the fixtures, imported for pytest
 

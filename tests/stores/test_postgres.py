@@ -32,8 +32,8 @@ from waitbound import (
     StoreError,
     UsageError,
 )
-from waitbound._push import InboundDelivery
-from waitbound._record import Push
+from waitbound._model._push import InboundDelivery
+from waitbound._model._record import Push
 from waitbound.stores import SchemaUpgrade, is_postgres_dsn, open_store, sqlite, upgrade_store
 from waitbound.stores._audit_rows import audit_rows
 from waitbound.stores._protocol import advance, encode_record

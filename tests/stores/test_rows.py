@@ -10,8 +10,8 @@ from pathlib import Path
 
 from tests.stores.test_store_contract import events, make_record
 from waitbound import SQLiteStore
-from waitbound._record import FIELD_NAMES
-from waitbound._record_parts import PARTS, PLACES
+from waitbound._model._record import FIELD_NAMES
+from waitbound._model._record_parts import PARTS, PLACES
 from waitbound.stores._codec import dump_json
 from waitbound.stores._rows import ALL_PARTS, PART_COLUMNS, RecordRows
 

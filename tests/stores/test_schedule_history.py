@@ -12,7 +12,7 @@ import pytest
 
 from tests.stores.test_store_contract import T0, Backend, backend, make_record, store
 from waitbound import OutcomeKind, Phase, Policy, Record, Store
-from waitbound._history import Evidence, evidence_of, path_template, schedule_key
+from waitbound._model._history import Evidence, evidence_of, path_template, schedule_key
 
 __all__ = ["backend", "store"]  # the fixtures, imported for pytest
 

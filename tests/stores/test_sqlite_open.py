@@ -22,8 +22,8 @@ from waitbound import (
     UsageError,
     open_store,
 )
-from waitbound._push import InboundDelivery
-from waitbound._record import Push
+from waitbound._model._push import InboundDelivery
+from waitbound._model._record import Push
 from waitbound.stores import (
     NotAStoreError,
     SchemaUpgrade,

@@ -40,16 +40,16 @@ from waitbound import (
     StoreError,
     UsageError,
 )
-from waitbound._audit import StoredAuditEvent
-from waitbound._notices import completion_event, outbox_entries
-from waitbound._push import (
+from waitbound._model._audit import StoredAuditEvent
+from waitbound._model._push import (
     Channel,
     InboundDelivery,
     OutboxEntry,
     OutboxStatus,
     completion_delivery_id,
 )
-from waitbound._record import DecisionRequest, Push
+from waitbound._model._record import DecisionRequest, Push
+from waitbound._rules._notices import completion_event, outbox_entries
 from waitbound.stores._protocol import AuditCursor, cursor_of
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -777,7 +777,7 @@ def test_reserve_due_takes_over_a_lease_whose_holder_is_gone(store: Store) -> No
 
 def _reserve(store: Store, owner: str, now: datetime, lease_s: float = 2.0) -> list[Record]:
     """The worker's reservation of what is due at *now*: the controller's plan."""
-    from waitbound._controller import Send, plan
+    from waitbound._rules._controller import Send, plan
 
     def reserve(record: Record) -> tuple[Record, tuple[AuditEvent, ...]] | None:
         decision = plan(record, now, owner=owner, lease_s=lease_s)
@@ -792,7 +792,7 @@ def test_a_reservations_fencing_token_reads_back_exactly(store: Store) -> None:
     """The fence (owner, request kind, lease expiry to the microsecond) that a
     reservation wrote is what the store gives back, so a later step can tell its own
     reservation from any other."""
-    from waitbound._driver import lease_of
+    from waitbound._engine._driver import lease_of
 
     store.create(make_record(), events("created"))
     [reserved] = _reserve(store, "w1", NOW)
@@ -823,7 +823,7 @@ def test_a_save_from_a_reservation_that_was_taken_over_is_refused(store: Store) 
     """A lease that ran out and was reserved again (by another worker, or by the same
     one): the old reservation's answer loses the compare-and-swap, alone and in a
     batch, and the record carries only the new reservation's fence."""
-    from waitbound._driver import lease_of
+    from waitbound._engine._driver import lease_of
 
     store.create(make_record(), events("created"))
     for new_owner in ("w2", "w1"):

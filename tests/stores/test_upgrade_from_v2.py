@@ -126,7 +126,7 @@ def test_the_upgraded_store_goes_on_writing_and_signing(tmp_path: Path) -> None:
             }
         finally:
             fresh.close()
-        from waitbound._audit_check import verify_audit
+        from waitbound._engine._audit_check import verify_audit
 
         assert verify_audit(store, "op-succeeded", key=KEY) == []
     finally:

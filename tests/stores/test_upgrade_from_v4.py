@@ -17,7 +17,7 @@ from tests.cli.helpers import run_cli
 from tests.stores import pg
 from tests.stores.make_v4_fixtures import facts
 from waitbound import SQLiteStore, StoreError, open_store
-from waitbound._audit_check import verify_audit
+from waitbound._engine._audit_check import verify_audit
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXPECTED: dict[str, Any] = json.loads((FIXTURES / "v4-expected.json").read_text())

@@ -128,7 +128,7 @@ def otel(monkeypatch: pytest.MonkeyPatch) -> Iterator[Telemetry]:
     """The SDK's in-memory span exporter and metric reader, emptied for this test; the
     origins and profiles this process labels start empty (earlier tests of the same
     process may have reached their per-process limits)."""
-    from waitbound import _metrics
+    from waitbound._observe import _metrics
 
     monkeypatch.setattr(_metrics, "_LABELLED", set())
     monkeypatch.setattr(_metrics, "_PROFILES", set())

@@ -23,13 +23,13 @@ from waitbound import (
     Operation,
     Policy,
     SQLiteStore,
-    _metrics,
     check,
     observe_store,
     parse_profile,
     start,
 )
-from waitbound._telemetry import sending
+from waitbound._observe import _metrics
+from waitbound._observe._telemetry import sending
 from waitbound.profiles import builtin_names
 
 URL = "https://provider.test"

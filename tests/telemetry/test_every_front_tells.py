@@ -36,7 +36,7 @@ from waitbound import (
     wait_all_async,
     wait_any,
 )
-from waitbound._logs import EVENTS
+from waitbound._observe._logs import EVENTS
 
 HOST = "http://provider.test"
 IDS = ("op-0", "op-1")

@@ -16,14 +16,14 @@ from waitbound import (
     Operation,
     Policy,
     SQLiteStore,
-    _metrics,
     check,
     observe_store,
     parse_profile,
     start,
     wait,
 )
-from waitbound._credentials import BoundCredentials
+from waitbound._observe import _metrics
+from waitbound._rules._credentials import BoundCredentials
 
 URL = "https://provider.test"
 RUNNING = (200, {"status": "running"})

@@ -340,7 +340,7 @@ def test_a_webhook_delivery_applied_is_a_span_in_the_operations_trace(otel: Tele
     a ``waitbound.webhook`` span (receiver named) with the ``webhook_received`` event,
     a child of the agent's span."""
     from tests.core.test_inbox import NOW, delivery, stored
-    from waitbound._inbox import sweep_inbox
+    from waitbound._engine._inbox import sweep_inbox
 
     store = MemoryStore()
     agent = trace.get_tracer("agent")

@@ -21,11 +21,11 @@ import pytest
 from tests.fakes import FakeClock
 from tests.transports.hostile import HostileServer, Mode
 from waitbound import parse_profile
-from waitbound._clock import SystemClock
-from waitbound._controller import Request
-from waitbound._json import Ambiguous
-from waitbound._observation import Observation
-from waitbound._secrets import REDACTED, secret_parts
+from waitbound._base._clock import SystemClock
+from waitbound._base._json import Ambiguous
+from waitbound._base._secrets import REDACTED, secret_parts
+from waitbound._model._observation import Observation
+from waitbound._rules._controller import Request
 from waitbound.transports import HttpSettings, send_async, send_sync
 
 PROFILE = parse_profile(

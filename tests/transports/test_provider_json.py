@@ -9,7 +9,7 @@ import pickle
 
 import pytest
 
-from waitbound._json import (
+from waitbound._base._json import (
     JSON,
     Ambiguous,
     NestingError,
@@ -19,7 +19,7 @@ from waitbound._json import (
     redact_json,
     show,
 )
-from waitbound._secrets import REDACTED, redact_headers, redact_text, secret_parts
+from waitbound._base._secrets import REDACTED, redact_headers, redact_text, secret_parts
 
 SECRET = "SECRET-XYZ123"
 
@@ -228,7 +228,7 @@ def test_redact_text_and_headers_use_the_same_rule() -> None:
 def test_a_body_nested_past_max_depth_is_refused_whatever_the_stack() -> None:
     """128 levels of arrays and objects are read; 129 are a NestingError, also when the
     caller's stack is shallow (the limit is a number, not the recursion limit)."""
-    from waitbound._json import MAX_DEPTH
+    from waitbound._base._json import MAX_DEPTH
 
     assert MAX_DEPTH == 128
     assert parse_provider_json(b"[" * 128 + b"]" * 128) is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from waitbound._urls import checked_url, origin, redact_url, resolve
+from waitbound._base._urls import checked_url, origin, redact_url, resolve
 
 HOSTILE = [
     "http://☃.net/status",

@@ -43,11 +43,11 @@ from tests.web.signing import (
     stripe_headers,
 )
 from waitbound import MemoryStore, Policy, Record, StoreError
-from waitbound._inbox import sweep_inbox
-from waitbound._push import InboundDelivery
-from waitbound._record import Push
-from waitbound._secrets import credential_values
-from waitbound._webhooks import Scheme, Verified, WebhookRejected
+from waitbound._base._secrets import credential_values
+from waitbound._engine._inbox import sweep_inbox
+from waitbound._model._push import InboundDelivery
+from waitbound._model._record import Push
+from waitbound._profile._webhooks import Scheme, Verified, WebhookRejected
 from waitbound.profiles import builtin_profile
 from waitbound.web._config import Receiver, ServeConfig
 from waitbound.web._inbound import (
@@ -515,7 +515,7 @@ def test_the_job_id_is_read_by_the_receivers_expression(
 
 def test_a_repeated_key_names_no_job() -> None:
     """A job id the payload repeats with different values is never chosen."""
-    payload = waitbound._json.parse_provider_json(b'{"data": {"id": "a", "id": "b"}}')
+    payload = waitbound._base._json.parse_provider_json(b'{"data": {"id": "a", "id": "b"}}')
     assert isinstance(payload, dict)
     assert read_delivery(RECEIVERS["reports"], _verified(payload), T0).job_id is None
 

@@ -23,9 +23,9 @@ from tests.stores import pg
 from tests.stores.test_store_contract import events, make_record
 from tests.web.signing import SECRET_A, T0, body_of, standard_headers
 from waitbound import MemoryStore, StoreError
-from waitbound._group_commit import GroupCommit, inline
-from waitbound._push import InboundDelivery
-from waitbound._webhooks import Scheme
+from waitbound._engine._group_commit import GroupCommit, inline
+from waitbound._model._push import InboundDelivery
+from waitbound._profile._webhooks import Scheme
 from waitbound.web._config import Receiver, ServeConfig
 from waitbound.web._inbound import receive_webhook
 from waitbound.web._inbound_commit import InboundCommit

@@ -18,7 +18,7 @@ import pytest
 from tests.fakes import FakeClock
 from tests.stores import pg
 from waitbound import MemoryStore, SQLiteStore, Store, UsageError
-from waitbound._push import InboundDelivery
+from waitbound._model._push import InboundDelivery
 from waitbound.stores._inbox_retention import prune_inbox
 from waitbound.web._config import load_serve_config
 from waitbound.web._run import serve

@@ -26,8 +26,8 @@ from starlette.testclient import TestClient
 import waitbound
 from tests.fakes import FakeClock, ScriptedProvider
 from waitbound import MemoryStore, Operation, Policy
-from waitbound._push import InboundDelivery
-from waitbound._webhooks import Scheme
+from waitbound._model._push import InboundDelivery
+from waitbound._profile._webhooks import Scheme
 from waitbound.cli import run
 from waitbound.web._app import _since, create_app
 from waitbound.web._config import Receiver, ServeConfig
@@ -369,7 +369,7 @@ def test_one_operation_unknown_is_a_404_page_and_a_live_story_fragment(inbox):
 def test_the_minutes_fields_own_minimum_is_no_shorter_than_the_shortest_grant(inbox):
     """The browser's own check of ``minutes`` (``min``) lets through nothing the server
     refuses as below the 1-second grant."""
-    from waitbound._options import MIN_GRANT_S
+    from waitbound._rules._options import MIN_GRANT_S
 
     inbox.escalate("op-1")
     html = inbox.client.get("/operation/op-1?option=extend", headers=AUTH).text

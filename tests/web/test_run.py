@@ -15,7 +15,7 @@ import waitbound
 import waitbound.web._run
 from tests.fakes import FakeClock
 from waitbound import MemoryStore, WorkerSettings
-from waitbound._push import InboundDelivery
+from waitbound._model._push import InboundDelivery
 from waitbound.web._config import ServeConfig
 from waitbound.web._run import serve
 from waitbound.web._service import Nudge, Service
@@ -99,9 +99,9 @@ async def serve_until(service: Service, stop: anyio.Event, worker: bool, urls: l
 
 
 def test_without_an_inbox_module_serve_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ``waitbound._inbox`` in this build: no sweep, the service and worker still run;
+    """No ``waitbound._engine._inbox`` in this build: no sweep, the service and worker still run;
     a detached operation is driven to its outcome by the worker in the same process."""
-    monkeypatch.setitem(sys.modules, "waitbound._inbox", None)
+    monkeypatch.setitem(sys.modules, "waitbound._engine._inbox", None)
     store = MemoryStore()
     service = Service(store=store, config=ServeConfig(), clock=waitbound.SystemClock(), token=TOKEN)
 

@@ -11,8 +11,8 @@ import pytest
 
 from tests.web.signing import SECRET_A, SECRET_B
 from waitbound import UsageError
-from waitbound._jmes import search
-from waitbound._webhooks import Scheme
+from waitbound._base._jmes import search
+from waitbound._profile._webhooks import Scheme
 from waitbound.web._config import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_TOLERANCE_S,

@@ -1,5 +1,5 @@
 """Verifying deliveries: each scheme's valid, rotated, forged, stale, future and garbled
-deliveries, decided against an injected clock (``waitbound._webhooks.verify``)."""
+deliveries, decided against an injected clock (``waitbound._profile._webhooks.verify``)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from tests.web.signing import (
     standard_headers,
     stripe_headers,
 )
-from waitbound._webhooks import (
+from waitbound._profile._webhooks import (
     Scheme,
     WebhookRejected,
     standard_secret_key,

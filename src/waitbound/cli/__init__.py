@@ -13,14 +13,14 @@ from collections.abc import Callable, Sequence
 
 import click
 
-from waitbound._clock import Clock
-from waitbound._errors import (
+from waitbound._base._clock import Clock
+from waitbound._base._errors import (
     SchemaVersionError,
     StoreError,
     UsageError,
     WaitboundError,
 )
-from waitbound._outcome import OutcomeError
+from waitbound._model._outcome import OutcomeError
 from waitbound.cli._app import cli
 from waitbound.cli._common import (
     EXIT_INTERRUPTED,

@@ -14,7 +14,7 @@ import click
 
 import waitbound
 from waitbound import AuditCheckpoint, AuditFinding, UsageError
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 from waitbound.cli._common import (
     AUDIT_KEY_FILE_HELP,
     EXIT_AUDIT_BROKEN,

@@ -32,17 +32,17 @@ from waitbound import (
     UsageError,
     WaitboundError,
 )
-from waitbound._json import JSON
-from waitbound._policy import budget_disagreement, quiet_budget_warning
-from waitbound._record import MAX_COUNT
-from waitbound._schedule import (
+from waitbound._base._json import JSON
+from waitbound._base._urls import redact_url
+from waitbound._model._record import MAX_COUNT
+from waitbound._profile._policy import budget_disagreement, quiet_budget_warning
+from waitbound._profile._schedule import (
     DEFAULT_BACKOFF_GROWTH,
     DEFAULT_BACKOFF_JITTER_FLOOR,
     DEFAULT_BASE_DELAY_S,
     DEFAULT_HINT_JITTER_MAX_S,
     DEFAULT_MAX_DELAY_S,
 )
-from waitbound._urls import redact_url
 from waitbound.cli._params import (
     MAX_RESPONSE_BYTES,
     MIN_RESPONSE_BYTES,

@@ -4,8 +4,8 @@ A worker drives operations that others added to a shared store. A header given f
 every origin would go to whoever added an operation, so a worker's headers are named
 per origin (scheme, host, port; RFC 6454) and a request carries only those of the
 origin it goes to, whatever the record names or trusts: the one rule of
-``waitbound._credentials`` (:class:`~waitbound._credentials.BoundCredentials`), which the
-MCP server's providers follow too.
+``waitbound._rules._credentials`` (its ``BoundCredentials``), which the MCP server's
+providers follow too.
 
 The credentials file is TOML, in the MCP config's style::
 
@@ -26,8 +26,8 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from waitbound import Record, UsageError
-from waitbound._config_file import expand_env, load_toml
-from waitbound._credentials import BoundCredentials, Origin, origin_of
+from waitbound._base._config_file import expand_env, load_toml
+from waitbound._rules._credentials import BoundCredentials, Origin, origin_of
 from waitbound.cli._params import header_problem, parse_header
 
 __all__ = ["Origin", "OriginCredentials", "load_credentials", "origin_of", "parse_origin"]

@@ -14,7 +14,7 @@ import click
 
 import waitbound
 from waitbound import Outcome, Profile, Store, UsageError
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 from waitbound.cli._common import STORE_HELP, opened_store, profile_from_flags, resume_hint
 from waitbound.cli._groups import group_document, stopped_group_lines, stopped_groups
 from waitbound.cli._params import STORED_TEXT, NumberRange, WholeRange

@@ -15,8 +15,8 @@ import click
 
 import waitbound
 from waitbound import OutboxEntry, OutboxStatus
-from waitbound._json import JSON
-from waitbound._urls import origin_only
+from waitbound._base._json import JSON
+from waitbound._base._urls import origin_only
 from waitbound.cli._common import STORE_HELP, opened_store
 from waitbound.cli._params import STORED_TEXT, WholeRange
 from waitbound.cli._render import printable

@@ -16,7 +16,7 @@ import click
 
 import waitbound
 from waitbound import GroupResult, Store, UsageError
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
     STORE_HELP,

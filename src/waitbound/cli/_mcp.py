@@ -12,7 +12,7 @@ import click
 import platformdirs
 
 import waitbound
-from waitbound._errors import UsageError
+from waitbound._base._errors import UsageError
 from waitbound.cli._params import WholeRange
 from waitbound.cli._serve import default_token_file, is_loopback, tokens_of
 from waitbound.cli._telemetry import LOG_FORMAT_OPTION, apply_log_format

@@ -8,8 +8,8 @@ from typing import Final, cast
 
 import click
 
-from waitbound._json import JSON
-from waitbound._numbers import DURATION_SYNTAX, parse_duration, parse_integer, parse_number
+from waitbound._base._json import JSON
+from waitbound._base._numbers import DURATION_SYNTAX, parse_duration, parse_integer, parse_number
 
 __all__ = [
     "DURATION_HELP",
@@ -42,7 +42,7 @@ DURATION_HELP: Final = DURATION_SYNTAX
 
 
 class WholeRange(click.IntRange):
-    """A whole number within bounds, read by :func:`waitbound._numbers.parse_integer`:
+    """A whole number within bounds, read by :func:`waitbound._base._numbers.parse_integer`:
     ``1_0``, ``1.0`` and ``1e3`` are refused (``int()`` would read ``1_0`` as 10)."""
 
     def convert(
@@ -64,7 +64,7 @@ class WholeRange(click.IntRange):
 
 
 class NumberRange(click.FloatRange):
-    """A decimal number within bounds, read by :func:`waitbound._numbers.parse_number`:
+    """A decimal number within bounds, read by :func:`waitbound._base._numbers.parse_number`:
     underscores, ``nan``, ``inf``, ``1e400`` and subnormals (``1e-320``) are refused."""
 
     def convert(

@@ -13,11 +13,11 @@ from datetime import datetime
 
 from waitbound import AuditEvent, Record
 from waitbound import option_costs as costs_of
-from waitbound._json import JSON, show
+from waitbound._base._json import JSON, show
+from waitbound._base._urls import redact_url
 from waitbound._story import event_details as _details
 from waitbound._story import printable, story_line
 from waitbound._story import timestamp as _time
-from waitbound._urls import redact_url
 
 __all__ = [
     "LiveStatus",

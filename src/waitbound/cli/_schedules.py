@@ -7,9 +7,9 @@ import json
 
 import click
 
-from waitbound._errors import UsageError
-from waitbound._history import ScheduleSummary
-from waitbound._learned import MIN_JOBS, estimate
+from waitbound._base._errors import UsageError
+from waitbound._model._history import ScheduleSummary
+from waitbound._rules._learned import MIN_JOBS, estimate
 from waitbound.cli._common import STORE_HELP, opened_store
 from waitbound.cli._render import printable
 from waitbound.stores import Store

@@ -21,11 +21,11 @@ import platformdirs
 
 import waitbound
 from waitbound import UsageError
-from waitbound._config_file import read_bounded
-from waitbound._metrics import metering, observe_store
-from waitbound._outbox import resolve_notify_secret, webhook_signer
-from waitbound._private_dirs import make_private_dirs
-from waitbound._secrets import credential_values
+from waitbound._base._config_file import read_bounded
+from waitbound._base._private_dirs import make_private_dirs
+from waitbound._base._secrets import credential_values
+from waitbound._engine._outbox import resolve_notify_secret, webhook_signer
+from waitbound._observe._metrics import metering, observe_store
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
     MAX_RESPONSE_OPTION,

@@ -10,7 +10,7 @@ from datetime import datetime
 import click
 
 import waitbound
-from waitbound._errors import UsageError
+from waitbound._base._errors import UsageError
 from waitbound.cli._common import STORE_HELP, opened_store
 from waitbound.cli._render import printable
 from waitbound.stores._sessions import SessionRow, sessions_of

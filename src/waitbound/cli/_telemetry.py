@@ -5,7 +5,7 @@
   ``OTEL_*`` variables configure the exporters; ``OTEL_SDK_DISABLED=true`` turns it
   off); spans and metrics are flushed when the command ends.
 - ``serve --metrics`` adds the OpenTelemetry Prometheus reader (``/metrics``).
-- ``--log-format json`` (``worker``, ``serve``, ``mcp``): see ``waitbound._logs``.
+- ``--log-format json`` (``worker``, ``serve``, ``mcp``): see ``waitbound._observe._logs``.
 
 All of it needs the ``otel`` extra (``pip install 'waitbound[otel]'``); without it, a
 set endpoint or ``--metrics`` is one line saying so. See ``docs/operations.md``.
@@ -20,8 +20,8 @@ from typing import Any, Final, TypeVar
 
 import click
 
-from waitbound._errors import UsageError
-from waitbound._logs import LOG_FORMATS, LogFormat, configure_logs
+from waitbound._base._errors import UsageError
+from waitbound._observe._logs import LOG_FORMATS, LogFormat, configure_logs
 
 __all__ = [
     "LOG_FORMAT_OPTION",

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from waitbound._clock import Clock
+from waitbound._base._clock import Clock
 
 __all__ = ["timing", "using"]
 

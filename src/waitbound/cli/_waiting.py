@@ -20,10 +20,10 @@ from waitbound import (
     UrlKind,
     UsageError,
 )
-from waitbound._json import JSON
-from waitbound._operation import check_first_poll_after, check_push
-from waitbound._outbox import resolve_notify_secret
-from waitbound._urls import redact_url
+from waitbound._base._json import JSON
+from waitbound._base._urls import redact_url
+from waitbound._engine._operation import check_first_poll_after, check_push
+from waitbound._engine._outbox import resolve_notify_secret
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
     MAX_RESPONSE_OPTION,

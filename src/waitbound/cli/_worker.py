@@ -13,8 +13,8 @@ import click
 
 import waitbound
 from waitbound import AuditEvent, StoreError, UsageError, WaitboundError, WorkerSettings
-from waitbound._json import JSON
-from waitbound._outbox import resolve_notify_secret, webhook_signer
+from waitbound._base._json import JSON
+from waitbound._engine._outbox import resolve_notify_secret, webhook_signer
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
     MAX_RESPONSE_OPTION,

@@ -17,11 +17,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Final
 
-from waitbound._escalations import Escalation
-from waitbound._json import JSON
-from waitbound._outcome import OutcomeKind
-from waitbound._record import Phase, Record, reported_counts
-from waitbound._secrets import REDACTED
+from waitbound._base._json import JSON
+from waitbound._base._secrets import REDACTED
+from waitbound._engine._escalations import Escalation
+from waitbound._model._outcome import OutcomeKind
+from waitbound._model._record import Phase, Record, reported_counts
 from waitbound.mcp._config import LABEL_PREFIX
 
 __all__ = [

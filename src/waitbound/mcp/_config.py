@@ -38,14 +38,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
-from waitbound._config_file import expand_env, load_toml
-from waitbound._contract import Profile
-from waitbound._contract_parse import parse_profile
-from waitbound._credentials import Binding, BoundCredentials, Place
-from waitbound._errors import UsageError, WaitboundError
-from waitbound._operation import check_url
-from waitbound._record import Policy
-from waitbound._secrets import credential_values
+from waitbound._base._config_file import expand_env, load_toml
+from waitbound._base._errors import UsageError, WaitboundError
+from waitbound._base._secrets import credential_values
+from waitbound._engine._operation import check_url
+from waitbound._model._record import Policy
+from waitbound._profile._contract import Profile
+from waitbound._profile._contract_parse import parse_profile
+from waitbound._rules._credentials import Binding, BoundCredentials, Place
 from waitbound.profiles import resolve_profile
 from waitbound.stores import is_postgres_dsn
 
@@ -82,7 +82,7 @@ class ProviderConfig:
             operations may send requests to, with ``headers``; any other place is
             refused (see :meth:`binding`).
         secrets: the credentials in ``headers`` (see
-            :func:`waitbound._secrets.secret_parts`), kept out of every tool answer.
+            :func:`waitbound._base._secrets.secret_parts`), kept out of every tool answer.
         policy: deadline, budgets and pacing of each job (seconds).
     """
 

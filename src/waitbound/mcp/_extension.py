@@ -29,7 +29,7 @@ from mcp_types import CallToolRequestParams, RequestParams
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import ConfigDict, Field
 
-from waitbound._errors import OperationNotFoundError, UsageError, WaitboundError
+from waitbound._base._errors import OperationNotFoundError, UsageError, WaitboundError
 from waitbound.mcp._answers import Answer, scrub
 from waitbound.mcp._jobs import Jobs
 from waitbound.mcp._principal import acting_for, principal_of_request

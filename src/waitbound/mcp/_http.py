@@ -41,7 +41,7 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from waitbound._worker import WorkerSettings
+from waitbound._engine._worker import WorkerSettings
 from waitbound.mcp._jobs import Jobs
 from waitbound.mcp._principal import NOBODY, OPEN_SESSION_KEY, acting_for
 from waitbound.web._auth import cross_origin

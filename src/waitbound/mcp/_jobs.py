@@ -21,27 +21,27 @@ from typing import Final
 import anyio
 import httpx
 
-from waitbound._api import check_async, submit_async
-from waitbound._audit import AuditEvent
-from waitbound._clock import Clock, SystemClock
-from waitbound._controller import Finish
-from waitbound._decisions import escalation_message, expire
-from waitbound._driver import holder_is_gone, new_owner, safe_plan
-from waitbound._errors import (
+from waitbound._base._clock import Clock, SystemClock
+from waitbound._base._errors import (
     ConflictError,
     DecisionConflictError,
     OperationNotFoundError,
     UsageError,
 )
-from waitbound._escalations import decide_async, request_extension_async
-from waitbound._json import JSON
-from waitbound._metrics import label_profiles
-from waitbound._operation import Submission, request_cancel
-from waitbound._options import suggested_grant
-from waitbound._record import Phase, Record
+from waitbound._base._json import JSON
+from waitbound._engine._api import check_async, submit_async
+from waitbound._engine._driver import holder_is_gone, new_owner, safe_plan
+from waitbound._engine._escalations import decide_async, request_extension_async
+from waitbound._engine._operation import Submission, request_cancel
+from waitbound._engine._tell import save_and_tell
+from waitbound._engine._worker import WorkerSettings, work
+from waitbound._model._audit import AuditEvent
+from waitbound._model._record import Phase, Record
+from waitbound._observe._metrics import label_profiles
+from waitbound._rules._controller import Finish
+from waitbound._rules._decisions import escalation_message, expire
+from waitbound._rules._options import suggested_grant
 from waitbound._story import story_line
-from waitbound._tell import save_and_tell
-from waitbound._worker import WorkerSettings, work
 from waitbound.mcp._answers import (
     Answer,
     entry,

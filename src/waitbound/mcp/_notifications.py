@@ -32,7 +32,7 @@ from mcp_types import RequestParams
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from pydantic import BaseModel, ConfigDict
 
-from waitbound._errors import WaitboundError
+from waitbound._base._errors import WaitboundError
 from waitbound.mcp._answers import Answer
 from waitbound.mcp._config import LABEL_PREFIX
 from waitbound.mcp._jobs import Jobs

@@ -17,8 +17,8 @@ from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
 from waitbound import __version__
-from waitbound._errors import WaitboundError
-from waitbound._worker import WorkerSettings
+from waitbound._base._errors import WaitboundError
+from waitbound._engine._worker import WorkerSettings
 from waitbound.mcp._answers import Answer, scrub
 from waitbound.mcp._extension import TasksExtension
 from waitbound.mcp._jobs import Jobs

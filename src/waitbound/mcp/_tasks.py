@@ -1,6 +1,6 @@
 """An operation as an MCP task (the Tasks extension, ``io.modelcontextprotocol/tasks``).
 
-Pure functions from a stored :class:`~waitbound._record.Record` to the extension's
+Pure functions from a stored :class:`~waitbound._model._record.Record` to the extension's
 wire shapes (``Task``, ``DetailedTask``, ``CreateTaskResult``, the elicitation of an
 ``input_required`` task) and from a client's ``inputResponses`` to one checked
 answer. Nothing here reads the store, a clock or the protocol session: any server
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from waitbound._json import JSON
-from waitbound._options import Option, cost, options
-from waitbound._outcome import OutcomeKind
-from waitbound._record import Record
+from waitbound._base._json import JSON
+from waitbound._model._outcome import OutcomeKind
+from waitbound._model._record import Record
+from waitbound._rules._options import Option, cost, options
 from waitbound.mcp._answers import Answer, fit
 
 __all__ = [

@@ -15,10 +15,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
-from waitbound._contract import Profile
-from waitbound._contract_parse import load_profile, parse_profile
-from waitbound._errors import ProfileError
-from waitbound._json import JSON
+from waitbound._base._errors import ProfileError
+from waitbound._base._json import JSON
+from waitbound._profile._contract import Profile
+from waitbound._profile._contract_parse import load_profile, parse_profile
 
 __all__ = ["SCHEMA_FILE", "builtin_names", "builtin_profile", "profile_schema", "resolve_profile"]
 

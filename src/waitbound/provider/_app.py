@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 from waitbound.provider._bodies import (
     JobUrls,
     error_body,

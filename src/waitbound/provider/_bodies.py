@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Final
 
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 from waitbound.provider._job import Job
 
 __all__ = ["AZURE_STATUS", "JobUrls", "error_body", "job_body", "operation_body", "retry_after"]

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 import anyio
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 from waitbound.provider._bodies import JobUrls
 from waitbound.provider._job import Job
 from waitbound.provider._store import JobStore

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal
 
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 
 __all__ = [
     "PROCESSING",

@@ -7,7 +7,7 @@ import json
 from importlib import resources
 from typing import Final
 
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 
 __all__ = ["OPENAPI_FILE", "openapi_document"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 
 __all__ = ["ProviderSettings"]
 

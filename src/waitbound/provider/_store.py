@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final, Protocol, cast, runtime_checkable
 
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 from waitbound.provider._job import Job, JobStatus, JobSummary
 
 __all__ = ["JobStore", "MemoryJobStore", "SQLiteJobStore", "job_from_json", "job_to_json"]

@@ -20,8 +20,8 @@ from datetime import datetime
 import anyio
 import httpx
 
-from waitbound._json import JSON
-from waitbound._outbox import webhook_signer
+from waitbound._base._json import JSON
+from waitbound._engine._outbox import webhook_signer
 from waitbound.provider._settings import ProviderSettings
 
 __all__ = ["deliver_completion"]

@@ -19,8 +19,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TypeVar
 
-from waitbound._errors import ScenarioError
-from waitbound._json import JSON
+from waitbound._base._errors import ScenarioError
+from waitbound._base._json import JSON
 
 #: Endpoint name -> the path the simulator serves it at.
 ENDPOINT_PATHS: Mapping[str, str] = MappingProxyType(

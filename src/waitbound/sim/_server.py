@@ -26,10 +26,10 @@ from types import TracebackType
 from typing import IO, Final, Self
 from urllib.parse import parse_qs, urlsplit
 
-from waitbound._clock import Clock, SystemClock
-from waitbound._errors import UsageError
-from waitbound._json import JSON
-from waitbound._secrets import REDACTED, is_credential
+from waitbound._base._clock import Clock, SystemClock
+from waitbound._base._errors import UsageError
+from waitbound._base._json import JSON
+from waitbound._base._secrets import REDACTED, is_credential
 from waitbound.sim._scenario import ENDPOINT_PATHS, ResponseEntry, Scenario, parse_route
 
 _ROUTES: dict[tuple[str | None, str], str] = {
@@ -90,7 +90,7 @@ _IDENTIFYING: Final = frozenset({"idempotency-key"})
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """*headers* with every credential's value replaced by ``[redacted]``; names kept.
 
-    Redacted: the headers :func:`waitbound._secrets.is_credential` names (such as
+    Redacted: the headers :func:`waitbound._base._secrets.is_credential` names (such as
     ``Authorization`` and ``X-Api-Key``) and ``Idempotency-Key`` — every name with
     ``key``, ``token``, ``secret``, ``auth``, ``signature`` or ``password`` in it, as
     ``docs/cli.md`` says. The names stay, so a test can check which headers were sent.

@@ -16,7 +16,7 @@ from typing import Final
 
 import platformdirs
 
-from waitbound import _audit_key, _errors
+from waitbound._base import _audit_key, _errors
 from waitbound.stores._protocol import Store
 from waitbound.stores.memory import MemoryStore
 from waitbound.stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from waitbound._audit import AuditEvent, StoredAuditEvent
+from waitbound._model._audit import AuditEvent, StoredAuditEvent
 from waitbound.stores._codec import Execute, dump_json, from_text, load_object, to_text
 from waitbound.stores._protocol import AuditCursor
 from waitbound.stores._sql_dialect import Dialect

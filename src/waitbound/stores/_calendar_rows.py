@@ -2,7 +2,7 @@
 
 One copy of the statements for SQLite and PostgreSQL (they differ only in their
 parameter mark). A row is one origin's count of polls planned in one bucket (a whole
-number of seconds since the Unix epoch, ``waitbound._pacing.BUCKET_S`` wide). The
+number of seconds since the Unix epoch, ``waitbound._model._pacing.BUCKET_S`` wide). The
 caller runs :meth:`CalendarRows.pace` inside one write transaction, serialized per
 origin (SQLite: the store's write lock; PostgreSQL: an advisory lock on the origin).
 
@@ -10,7 +10,7 @@ Inside it, the work does not grow with how far ahead the poll is: the window's m
 is one ``sum`` over the origin's rows in it (an index range of the primary key), and
 the first bucket with room is found by reading only occupied buckets from the planned
 one, in order and in batches of :data:`FULL_BATCH`, up to the first gap
-(:func:`waitbound._pacing.first_room`). The sum and the first batch are one statement:
+(:func:`waitbound._model._pacing.first_room`). The sum and the first batch are one statement:
 a pace is a prune, a read and an upsert, as many round trips as a walk took.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Final
 
-from waitbound._pacing import Span, first_room, room, settle, span
+from waitbound._model._pacing import Span, first_room, room, settle, span
 from waitbound.stores._codec import Execute
 
 __all__ = ["CALENDAR_DDL", "FULL_BATCH", "CalendarRows"]

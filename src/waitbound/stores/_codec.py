@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Final
 
-from waitbound._json import JSON
+from waitbound._base._json import JSON
 
 __all__ = [
     "Execute",

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from waitbound._audit import AuditEvent
+from waitbound._model._audit import AuditEvent
 
 __all__ = ["COUNTED_BY", "MEMORY_GROUPS", "charge_memory", "charge_sql", "charges"]
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Final, Literal, Protocol
 
-from waitbound._clock import utc
-from waitbound._errors import StoreError, UsageError
+from waitbound._base._clock import utc
+from waitbound._base._errors import StoreError, UsageError
 from waitbound.stores._group_charges import MEMORY_GROUPS
 from waitbound.stores._protocol import SQLTables, Store
 from waitbound.stores._sql_dialect import SQLAccess

@@ -2,7 +2,7 @@
 
 One copy of the statements for SQLite and PostgreSQL: they differ only in their
 parameter mark and in how an instant is written and read. A row is one piece of
-:class:`~waitbound._history.Evidence`; ``seq`` grows with every row ever inserted (it
+:class:`~waitbound._model._history.Evidence`; ``seq`` grows with every row ever inserted (it
 is never reused), so the newest ``seq`` of a key is its history's version.
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
-from waitbound._history import HISTORY_LIMIT, Evidence, ScheduleSummary, evidence_of
-from waitbound._outcome import OutcomeKind
-from waitbound._record import Record
+from waitbound._model._history import HISTORY_LIMIT, Evidence, ScheduleSummary, evidence_of
+from waitbound._model._outcome import OutcomeKind
+from waitbound._model._record import Record
 from waitbound.stores._codec import Execute
 
 __all__ = ["HistoryRows"]
@@ -63,8 +63,8 @@ class HistoryRows:
 
     def record(self, execute: Execute, stored: Record) -> None:
         """The history's part of a record write (in its transaction): the evidence the
-        record owes (:func:`~waitbound._history.evidence_of`), once per operation,
-        the key's oldest rows beyond :data:`~waitbound._history.HISTORY_LIMIT` dropped."""
+        record owes (:func:`~waitbound._model._history.evidence_of`), once per operation,
+        the key's oldest rows beyond :data:`~waitbound._model._history.HISTORY_LIMIT` dropped."""
         evidence = evidence_of(stored)
         if evidence is None:
             return

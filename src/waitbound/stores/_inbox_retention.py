@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from waitbound._clock import utc
-from waitbound._errors import UsageError
+from waitbound._base._clock import utc
+from waitbound._base._errors import UsageError
 from waitbound.stores._protocol import InboxPruning, Store
 
 __all__ = ["InboxCount", "prune_inbox"]

@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
-from waitbound._push import InboundDelivery
+from waitbound._model._push import InboundDelivery
 from waitbound.stores._codec import Execute, load_json
 from waitbound.stores._protocol import encode_json
 from waitbound.stores._sql_dialect import Dialect

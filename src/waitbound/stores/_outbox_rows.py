@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
-from waitbound._push import Channel, OutboxEntry, OutboxStatus
+from waitbound._model._push import Channel, OutboxEntry, OutboxStatus
 from waitbound.stores._codec import Execute, load_json
 from waitbound.stores._protocol import encode_json
 from waitbound.stores._sql_dialect import Dialect

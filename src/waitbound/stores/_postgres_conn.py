@@ -19,7 +19,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import PoolTimeout
 
-from waitbound._errors import StoreError, UsageError
+from waitbound._base._errors import StoreError, UsageError
 
 __all__ = ["connection_info", "dsn_secrets", "failures", "redact_dsn"]
 

@@ -14,11 +14,11 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
-from waitbound._errors import UsageError
-from waitbound._history import evidence_of
-from waitbound._notices import outbox_entries
-from waitbound._push import Channel, InboundDelivery, OutboxEntry
-from waitbound._record import Record
+from waitbound._base._errors import UsageError
+from waitbound._model._history import evidence_of
+from waitbound._model._push import Channel, InboundDelivery, OutboxEntry
+from waitbound._model._record import Record
+from waitbound._rules._notices import outbox_entries
 from waitbound.stores._codec import to_text
 from waitbound.stores._history_rows import HistoryRows
 from waitbound.stores._inbox_rows import InboxRows

@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
-from waitbound._errors import SchemaVersionError, StoreError, UsageError
+from waitbound._base._errors import SchemaVersionError, StoreError, UsageError
 from waitbound.stores._codec import dump_json, load_json, to_text
 from waitbound.stores._postgres_conn import connection_info, dsn_secrets, failures, redact_dsn
 from waitbound.stores._postgres_sql import SET_QUERY
@@ -160,7 +160,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     # _rewrite_v5, which then drops the columns of schemas 1-4 that schema 5 no longer
     # has (V5_DROPPED), in the same transaction.
     # And, additive: the groups of operations waited on together (waitbound.stores._groups),
-    # two tables of their own; and the schedule history (waitbound._history): one row of
+    # two tables of their own; and the schedule history (waitbound._model._history): one row of
     # duration evidence per finished operation, the newest HISTORY_LIMIT per key.
     """
     ALTER TABLE {schema}.operations

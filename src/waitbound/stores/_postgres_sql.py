@@ -16,7 +16,16 @@ from psycopg.rows import TupleRow
 from waitbound.stores._codec import Execute
 from waitbound.stores._rows import PART_COLUMNS, QUERY_COLUMNS
 
-__all__ = ["QUERIES", "READ", "SET_QUERY", "job_lock_key", "pace_lock_key", "q", "run", "write_query"]
+__all__ = [
+    "QUERIES",
+    "READ",
+    "SET_QUERY",
+    "job_lock_key",
+    "pace_lock_key",
+    "q",
+    "run",
+    "write_query",
+]
 
 SET_QUERY: Final = ", ".join(f"{column} = %s" for column in QUERY_COLUMNS)
 """The ``SET`` of the query columns (every write sets them)."""

@@ -7,13 +7,19 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from waitbound._audit import AuditEvent, StoredAuditEvent, head_is_authentic, head_mac, seal_all
-from waitbound._audit_record import asserted_digest
-from waitbound._errors import ConflictError, StoreError, UsageError
-from waitbound._history import Evidence, ScheduleSummary
-from waitbound._json import JSON
-from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
-from waitbound._record import AuditHead, Record
+from waitbound._base._errors import ConflictError, StoreError, UsageError
+from waitbound._base._json import JSON
+from waitbound._model._audit import (
+    AuditEvent,
+    StoredAuditEvent,
+    head_is_authentic,
+    head_mac,
+    seal_all,
+)
+from waitbound._model._audit_record import asserted_digest
+from waitbound._model._history import Evidence, ScheduleSummary
+from waitbound._model._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
+from waitbound._model._record import AuditHead, Record
 from waitbound.stores._codec import brief, dump_json, load_json
 
 if TYPE_CHECKING:
@@ -59,7 +65,7 @@ class Store(Protocol):
     Every write is a compare-and-swap on ``Record.version`` and appends its audit
     events in the same transaction, so the log never disagrees with the record. A
     write that records an outcome also adds the operation's duration evidence to the
-    schedule history in that transaction (``waitbound._history``, once per operation,
+    schedule history in that transaction (``waitbound._model._history``, once per operation,
     the newest ``HISTORY_LIMIT`` per key).
     """
 
@@ -119,7 +125,7 @@ class Store(Protocol):
         The operations are selected exactly as :meth:`claim_due` selects them (due,
         drivable, free or with an expired lease, oldest due first, *label_prefix*),
         except that a lease held by one of *gone_owners* (holders known to be gone, see
-        ``waitbound._driver.holder_is_gone``) counts as expired. ``plan(record)`` is
+        ``waitbound._engine._driver.holder_is_gone``) counts as expired. ``plan(record)`` is
         called for each, inside the transaction: the write it returns (a reservation
         leased to *owner*, or an outcome) is made as :meth:`save` makes it (audit
         events sealed in the same transaction, the push path's writes); ``None``
@@ -177,9 +183,9 @@ class Store(Protocol):
         rng_offset: float,
     ) -> datetime:
         """Pace one poll of *origin* planned at *planned_at* through the origin's
-        calendar (``waitbound._pacing``), atomically: read the counts of the buckets
-        :func:`~waitbound._pacing.span` names, pick the time with
-        :func:`~waitbound._pacing.choose`, count the poll in its bucket, and prune every
+        calendar (``waitbound._model._pacing``), atomically: read the counts of the buckets
+        :func:`~waitbound._model._pacing.span` names, pick the time with
+        :func:`~waitbound._model._pacing.choose`, count the poll in its bucket, and prune every
         bucket before *now*'s (the calendar stays bounded).
 
         Args:
@@ -244,7 +250,7 @@ class Store(Protocol):
     # record with ``push.webhook`` and a ``job_id`` as the operation deliveries about
     # that job match (the newest such operation wins), match the inbox's unmatched
     # deliveries for it (look-back), and insert the record's
-    # ``waitbound._notices.outbox_entries`` (an entry whose ``delivery_id`` exists is
+    # ``waitbound._rules._notices.outbox_entries`` (an entry whose ``delivery_id`` exists is
     # left as it is).
 
     def put_delivery(self, delivery: InboundDelivery) -> InboundDelivery | None:
@@ -551,8 +557,8 @@ def advance(
     same transaction as the events, so removing the last events is detected too.
 
     With *audit_key*, the head the write leaves is signed (``audit_mac``, version 2:
-    the head and the record's asserted fields, see :func:`waitbound._audit.head_mac`
-    and :mod:`waitbound._audit_record`) when the head it extends is authentic: a new
+    the head and the record's asserted fields, see :func:`waitbound._model._audit.head_mac`
+    and :mod:`waitbound._model._audit_record`) when the head it extends is authentic: a new
     operation, or a head whose MAC verifies. A head without a valid MAC is never
     signed over (that would bless a rewrite): its ``audit_mac`` is kept as it was, so
     ``verify`` goes on reporting it. Without a key, a write that moves the head drops

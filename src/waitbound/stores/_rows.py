@@ -1,7 +1,7 @@
 """A record as a database row (schema 5): its parts as JSON columns, written only when
 they change, and the few typed columns the store queries.
 
-A record is ten parts (:mod:`waitbound._record_parts`); a step changes a few of them
+A record is ten parts (:mod:`waitbound._model._record_parts`); a step changes a few of them
 (a reservation: ``counters`` and ``lease``; an observation: ``answer``, ``schedule``,
 ``counters``, ``lease``; every write: ``audit``) and leaves the rest (``contract``,
 ``submission``, ``oversight``, ``push``, usually ``ending``) as they were. So a row holds:
@@ -15,7 +15,7 @@ A record is ten parts (:mod:`waitbound._record_parts`); a step changes a few of 
 last read or wrote for each operation. A save writes a part only when it is not the
 very object the cache holds for the version the save replaces (records change by
 sharing the parts they do not touch) and its text differs; each part's text is the
-encoding the part keeps (:meth:`~waitbound._record_parts.Part.text`), so a part is
+encoding the part keeps (:meth:`~waitbound._model._record_parts.Part.text`), so a part is
 encoded once in its life whatever the number of saves. A read decodes a part only when
 its text is not the cached one. Correctness never depends on the cache: an entry is
 used for a save only when it describes the very version the save replaces (which the
@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from waitbound._clock import utc
-from waitbound._errors import SchemaVersionError, StoreError
-from waitbound._json import JSON
-from waitbound._record import Record, assemble
-from waitbound._record_parts import PARTS, RECORD_SCHEMA, Part, decode_part
+from waitbound._base._clock import utc
+from waitbound._base._errors import SchemaVersionError, StoreError
+from waitbound._base._json import JSON
+from waitbound._model._record import Record, assemble
+from waitbound._model._record_parts import PARTS, RECORD_SCHEMA, Part, decode_part
 from waitbound.stores._codec import brief, dump_json, load_json
 
 __all__ = [
@@ -232,7 +232,7 @@ class RecordRows:
 
 def _check_schema(operation_id: str, contract: dict[str, JSON]) -> None:
     """Refuse a record whose contract part names a record format newer than this
-    waitbound's (:data:`~waitbound._record_parts.RECORD_SCHEMA`)."""
+    waitbound's (:data:`~waitbound._model._record_parts.RECORD_SCHEMA`)."""
     schema = contract.get("schema")
     if not isinstance(schema, int):
         raise StoreError(

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from waitbound._clock import utc
-from waitbound._errors import SchemaVersionError, StoreError
-from waitbound._outcome import OutcomeKind
-from waitbound._record import FIELD_NAMES, RECORD_SCHEMA, Phase, Record, decode_fields
+from waitbound._base._clock import utc
+from waitbound._base._errors import SchemaVersionError, StoreError
+from waitbound._model._outcome import OutcomeKind
+from waitbound._model._record import FIELD_NAMES, RECORD_SCHEMA, Phase, Record, decode_fields
 from waitbound.stores._codec import brief, load_json
 from waitbound.stores._rows import QUERY_COLUMNS
 

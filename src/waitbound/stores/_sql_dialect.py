@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from waitbound._clock import utc
+from waitbound._base._clock import utc
 from waitbound.stores._codec import Execute, from_sqlite, from_text, to_sqlite, to_text
 
 __all__ = ["POSTGRES", "SQLITE", "Dialect", "SQLAccess", "postgres_dialect"]

@@ -14,10 +14,10 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from waitbound._audit import StoredAuditEvent
-from waitbound._errors import UsageError
-from waitbound._history import Evidence, ScheduleSummary
-from waitbound._push import InboundDelivery, OutboxEntry, OutboxStatus
+from waitbound._base._errors import UsageError
+from waitbound._model._audit import StoredAuditEvent
+from waitbound._model._history import Evidence, ScheduleSummary
+from waitbound._model._push import InboundDelivery, OutboxEntry, OutboxStatus
 from waitbound.stores._audit_rows import AuditRows
 from waitbound.stores._calendar_rows import CalendarRows
 from waitbound.stores._history_rows import HistoryRows

@@ -12,9 +12,9 @@ from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any
 
-from waitbound._errors import SchemaVersionError, StoreError
-from waitbound._private_dirs import make_private_dirs
-from waitbound._record import Record
+from waitbound._base._errors import SchemaVersionError, StoreError
+from waitbound._base._private_dirs import make_private_dirs
+from waitbound._model._record import Record
 from waitbound.stores._protocol import decode_record
 from waitbound.stores._rows import RecordRows
 from waitbound.stores._rows_v4 import ROW_COLUMNS as V4_ROW_COLUMNS

@@ -10,7 +10,7 @@ import functools
 from datetime import datetime
 from typing import Final
 
-from waitbound._clock import utc
+from waitbound._base._clock import utc
 from waitbound.stores._rows import PART_COLUMNS, QUERY_COLUMNS, ROW_COLUMNS
 
 __all__ = ["GET", "INSERT", "instant", "label_filter", "moment", "read_instant", "update"]

@@ -119,7 +119,7 @@ CREATE INDEX sessions_expiry ON sessions (expires_at);
     # _rewrite_v5, which then drops the schema-3 columns (_rows_v4.V5_DROPPED), in the
     # same transaction.
     # And, additive: the groups of operations waited on together (waitbound.stores._groups),
-    # two tables of their own; and the schedule history (waitbound._history): one row of
+    # two tables of their own; and the schedule history (waitbound._model._history): one row of
     # duration evidence per finished operation, the newest HISTORY_LIMIT per key.
     """
 ALTER TABLE operations ADD COLUMN contract TEXT NOT NULL DEFAULT '{}';

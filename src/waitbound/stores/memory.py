@@ -7,14 +7,14 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from waitbound._audit import AuditEvent, StoredAuditEvent
-from waitbound._errors import ConflictError, UsageError
-from waitbound._history import HISTORY_LIMIT, Evidence, ScheduleSummary, evidence_of
-from waitbound._notices import outbox_entries
-from waitbound._pacing import choose, span
-from waitbound._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
-from waitbound._record import Record, assemble
-from waitbound._record_parts import PARTS, Part, decode_part
+from waitbound._base._errors import ConflictError, UsageError
+from waitbound._model._audit import AuditEvent, StoredAuditEvent
+from waitbound._model._history import HISTORY_LIMIT, Evidence, ScheduleSummary, evidence_of
+from waitbound._model._pacing import choose, span
+from waitbound._model._push import Channel, InboundDelivery, OutboxEntry, OutboxStatus
+from waitbound._model._record import Record, assemble
+from waitbound._model._record_parts import PARTS, Part, decode_part
+from waitbound._rules._notices import outbox_entries
 from waitbound.stores._codec import dump_json, load_object
 from waitbound.stores._group_charges import charge_memory, charges
 from waitbound.stores._protocol import (

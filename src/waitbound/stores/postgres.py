@@ -33,11 +33,11 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from waitbound._audit import AuditEvent, StoredAuditEvent
-from waitbound._clock import utc
-from waitbound._errors import ConflictError, StoreError, UsageError
-from waitbound._metrics import store_transaction
-from waitbound._record import Record
+from waitbound._base._clock import utc
+from waitbound._base._errors import ConflictError, StoreError, UsageError
+from waitbound._model._audit import AuditEvent, StoredAuditEvent
+from waitbound._model._record import Record
+from waitbound._observe._metrics import store_transaction
 from waitbound.stores._audit_rows import AuditRows
 from waitbound.stores._calendar_rows import CalendarRows
 from waitbound.stores._group_charges import charges

@@ -28,13 +28,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Final
 
-from waitbound._audit import AuditEvent, StoredAuditEvent
-from waitbound._clock import utc
-from waitbound._errors import ConflictError, StoreError, UsageError
-from waitbound._metrics import store_transaction
-from waitbound._notices import outbox_entries
-from waitbound._push import Channel, InboundDelivery, OutboxEntry
-from waitbound._record import Phase, Record
+from waitbound._base._clock import utc
+from waitbound._base._errors import ConflictError, StoreError, UsageError
+from waitbound._model._audit import AuditEvent, StoredAuditEvent
+from waitbound._model._push import Channel, InboundDelivery, OutboxEntry
+from waitbound._model._record import Phase, Record
+from waitbound._observe._metrics import store_transaction
+from waitbound._rules._notices import outbox_entries
 from waitbound.stores._audit_rows import AuditRows
 from waitbound.stores._calendar_rows import CALENDAR_DDL, CalendarRows
 from waitbound.stores._codec import Execute, brief

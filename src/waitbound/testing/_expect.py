@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Self
 
-from waitbound._contract import Classification
-from waitbound._outcome import Outcome
+from waitbound._model._outcome import Outcome
+from waitbound._profile._contract import Classification
 from waitbound.testing._provider import LoggedRequest, Provider
 
 __all__ = ["Expectation", "ExpectationFailed", "expect"]

@@ -12,10 +12,10 @@ from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Self
 
-from waitbound._contract import Classification, Profile
-from waitbound._contract_parse import parse_profile
-from waitbound._errors import ProfileError, ScenarioError, UsageError
-from waitbound._json import JSON
+from waitbound._base._errors import ProfileError, ScenarioError, UsageError
+from waitbound._base._json import JSON
+from waitbound._profile._contract import Classification, Profile
+from waitbound._profile._contract_parse import parse_profile
 from waitbound.sim import Scenario, Simulator, load_scenario, parse_scenario
 from waitbound.testing._clock import FakeClock
 

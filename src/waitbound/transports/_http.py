@@ -32,12 +32,12 @@ from typing import Final
 import anyio
 import httpx
 
-from waitbound._clock import Clock
-from waitbound._contract import Profile
-from waitbound._json import JSON, NestingError, parse_provider_json
-from waitbound._observation import Observation, Request, kept_header_names
-from waitbound._secrets import redact_headers, redact_text
-from waitbound._urls import origin, resolve
+from waitbound._base._clock import Clock
+from waitbound._base._json import JSON, NestingError, parse_provider_json
+from waitbound._base._secrets import redact_headers, redact_text
+from waitbound._base._urls import origin, resolve
+from waitbound._model._observation import Observation, Request, kept_header_names
+from waitbound._profile._contract import Profile
 from waitbound.transports._threads import run_in_thread
 
 __all__ = ["ACCEPT_ENCODING", "HttpSettings", "send_async", "send_sync"]

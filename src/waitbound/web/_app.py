@@ -24,10 +24,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 import waitbound
-from waitbound._audit import StoredAuditEvent
-from waitbound._errors import StoreError, UsageError
-from waitbound._json import JSON
-from waitbound._record import Record
+from waitbound._base._errors import StoreError, UsageError
+from waitbound._base._json import JSON
+from waitbound._model._audit import StoredAuditEvent
+from waitbound._model._record import Record
 from waitbound._story import chain_status, printable
 from waitbound._story import operation_document as build_document
 from waitbound.stores._groups import groups_of

@@ -45,7 +45,7 @@ from starlette.requests import cookie_parser
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from waitbound._errors import StoreError
+from waitbound._base._errors import StoreError
 from waitbound.web._session import (
     BASE_KEY,
     BEARER_DECIDER,

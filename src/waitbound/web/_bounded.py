@@ -23,7 +23,7 @@ import anyio
 import uvicorn
 from starlette.types import ASGIApp
 
-from waitbound._errors import UsageError
+from waitbound._base._errors import UsageError
 from waitbound.web._budget import ConnectionBudget, reserve_of
 from waitbound.web._protocol import (
     KEEP_ALIVE_S,

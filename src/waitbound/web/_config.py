@@ -22,11 +22,11 @@ from typing import Any, Final
 
 import jmespath.parser
 
-from waitbound._config_file import expand_env, load_toml
-from waitbound._errors import ProfileError, UsageError
-from waitbound._jmes import compile_expression
-from waitbound._secrets import secret_parts
-from waitbound._webhooks import (
+from waitbound._base._config_file import expand_env, load_toml
+from waitbound._base._errors import ProfileError, UsageError
+from waitbound._base._jmes import compile_expression
+from waitbound._base._secrets import secret_parts
+from waitbound._profile._webhooks import (
     MIN_SHARED_SECRET_CHARS,
     STANDARD_SECRET_PREFIX,
     Scheme,
@@ -119,7 +119,7 @@ class ServeConfig:
 def redaction_strings(values: Iterable[str]) -> tuple[str, ...]:
     """What to replace by ``[redacted]`` so that none of the secret *values* is kept:
     each value and the base64 part of a ``whsec_`` one, with their space-separated
-    parts, longest first (see :func:`waitbound._secrets.secret_parts`)."""
+    parts, longest first (see :func:`waitbound._base._secrets.secret_parts`)."""
     given = list(values)
     return secret_parts([*given, *(v.removeprefix(STANDARD_SECRET_PREFIX) for v in given)])
 

@@ -24,10 +24,10 @@ from typing import Final
 import anyio.to_thread
 from sse_starlette import ServerSentEvent
 
-from waitbound._audit import StoredAuditEvent
-from waitbound._errors import UsageError
-from waitbound._json import JSON
-from waitbound._record import Record
+from waitbound._base._errors import UsageError
+from waitbound._base._json import JSON
+from waitbound._model._audit import StoredAuditEvent
+from waitbound._model._record import Record
 from waitbound.stores import Store
 from waitbound.stores._protocol import AuditCursor, cursor_of
 

@@ -1,7 +1,7 @@
 """``POST /webhooks/{provider}``: a verified delivery is stored in the inbox, then
 acknowledged.
 
-The receiver reads the body under its cap, verifies it (``waitbound._webhooks.verify``),
+The receiver reads the body under its cap, verifies it (``waitbound._profile._webhooks.verify``),
 reads the delivery (:func:`read_delivery`: every secret the service holds redacted
 first, then the job id, the event type and the payload, bounded) and stores it
 (unique on provider and webhook id) before it answers 2xx, so an acknowledged delivery
@@ -26,12 +26,12 @@ import anyio.to_thread
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from waitbound._jmes import search
-from waitbound._json import JSON, Ambiguous, redact_json
-from waitbound._metrics import record_webhook_delivery
-from waitbound._push import InboundDelivery
-from waitbound._secrets import redact_text, secret_parts
-from waitbound._webhooks import Verified, WebhookRejected, verify
+from waitbound._base._jmes import search
+from waitbound._base._json import JSON, Ambiguous, redact_json
+from waitbound._base._secrets import redact_text, secret_parts
+from waitbound._model._push import InboundDelivery
+from waitbound._observe._metrics import record_webhook_delivery
+from waitbound._profile._webhooks import Verified, WebhookRejected, verify
 from waitbound.web._config import Receiver, redaction_strings
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def read_delivery(
 
     Args:
         receiver: the ``[webhooks.NAME]`` it came to.
-        verified: what :func:`waitbound._webhooks.verify` returned.
+        verified: what :func:`waitbound._profile._webhooks.verify` returned.
         now: when it was received (aware UTC).
         secrets: more strings to hide: every secret the service holds
             (``Service.secrets``).

@@ -2,7 +2,7 @@
 
 Every delivery the receiver verified is handed to :meth:`InboundCommit.put`; the
 deliveries waiting at once are stored together by one ``Store.put_deliveries`` (one
-transaction, in a thread), with the worker's commit pause (``waitbound._group_commit``:
+transaction, in a thread), with the worker's commit pause (``waitbound._engine._group_commit``:
 once one is queued, wait up to ``pause_s`` for the other requests the receiver is
 handling, at once when all of them queued). Each request is answered only once the
 transaction holding its delivery committed, so an acknowledged delivery is never lost;
@@ -19,9 +19,9 @@ from contextlib import contextmanager
 
 import anyio
 
-from waitbound._group_commit import GroupCommit, Offload, in_thread
-from waitbound._push import InboundDelivery
-from waitbound._worker import DEFAULT_COMMIT_PAUSE_S
+from waitbound._engine._group_commit import GroupCommit, Offload, in_thread
+from waitbound._engine._worker import DEFAULT_COMMIT_PAUSE_S
+from waitbound._model._push import InboundDelivery
 from waitbound.stores import Store
 
 __all__ = ["InboundCommit", "Stored"]
@@ -36,7 +36,7 @@ class InboundCommit:
 
     Args:
         pause_s: the commit pause (seconds; 0: store what is waiting at once).
-        offload: how the store is called (:func:`waitbound._group_commit.in_thread`).
+        offload: how the store is called (:func:`waitbound._engine._group_commit.in_thread`).
         sleep: the pause's sleep (``anyio.sleep``).
     """
 

@@ -34,17 +34,17 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import waitbound
-from waitbound._decisions import MAX_WHY_CHARS
-from waitbound._errors import (
+from waitbound._base._errors import (
     DecisionConflictError,
     OperationNotFoundError,
     ProfileError,
     UsageError,
 )
-from waitbound._escalations import SCAN_LIMIT
-from waitbound._numbers import parse_integer, parse_number
-from waitbound._outcome import OutcomeKind
-from waitbound._record import Record
+from waitbound._base._numbers import parse_integer, parse_number
+from waitbound._engine._escalations import SCAN_LIMIT
+from waitbound._model._outcome import OutcomeKind
+from waitbound._model._record import Record
+from waitbound._rules._decisions import MAX_WHY_CHARS
 from waitbound._story import chain_status, printable
 from waitbound.profiles import builtin_names, builtin_profile
 from waitbound.stores._groups import groups_of

@@ -29,13 +29,13 @@ import anyio.to_thread
 from starlette.routing import BaseRoute
 
 import waitbound
-from waitbound._audit import AuditEvent
-from waitbound._driver import Credentials
-from waitbound._errors import UsageError
-from waitbound._group_commit import first_of
-from waitbound._inbox import sweep_inbox
-from waitbound._outbox import OnComplete
-from waitbound._worker import WorkerSettings
+from waitbound._base._errors import UsageError
+from waitbound._engine._driver import Credentials
+from waitbound._engine._group_commit import first_of
+from waitbound._engine._inbox import sweep_inbox
+from waitbound._engine._outbox import OnComplete
+from waitbound._engine._worker import WorkerSettings
+from waitbound._model._audit import AuditEvent
 from waitbound.stores import Store
 from waitbound.stores._inbox_retention import prune_inbox
 from waitbound.stores._sessions import sessions_of

@@ -14,9 +14,9 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
-from waitbound._clock import Clock
-from waitbound._json import JSON
-from waitbound._push import InboundDelivery
+from waitbound._base._clock import Clock
+from waitbound._base._json import JSON
+from waitbound._model._push import InboundDelivery
 from waitbound.stores import Store
 from waitbound.web._config import ServeConfig, redaction_strings
 from waitbound.web._inbound_commit import InboundCommit
@@ -97,7 +97,7 @@ class Service:
             audited (see :func:`~waitbound.web._config.redaction_strings`). Built once,
             here: the token, every receiver's secrets and ``[notify] secret`` always;
             give the others it holds — the worker's credential header values
-            (:func:`waitbound._secrets.credential_values`), a notify secret from the
+            (:func:`waitbound._base._secrets.credential_values`), a notify secret from the
             environment — and they are added.
         holders: the token file's tokens with their owners and roles (empty: *token*
             alone, as the shared token of an ``admin``); see ``web/_tokens.py``.

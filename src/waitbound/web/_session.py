@@ -34,7 +34,7 @@ from datetime import timedelta
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from waitbound._clock import Clock, SystemClock
+from waitbound._base._clock import Clock, SystemClock
 from waitbound.stores import Store
 from waitbound.stores._sessions import SessionRow, sessions_of
 from waitbound.web._tokens import ADMIN, allows

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from waitbound._errors import UsageError
+from waitbound._base._errors import UsageError
 from waitbound.web._session import Sessions
 
 __all__ = ["session_routes"]

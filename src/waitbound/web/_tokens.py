@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from waitbound._errors import UsageError
+from waitbound._base._errors import UsageError
 
 __all__ = [
     "ADMIN",

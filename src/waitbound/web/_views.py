@@ -3,7 +3,7 @@ finished, one decision request, one operation's page. Pure functions over record
 audit events and outbox/inbox entries, with ``now`` an argument, so each is tested
 as it is; the templates (``web/templates``) only lay them out.
 
-Every URL shown is redacted (:func:`waitbound._urls.redact_url`: no user info, no
+Every URL shown is redacted (:func:`waitbound._base._urls.redact_url`: no user info, no
 query); provider text is escaped of control characters (``printable``) and bounded;
 the templates escape HTML. Nothing here reads a secret: records hold none.
 """
@@ -15,16 +15,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from waitbound._audit import StoredAuditEvent
-from waitbound._decisions import escalation_message
-from waitbound._escalations import Escalation
-from waitbound._json import JSON, show
-from waitbound._options import RESUMING, Option, option_costs, suggested_grant
-from waitbound._outcome import OutcomeKind
-from waitbound._push import InboundDelivery, OutboxEntry
-from waitbound._record import Decision, Record, reported_counts
+from waitbound._base._json import JSON, show
+from waitbound._base._urls import origin_only, redact_url
+from waitbound._engine._escalations import Escalation
+from waitbound._model._audit import StoredAuditEvent
+from waitbound._model._outcome import OutcomeKind
+from waitbound._model._push import InboundDelivery, OutboxEntry
+from waitbound._model._record import Decision, Record, reported_counts
+from waitbound._rules._decisions import escalation_message
+from waitbound._rules._options import RESUMING, Option, option_costs, suggested_grant
 from waitbound._story import event_details, printable, timestamp
-from waitbound._urls import origin_only, redact_url
 
 __all__ = [
     "OUTCOME_TONES",
@@ -235,7 +235,7 @@ class MessageLine:
 
 
 def message_lines(message: str) -> tuple[str, tuple[MessageLine, ...]]:
-    """The escalation message (``waitbound._decisions.escalation_message``) as its
+    """The escalation message (``waitbound._rules._decisions.escalation_message``) as its
     title line and its ``Key: value`` lines."""
     first, *rest = message.splitlines() or [""]
     lines = []
@@ -423,7 +423,7 @@ def _answer(record: Record) -> tuple[tuple[str, str], ...]:
 
 def notify_target(url: str) -> str:
     """Where a completion goes, as shown: its scheme and authority only
-    (``https://hooks.example/…``, :func:`waitbound._urls.origin_only`). A chat tool's
+    (``https://hooks.example/…``, :func:`waitbound._base._urls.origin_only`). A chat tool's
     incoming-webhook URL carries its secret in the path, so neither path nor query is
     shown."""
     return origin_only(url)

@@ -1,0 +1,3 @@
+"""Driving operations: the drivers, worker, fan-in, handles and delivery.
+
+Layer of waitbound's source (see docs/architecture.md); private."""

@@ -1,0 +1,817 @@
+"""The drivers: one shared loop, interpreted twice (blocking and async).
+
+:func:`_drive` is the only copy of the loop. It is a generator that performs the
+store reads and writes itself (they are quick and local) and yields the two
+effects that differ between the drivers, :class:`_Sleep` and :class:`_Send`; the
+sync and async interpreters below only carry those out. No policy lives here: every
+decision is the controller's (:func:`waitbound._rules._controller.plan` and ``observe``).
+
+Credentials (the caller's headers) are sent only where the one rule of
+``waitbound._rules._credentials`` lets them go: bound credentials (a worker's, the MCP
+server's) to their configured places whatever the record says; a caller's own to the
+origin of the URL it named (the submit URL, else the status URL), never to a result,
+errors or cancel URL on another origin that a provider's answer pointed at. Echoed
+back in an answer, they are redacted before the answer is read (``waitbound._base._secrets``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+import httpx
+
+from waitbound._base._clock import Clock, SystemClock
+from waitbound._base._errors import ConflictError, OperationNotFoundError
+from waitbound._base._failpoints import hit
+from waitbound._base._secrets import credential_values
+from waitbound._engine._operation import Submission
+from waitbound._engine._schedule_models import models_for
+from waitbound._engine._tell import save_and_tell
+from waitbound._model._audit import AuditEvent
+from waitbound._model._observation import Observation
+from waitbound._model._pacing import Pacer, pacer_for
+from waitbound._model._record import Record, RequestKind
+from waitbound._observe._metrics import label_origins
+from waitbound._observe._telemetry import sending, traced_loop
+from waitbound._profile._contract import Profile
+from waitbound._rules._controller import (
+    Decision,
+    Finish,
+    Finished,
+    Request,
+    Send,
+    Sleep,
+    Transition,
+    internal_failure,
+    late_answer,
+    lease_margin_s,
+    observe,
+    plan,
+    unsent,
+)
+from waitbound._rules._credentials import (
+    BoundCredentials,
+    credentials_note,
+    headers_for,
+    refuse_outside,
+)
+from waitbound._rules._learned import ModelLookup
+from waitbound.stores import Store, open_store
+from waitbound.transports import (
+    HttpSettings,
+    borrow_async_client,
+    borrow_client,
+    send_async,
+    send_sync,
+)
+
+__all__ = [
+    "Credentials",
+    "EventSink",
+    "Exchange",
+    "Lease",
+    "Tools",
+    "exchange",
+    "holder_is_gone",
+    "lease_of",
+    "loop",
+    "new_owner",
+    "one_step",
+    "reservation_of",
+    "run_async_effects",
+    "run_exchange_async",
+    "run_exchange_sync",
+    "run_sync_effects",
+    "safe_plan",
+    "tools",
+]
+
+EventSink = Callable[[AuditEvent], None]
+Credentials = Mapping[str, str] | Callable[[Record], Mapping[str, str]]
+"""The caller's headers: one mapping for every operation, or a function giving each
+operation's own, or :class:`~waitbound._rules._credentials.BoundCredentials` (headers
+bound to configured places, whatever a record says). See
+:func:`~waitbound._rules._credentials.headers_for`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Send:
+    request: Request
+    headers: Mapping[str, str]
+    content: bytes | None
+    secrets: tuple[str, ...]
+    record: Record
+    """The reserved record the request is sent for (its span's attributes)."""
+
+
+MIN_SEND_S = 0.5
+"""A reserved request is sent only when its lease leaves it at least this long (or its
+whole planned timeout, when that is shorter) before the lease's margin (seconds)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """One reservation's fence: what identifies it in the store, and how long it holds.
+
+    The fencing token is ``(owner, kind, expires_at)`` as the reservation stored it: a
+    later reservation of the operation (by another worker, or by this one after the
+    lease ran out) always stores another, so a record that still carries this token is
+    still this reservation's. Its time left is measured on this process's monotonic
+    clock from *started*, read just before the reservation's ``now`` (so the time the
+    reservation's own transaction took counts against it); the stored ``expires_at`` is
+    wall time, which the other workers compare with their own clocks.
+    """
+
+    owner: str
+    kind: RequestKind
+    expires_at: datetime
+    length_s: float
+    started: float
+
+    def left_s(self, clock: Clock) -> float:
+        """Seconds of the lease left now, by *clock*'s monotonic reading."""
+        return self.length_s - (clock.monotonic() - self.started)
+
+    def holds(self, record: Record | None) -> bool:
+        """Whether *record* (as stored now) still carries this reservation."""
+        return (
+            record is not None
+            and record.lease_owner == self.owner
+            and record.in_flight == self.kind
+            and record.lease_expires_at == self.expires_at
+        )
+
+
+def lease_of(reserved: Record, now: datetime, started: float) -> Lease:
+    """The fence of the reservation *reserved* (as stored), planned at *now*, whose
+    monotonic reading just before *now* was *started*."""
+    assert reserved.in_flight is not None
+    assert reserved.lease_owner is not None
+    expires_at = reserved.lease_expires_at or now
+    return Lease(
+        owner=reserved.lease_owner,
+        kind=reserved.in_flight,
+        expires_at=expires_at,
+        length_s=(expires_at - now).total_seconds(),
+        started=started,
+    )
+
+
+def new_owner() -> str:
+    """A lease owner id for this process: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def holder_is_gone(owner: str | None) -> bool:
+    """Whether a lease holder ran on this machine in a process that no longer exists.
+
+    Such a lease (left by a killed ``waitbound wait``) need not be waited out. A holder
+    on another machine, or one that cannot be checked, is presumed alive until expiry.
+    """
+    host, _, rest = (owner or "").partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _request_headers(
+    request: Request,
+    record: Record,
+    headers: Callable[[Record], Mapping[str, str]],
+    submission: Submission | None,
+) -> dict[str, str]:
+    """The caller's headers where they may go (:func:`headers_for`); plus the submit's own."""
+    sent = dict(headers_for(headers, record, request.url))
+    if request.kind == "submit" and submission is not None:
+        if submission.body and submission.content_type:
+            sent.setdefault("Content-Type", submission.content_type)
+        sent |= submission.idempotency_headers(record.idempotency_key, record.created_at)
+    return sent
+
+
+def _drive(
+    store: Store,
+    operation_id: str,
+    *,
+    owner: str,
+    clock: Clock,
+    rng: random.Random,
+    on_event: EventSink | None,
+    headers: Callable[[Record], Mapping[str, str]],
+    submission: Submission | None = None,
+    until: Callable[[Record], bool] | None = None,
+    per_origin: bool = False,
+) -> Generator[_Sleep | _Send, Observation | None, Record]:
+    """The one loop: plan, persist, sleep or send, observe, persist; until an outcome
+    (or until *until* holds for the record). Returns the last record.
+
+    *per_origin*: the caller's credentials are given per operation (a function), so an
+    operation they hold none for is audited as polled without them.
+
+    The record a successful write of ours returned is planned on directly, without
+    reading it again: the next write is a compare-and-swap on it, so a change made
+    meanwhile makes that write lose (and the loop read the record then)."""
+
+    def persist(record: Record, events: tuple[AuditEvent, ...]) -> Record:
+        return save_and_tell(store, record, events, on_event)
+
+    known: Record | None = None
+    while True:
+        record = known if known is not None else store.get(operation_id)
+        known = None
+        if record is None:
+            raise OperationNotFoundError(operation_id)
+        if until is not None and until(record):
+            return record
+        started = clock.monotonic()  # before now: the lease is measured from here
+        now = clock.now()
+        leased = record.lease_expires_at is not None and record.lease_expires_at > now
+        if leased and holder_is_gone(record.lease_owner):
+            record = record.evolve(lease_expires_at=now)
+        decision = safe_plan(
+            record, now, owner=owner, can_submit=submission is not None, headers=headers
+        )
+        match decision:
+            case Finished(record=done):
+                return done
+            case Finish(transition=finish):
+                try:
+                    finished = persist(finish.record, finish.events)
+                except ConflictError:
+                    continue
+                if finished.is_final and (pause := hit("final")):
+                    yield _Sleep(pause)
+                return finished
+            case Sleep(seconds=seconds):
+                yield _Sleep(seconds)
+            case Send(request=request):
+                reservation = reservation_of(decision, headers, per_origin=per_origin)
+                try:
+                    reserved = persist(reservation.record, reservation.events)
+                except ConflictError:
+                    continue
+                steps = exchange(
+                    reserved,
+                    request,
+                    lease=lease_of(reserved, now, started),
+                    clock=clock,
+                    rng=rng,
+                    headers=headers,
+                    submission=submission,
+                    models=models_for(store),
+                    pacer=pacer_for(store),
+                )
+                effect = next(steps)
+                try:
+                    while True:
+                        match effect:
+                            case _Send():
+                                try:
+                                    observation = yield effect
+                                except Exception as exc:  # the transport broke on this one
+                                    effect = steps.throw(exc)
+                                else:
+                                    effect = steps.send(observation)
+                            case _Persist(transition=after):
+                                written: Record | ConflictError
+                                try:
+                                    written = persist(after.record, after.events)
+                                except ConflictError as exc:
+                                    written = exc
+                                effect = steps.send(written)
+                            case _Reread(operation_id=again):
+                                effect = steps.send(store.get(again))
+                            case _Pause(seconds=seconds):
+                                yield _Sleep(seconds)
+                                effect = steps.send(None)
+                except StopIteration as ended:
+                    known = ended.value
+
+
+@dataclass(frozen=True, slots=True)
+class _Persist:
+    """Write the answer's transition; answer with the stored record or the ConflictError."""
+
+    transition: Transition
+
+
+@dataclass(frozen=True, slots=True)
+class _Reread:
+    """Read the record again (after a conflict); answer with it, or ``None``."""
+
+    operation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Pause:
+    """Stall the step here for *seconds* (a pause failpoint); answer with ``None``."""
+
+    seconds: float
+
+
+Exchange = Generator["_Send | _Persist | _Reread | _Pause", object, Record | None]
+"""One reserved request's exchange (see :func:`exchange`)."""
+
+
+def exchange(
+    reserved: Record,
+    request: Request,
+    *,
+    lease: Lease,
+    clock: Clock,
+    rng: random.Random,
+    headers: Callable[[Record], Mapping[str, str]],
+    submission: Submission | None = None,
+    stopping: Callable[[], bool] | None = None,
+    models: ModelLookup | None = None,
+    pacer: Pacer | None = None,
+) -> Exchange:
+    """Send a reserved request, observe its answer and persist it: the one copy of that
+    part of the step, run by the loop above and by the worker (each carries out the
+    effects its own way: ``_Send``, ``_Persist``, ``_Reread``, ``_Pause``).
+
+    Starts right after the reservation was persisted (failpoint ``reserved``). The
+    reservation is a fence (*lease*): the request is sent only while its lease leaves
+    it at least :data:`MIN_SEND_S` (or its whole timeout, when shorter) before the
+    lease's margin, with its timeout cut to end that margin before the lease does, by
+    the monotonic clock; otherwise — or when *stopping* says the worker was told to
+    stop — it is not sent, and its reservation is released (``send_skipped``). A
+    persisted answer that conflicts (someone wrote the record meanwhile: a person's
+    decision, an agent's request) is applied to the fresh record while that record
+    still carries this reservation (``Lease.holds``); otherwise the lease ran out and
+    the operation was taken over: the answer is not used, only noted on the fresh
+    record (``late_answer``), never attributed to another request.
+
+    Returns:
+        The record as this exchange stored it; after an answer that is not used, the
+        fresh record (``None`` when it is gone).
+    """
+    kind = request.kind
+    if pause := hit("reserved", f"reserved-{kind}"):
+        yield _Pause(pause)
+    margin_s = lease_margin_s(lease.length_s)
+    left_s = lease.left_s(clock)
+    covered_s = min(request.timeout_s, left_s - margin_s)
+    why = ""
+    if stopping is not None and stopping():
+        why = "the worker was told to stop before sending it"
+    elif covered_s < min(request.timeout_s, MIN_SEND_S):
+        why = (
+            f"its lease had {max(0.0, left_s):.3g}s of {lease.length_s:.3g}s left when it "
+            "was due to go (the process stalled after reserving it)"
+        )
+    if why:
+        return (yield from _release(reserved, request, lease, why, clock))
+    if covered_s < request.timeout_s:
+        request = replace(request, timeout_s=covered_s)
+    content = submission.body if kind == "submit" and submission else None
+    sent = _request_headers(request, reserved, headers, submission)
+    secrets = credential_values(headers(reserved))
+    failure: Exception | None = None
+    observation: Observation | None = None
+    try:
+        answer = yield _Send(request, sent, content, secrets, reserved)
+    except Exception as exc:  # the transport broke on this request only
+        failure = exc
+    else:
+        assert isinstance(answer, Observation), "the driver must answer a _Send"
+        observation = answer
+        if pause := hit("answered", f"answered-{kind}"):
+            yield _Pause(pause)
+    current: Record | None = reserved
+    while current is not None:
+        after = _answered(
+            current,
+            request,
+            observation,
+            failure,
+            clock=clock,
+            rng=rng,
+            models=models,
+            pacer=pacer,
+        )
+        if pause := hit("saving", f"saving-{kind}"):
+            yield _Pause(pause)
+        written = yield _Persist(after)
+        if isinstance(written, Record):
+            if written.is_final and (pause := hit("final")):
+                yield _Pause(pause)
+            return written
+        fresh = yield _Reread(current.operation_id)
+        assert fresh is None or isinstance(fresh, Record)
+        if not lease.holds(fresh):
+            what = _late_what(observation, failure)
+            request_id = observation.request_id if observation is not None else None
+            return (yield from _note(fresh, kind, clock, what, sent=True, request_id=request_id))
+        current = fresh
+    return None  # pragma: no cover - the loop returns
+
+
+def _late_what(observation: Observation | None, failure: Exception | None) -> str:
+    if observation is None:
+        return f"it failed ({type(failure).__name__})"
+    if observation.transport_error:
+        return f"it failed ({observation.transport_error})"
+    said = f"it answered HTTP {observation.http_status}"
+    return said + (f" [request id {observation.request_id}]" if observation.request_id else "")
+
+
+def _release(
+    reserved: Record, request: Request, lease: Lease, why: str, clock: Clock
+) -> Generator[_Persist | _Reread, object, Record | None]:
+    """Release a reservation whose request is not sent; when it is no longer current,
+    only note on the fresh record that it never was."""
+    current: Record | None = reserved
+    while lease.holds(current):
+        assert current is not None
+        written = yield _Persist(unsent(current, request.kind, clock.now(), why))
+        if isinstance(written, Record):
+            return written
+        fresh = yield _Reread(current.operation_id)
+        assert fresh is None or isinstance(fresh, Record)
+        current = fresh
+    return (yield from _note(current, request.kind, clock, why, sent=False))
+
+
+_NOTE_TRIES = 5
+"""How often a note about a request that is no longer current is written again after
+a conflict before it is given up (it changes nothing but the story)."""
+
+
+def _note(
+    fresh: Record | None,
+    kind: RequestKind,
+    clock: Clock,
+    what: str,
+    *,
+    sent: bool,
+    request_id: str | None = None,
+) -> Generator[_Persist | _Reread, object, Record | None]:
+    """Note on *fresh* what became of a request whose reservation is no longer current
+    (changing nothing else); return the record as stored, or as last read."""
+    for _ in range(_NOTE_TRIES):
+        if fresh is None:
+            return None
+        note = late_answer(fresh, kind, clock.now(), what, sent=sent, request_id=request_id)
+        written = yield _Persist(note)
+        if isinstance(written, Record):
+            return written
+        again = yield _Reread(fresh.operation_id)
+        assert again is None or isinstance(again, Record)
+        fresh = again
+    return fresh
+
+
+def safe_plan(
+    record: Record,
+    now: datetime,
+    *,
+    owner: str,
+    can_submit: bool = False,
+    lease_s: float | None = None,
+    headers: Callable[[Record], Mapping[str, str]] | None = None,
+) -> Decision:
+    """:func:`waitbound._rules._controller.plan`; a fault in it stops this operation only
+    (``integration_failure``). With bound *headers*, a request they refuse is not
+    planned: the operation is escalated instead (:func:`refuse_outside`)."""
+    try:
+        decision = plan(record, now, owner=owner, can_submit=can_submit, lease_s=lease_s)
+    except Exception as exc:  # one operation's fault never escapes its loop
+        return Finish(transition=internal_failure(record, now, "its next step", exc))
+    return refuse_outside(decision, headers, record, now)
+
+
+def reservation_of(
+    send: Send, headers: Callable[[Record], Mapping[str, str]], *, per_origin: bool
+) -> Transition:
+    """The reservation to persist for *send*: its audit event says whether the request
+    goes with the caller's credentials where that is news (:func:`credentials_note`,
+    from the decision :func:`headers_for` makes)."""
+    request, record = send.request, send.transition.record
+    note = credentials_note(headers, record, request.url, kind=request.kind, per_origin=per_origin)
+    if note is None:
+        return send.transition
+    *notes, event = send.transition.events
+    return replace(
+        send.transition, events=(*notes, replace(event, summary=f"{event.summary}; {note}"))
+    )
+
+
+def _answered(
+    record: Record,
+    request: Request,
+    observation: Observation | None,
+    failure: Exception | None,
+    *,
+    clock: Clock,
+    rng: random.Random,
+    models: ModelLookup | None = None,
+    pacer: Pacer | None = None,
+) -> Transition:
+    """The transition of one request's answer on *record*: the observation decided, or
+    the transport's failure recorded on this operation."""
+    if observation is None:
+        assert failure is not None
+        return internal_failure(record, clock.now(), f"the {request.kind} request", failure)
+    return _observed(record, observation, rng, models, pacer)
+
+
+def _observed(
+    reserved: Record,
+    observation: Observation,
+    rng: random.Random,
+    models: ModelLookup | None = None,
+    pacer: Pacer | None = None,
+) -> Transition:
+    """The controller's reading of an answer; one it cannot read stops this operation only."""
+    try:
+        return observe(reserved, observation, rng=rng, models=models, pacer=pacer)
+    except Exception as exc:
+        what = f"reading the answer to the {observation.kind} request"
+        return internal_failure(reserved, observation.at, what, exc)
+
+
+@dataclass(frozen=True, slots=True)
+class Tools:
+    """What both interpreters are handed: the store, time, randomness, the event sink."""
+
+    store: Store
+    clock: Clock
+    rng: random.Random
+    on_event: EventSink | None
+    headers: Callable[[Record], Mapping[str, str]]
+    per_origin: bool = False
+    """The headers are a function giving each operation its own (see :data:`Credentials`)."""
+
+
+def tools(
+    store: Store | None,
+    clock: Clock | None,
+    rng: random.Random | None,
+    on_event: EventSink | None,
+    headers: Credentials | None,
+) -> Tools:
+    if isinstance(headers, BoundCredentials):  # the configured origins: metric labels
+        label_origins(place.origin for b in headers.bindings for place in b.places)
+    if callable(headers):
+        per_record = headers
+    else:
+        fixed = dict(headers or {})
+
+        def per_record(record: Record) -> Mapping[str, str]:
+            return fixed
+
+    return Tools(
+        store=store if store is not None else open_store(),
+        clock=clock or SystemClock(),
+        rng=rng or random.Random(),
+        on_event=on_event,
+        headers=per_record,
+        per_origin=callable(headers),
+    )
+
+
+def loop(
+    tools: Tools,
+    record: Record,
+    submission: Submission | None = None,
+    until: Callable[[Record], bool] | None = None,
+    owner: str | None = None,
+) -> Generator[_Sleep | _Send, Observation | None, Record]:
+    """The loop for *record*'s operation, as lease owner *owner* (a fresh id by default),
+    in one run span (``waitbound._observe._telemetry``)."""
+    steps = _drive(
+        tools.store,
+        record.operation_id,
+        owner=owner or new_owner(),
+        clock=tools.clock,
+        rng=tools.rng,
+        on_event=tools.on_event,
+        headers=tools.headers,
+        submission=submission,
+        until=until,
+        per_origin=tools.per_origin,
+    )
+    return traced_loop(record, tools.store, steps)
+
+
+def run_sync_effects(
+    loop: Generator[_Sleep | _Send, Observation | None, Record],
+    tools: Tools,
+    profile: Profile,
+    *,
+    client: httpx.Client | None,
+    sleep: Callable[[float], None],
+    http: HttpSettings,
+) -> Record:
+    """Carry out the loop's effects with a blocking client and ``sleep``.
+
+    *client* ``None``: the process's shared client (``transports.shared_client``).
+    Neither is closed here.
+    """
+    http_client = borrow_client(client)
+    try:
+        effect = next(loop)
+        while True:
+            match effect:
+                case _Sleep(seconds=seconds):
+                    sleep(seconds)
+                    effect = loop.send(None)
+                case _Send(request=request, content=content, secrets=secrets):
+                    try:
+                        with sending(effect.record, request, effect.headers, profile) as sent:
+                            observation = send_sync(
+                                http_client,
+                                request,
+                                headers=sent.headers,
+                                content=content,
+                                secrets=secrets,
+                                profile=profile,
+                                clock=tools.clock,
+                                settings=http,
+                            )
+                            sent.answered(observation)
+                    except Exception as exc:  # the loop records it on this operation
+                        effect = loop.throw(exc)
+                    else:
+                        effect = loop.send(observation)
+    except StopIteration as stop:
+        record: Record = stop.value
+        return record
+
+
+async def run_async_effects(
+    loop: Generator[_Sleep | _Send, Observation | None, Record],
+    tools: Tools,
+    profile: Profile,
+    *,
+    client: httpx.AsyncClient | None,
+    sleep: Callable[[float], Awaitable[object]],
+    http: HttpSettings,
+) -> Record:
+    """Carry out the loop's effects with an async client and an async ``sleep``.
+
+    *client* ``None``: the running event loop's shared client (a client of this call's
+    own, closed after, where the loop cannot be identified). *client* is never closed.
+    """
+    http_client, own_client = await borrow_async_client(client)
+    try:
+        effect = next(loop)
+        while True:
+            match effect:
+                case _Sleep(seconds=seconds):
+                    await sleep(seconds)
+                    effect = loop.send(None)
+                case _Send():
+                    try:
+                        observation = await _send_async(http_client, effect, tools, profile, http)
+                    except Exception as exc:  # the loop records it on this operation
+                        effect = loop.throw(exc)
+                    else:
+                        effect = loop.send(observation)
+    except StopIteration as stop:
+        record: Record = stop.value
+        return record
+    finally:
+        if own_client:
+            await http_client.aclose()
+
+
+async def run_exchange_async(
+    steps: Exchange,
+    tools: Tools,
+    profile: Profile,
+    *,
+    client: httpx.AsyncClient,
+    http: HttpSettings,
+    persist: Callable[[Transition], Awaitable[Record | ConflictError]],
+    reread: Callable[[str], Awaitable[Record | None]],
+    sleep: Callable[[float], Awaitable[object]],
+) -> Record | None:
+    """Carry out one :func:`exchange`'s effects: the request with an async client, the
+    writes and reads with the caller's *persist* and *reread* (the worker's group commit
+    and a read off the event loop), a pause with *sleep*. Returns what the exchange
+    returns."""
+    try:
+        effect = next(steps)
+        while True:
+            match effect:
+                case _Send():
+                    try:
+                        observation = await _send_async(client, effect, tools, profile, http)
+                    except Exception as exc:  # the exchange records it on this operation
+                        effect = steps.throw(exc)
+                    else:
+                        effect = steps.send(observation)
+                case _Persist(transition=after):
+                    effect = steps.send(await persist(after))
+                case _Reread(operation_id=operation_id):
+                    effect = steps.send(await reread(operation_id))
+                case _Pause(seconds=seconds):
+                    await sleep(seconds)
+                    effect = steps.send(None)
+    except StopIteration as stop:
+        ended: Record | None = stop.value
+        return ended
+
+
+def run_exchange_sync(
+    steps: Exchange,
+    tools: Tools,
+    profile: Profile,
+    *,
+    client: httpx.Client | None,
+    http: HttpSettings,
+    sleep: Callable[[float], None],
+) -> Record | None:
+    """Carry out one :func:`exchange`'s effects, blocking: the request with a blocking
+    client (``None``: the process's shared one), the writes and reads on the store, a
+    pause with *sleep*. Returns what the exchange returns (a group wait's step)."""
+    http_client = borrow_client(client)
+    try:
+        effect = next(steps)
+        while True:
+            match effect:
+                case _Send(request=request, content=content, secrets=secrets):
+                    try:
+                        with sending(effect.record, request, effect.headers, profile) as sent:
+                            observation = send_sync(
+                                http_client,
+                                request,
+                                headers=sent.headers,
+                                content=content,
+                                secrets=secrets,
+                                profile=profile,
+                                clock=tools.clock,
+                                settings=http,
+                            )
+                            sent.answered(observation)
+                    except Exception as exc:  # the exchange records it on this operation
+                        effect = steps.throw(exc)
+                    else:
+                        effect = steps.send(observation)
+                case _Persist(transition=after):
+                    written: Record | ConflictError
+                    try:
+                        written = save_and_tell(
+                            tools.store, after.record, after.events, tools.on_event
+                        )
+                    except ConflictError as exc:
+                        written = exc
+                    effect = steps.send(written)
+                case _Reread(operation_id=operation_id):
+                    effect = steps.send(tools.store.get(operation_id))
+                case _Pause(seconds=seconds):
+                    sleep(seconds)
+                    effect = steps.send(None)
+    except StopIteration as stop:
+        ended: Record | None = stop.value
+        return ended
+
+
+async def _send_async(
+    client: httpx.AsyncClient, effect: _Send, tools: Tools, profile: Profile, http: HttpSettings
+) -> Observation:
+    with sending(effect.record, effect.request, effect.headers, profile) as sent:
+        observation = await send_async(
+            client,
+            effect.request,
+            headers=sent.headers,
+            content=effect.content,
+            secrets=effect.secrets,
+            profile=profile,
+            clock=tools.clock,
+            settings=http,
+        )
+        sent.answered(observation)
+    return observation
+
+
+def one_step() -> Callable[[Record], bool]:
+    """An ``until`` that lets the loop take exactly one step, then stops it."""
+    steps = 0
+
+    def enough(record: Record) -> bool:
+        nonlocal steps
+        steps += 1
+        return steps > 1
+
+    return enough

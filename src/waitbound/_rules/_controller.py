@@ -1,0 +1,676 @@
+"""The controller: pure decisions about one operation.
+
+Rules of this module (in the manner of h11's ``_state.py``): it never reads a clock,
+sleeps, draws from a global random generator or touches a socket or a store. Every
+function takes the record, the time and (when it draws) a ``random.Random``, and
+returns a new record plus the audit events that explain it. Drivers persist both in
+one transaction before they act.
+
+One step of an operation (the order matters):
+
+1. finished → stop.
+2. ``now >= stop_at`` (the deadline, or the business deadline when earlier) →
+   ``timed_out`` (checked before any request).
+3. the next request would exceed ``max_requests`` → escalate ``request_budget_exhausted``.
+4. ``now < next_poll_at`` → sleep until then (or the deadline), holding no lease;
+   on waking late, send ONE request, never a burst.
+5. take the lease, reserve the request (count it) and persist: :func:`plan` → :class:`Send`.
+6. send it (the driver).
+7. :func:`observe` the answer: classify, decide, schedule; persist; the lease is released.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from waitbound._base._json import show
+from waitbound._base._urls import redact_url, resolve, shown_url
+from waitbound._model._audit import AuditEvent
+from waitbound._model._audit_record import audit_event
+from waitbound._model._observation import Observation, Request
+from waitbound._model._outcome import Reason
+from waitbound._model._pacing import Pacer
+from waitbound._model._record import Phase, Record, RequestKind
+from waitbound._model._record_parts import Lease, evolve_part
+from waitbound._profile._contract import Reading
+from waitbound._profile._protocol import IDEMPOTENT_METHODS
+from waitbound._profile._schedule import DelaySource
+from waitbound._rules._canceling import (
+    DEADLINE_CANCEL_REQUESTS,
+    accepted_cancel,
+    after_refused_cancel,
+    deadline_cancel_at,
+    decide_cancel,
+    refused_cancel_look,
+)
+from waitbound._rules._decide import (
+    decide_errors,
+    decide_result,
+    decide_status,
+    decide_submit,
+    first_answer_kind,
+)
+from waitbound._rules._estimate import provider_estimate
+from waitbound._rules._finish import (
+    Step,
+    deadline_reached,
+    escalate,
+    seconds_between,
+    settled_without_receipt,
+)
+from waitbound._rules._learned import ModelLookup
+from waitbound._rules._next_poll import paced
+from waitbound._rules._options import undone_action
+
+__all__ = [
+    "Decision",
+    "Finish",
+    "Finished",
+    "Request",
+    "Send",
+    "Sleep",
+    "Transition",
+    "audit_event",
+    "created_event",
+    "internal_failure",
+    "late_answer",
+    "lease_margin_s",
+    "observe",
+    "plan",
+    "unsent",
+    "wait_demanded",
+]
+
+
+LEASE_RECHECK_S = 1.0
+"""While another worker holds the lease, the record is read again this often (seconds)."""
+
+LEASE_MARGIN_S = 1.0
+"""With a lease length asked for (``plan(lease_s=…)``), a request's timeout ends at least
+this long before the lease does, or a tenth of the lease when that is shorter (seconds):
+room to persist the answer while the lease is still ours."""
+
+WEBHOOK_RECHECK_S = 1.0
+"""While webhooks are expected (``push.webhook``), a sleeping wait reads the record again
+at least this often (seconds), so a delivery applied meanwhile wakes it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Transition:
+    """A record change and the audit events that explain it; persist both together."""
+
+    record: Record
+    events: tuple[AuditEvent, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finished:
+    """The operation already has its outcome; nothing to write or send."""
+
+    record: Record
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finish:
+    """Record an outcome without sending anything (deadline or budget reached)."""
+
+    transition: Transition
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sleep:
+    """Wait until ``until`` (``seconds`` from now), holding no lease, then plan again."""
+
+    until: datetime
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Send:
+    """Persist ``transition`` (the reservation and the lease), then send ``request``."""
+
+    transition: Transition
+    request: Request
+
+
+Decision = Finished | Finish | Sleep | Send
+
+
+def created_event(record: Record) -> AuditEvent:
+    """The first audit event of a new operation."""
+    policy = record.policy
+    if record.status_url is not None:
+        what = f"waiting on {redact_url(record.status_url)}"
+    else:
+        what = f"submitting {record.submit_method} {redact_url(record.submit_url or '')}"
+        if record.idempotency_key:
+            what += f" (idempotency key {record.idempotency_key})"
+    return audit_event(
+        record,
+        record.created_at,
+        "created",
+        f"{what} with profile {record.profile.name}: deadline "
+        f"{record.deadline_at.isoformat()}"
+        + (
+            f", business deadline {record.business_deadline_at.isoformat()}"
+            if record.business_deadline_at
+            else ""
+        )
+        + f", at most {policy.max_requests} requests"
+        + (
+            f"; first request after {seconds_between(record.created_at, record.next_poll_at):g}s"
+            " (the caller holds a fresh answer)"
+            if record.delay_source is DelaySource.FIRST_POLL_AFTER
+            else ""
+        ),
+        status_url=redact_url(record.status_url) if record.status_url else None,
+        submit_fingerprint=record.submit_fingerprint,
+        deadline_at=record.deadline_at.isoformat(),
+        business_deadline_at=record.business_deadline_at.isoformat()
+        if record.business_deadline_at
+        else None,
+    )
+
+
+def plan(
+    record: Record,
+    now: datetime,
+    *,
+    owner: str,
+    can_submit: bool = False,
+    lease_s: float | None = None,
+) -> Decision:
+    """Decide the next action for *record* at *now*, for the worker *owner*.
+
+    Args:
+        record: the stored record.
+        now: the current time.
+        owner: the worker's lease owner id.
+        can_submit: the caller holds the submission's body and headers, so an
+            operation in the ``submitting`` phase can be sent.
+        lease_s: the lease a reservation takes, in seconds: it expires at
+            ``now + lease_s``, and the request's timeout is cut so that it ends
+            :func:`lease_margin_s` before that. ``None`` (a ``wait``): the request's
+            timeout plus ``policy.lease_s``.
+
+    Returns:
+        :class:`Finished` (nothing to do), :class:`Finish` (an outcome reached
+        without a request), :class:`Sleep` (not yet due, or leased by another
+        worker; at most :data:`WEBHOOK_RECHECK_S` while webhooks are expected, so a
+        delivery wakes the sleeper), or :class:`Send` (a reserved request, counted
+        before it is sent).
+    """
+    if record.is_finished:
+        return Finished(record=record)
+    # A lease held by another, or a live request of this owner's own: never re-planned
+    # (a step of ours still in flight is not an answer lost).
+    held = record.lease_owner is not None and (
+        record.lease_owner != owner or record.in_flight is not None
+    )
+    if held and record.lease_expires_at and now < record.lease_expires_at:
+        # Look again soon: the holder usually finishes long before its lease expires.
+        until = min(record.lease_expires_at, now + timedelta(seconds=LEASE_RECHECK_S))
+        return Sleep(until=until, seconds=seconds_between(now, until))
+    notes: list[AuditEvent] = []
+    if record.in_flight is not None:
+        lost = record.in_flight
+        record = record.evolve(in_flight=None, lease_owner=None, lease_expires_at=None)
+        notes.append(
+            audit_event(
+                record,
+                now,
+                "answer_lost",
+                f"the answer to the last {lost} request was never recorded "
+                "(the process stopped, or stalled past its lease); that request stays counted",
+            )
+        )
+        if lost == "result":
+            detail = (
+                "the job succeeded and its result was requested, but the answer was lost "
+                "when waitbound stopped or stalled past its lease (not the provider's "
+                "fault); a result is fetched at most once, so it is not requested again "
+                "without a person's decision. "
+                "Do not submit the job again"
+            )
+            step = escalate(record, now, Reason.RESULT_UNCONFIRMED, detail)
+            return _finish_early(record, now, notes, step)
+    budget_left = record.requests_used < record.max_requests
+    if record.phase is Phase.SUBMITTING:
+        if not budget_left:
+            return _budget_spent(record, now, notes, "the submission cannot be sent")
+        return _plan_submit(record, now, owner, notes, can_submit=can_submit, lease_s=lease_s)
+    cancel_at = record.cancel_target()
+    deadline_cancel = deadline_cancel_at(record)
+    if now >= record.stop_at:
+        undone = undone_action(record)
+        if deadline_cancel is not None and undone is None:
+            undone = "the cancel asked for at the deadline (cancel_on_deadline) was not sent"
+        late = "the deadline passed before any wait or worker sent a request for it"
+        again = record.decisions[-1].option if record.decisions else None
+        if undone and again == "fetch_result_again" and record.phase is Phase.FETCHING_RESULT:
+            detail = (
+                f"{undone}: {late}. The job succeeded at the provider; its result was not "
+                "fetched. Do not submit the job again"
+            )
+            step = escalate(record, now, Reason.RESULT_UNCONFIRMED, detail)
+            return _finish_early(record, now, notes, step)
+        why = f"; {undone}: {late}" if undone else _accepted_cancel_note(record)
+        return _finish_early(record, now, notes, deadline_reached(record, now, why))
+    if record.cancel_due and cancel_at and budget_left:
+        return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
+    if deadline_cancel is not None and cancel_at and budget_left and now >= deadline_cancel:
+        return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
+    if not budget_left:
+        undone = undone_action(record)
+        return _budget_spent(record, now, notes, f"{undone}: no request was left" if undone else "")
+    requests_left = record.max_requests - record.requests_used
+    if deadline_cancel is not None and requests_left <= DEADLINE_CANCEL_REQUESTS:
+        # The last requests are the deadline cancel's and its one look: no status poll
+        # spends them (docs/waiting.md, "A cancel the deadline can confirm").
+        return Sleep(until=deadline_cancel, seconds=seconds_between(now, deadline_cancel))
+    if now < record.next_poll_at:
+        until = min(record.next_poll_at, record.stop_at)
+        if deadline_cancel is not None:
+            until = min(until, deadline_cancel)
+        if record.push.webhook is not None:  # a delivery may bring the poll forward
+            until = min(until, now + timedelta(seconds=WEBHOOK_RECHECK_S))
+        return Sleep(until=until, seconds=seconds_between(now, until))
+    kind: RequestKind
+    match record.phase:
+        case Phase.FETCHING_RESULT:
+            url, kind = record.result_url or "", "result"
+        case Phase.FETCHING_ERRORS:
+            url, kind = record.errors_url or "", "errors"
+        case _:
+            url, kind = record.status_url or "", "status"
+    return _reserve(record, now, owner, notes, kind, url, lease_s=lease_s)
+
+
+def _plan_submit(
+    record: Record,
+    now: datetime,
+    owner: str,
+    notes: list[AuditEvent],
+    *,
+    can_submit: bool,
+    lease_s: float | None,
+) -> Decision:
+    """The submission: sent once; again only with its idempotency key after no answer."""
+    resendable = record.idempotency_key or record.submit_method in IDEMPOTENT_METHODS
+    if record.submit_attempts and not resendable:
+        why = "its answer was never recorded (the process stopped)"
+    elif record.submit_attempts >= record.max_submit_attempts:
+        why = f"no answer after {record.submit_attempts} attempt(s)"
+    elif not can_submit:
+        why = "its body and headers are not at hand (they are never stored)"
+    else:
+        if now >= record.stop_at:
+            why = _accepted_cancel_note(record)
+            return _finish_early(record, now, notes, deadline_reached(record, now, why))
+        if now < record.next_poll_at:
+            until = min(record.next_poll_at, record.stop_at)
+            return Sleep(until=until, seconds=seconds_between(now, until))
+        url = record.submit_url or ""
+        return _reserve(
+            record, now, owner, notes, "submit", url, method=record.submit_method, lease_s=lease_s
+        )
+    key = f" (idempotency key {record.idempotency_key})" if record.idempotency_key else ""
+    detail = (
+        f"the submission cannot be sent again: {why}; it may have created a job. "
+        f"Check with the provider, or submit again with the same idempotency key{key}"
+    )
+    return _finish_early(record, now, notes, escalate(record, now, Reason.PROVIDER_FAILURE, detail))
+
+
+def _budget_spent(record: Record, now: datetime, notes: list[AuditEvent], why: str) -> Finish:
+    """Every request of the budget is used (submit, status, result and cancel alike).
+
+    After a terminal success, with only its result left to fetch, the detail says so:
+    the job is known to be complete at the provider; its result is what is missing.
+    """
+    if (missing := record.unfetched) is not None:
+        ended = record.provider_outcome
+        assert ended is not None
+        detail = (
+            f"the job {ended.value} at the provider (last state "
+            f"{show(record.provider_state)}), but all {record.max_requests} requests of the "
+            f"budget are used: its {missing} was not fetched"
+        )
+    else:
+        detail = (
+            f"all {record.max_requests} requests of the budget are used "
+            f"without a terminal answer (last state {show(record.provider_state)})"
+        )
+    if why:
+        detail = f"{why}: {detail}"
+    if (settled := settled_without_receipt(record, now, ": no request was left")) is not None:
+        return _finish_early(record, now, notes, settled)
+    if (cancel := accepted_cancel(record)) is not None:
+        detail = f"{detail}; {cancel}"
+    step = escalate(record, now, Reason.REQUEST_BUDGET_EXHAUSTED, detail)
+    return _finish_early(record, now, notes, step)
+
+
+def _accepted_cancel_note(record: Record) -> str:
+    """``"; the cancel … was accepted …"`` for a stop's detail (see
+    :func:`~waitbound._rules._canceling.accepted_cancel`), or ``""``."""
+    cancel = accepted_cancel(record)
+    return f"; {cancel}" if cancel is not None else ""
+
+
+def _finish_early(record: Record, now: datetime, notes: list[AuditEvent], step: Step) -> Finish:
+    done, kind, summary, extra = step
+    events = (*notes, audit_event(done, now, kind, summary, **extra))
+    return Finish(transition=Transition(record=done, events=events))
+
+
+_COUNTERS: dict[RequestKind, str] = {
+    "submit": "submit_attempts",
+    "status": "status_requests_used",
+    "result": "result_requests_used",
+    "errors": "result_requests_used",
+    "cancel": "cancel_requests_used",
+}
+"""Which counter each kind of request is reserved against (persisted before sending)."""
+
+
+def _reserve(  # noqa: PLR0917 - the same six values at every call site
+    record: Record,
+    now: datetime,
+    owner: str,
+    notes: list[AuditEvent],
+    kind: RequestKind,
+    url: str,
+    *,
+    method: str | None = None,
+    lease_s: float | None = None,
+) -> Send:
+    policy = record.policy
+    left_s = seconds_between(now, record.stop_at)
+    # A cancel leaves half the time left for the status look that tells how the job ended.
+    timeout_s = min(policy.request_timeout_s, left_s if kind != "cancel" else left_s / 2)
+    if lease_s is None:
+        held_s = timeout_s + policy.lease_s
+    else:  # the lease asked for; the request ends before it does
+        held_s = lease_s
+        timeout_s = min(timeout_s, lease_s - lease_margin_s(lease_s))
+    if kind == "cancel":
+        method = record.profile.cancel.method
+    counters = record.counters
+    counter = _COUNTERS[kind]
+    # The reservation changes two parts: the lease (with the request in flight) and
+    # the counter of its kind; the others are shared, already encoded.
+    reserved = record.with_parts(
+        lease=Lease(
+            in_flight=kind, lease_owner=owner, lease_expires_at=now + timedelta(seconds=held_s)
+        ),
+        counters=evolve_part(counters, {counter: getattr(counters, counter) + 1}),
+    )
+    late_s = seconds_between(record.next_poll_at, now)
+    budget = f" {reserved.requests_used} of {reserved.max_requests}"
+    summary = f"reserved {kind} request{budget} (timeout {timeout_s:.3g}s)" + (
+        f"; {late_s:.3g}s later than planned" if late_s > 1 and kind == "status" else ""
+    )
+    event = audit_event(
+        reserved, now, "reserved", summary, request=kind, timeout_s=round(timeout_s, 3),
+        deadline_at=record.deadline_at.isoformat(),
+    )  # fmt: skip
+    return Send(
+        transition=Transition(record=reserved, events=(*notes, event)),
+        request=Request(
+            kind=kind,
+            url=url,
+            timeout_s=timeout_s,
+            method=method or "GET",
+            redirect_budget=max(0, reserved.max_requests - reserved.requests_used),
+        ),
+    )
+
+
+def unsent(record: Record, kind: RequestKind, now: datetime, why: str) -> Transition:
+    """Release a reservation whose request was never sent (its lease could not cover
+    it, or the worker was told to stop): the request is no longer counted, the lease
+    and ``in_flight`` are cleared, and the operation stays due as it was."""
+    counter = _COUNTERS[kind]
+    released = record.evolve(
+        in_flight=None,
+        lease_owner=None,
+        lease_expires_at=None,
+        **{counter: max(0, getattr(record, counter) - 1)},
+    )
+    summary = f"the reserved {kind} request was not sent: {why}; it is released, not counted"
+    event = audit_event(released, now, "send_skipped", summary, request=kind)
+    return Transition(record=released, events=(event,))
+
+
+def late_answer(
+    record: Record,
+    kind: RequestKind,
+    now: datetime,
+    what: str,
+    *,
+    sent: bool = True,
+    request_id: str | None = None,
+) -> Transition:
+    """A note on *record* (nothing else changes) about the request of a reservation
+    that is no longer current — its lease ran out and the operation was taken over:
+    *what* says what became of it. Its event is ``late_answer`` for a request that was
+    sent (its answer is not used), ``send_skipped`` for one that never was."""
+    if sent:
+        summary = (
+            f"late answer to a {kind} request whose lease had run out: {what}; the "
+            "operation had been taken over meanwhile, so this answer is not used and not "
+            "attributed to any other request"
+        )
+    else:
+        summary = (
+            f"a reserved {kind} request was not sent: {what}; the operation had been "
+            "taken over meanwhile (an answer noted lost for it was never asked for)"
+        )
+    event = audit_event(record, now, "late_answer" if sent else "send_skipped", summary,
+                        request=kind, request_id=request_id)  # fmt: skip
+    return Transition(record=record, events=(event,))
+
+
+def lease_margin_s(lease_s: float) -> float:
+    """How long before a lease of *lease_s* seconds expires its request must end:
+    :data:`LEASE_MARGIN_S`, or a tenth of the lease when that is shorter (seconds)."""
+    return min(LEASE_MARGIN_S, lease_s / 10)
+
+
+def internal_failure(record: Record, now: datetime, doing: str, exc: Exception) -> Transition:
+    """Stop one operation that waitbound itself could not process (a bug, or an answer
+    no rule foresaw): escalate ``integration_failure`` with the error named, so the
+    operation carries its own failure and every other operation goes on.
+
+    Any request already reserved stays counted; the lease is released.
+    """
+    message = str(exc).splitlines()[0] if str(exc) else ""
+    detail = (
+        f"waitbound could not finish {doing} for this operation "
+        f"({type(exc).__name__}{': ' + ascii(message)[1:-1][:200] if message else ''}); "
+        "nothing was guessed, and the other operations are not affected"
+    )
+    cleared = record.evolve(in_flight=None, lease_owner=None, lease_expires_at=None)
+    done, kind, summary, extra = escalate(cleared, now, Reason.INTEGRATION_FAILURE, detail)
+    return Transition(record=done, events=(audit_event(done, now, kind, summary, **extra),))
+
+
+# --- observing an answer ---------------------------------------------------------
+
+
+def observe(
+    record: Record,
+    observation: Observation,
+    *,
+    rng: random.Random,
+    models: ModelLookup | None = None,
+    pacer: Pacer | None = None,
+) -> Transition:
+    """Record one answer and decide what follows.
+
+    Args:
+        record: the record as persisted by the :class:`Send` that reserved the request.
+        observation: what the request returned; ``observation.at`` is "now".
+        rng: draws the jitter.
+        models: the learned schedules a ``Policy.schedule = "learned"`` operation's
+            next status poll is planned from (``None``: the formula); see
+            ``_learned.py``.
+        pacer: the store's origin calendar a ``Policy.origin_pacing`` operation's next
+            status poll is paced through, after every other rule (``None``: not
+            paced); see ``_pacing.py``.
+
+    Returns:
+        The new record (lease released) and two audit events: what was observed,
+        and what was decided (an outcome, or the next request time and its source).
+    """
+    now = observation.at
+    counter = _COUNTERS[observation.kind]
+    if observation.request_id is None and observation.body_problem is None:
+        # A request id the body carries (the profile's ``request_id``) is kept like a
+        # header's: on the record, in the outcome and in the story.
+        named = record.profile.body_request_id(observation.body)
+        if named is not None:
+            observation = replace(observation, request_id=named)
+    # The reading and the URLs depend on none of the fields set below: one copy.
+    reading = _read(record, observation)
+    bad_url: str | None = None
+    cancelable, cancel_url, errors_url = record.cancelable, record.cancel_url, record.errors_url
+    if reading is not None:
+        cancel_at, bad_cancel = _absolute(record, reading.cancel_url, "cancel URL")
+        errors_at, bad_errors = _absolute(record, reading.errors_url, "errors URL")
+        bad_url = bad_cancel or bad_errors
+        cancelable = reading.cancelable
+        cancel_url = cancel_url or cancel_at
+        errors_url = errors_at or errors_url
+    base = record.evolve(
+        **{counter: getattr(record, counter) + observation.redirects},
+        in_flight=None,
+        lease_owner=None,
+        lease_expires_at=None,
+        last_observed_at=now,
+        last_http_status=observation.http_status,
+        last_request_id=observation.request_id,
+        cancelable=cancelable,
+        cancel_url=cancel_url,
+        errors_url=errors_url,
+    )
+    if observation.kind in ("status", "submit"):
+        end, source = provider_estimate(base, observation, reading)
+        if end != base.estimated_end_at or source != base.estimate_from:
+            base = base.evolve(estimated_end_at=end, estimate_from=source)
+    match observation.kind:
+        case _ if bad_url is not None:
+            step = escalate(
+                base, now, Reason.INTEGRATION_FAILURE, bad_url, response=observation.body
+            )
+        case "submit":
+            step = decide_submit(base, observation, reading, rng, models=models)
+        case "result":
+            step = decide_result(base, observation, rng)
+        case "errors":
+            step = decide_errors(base, observation)
+        case "cancel":
+            step = decide_cancel(base, observation)
+        case _:
+            step = decide_status(base, observation, reading, rng, models=models)
+            if refused_cancel_look(record, observation.kind):
+                step = after_refused_cancel(step, observation)
+    after, kind, summary, extra = step
+    if kind == "scheduled" and _hinted_in_flight(record, observation, after):
+        # The answer may predate what the webhook announced: look again at once.
+        after = after.evolve(next_poll_at=min(after.next_poll_at, now), delay_source=None)
+        summary += (
+            "; a webhook arrived while this request was in flight, so its answer may "
+            "predate it: the next check is due now"
+        )
+    after, kind, summary, extra = paced((after, kind, summary, extra), now, pacer, rng)
+    observed = audit_event(
+        after,
+        now,
+        "observed",
+        _describe(observation, reading, after),
+        request=observation.kind,
+        http_status=observation.http_status,
+        request_id=observation.request_id,
+        elapsed_s=round(observation.elapsed_s, 3),
+        transport_error=observation.transport_error,
+        classification=reading.classification.value if reading and reading.classification else None,
+        deadline_at=after.deadline_at.isoformat(),
+    )
+    return Transition(
+        record=after, events=(observed, audit_event(after, now, kind, summary, **extra))
+    )
+
+
+def _hinted_in_flight(before: Record, observation: Observation, after: Record) -> bool:
+    """Whether a webhook delivery was applied to the operation after this status request
+    was sent (``waitbound._engine._inbox``: a hint that lands while a request is in flight only
+    brings the poll forward), and the answer scheduled a later poll that would lose it.
+
+    A wait the provider demanded (see :func:`wait_demanded`) is never cut short.
+    """
+    delivered_at = before.push.last_delivery_at
+    if observation.kind != "status" or delivered_at is None:
+        return False
+    sent_at = observation.at - timedelta(seconds=max(0.0, observation.elapsed_s))
+    return delivered_at > sent_at and not wait_demanded(after)
+
+
+def wait_demanded(record: Record) -> bool:
+    """Whether the scheduled next request waits because the provider demanded it, so a
+    webhook hint must not bring it forward: the last answer was a 429, or another
+    answer that is not a 2xx (a 503, a throttle by the profile's rule) whose hint set the
+    time (``provider_retry_after``: a ``Retry-After``, a reset header, a throttle's
+    default delay).
+
+    A pacing hint on an ordinary answer (``Retry-After`` on a 202, a body poll hint) is
+    not a demand: a webhook is newer news about the job than that pacing.
+    """
+    code = record.last_http_status
+    if code == 429:
+        return True
+    ordinary = code is not None and 200 <= code < 300
+    return record.delay_source is DelaySource.PROVIDER_RETRY_AFTER and not ordinary
+
+
+def _absolute(record: Record, url: str | None, what: str) -> tuple[str | None, str | None]:
+    """A URL named by a status body, resolved against the status URL: ``(url, None)``,
+    or ``(None, problem)`` when it cannot be used (a provider naming a broken URL has
+    broken its contract)."""
+    if not url:
+        return None, None
+    try:
+        return resolve(record.status_url or record.submit_url or "", url), None
+    except ValueError as exc:
+        return None, f"the status body's {what} {shown_url(url)} cannot be used ({exc})"
+
+
+def _read(record: Record, observation: Observation) -> Reading | None:
+    """What the profile reads from a status answer's or a first answer's JSON body (by
+    the kind of URL that answered), or ``None`` without one."""
+    if observation.body_problem is not None or observation.body is None:
+        return None
+    match observation.kind:
+        case "status":
+            return record.profile.read(observation.body, record.poll_kind)
+        case "submit":
+            return record.profile.read(observation.body, first_answer_kind(record))
+        case _:
+            return None
+
+
+def _describe(observation: Observation, reading: Reading | None, after: Record) -> str:
+    n = getattr(after, _COUNTERS[observation.kind])
+    head = f"{observation.kind} request {n}"
+    if observation.transport_error:
+        return f"{head} failed: {observation.transport_error}"
+    text = f"{head} answered HTTP {observation.http_status}"
+    if reading is not None and reading.classification is not None:
+        text += f": state {show(reading.state)} ({reading.classification.value})"
+        if reading.progress is not None:
+            text += f", progress {json.dumps(reading.progress)[:40]}"
+    return text + (f" [request id {observation.request_id}]" if observation.request_id else "")

@@ -1,0 +1,178 @@
+"""How an operation ends: the outcome, its reason and its words, in one place.
+
+Every stop (a terminal state, a timeout, an escalation) goes through :func:`finish`,
+which records the outcome, the reason and a bounded copy of what was answered.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime
+
+from waitbound._base._json import JSON
+from waitbound._model._outcome import OutcomeKind, Reason
+from waitbound._model._record import Phase, Record, reported_counts
+from waitbound._profile._contract import Counts, is_present
+from waitbound._rules._options import open_request
+
+__all__ = [
+    "Step",
+    "bounded",
+    "deadline_reached",
+    "escalate",
+    "finish",
+    "seconds_between",
+    "settled_without_receipt",
+    "terminal",
+    "timed_out",
+]
+
+_KEPT_BODY_CHARS = 2000
+"""How much of a contradicting or unusable response is kept in the outcome's error."""
+
+Step = tuple[Record, str, str, dict[str, JSON]]
+"""(record after the decision, event kind, summary, extra event data)."""
+
+
+def seconds_between(start: datetime, end: datetime) -> float:
+    """Seconds from *start* to *end*, never negative."""
+    return max(0.0, (end - start).total_seconds())
+
+
+def deadline_reached(record: Record, now: datetime, why: str = "") -> Step:
+    """The deadline is reached (or no request fits before it).
+
+    A job whose terminal success was seen is never reported timed out: when only its
+    result could not be fetched in time, that is a contradiction between endpoints;
+    when only a partial success's errors page is left, the outcome is that partial
+    success, with ``errors`` saying the page was not fetched.
+    """
+    if record.phase is Phase.FETCHING_ERRORS:
+        # The outcome is known (a partial success, its result in hand): only the first
+        # page of errors is missing, and ``errors`` says so.
+        record = replace(
+            record,
+            errors={"problem": f"the errors page was not fetched before the deadline{why}"},
+        )
+        return finish(
+            record, now, record.settled_outcome or OutcomeKind.COMPLETED_WITH_ERRORS, None
+        )
+    if (settled := settled_without_receipt(record, now, why)) is not None:
+        return settled
+    if record.phase is Phase.FETCHING_RESULT:
+        return escalate(
+            record,
+            now,
+            Reason.CONTRADICTION,
+            "the status endpoint reported success, but the result endpoint was not ready "
+            f"before the deadline{why}",
+        )
+    return timed_out(record, now, why)
+
+
+def settled_without_receipt(record: Record, now: datetime, why: str = "") -> Step | None:
+    """A run known to have ended without success (failed, canceled, expired) whose full
+    receipt (``result_for_every_ending``) could not be fetched before a bound: its
+    ending is the outcome, the receipt's absence stated in the audit; ``None`` for any
+    other record."""
+    settled = record.settled_outcome
+    unsuccessful = (OutcomeKind.FAILED, OutcomeKind.CANCELED, OutcomeKind.EXPIRED)
+    if record.phase is not Phase.FETCHING_RESULT or settled not in unsuccessful:
+        return None
+    assert settled is not None
+    done, kind, summary, extra = finish(record, now, settled, record.settled_reason)
+    return done, kind, f"{summary}; its receipt was not fetched{why}", extra
+
+
+def timed_out(record: Record, now: datetime, why: str = "") -> Step:
+    """Stop at the deadline, or at the business deadline when that comes first."""
+    business = record.business_deadline_at is not None and record.stop_at < record.deadline_at
+    what = "business deadline" if business else "deadline"
+    if now >= record.stop_at:
+        detail = f"the {what} {record.stop_at.isoformat()} was reached{why}"
+    else:
+        detail = (
+            f"stopped before the {what} {record.stop_at.isoformat()}: the next request "
+            f"may not be sent before it{why}"
+        )
+    if (missing := record.unfetched) is not None:
+        ended = record.provider_outcome
+        assert ended is not None
+        detail += f"; the job {ended.value} at the provider, but its {missing} was not fetched"
+    else:
+        detail += "; the job may still run"
+    reason = Reason.BUSINESS_DEADLINE_EXCEEDED if business else Reason.DEADLINE_EXCEEDED
+    return finish(record, now, OutcomeKind.TIMED_OUT, reason, detail=detail)
+
+
+def escalate(
+    record: Record, now: datetime, reason: Reason, detail: str, *, response: JSON = None
+) -> Step:
+    """Stop with ``escalated``: *reason*, *detail* in words, and the response kept (bounded)."""
+    return finish(record, now, OutcomeKind.ESCALATED, reason, detail=detail, response=response)
+
+
+def terminal(
+    record: Record,
+    now: datetime,
+    outcome: OutcomeKind,
+    *,
+    result: JSON = None,
+    error: JSON = None,
+    counts: Counts | None = None,
+    usage: JSON = None,
+    reason: Reason | None = None,
+) -> Step:
+    if counts is not None:
+        record = replace(record, counts=reported_counts(counts.as_json()))
+    record = replace(record, result=result, error=error if is_present(error) else None, usage=usage)
+    return finish(record, now, outcome, reason)
+
+
+def finish(
+    record: Record,
+    now: datetime,
+    outcome: OutcomeKind,
+    reason: Reason | None,
+    *,
+    detail: str | None = None,
+    response: JSON = None,
+) -> Step:
+    if detail is not None:
+        error: dict[str, JSON] = {"reason": reason.value if reason else None, "detail": detail}
+        if response is not None:
+            error["response"] = bounded(response)
+        if record.error is not None:
+            error["provider_error"] = record.error
+        record = replace(record, error=error)
+    record = replace(
+        record,
+        phase=Phase.DONE,
+        stopped_phase=record.phase,
+        outcome=outcome,
+        reason=reason,
+        finished_at=now,
+        delay_source=None,
+    )
+    if outcome in (OutcomeKind.ESCALATED, OutcomeKind.TIMED_OUT):
+        record = open_request(record, now)
+    else:
+        record = replace(record, decision_request=None)
+    summary = f"outcome {outcome.value}" + (f" ({reason.value})" if reason else "")
+    if detail:
+        summary += f": {detail}"
+    elif (late := record.late_cancel) is not None:  # a refused cancel came too late
+        summary += f"; {late}"
+    return (
+        record,
+        "finished",
+        summary,
+        {"outcome": outcome.value, "reason": reason.value if reason else None},
+    )
+
+
+def bounded(value: JSON) -> JSON:
+    """Keep a response whole when small, else its first characters as text."""
+    text = json.dumps(value, ensure_ascii=False)
+    return value if len(text) <= _KEPT_BODY_CHARS else text[:_KEPT_BODY_CHARS] + "…"

@@ -1,0 +1,472 @@
+"""When to look again after an answer that does not end the operation.
+
+Pure functions (see the rules atop ``_controller.py``) used by ``_decide.py``: the next
+poll time from hints, backoff and jitter (:func:`schedule`), the throttle and
+provider-trouble budgets that stop an operation (:func:`throttled`,
+:func:`provider_trouble`), and the backup schedule of an operation that expects
+webhooks. The rules are stated in ``docs/waiting.md`` (hints, backoff, budgets).
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+
+from waitbound._base._json import JSON, show
+from waitbound._model._observation import Observation
+from waitbound._model._outcome import Reason
+from waitbound._model._pacing import Pacer, origin_key
+from waitbound._model._record import Phase, Record
+from waitbound._profile._contract import Reading
+from waitbound._profile._schedule import (
+    DelaySource,
+    Hint,
+    backoff_bounds_s,
+    backoff_delay_s,
+    backoff_raw_s,
+    hinted_delay_s,
+    read_hints,
+)
+from waitbound._rules._canceling import accepted_cancel, deadline_cancel_at
+from waitbound._rules._finish import Step, deadline_reached, escalate, seconds_between
+from waitbound._rules._learned import LearnedSchedule, ModelLookup, learned_jitter_s
+from waitbound._rules._plan import (
+    HINT_SOURCES,
+    TAIL,
+    budget_min_delay_s,
+    budget_spacing_s,
+    hints_trusted,
+    last_look_at,
+    reserve_requests,
+    status_requests_left,
+)
+
+__all__ = [
+    "THROTTLE_FACTOR",
+    "is_throttled",
+    "paced",
+    "provider_trouble",
+    "schedule",
+    "throttled",
+]
+
+THROTTLE_FACTOR = 4.0
+"""A throttle without a hint backs off at least this many times the current delay."""
+
+
+def is_throttled(record: Record, observation: Observation, reading: Reading | None) -> bool:
+    """The answer is a throttle by the profile's word: its body's ``throttled``
+    expression, or its ``throttle`` rule (a status such as GitHub's 403 with a
+    rate-limit header), checked before the 401/403 rule; a 429 always is."""
+    code = observation.http_status
+    body_throttled = reading is not None and reading.throttled
+    return body_throttled or (
+        code is not None and record.profile.throttled_by(code, observation.headers)
+    )
+
+
+def throttled(
+    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+) -> Step:
+    used = record.rate_limited_used + 1
+    record = record.evolve(rate_limited_used=used)
+    if used > record.max_rate_limited:
+        return escalate(
+            record,
+            observation.at,
+            Reason.RATE_LIMITED,
+            f"throttled {used} times; the rate-limit budget is {record.max_rate_limited}",
+        )
+    return schedule(record, observation, reading, rng, note="throttled", throttle=True, unseen=True)
+
+
+def provider_trouble(
+    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+) -> Step:
+    what = observation.transport_error or f"HTTP {observation.http_status}"
+    used = record.transport_failures_used + 1
+    record = record.evolve(transport_failures_used=used)
+    if used > record.max_transport_failures:
+        settled, missing = record.provider_outcome, record.unfetched
+        learned = (
+            f"the job {settled.value} at the provider (last state "
+            f"{show(record.provider_state)}), but its {missing} could not be fetched"
+            if settled is not None and missing is not None
+            else f"the job's state could not be learned (last known {show(record.provider_state)})"
+        )
+        return escalate(
+            record,
+            observation.at,
+            Reason.PROVIDER_FAILURE,
+            f"{what}; {used} transport failures (budget {record.max_transport_failures}); "
+            + learned,
+        )
+    return schedule(
+        record,
+        observation,
+        reading,
+        rng,
+        note=f"provider trouble ({what})",
+        demanded=observation.http_status == 503,
+        unseen=True,
+    )
+
+
+def schedule(
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    rng: random.Random,
+    *,
+    note: str = "",
+    throttle: bool = False,
+    demanded: bool = False,
+    confirming: bool = False,
+    models: ModelLookup | None = None,
+    unseen: bool = False,
+) -> Step:
+    """Set ``next_poll_at`` from hints, backoff and jitter; stop if it lands past the deadline.
+
+    A valid hint at or above the floor is a minimum, jittered upward only (at most
+    ``hint_jitter`` of it and ``hint_jitter_max_s``). Without one, or with a hint below
+    the floor (zero included: no minimum beyond itself, audited as such): local backoff,
+    its attempt counter going on, so an overdue job told "0" again and again costs what
+    backoff costs, never the floor over and over; a throttle multiplies it by
+    :data:`THROTTLE_FACTOR`; a confirmation re-check fits its requests inside the
+    confirmation window; every delay is at least the floor. On the backup schedule
+    (webhooks expected, see :func:`_on_backup_schedule`) the backoff's base and cap are
+    multiplied by ``policy.backup_factor``, and a hint is a minimum of that backoff: the
+    later of the two applies (its source recorded).
+
+    *models*: the learned schedules (``Policy.schedule = "learned"``, see
+    ``_learned.py``). Asked only where the formula's plain backoff would apply (no
+    valid hint, no throttle or demanded wait, no confirmation, not the backup
+    schedule, while waiting on the job): a planned delay replaces the backoff's,
+    jittered the same way (drawn from ``[jitter_floor * d, d]`` with ``d`` such that
+    the draw's mean is the plan, never above the cap) and never below the floor; the
+    deadline, the request budget and the worker's pacing apply to it as to any delay.
+
+    *unseen*: the answer did not show the job (a throttle, a 5xx, no answer): the look
+    the plan meant is still owed. While waiting on the job, when its retry would land at
+    or past the stop but the provider's minimum (a ``Retry-After``) fits before it, the
+    retry is kept inside: at the plan's last look (a fraction :data:`~waitbound._rules._plan.TAIL`
+    of a spacing before the stop), never sooner than the minimum. Without it, a throttle
+    near the deadline would clip the retry to the deadline and the wait would end
+    ``timed_out`` with a job that ended in time unseen.
+    """
+    now = observation.at
+    policy = record.policy
+    floor = policy.floor_s
+    told, invalid = read_hints(
+        observation.headers, reading, record.profile, now=now, throttled=throttle
+    )
+    record = _hint_evidence(record, told)
+    hint = told if told is not None and told.delay_s >= floor else None
+    if told is not None and hint is None:
+        said = "0" if told.delay_s == 0 else f"{told.delay_s:.3g}s, below the {floor:g}s floor"
+        note = f"{note + '; ' if note else ''}hint {said} ({told.origin}): no minimum"
+    code = observation.http_status
+    told_to_wait = (  # a non-2xx answer's Retry-After is a demand (see wait_demanded)
+        hint is not None
+        and hint.source is DelaySource.PROVIDER_RETRY_AFTER
+        and not (code is not None and 200 <= code < 300)
+    )
+    rejected = None
+    if (
+        hint is not None
+        and not (throttle or demanded or told_to_wait)  # guidance, not a demand
+        and now + timedelta(seconds=hint.delay_s) >= record.stop_at
+    ):
+        rejected, hint = hint, None
+        note = (
+            f"{note + '; ' if note else ''}hint {rejected.delay_s:g}s ({rejected.origin}) "
+            "reaches past the deadline: rejected as guidance"
+        )
+    backup = _on_backup_schedule(
+        record, demanded=throttle or demanded or told_to_wait, confirming=confirming
+    )
+    base_s, cap_s = backoff_bounds_s(
+        policy.base_delay_s,
+        policy.max_delay_s,
+        backup_factor=policy.backup_factor if backup else None,
+    )
+    shape = {"growth": policy.backoff_growth, "jitter_floor": policy.backoff_jitter_floor}
+    extra_learned: dict[str, JSON] | None = None
+    factor = 1.0  # a throttle's multiple of the backoff's step (the step goes on, not it)
+    planned = _learned_delay_s(
+        record, now, models, plain=not (throttle or demanded or confirming or backup)
+    )
+    raw_s = _continued_raw_s(record, base_s, cap_s) if planned is None else planned[1]
+    followed = hint is not None and (
+        confirming or backup or hint.delay_s >= raw_s or hints_trusted(record)
+    )
+    unfollowed = None if followed else hint
+    if hint is not None and followed:
+        minimum = hint.delay_s
+        delay = hinted_delay_s(
+            minimum, jitter=policy.hint_jitter, max_jitter_s=policy.hint_jitter_max_s, rng=rng
+        )
+        source = hint.source
+        demanded = demanded or throttle
+        if backup:  # the hint is a minimum under the backup schedule, not a shortcut
+            slower = backoff_delay_s(
+                record.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng, **shape
+            )
+            if slower > delay:
+                delay, source = slower, DelaySource.BACKUP_POLLING
+    elif planned is not None:
+        minimum = max(floor, unfollowed.delay_s if unfollowed else 0.0)
+        model, planned_s = planned
+        delay = max(minimum, learned_jitter_s(planned_s, policy, rng))
+        source = DelaySource.LEARNED_SCHEDULE
+        extra_learned = {"planned_s": round(planned_s, 3), **model.describe()}
+    else:
+        minimum = max(floor, unfollowed.delay_s if unfollowed else 0.0)
+        low = policy.backoff_jitter_floor * raw_s
+        if record.attempt and record.last_delay_s and record.delay_source in HINT_SOURCES:
+            low = max(low, min(record.last_delay_s, raw_s))  # never shorter than the hint
+        if unfollowed is not None:  # the hint stays a minimum
+            low = max(low, min(unfollowed.delay_s, raw_s))
+        delay = rng.uniform(low, raw_s)
+        if throttle and unfollowed is None:
+            delay *= THROTTLE_FACTOR
+            minimum = delay
+            factor = THROTTLE_FACTOR
+        demanded = demanded or throttle
+        if confirming:
+            delay = min(delay, policy.confirm_window_s / (policy.confirm_max_requests + 1))
+        delay = max(delay, minimum)
+        source = DelaySource.BACKUP_POLLING if backup else DelaySource.LOCAL_BACKOFF
+        if unfollowed is not None and (demanded or told_to_wait):
+            source = unfollowed.source  # a demand lengthened by the plan: still a demand
+    spread_s = (
+        budget_min_delay_s(record, now, cap_s=cap_s)
+        if record.phase is Phase.WAITING and not confirming
+        else 0.0
+    )
+    if spread_s > delay:  # the budget's pace: the rest must still cover the time left
+        delay = spread_s
+        if not (hint is not None and (demanded or told_to_wait)):  # a demand stays one (no webhook
+            source = DelaySource.BUDGET_SPREAD  # brings it forward); the extra says why
+        extra_budget = True
+    else:
+        extra_budget = False
+    attempt = record.attempt + 1  # set with the next poll time below: one copy
+    extra: dict[str, JSON] = {
+        "invalid_hints": [
+            {"origin": bad.origin, "value": bad.value, "problem": bad.problem} for bad in invalid
+        ]
+    }
+    if extra_learned is not None:
+        extra["learned"] = extra_learned
+    if unfollowed is not None:
+        extra["hint"] = {
+            "origin": unfollowed.origin,
+            "delay_s": unfollowed.delay_s,
+            "followed": False,
+            "came_true": [record.hints_true, record.hints_followed],
+        }
+        note = (
+            f"{note + '; ' if note else ''}hint {unfollowed.delay_s:g}s ({unfollowed.origin}) "
+            f"is a minimum, not followed sooner than the plan ({raw_s:.3g}s): this job's "
+            f"hints came true {record.hints_true} of {record.hints_followed} times"
+        )
+    elif hint is not None:
+        extra["hint"] = {"origin": hint.origin, "delay_s": hint.delay_s}
+    elif rejected is not None:
+        extra["hint"] = {
+            "origin": rejected.origin,
+            "delay_s": rejected.delay_s,
+            "rejected": "past the deadline",
+        }
+    elif told is not None:
+        extra["hint"] = {"origin": told.origin, "delay_s": told.delay_s, "minimum": False}
+    if extra_budget:
+        extra["budget"] = {
+            "status_requests_left": status_requests_left(record),
+            "reserve": reserve_requests(record),
+            "time_left_s": round(seconds_between(now, record.stop_at), 3),
+        }
+    earliest = now + timedelta(seconds=minimum)
+    if (
+        unseen
+        and record.phase is Phase.WAITING
+        and not confirming
+        and earliest < record.stop_at <= now + timedelta(seconds=delay)
+    ):  # the look still owed stays inside the deadline (see the docstring)
+        spacing_s = budget_spacing_s(record, now, cap_s=cap_s) or 0.0
+        delay = max(minimum, seconds_between(now, record.stop_at) - TAIL * spacing_s)
+        note = f"{note + '; ' if note else ''}the look still owed is retried before the deadline"
+    elif (
+        record.phase is Phase.WAITING
+        and not (confirming or demanded or told_to_wait)
+        and record.requests_used < record.max_requests
+        and record.stop_at <= now + timedelta(seconds=delay)
+        and earliest < (last_look := last_look_at(record, cap_s=cap_s))
+        and (told is None or now + timedelta(seconds=told.delay_s) <= last_look)
+    ):  # a backoff past the stop: the plan's last look is kept before it (never sooner
+        # than a hint asked, even one rejected as past the deadline)
+        delay = seconds_between(now, last_look)
+        source = DelaySource.BUDGET_SPREAD
+        note = f"{note + '; ' if note else ''}the last look before the deadline"
+    # --cancel-on-deadline: its one cancel still goes out before the deadline
+    cancel_at = None if demanded else deadline_cancel_at(record)
+    if earliest >= record.stop_at and cancel_at is not None:
+        note = (
+            f"{note + '; ' if note else ''}no status request fits before the deadline: "
+            f"the cancel is sent at {cancel_at.isoformat()}, before it"
+        )
+    elif earliest >= record.stop_at and (demanded or record.requests_used < record.max_requests):
+        # (with no request left the budget, spent first, is the stop: the controller's)
+        wait = (
+            f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
+        )
+        record = record.evolve(attempt=attempt)
+        if demanded:
+            record, kind, summary, more = escalate(
+                record,
+                now,
+                Reason.RATE_LIMITED,
+                f"{note or 'throttled'}: {wait}, past the deadline",
+            )
+        else:
+            cancel = accepted_cancel(record)
+            record, kind, summary, more = deadline_reached(
+                record, now, f"; {wait}, past the deadline" + (f"; {cancel}" if cancel else "")
+            )
+        return record, kind, summary, extra | more
+    next_poll_at = min(now + timedelta(seconds=delay), record.stop_at)
+    if record.requests_used >= record.max_requests and not demanded:
+        # Every request is used: nothing is left to wait for, and the stop is the
+        # budget's now (the controller's), never a backoff that runs into the deadline.
+        next_poll_at = now
+    record = record.evolve(
+        attempt=attempt,
+        next_poll_at=next_poll_at,
+        delay_source=source,
+        last_delay_s=round(seconds_between(now, next_poll_at) / factor, 6),
+        last_hint_s=told.delay_s if told is not None else None,
+    )
+    ignored = (
+        "; ignored " + ", ".join(f"{b.origin} {b.value!r}" for b in invalid) if invalid else ""
+    )
+    summary = (
+        f"{note + '; ' if note else ''}next request in {seconds_between(now, next_poll_at):.3g}s "
+        f"({source.value}){ignored}"
+    )
+    return record, "scheduled", summary, extra
+
+
+def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) -> Step:
+    """Origin pacing (``Policy.origin_pacing``, see ``_pacing.py``), after every other
+    rule: a scheduled status poll may move later, to where its origin's calendar has
+    room, by at most the policy's ``max_delay_s`` and never past the deadline; a hint
+    stays a minimum (the time only moves later), the delay source stays the rule that
+    planned it, and the audit names what pacing added (``paced_by_origin``).
+
+    Any other step (an outcome, an escalation, a result fetch, a poll due now, a
+    confirmation re-check, which must fit its ``confirm_window_s``) is returned as it
+    is, as is every step without a *pacer* or with pacing off.
+    """
+    record, kind, summary, extra = step
+    planned = record.next_poll_at
+    if (
+        pacer is None
+        or kind != "scheduled"
+        or not record.policy.origin_pacing
+        or record.phase is not Phase.WAITING
+        or record.success_seen_at is not None  # a confirmation re-check fits its window
+        or record.doubted_at is not None
+        or planned <= now
+    ):
+        return step
+    where = origin_key(record.status_url)
+    if where is None:
+        return step
+    latest = min(planned + timedelta(seconds=record.policy.max_delay_s), record.stop_at)
+    if latest <= planned:
+        return step
+    at = pacer(where, planned, latest_at=latest, now=now, rng=rng)
+    at = min(latest, max(planned, at))
+    added_s = seconds_between(planned, at)
+    if added_s <= 0:
+        return step
+    record = record.evolve(next_poll_at=at)
+    summary += (
+        f"; paced by origin {where}: {added_s:.3g}s later, so the polls of operations "
+        f"due together spread (next request in {seconds_between(now, at):.3g}s)"
+    )
+    return (
+        record,
+        kind,
+        summary,
+        extra | {"paced_by_origin": {"origin": where, "added_s": round(added_s, 3)}},
+    )
+
+
+def _learned_delay_s(
+    record: Record, now: datetime, models: ModelLookup | None, *, plain: bool
+) -> tuple[LearnedSchedule, float] | None:
+    """The learned schedule's planned delay (seconds) and its model, or ``None``: no
+    model (the formula applies), not a plain wait on the job (*plain* false, or not
+    waiting), or the job has outlived the model's horizon."""
+    if models is None or not plain or record.phase is not Phase.WAITING:
+        return None
+    model = models(record, now)
+    if model is None:
+        return None
+    planned = model.next_delay_s(seconds_between(record.created_at, now))
+    return None if planned is None else (model, planned)
+
+
+def _on_backup_schedule(record: Record, *, demanded: bool, confirming: bool) -> bool:
+    """Whether the next status poll's local backoff is the backup schedule: webhooks
+    are expected (``push.webhook``), so polling only has to find the endings no webhook
+    announces; base and cap are multiplied by ``policy.backup_factor``.
+
+    Only while polling the status (phase ``waiting``): a submission resent, a result or
+    errors page not ready, are not what a webhook announces. Never after an answer that
+    demands a wait (a throttle, a 503, a ``Retry-After`` on an answer that is not a
+    2xx: their own rules, e.g. :data:`THROTTLE_FACTOR`
+    times the ordinary backoff, so expecting webhooks never makes a throttle end
+    ``rate_limited`` sooner, and their hint stays the recorded source that no webhook
+    cuts short) or for a confirmation re-check (it fits its window). Any other hint
+    stays a minimum of the backup schedule.
+    """
+    return (
+        record.push.webhook is not None
+        and record.phase is Phase.WAITING
+        and not demanded
+        and not confirming
+    )
+
+
+def _continued_raw_s(record: Record, base_s: float, cap_s: float) -> float:
+    """The backoff's un-jittered step (seconds), going on from the last delay: the
+    formula's ``min(cap, base * growth**attempt)``, or the last delay times the growth
+    when that is longer (a hinted wait of 2 s is followed by about 3 s, never by the
+    formula's restart from its base), never above the cap. A new phase (``attempt``
+    0) starts from the base."""
+    policy = record.policy
+    raw = backoff_raw_s(
+        record.attempt, base_delay_s=base_s, max_delay_s=cap_s, growth=policy.backoff_growth
+    )
+    last = record.last_delay_s
+    if record.attempt and last:
+        raw = max(raw, min(cap_s, last * policy.backoff_growth))
+    return raw
+
+
+def _hint_evidence(record: Record, told: Hint | None) -> Record:
+    """Count the evidence of the look just answered, when a provider hint set it
+    (``delay_source``): the hint was followed, and it came true when the answer brought
+    news: a hint that differs from the last one (an estimate that moved). A hint that
+    says the same on every answer (a constant ``Retry-After: 1``) carries none. (A
+    look that ended the job is not scheduled from, so it needs no count.)"""
+    if record.delay_source not in HINT_SOURCES or record.phase is not Phase.WAITING:
+        return record
+    last = record.last_hint_s
+    news = told is not None and last is not None and abs(told.delay_s - last) > max(0.5, 0.1 * last)
+    return record.evolve(
+        hints_followed=record.hints_followed + 1, hints_true=record.hints_true + int(news)
+    )
