@@ -84,7 +84,7 @@ def test_a_killed_worker_never_buys_requests_or_fetches_a_result_twice(
         store = SQLiteStore(store_path)
         policy = Policy(
             base_delay_s=0.05,
-            max_delay_s=9,  # 8 requests 9 s apart cover 60 s (a lost answer: the rest spread)
+            max_delay_s=60,  # the cap covers the 60 s deadline: the plan never spreads them
             deadline_s=60,
             max_requests=MAX_REQUESTS,
             request_timeout_s=2,
@@ -174,7 +174,7 @@ def test_a_worker_killed_in_a_paused_group_commit_leaves_no_half_written_row(
         store = SQLiteStore(store_path)
         policy = Policy(
             base_delay_s=0.05,
-            max_delay_s=9,  # 8 requests 9 s apart cover 60 s (a lost answer: the rest spread)
+            max_delay_s=60,  # the cap covers the 60 s deadline: the plan never spreads them
             deadline_s=60,
             max_requests=MAX_REQUESTS,
             request_timeout_s=2,

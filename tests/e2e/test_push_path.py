@@ -419,7 +419,8 @@ def seconds_until(at: datetime) -> float:
 @pytest.mark.e2e
 def test_a_webhook_sent_as_its_poll_falls_due_completes_once(tmp_path: Path) -> None:
     """A delivery sent the moment the scheduled poll is due: one outcome, two polls, once out."""
-    quick = Policy(base_delay_s=0.05, max_delay_s=0.1, deadline_s=60, max_requests=3)
+    # at a cap of ten times the deadline the plan leaves the 3 polls at backoff (0.05 s)
+    quick = Policy(base_delay_s=0.05, max_delay_s=600, deadline_s=60, max_requests=3)
     with (
         Simulator(parse_scenario(running_then_done())) as sim,
         receiving() as hooked,
@@ -897,8 +898,8 @@ def test_a_worker_killed_between_an_outcome_and_its_delivery_delivers_once_after
     rng = random.Random(seed)
     names = [rng.choice(list(ENDINGS)) for _ in range(3)]
     store_path = tmp_path / "store.db"
-    policy = Policy(base_delay_s=0.05, max_delay_s=0.1, deadline_s=60, request_timeout_s=2,
-                    lease_s=1)  # fmt: skip
+    # 30 requests at the 3 s cap cover the 60 s deadline: the plan does not spread them
+    policy = Policy(base_delay_s=0.05, max_delay_s=3, deadline_s=60, request_timeout_s=2, lease_s=1)
     simulators = [
         Simulator(parse_scenario(_ending(name, rng.randint(0, 2)))).start() for name in names
     ]
@@ -988,7 +989,7 @@ def test_the_label_stream_sends_every_event_of_its_operations_once_across_a_resu
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`/events?label=`: two operations' events, none of another label, none lost or twice."""
-    quick = Policy(base_delay_s=0.1, max_delay_s=0.2, deadline_s=60)
+    quick = Policy(base_delay_s=0.1, max_delay_s=3, deadline_s=60)  # covers 60 s: no spread
     scenario = parse_scenario(running_then_done(running=6))
     simulators = [Simulator(scenario).start() for _ in range(3)]
     labels = ["team-a/x", "team-a/y", "team-b/z"]
