@@ -175,11 +175,12 @@ def test_interrupt_saves_the_operation_and_says_how_to_resume(
     """SIGINT/SIGTERM mid-wait: exit 130 naming the id and how to resume; resuming works."""
     simulator = simulator_for(PENDING_FOREVER)
     env = cli_env(tmp_path)
+    # a cap past five times the deadline: the plan keeps no request for the deadline's end
     argv = [
         sys.executable, "-m", "waitbound", "wait", f"{simulator.base_url}/status", *INLINE,
         "--job-id-path", "id", "--deadline", "30s", "--max-requests", "4",
         "--base-delay", "1s", "--max-delay", "200s", "--request-timeout", "5s",
-    ]  # fmt: skip  (a cap past 5x the deadline: the plan keeps no request for its end)
+    ]  # fmt: skip
     first = subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,
