@@ -55,7 +55,7 @@ def main() -> int:
                     "--base-delay",
                     "0.5s",
                     "--max-delay",
-                    "2s",
+                    "3s",
                     "--operation-id",
                     operation_id,
                     "--store",

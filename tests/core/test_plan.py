@@ -120,10 +120,19 @@ def test_a_budget_that_cannot_cover_the_deadline_is_spread_over_it() -> None:
 
 
 def test_only_a_policy_whose_budget_and_deadline_disagree_warns() -> None:
+    """The warning says exactly when the plan spreads the requests from the first answer
+    on: 12 requests at the 60 s cap cover 600 s (10.2 spacings after the first), not 700."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", BudgetWarning)
         Policy()
+        Policy(max_requests=12, deadline_s=600)
+        Policy(max_requests=1, deadline_s=3600)
+    with pytest.warns(BudgetWarning, match=r"cover 612s of the 700s deadline"):
         Policy(max_requests=12, deadline_s=700)
+    with_warning = run({"/status": [PENDING, PENDING, FINISHED]}, max_requests=12, deadline_s=700)
+    without = run({"/status": [PENDING, PENDING, FINISHED]}, max_requests=12, deadline_s=600)
+    assert scheduled(with_warning)[0]["delay_source"] == "budget_spread"
+    assert scheduled(without)[0]["delay_source"] == "local_backoff"
 
 
 def test_a_grant_of_one_check_over_three_minutes_looks_late_in_its_window() -> None:

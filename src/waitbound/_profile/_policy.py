@@ -47,11 +47,21 @@ MAX_DURATION_S: Final = 366 * 24 * 3600.0
 """No duration may exceed a year (a deadline further away is a scheduling job, not a wait)."""
 
 
+TAIL: Final = 0.2
+"""The plan's last status request lands this fraction of one spacing before the stop (a
+request at the stop itself is never sent); see ``waitbound._rules._plan``."""
+
+
 class BudgetWarning(UserWarning):
     """A :class:`Policy` whose request budget cannot cover its deadline even at the
-    backoff's cap (``max_requests * max_delay_s`` is shorter than the deadline): its
-    status requests will be spread over the time left, further apart than
-    ``max_delay_s`` (delay source ``budget_spread``). Given once, when the policy is made."""
+    backoff's cap: after the first request (sent at once), the other ``max_requests - 1``
+    at most ``max_delay_s`` apart, the last :data:`TAIL` of a spacing before the stop,
+    fall short of it (``(max_requests - 2 + TAIL) * max_delay_s`` is shorter than the
+    deadline). Its status requests will be spread over the time left, further apart than
+    ``max_delay_s`` (delay source ``budget_spread``): exactly when the plan spreads them
+    from the first answer on, with no result URL or other pending action to reserve a
+    request for. A one-request policy never warns (its one look is sent at once). Given
+    once, when the policy is made."""
 
 
 _QUIET: ContextVar[bool] = ContextVar("waitbound_quiet_budget_warning", default=False)
@@ -74,15 +84,17 @@ def budget_disagreement(policy: Policy) -> str | None:
     stop_s = policy.deadline_s
     if policy.business_deadline_s is not None:
         stop_s = min(stop_s, policy.business_deadline_s)
-    covered_s = policy.max_requests * policy.max_delay_s
-    if covered_s >= stop_s:
+    covered_s = (policy.max_requests - 2 + TAIL) * policy.max_delay_s
+    if policy.max_requests <= 1 or covered_s >= stop_s:
         return None
     return (
         f"the budget and the deadline disagree: {policy.max_requests} requests at most "
-        f"{policy.max_delay_s:g}s apart cover {covered_s:g}s of the {stop_s:g}s deadline; "
-        f"the status requests will be spread over the time left (about "
-        f"{stop_s / policy.max_requests:.3g}s apart, delay source budget_spread); raise "
-        "max_requests or max_delay_s, or shorten the deadline, to wait on the backoff"
+        f"{policy.max_delay_s:g}s apart (the first at once, the last a fifth of a spacing "
+        f"before the stop) cover {covered_s:.3g}s of the {stop_s:g}s deadline; the status "
+        f"requests will be spread over the time left (about "
+        f"{stop_s / (policy.max_requests - 1 + TAIL):.3g}s apart, delay source "
+        "budget_spread); raise max_requests or max_delay_s, or shorten the deadline, to "
+        "wait on the backoff"
     )
 
 

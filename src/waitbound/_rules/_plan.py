@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from waitbound._model._record import Phase, Record
+from waitbound._profile._policy import TAIL
 from waitbound._profile._schedule import DelaySource
 
 __all__ = [
@@ -40,9 +41,6 @@ __all__ = [
     "status_requests_left",
 ]
 
-TAIL: Final = 0.2
-"""The last planned status request lands this fraction of one spacing before the stop
-(a request at the stop itself is never sent)."""
 
 HINT_SOURCES: Final = frozenset({DelaySource.PROVIDER_RETRY_AFTER, DelaySource.PROVIDER_POLL_HINT})
 """The delay sources that mean "the provider's hint set this look"."""
