@@ -288,3 +288,16 @@ def test_a_backoff_past_the_deadline_is_brought_back_to_the_last_look() -> None:
     pending = run({"/status": [PENDING]}, max_requests=30)
     assert pending.outcome.outcome is OutcomeKind.TIMED_OUT
     assert pending.provider.count("/status") == 17
+
+
+def test_a_grant_of_one_check_that_sees_success_also_fetches_the_result() -> None:
+    """``extend --checks 1`` of an operation with a result URL: the check sees the job
+    succeed and the result is fetched, the grant carrying that request on top of its
+    check (it ended request_budget_exhausted with the result unfetched)."""
+    op = stopped(RUNNING, max_requests=3, result_url="http://provider.test/result")
+    assert op.record.reason is Reason.REQUEST_BUDGET_EXHAUSTED
+    op.decide("extend", minutes=1, checks=1)
+    assert op.events("decided")[-1].data["grant"]["action_requests"] == 1
+    outcome = op.resume((200, {"status": "done"}))
+    assert outcome.outcome is OutcomeKind.SUCCEEDED
+    assert op.provider.count("/result") == 1

@@ -271,7 +271,11 @@ def decide_record(
             if chosen is Option.AS_REQUESTED
             else _grant(record, minutes, checks),
             action_requests=ACTION_REQUESTS.get(chosen, 0)
-            + (result_reserve(_reopened(record, now)) if chosen is Option.CANCEL else 0),
+            + (
+                result_reserve(_reopened(record, now))
+                if chosen is not Option.FETCH_RESULT_AGAIN
+                else 0
+            ),
         )
         granted: dict[str, JSON] = {"minutes": grant.minutes, "checks": grant.checks}
         if chosen is Option.AS_REQUESTED and record.decision_request is not None:

@@ -79,7 +79,7 @@ def result_reserve(record: Record) -> int:
     """The one result request an operation will still need (0 or 1): its result URL
     is known (``record.result_url``) and not fetched, or, while waiting on the job, its
     profile names where a result URL is read (a ``result_url`` expression or
-    ``result_url_template``) and none was fetched. A person's ``cancel`` carries it on
+    ``result_url_template``) and none was fetched. A person's grant carries it on
     top of its checks (``_decisions.py``): a cancel refused because the job just
     succeeded still fetches the result."""
     if record.result_fetched_at is not None:
