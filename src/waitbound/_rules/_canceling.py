@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from waitbound._base._json import show
+from waitbound._model._audit import EventKind
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Phase, Record
@@ -69,7 +70,9 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
             cancel_refused=None,
         )
         summary = f"cancel accepted ({answer}); the status endpoint will tell how the job ends"
-        return record, "cancel_answered", summary, {"http_status": code, "accepted": True}
+        return Step(
+            record, EventKind.CANCEL_ANSWERED, summary, {"http_status": code, "accepted": True}
+        )
     refused = code is not None and 400 <= code < 500 and code != 429
     if refused:
         record = record.evolve(cancelable=False)
@@ -96,7 +99,9 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
         next_poll_at=now, delay_source=None, cancel_refused_at=now, cancel_refused=words[:300]
     )
     summary = f"{words}; one status look decides whether the job already ended"
-    return record, "cancel_answered", summary, {"http_status": code, "accepted": False}
+    return Step(
+        record, EventKind.CANCEL_ANSWERED, summary, {"http_status": code, "accepted": False}
+    )
 
 
 def refused_cancel_look(before: Record, kind: str) -> bool:
@@ -116,14 +121,14 @@ def after_refused_cancel(step: Step, observation: Observation) -> Step:
     running (or a look that got no usable answer) stops ``escalated`` /
     ``cancel_not_accepted``: the job may still run.
     """
-    record, kind, summary, extra = step
+    record = step.record
     now = observation.at
     ended = record.is_finished or record.phase is not Phase.WAITING
     if ended or record.success_seen_at is not None:
         if record.outcome is OutcomeKind.ESCALATED or record.outcome is OutcomeKind.TIMED_OUT:
             return step  # a stop of its own (unknown state, denied…): its words stand
         late = record.late_cancel or f"{record.cancel_refused}: the job had already ended"
-        return record, kind, f"{summary}; {late}", extra
+        return step.said(f"; {late}")
     words = record.cancel_refused or "the cancel was not accepted"
     record = record.evolve(cancel_refused_at=None, cancel_refused=None)
     code = observation.http_status

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 
 from waitbound._base._json import show
 from waitbound._base._urls import redact_url, resolve, shown_url
-from waitbound._model._audit import AuditEvent
+from waitbound._model._audit import AuditEvent, EventKind
 from waitbound._model._audit_record import audit_event
 from waitbound._model._observation import Observation, Request
 from waitbound._model._outcome import Reason
@@ -151,7 +151,7 @@ def created_event(record: Record) -> AuditEvent:
     return audit_event(
         record,
         record.created_at,
-        "created",
+        EventKind.CREATED,
         f"{what} with profile {record.profile.name}: deadline "
         f"{record.deadline_at.isoformat()}"
         + (
@@ -222,7 +222,7 @@ def plan(
             audit_event(
                 record,
                 now,
-                "answer_lost",
+                EventKind.ANSWER_LOST,
                 f"the answer to the last {lost} request was never recorded "
                 "(the process stopped, or stalled past its lease); that request stays counted",
             )
@@ -362,9 +362,8 @@ def _accepted_cancel_note(record: Record) -> str:
 
 
 def _finish_early(record: Record, now: datetime, notes: list[AuditEvent], step: Step) -> Finish:
-    done, kind, summary, extra = step
-    events = (*notes, audit_event(done, now, kind, summary, **extra))
-    return Finish(transition=Transition(record=done, events=events))
+    events = (*notes, step.event(now))
+    return Finish(transition=Transition(record=step.record, events=events))
 
 
 _COUNTERS: dict[RequestKind, str] = {
@@ -415,7 +414,7 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
         f"; {late_s:.3g}s later than planned" if late_s > 1 and kind == "status" else ""
     )
     event = audit_event(
-        reserved, now, "reserved", summary, request=kind, timeout_s=round(timeout_s, 3),
+        reserved, now, EventKind.RESERVED, summary, request=kind, timeout_s=round(timeout_s, 3),
         deadline_at=record.deadline_at.isoformat(),
     )  # fmt: skip
     return Send(
@@ -442,7 +441,7 @@ def unsent(record: Record, kind: RequestKind, now: datetime, why: str) -> Transi
         **{counter: max(0, getattr(record, counter) - 1)},
     )
     summary = f"the reserved {kind} request was not sent: {why}; it is released, not counted"
-    event = audit_event(released, now, "send_skipped", summary, request=kind)
+    event = audit_event(released, now, EventKind.SEND_SKIPPED, summary, request=kind)
     return Transition(record=released, events=(event,))
 
 
@@ -470,8 +469,8 @@ def late_answer(
             f"a reserved {kind} request was not sent: {what}; the operation had been "
             "taken over meanwhile (an answer noted lost for it was never asked for)"
         )
-    event = audit_event(record, now, "late_answer" if sent else "send_skipped", summary,
-                        request=kind, request_id=request_id)  # fmt: skip
+    told = EventKind.LATE_ANSWER if sent else EventKind.SEND_SKIPPED
+    event = audit_event(record, now, told, summary, request=kind, request_id=request_id)
     return Transition(record=record, events=(event,))
 
 
@@ -495,8 +494,8 @@ def internal_failure(record: Record, now: datetime, doing: str, exc: Exception) 
         "nothing was guessed, and the other operations are not affected"
     )
     cleared = record.evolve(in_flight=None, lease_owner=None, lease_expires_at=None)
-    done, kind, summary, extra = escalate(cleared, now, Reason.INTEGRATION_FAILURE, detail)
-    return Transition(record=done, events=(audit_event(done, now, kind, summary, **extra),))
+    step = escalate(cleared, now, Reason.INTEGRATION_FAILURE, detail)
+    return Transition(record=step.record, events=(step.event(now),))
 
 
 # --- observing an answer ---------------------------------------------------------
@@ -579,19 +578,21 @@ def observe(
             step = decide_status(base, observation, reading, rng, models=models)
             if refused_cancel_look(record, observation.kind):
                 step = after_refused_cancel(step, observation)
-    after, kind, summary, extra = step
-    if kind == "scheduled" and _hinted_in_flight(record, observation, after):
+    if step.kind is EventKind.SCHEDULED and _hinted_in_flight(record, observation, step.record):
         # The answer may predate what the webhook announced: look again at once.
-        after = after.evolve(next_poll_at=min(after.next_poll_at, now), delay_source=None)
-        summary += (
+        after = step.record.evolve(
+            next_poll_at=min(step.record.next_poll_at, now), delay_source=None
+        )
+        step = replace(step, record=after).said(
             "; a webhook arrived while this request was in flight, so its answer may "
             "predate it: the next check is due now"
         )
-    after, kind, summary, extra = paced((after, kind, summary, extra), now, pacer, rng)
+    step = paced(step, now, pacer, rng)
+    after = step.record
     observed = audit_event(
         after,
         now,
-        "observed",
+        EventKind.OBSERVED,
         _describe(observation, reading, after),
         request=observation.kind,
         http_status=observation.http_status,
@@ -601,9 +602,7 @@ def observe(
         classification=reading.classification.value if reading and reading.classification else None,
         deadline_at=after.deadline_at.isoformat(),
     )
-    return Transition(
-        record=after, events=(observed, audit_event(after, now, kind, summary, **extra))
-    )
+    return Transition(record=after, events=(observed, step.event(now)))
 
 
 def _hinted_in_flight(before: Record, observation: Observation, after: Record) -> bool:

@@ -15,6 +15,7 @@ from typing import Final
 
 from waitbound._base._json import JSON, show
 from waitbound._base._urls import redact_url, resolve, same_url, shown_url
+from waitbound._model._audit import EventKind
 from waitbound._model._errors_page import errors_page
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind, Reason
@@ -320,10 +321,9 @@ def _pending(
             notes.append(f"polling URL moved from {redact_url(old)} to {redact_url(url)}")
             pinned = record.caller_url or record.submit_url or old
             record = record.evolve(status_url=url, caller_url=pinned)
-    after, kind, summary, extra = schedule(
-        record, observation, reading, rng, note="; ".join(notes), models=models
+    return schedule(record, observation, reading, rng, note="; ".join(notes), models=models).adding(
+        moved
     )
-    return after, kind, summary, extra | moved
 
 
 def _settle(
@@ -438,9 +438,9 @@ def _settle(
         delay_source=None,
         attempt=0,
     )
-    return (
+    return Step(
         record,
-        "result_due",
+        EventKind.RESULT_DUE,
         f"terminal {outcome.value}; fetching the result from {redact_url(result_url)} once",
         {"result_url": redact_url(result_url)},
     )
@@ -513,9 +513,9 @@ def _fetch_receipt(
         attempt=0,
     )
     ended = outcome.value + (f" ({reason.value})" if reason else "")
-    return (
+    return Step(
         record,
-        "result_due",
+        EventKind.RESULT_DUE,
         f"terminal {ended}; fetching its receipt from {redact_url(url)} once",
         {"result_url": redact_url(url)},
     )
@@ -687,7 +687,7 @@ def _complete(
             "completed with errors; fetching the first page of errors from "
             f"{redact_url(record.errors_url or '')} once"
         )
-        return record, "errors_due", summary, {}
+        return Step(record, EventKind.ERRORS_DUE, summary, {})
     return terminal(record, now, outcome, result=result, error=error, counts=counts, usage=usage)
 
 

@@ -10,9 +10,11 @@ webhooks. The rules are stated in ``docs/waiting.md`` (hints, backoff, budgets).
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from waitbound._base._json import JSON, show
+from waitbound._model._audit import EventKind
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import Reason
 from waitbound._model._pacing import Pacer, origin_key
@@ -323,7 +325,7 @@ def schedule(
         )
         record = record.evolve(attempt=attempt)
         if demanded:
-            record, kind, summary, more = escalate(
+            stop = escalate(
                 record,
                 now,
                 Reason.RATE_LIMITED,
@@ -331,10 +333,10 @@ def schedule(
             )
         else:
             cancel = accepted_cancel(record)
-            record, kind, summary, more = deadline_reached(
+            stop = deadline_reached(
                 record, now, f"; {wait}, past the deadline" + (f"; {cancel}" if cancel else "")
             )
-        return record, kind, summary, extra | more
+        return replace(stop, extra=extra | stop.extra)
     next_poll_at = min(now + timedelta(seconds=delay), record.stop_at)
     if record.requests_used >= record.max_requests and not demanded:
         # Every request is used: nothing is left to wait for, and the stop is the
@@ -354,7 +356,7 @@ def schedule(
         f"{note + '; ' if note else ''}next request in {seconds_between(now, next_poll_at):.3g}s "
         f"({source.value}){ignored}"
     )
-    return record, "scheduled", summary, extra
+    return Step(record, EventKind.SCHEDULED, summary, extra)
 
 
 def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) -> Step:
@@ -368,11 +370,11 @@ def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) ->
     confirmation re-check, which must fit its ``confirm_window_s``) is returned as it
     is, as is every step without a *pacer* or with pacing off.
     """
-    record, kind, summary, extra = step
+    record = step.record
     planned = record.next_poll_at
     if (
         pacer is None
-        or kind != "scheduled"
+        or step.kind is not EventKind.SCHEDULED
         or not record.policy.origin_pacing
         or record.phase is not Phase.WAITING
         or record.success_seen_at is not None  # a confirmation re-check fits its window
@@ -391,17 +393,11 @@ def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) ->
     added_s = seconds_between(planned, at)
     if added_s <= 0:
         return step
-    record = record.evolve(next_poll_at=at)
-    summary += (
+    paced_step = replace(step, record=record.evolve(next_poll_at=at))
+    return paced_step.said(
         f"; paced by origin {where}: {added_s:.3g}s later, so the polls of operations "
         f"due together spread (next request in {seconds_between(now, at):.3g}s)"
-    )
-    return (
-        record,
-        kind,
-        summary,
-        extra | {"paced_by_origin": {"origin": where, "added_s": round(added_s, 3)}},
-    )
+    ).adding({"paced_by_origin": {"origin": where, "added_s": round(added_s, 3)}})
 
 
 def _learned_delay_s(
