@@ -2,7 +2,7 @@
 
 A pure function in the manner of ``_decide.py`` (see the rules atop ``_controller.py``):
 the record with the answer's bookkeeping applied and the observation in, a
-:data:`~waitbound._rules._finish.Step` out. The rules are stated in ``docs/waiting.md``
+:class:`~waitbound._rules._finish.Step` out. The rules are stated in ``docs/waiting.md``
 ("Canceling") and ``docs/decisions.md``.
 """
 
@@ -16,6 +16,7 @@ from waitbound._model._audit import EventKind
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Phase, Record
+from waitbound._rules import _sentences as sentences
 from waitbound._rules._finish import Step, escalate, seconds_between, timed_out
 from waitbound._rules._options import cancel_allowed
 
@@ -69,7 +70,7 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
             cancel_refused_at=None,
             cancel_refused=None,
         )
-        summary = f"cancel accepted ({answer}); the status endpoint will tell how the job ends"
+        summary = sentences.cancel_accepted(answer)
         return Step(
             record, EventKind.CANCEL_ANSWERED, summary, {"http_status": code, "accepted": True}
         )
@@ -98,7 +99,7 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
     record = record.evolve(
         next_poll_at=now, delay_source=None, cancel_refused_at=now, cancel_refused=words[:300]
     )
-    summary = f"{words}; one status look decides whether the job already ended"
+    summary = sentences.cancel_not_accepted(words)
     return Step(
         record, EventKind.CANCEL_ANSWERED, summary, {"http_status": code, "accepted": False}
     )

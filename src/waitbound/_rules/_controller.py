@@ -21,7 +21,6 @@ One step of an operation (the order matters):
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -38,6 +37,7 @@ from waitbound._model._record_parts import Lease, evolve_part
 from waitbound._profile._contract import Reading
 from waitbound._profile._protocol import IDEMPOTENT_METHODS
 from waitbound._profile._schedule import DelaySource
+from waitbound._rules import _sentences as sentences
 from waitbound._rules._canceling import (
     DEADLINE_CANCEL_REQUESTS,
     accepted_cancel,
@@ -152,19 +152,15 @@ def created_event(record: Record) -> AuditEvent:
         record,
         record.created_at,
         EventKind.CREATED,
-        f"{what} with profile {record.profile.name}: deadline "
-        f"{record.deadline_at.isoformat()}"
-        + (
-            f", business deadline {record.business_deadline_at.isoformat()}"
-            if record.business_deadline_at
-            else ""
-        )
-        + f", at most {policy.max_requests} requests"
-        + (
-            f"; first request after {seconds_between(record.created_at, record.next_poll_at):g}s"
-            " (the caller holds a fresh answer)"
+        sentences.created(
+            what,
+            record.profile.name,
+            deadline_at=record.deadline_at,
+            business_deadline_at=record.business_deadline_at,
+            max_requests=policy.max_requests,
+            first_after_s=seconds_between(record.created_at, record.next_poll_at)
             if record.delay_source is DelaySource.FIRST_POLL_AFTER
-            else ""
+            else None,
         ),
         status_url=redact_url(record.status_url) if record.status_url else None,
         submit_fingerprint=record.submit_fingerprint,
@@ -223,8 +219,7 @@ def plan(
                 record,
                 now,
                 EventKind.ANSWER_LOST,
-                f"the answer to the last {lost} request was never recorded "
-                "(the process stopped, or stalled past its lease); that request stays counted",
+                sentences.answer_lost(lost),
             )
         )
         if lost == "result":
@@ -408,10 +403,12 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
         ),
         counters=evolve_part(counters, {counter: getattr(counters, counter) + 1}),
     )
-    late_s = seconds_between(record.next_poll_at, now)
-    budget = f" {reserved.requests_used} of {reserved.max_requests}"
-    summary = f"reserved {kind} request{budget} (timeout {timeout_s:.3g}s)" + (
-        f"; {late_s:.3g}s later than planned" if late_s > 1 and kind == "status" else ""
+    summary = sentences.reserved(
+        kind,
+        reserved.requests_used,
+        reserved.max_requests,
+        timeout_s=timeout_s,
+        late_s=seconds_between(record.next_poll_at, now),
     )
     event = audit_event(
         reserved, now, EventKind.RESERVED, summary, request=kind, timeout_s=round(timeout_s, 3),
@@ -663,13 +660,14 @@ def _read(record: Record, observation: Observation) -> Reading | None:
 
 
 def _describe(observation: Observation, reading: Reading | None, after: Record) -> str:
-    n = getattr(after, _COUNTERS[observation.kind])
-    head = f"{observation.kind} request {n}"
-    if observation.transport_error:
-        return f"{head} failed: {observation.transport_error}"
-    text = f"{head} answered HTTP {observation.http_status}"
-    if reading is not None and reading.classification is not None:
-        text += f": state {show(reading.state)} ({reading.classification.value})"
-        if reading.progress is not None:
-            text += f", progress {json.dumps(reading.progress)[:40]}"
-    return text + (f" [request id {observation.request_id}]" if observation.request_id else "")
+    classification = reading.classification if reading is not None else None
+    return sentences.observed(
+        observation.kind,
+        getattr(after, _COUNTERS[observation.kind]),
+        transport_error=observation.transport_error,
+        http_status=observation.http_status,
+        classification=classification.value if classification is not None else None,
+        state=reading.state if reading is not None else None,
+        progress=reading.progress if reading is not None else None,
+        request_id=observation.request_id,
+    )

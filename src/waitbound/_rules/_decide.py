@@ -2,7 +2,7 @@
 
 Pure functions (see the rules atop ``_controller.py``): each takes the record with
 the answer's bookkeeping applied, the observation and a ``random.Random``, and
-returns a :data:`Step`: the record after the decision plus the audit event that
+returns a :class:`Step`: the record after the decision plus the audit event that
 explains it. The HTTP meaning of an answer, the classification details and the
 outcome rules are stated in ``docs/waiting.md``.
 """
@@ -23,6 +23,7 @@ from waitbound._model._record import Phase, Record
 from waitbound._profile._actions import repeated_key
 from waitbound._profile._contract import Classification, Counts, Reading, is_present
 from waitbound._profile._protocol import IDEMPOTENT_METHODS, UrlKind, final_url
+from waitbound._rules import _sentences as sentences
 from waitbound._rules._answers import Meaning, meaning
 from waitbound._rules._doubt import cleared, doubt, foreign_job
 from waitbound._rules._final_state import empty_resource, monitor_result
@@ -441,7 +442,7 @@ def _settle(
     return Step(
         record,
         EventKind.RESULT_DUE,
-        f"terminal {outcome.value}; fetching the result from {redact_url(result_url)} once",
+        sentences.result_due(outcome, redact_url(result_url)),
         {"result_url": redact_url(result_url)},
     )
 
@@ -512,11 +513,10 @@ def _fetch_receipt(
         delay_source=None,
         attempt=0,
     )
-    ended = outcome.value + (f" ({reason.value})" if reason else "")
     return Step(
         record,
         EventKind.RESULT_DUE,
-        f"terminal {ended}; fetching its receipt from {redact_url(url)} once",
+        sentences.receipt_due(outcome, reason, redact_url(url)),
         {"result_url": redact_url(url)},
     )
 
@@ -683,10 +683,7 @@ def _complete(
             delay_source=None,
             attempt=0,
         )
-        summary = (
-            "completed with errors; fetching the first page of errors from "
-            f"{redact_url(record.errors_url or '')} once"
-        )
+        summary = sentences.errors_due(redact_url(record.errors_url or ""))
         return Step(record, EventKind.ERRORS_DUE, summary, {})
     return terminal(record, now, outcome, result=result, error=error, counts=counts, usage=usage)
 

@@ -17,6 +17,7 @@ from waitbound._model._audit_record import audit_event
 from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Phase, Record, reported_counts
 from waitbound._profile._contract import Counts, is_present
+from waitbound._rules import _sentences as sentences
 from waitbound._rules._options import open_request
 
 __all__ = [
@@ -188,11 +189,8 @@ def finish(
         record = open_request(record, now)
     else:
         record = replace(record, decision_request=None)
-    summary = f"outcome {outcome.value}" + (f" ({reason.value})" if reason else "")
-    if detail:
-        summary += f": {detail}"
-    elif (late := record.late_cancel) is not None:  # a refused cancel came too late
-        summary += f"; {late}"
+    # a refused cancel that came too late says so when there is no detail
+    summary = sentences.finished(outcome, reason, detail=detail, late_cancel=record.late_cancel)
     return Step(
         record,
         EventKind.FINISHED,

@@ -29,6 +29,7 @@ from waitbound._profile._schedule import (
     hinted_delay_s,
     read_hints,
 )
+from waitbound._rules import _sentences as sentences
 from waitbound._rules._canceling import accepted_cancel, deadline_cancel_at
 from waitbound._rules._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._rules._learned import LearnedSchedule, ModelLookup, learned_jitter_s
@@ -349,13 +350,8 @@ def schedule(
         last_delay_s=round(seconds_between(now, next_poll_at) / factor, 6),
         last_hint_s=told.delay_s if told is not None else None,
     )
-    ignored = (
-        "; ignored " + ", ".join(f"{b.origin} {b.value!r}" for b in invalid) if invalid else ""
-    )
-    summary = (
-        f"{note + '; ' if note else ''}next request in {seconds_between(now, next_poll_at):.3g}s "
-        f"({source.value}){ignored}"
-    )
+    ignored = [(b.origin, b.value) for b in invalid]
+    summary = sentences.scheduled(note, seconds_between(now, next_poll_at), source, ignored)
     return Step(record, EventKind.SCHEDULED, summary, extra)
 
 
@@ -394,10 +390,9 @@ def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) ->
     if added_s <= 0:
         return step
     paced_step = replace(step, record=record.evolve(next_poll_at=at))
-    return paced_step.said(
-        f"; paced by origin {where}: {added_s:.3g}s later, so the polls of operations "
-        f"due together spread (next request in {seconds_between(now, at):.3g}s)"
-    ).adding({"paced_by_origin": {"origin": where, "added_s": round(added_s, 3)}})
+    return paced_step.said(sentences.paced(where, added_s, seconds_between(now, at))).adding(
+        {"paced_by_origin": {"origin": where, "added_s": round(added_s, 3)}}
+    )
 
 
 def _learned_delay_s(
