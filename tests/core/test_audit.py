@@ -187,7 +187,7 @@ def test_an_event_kind_is_stored_as_its_plain_name() -> None:
     so the hashed payload, the stored rows and every output are the names as before."""
     event = audit_event(record(), T0, EventKind.RESULT_DUE, "s")
     assert type(event.kind) is str
-    assert event.kind == "result_due" == EventKind.RESULT_DUE
+    assert event.kind == EventKind.RESULT_DUE
     assert event.payload("op", 1)["kind"] == "result_due"
 
 
