@@ -34,6 +34,7 @@ import httpx
 from benchmarks._common import PROFILE, machine, print_machine, print_table
 from waitbound import MemoryStore, Operation, Policy, wait
 from waitbound._engine._operation import open_operation
+from waitbound._model._audit import EventKind
 from waitbound._model._observation import Observation
 from waitbound._observe._metrics import record_request, store_transaction
 from waitbound._observe._telemetry import persisted, sending
@@ -61,10 +62,10 @@ def _poll_hooks() -> Callable[[], None]:
     record = open_operation(store, operation, operation_id="op-bench", clock=clock)
     record = record.evolve(status_requests_used=1)
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    reserved = (audit_event(record, now, "reserved", "reserved status request 1 of 30"),)
+    reserved = (audit_event(record, now, EventKind.RESERVED, "reserved status request 1 of 30"),)
     answered = (
-        audit_event(record, now, "observed", "status request 1 answered HTTP 200"),
-        audit_event(record, now, "scheduled", "next request in 5s (local_backoff)"),
+        audit_event(record, now, EventKind.OBSERVED, "status request 1 answered HTTP 200"),
+        audit_event(record, now, EventKind.SCHEDULED, "next request in 5s (local_backoff)"),
     )
     request = Request(kind="status", url=operation.status_url, timeout_s=30.0)
     observation = Observation(kind="status", at=now, http_status=200, elapsed_s=0.01)

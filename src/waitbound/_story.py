@@ -12,7 +12,7 @@ from datetime import datetime
 
 from waitbound._base._json import JSON, show
 from waitbound._engine._audit_check import diagnose_record
-from waitbound._model._audit import AuditEvent, AuditFinding, StoredAuditEvent
+from waitbound._model._audit import AuditEvent, AuditFinding, EventKind, StoredAuditEvent
 from waitbound._model._record import Record
 from waitbound._rules._options import option_costs
 
@@ -27,7 +27,7 @@ __all__ = [
     "timestamp",
 ]
 
-NEXT_KINDS = ("scheduled", "created", "result_due", "decided")
+NEXT_KINDS = (EventKind.SCHEDULED, EventKind.CREATED, EventKind.RESULT_DUE, EventKind.DECIDED)
 """The audit kinds whose ``next_poll_at`` is shown as "next …" (when the next check is)."""
 
 

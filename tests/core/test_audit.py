@@ -16,8 +16,8 @@ import pytest
 
 import waitbound
 from waitbound import AuditEvent, AuditProblem, MemoryStore, Policy, Record, StoredAuditEvent
-from waitbound._model._audit import GENESIS_HASH, head_mac, seal, seal_all
-from waitbound._model._audit_record import asserted_digest
+from waitbound._model._audit import GENESIS_HASH, EventKind, head_mac, seal, seal_all
+from waitbound._model._audit_record import asserted_digest, audit_event
 from waitbound.stores._protocol import advance
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -180,6 +180,15 @@ def record() -> Record:
 
 def events(n: int) -> list[AuditEvent]:
     return [AuditEvent(at=T0, kind="observed", summary=f"e{i}") for i in range(n)]
+
+
+def test_an_event_kind_is_stored_as_its_plain_name() -> None:
+    """A rule names its event with :class:`EventKind`; the event keeps the plain string,
+    so the hashed payload, the stored rows and every output are the names as before."""
+    event = audit_event(record(), T0, EventKind.RESULT_DUE, "s")
+    assert type(event.kind) is str
+    assert event.kind == EventKind.RESULT_DUE
+    assert event.payload("op", 1)["kind"] == "result_due"
 
 
 def test_a_keyed_store_signs_every_head_it_writes() -> None:

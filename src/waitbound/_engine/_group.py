@@ -47,6 +47,7 @@ from waitbound._engine._driver import (
 from waitbound._engine._operation import request_cancel
 from waitbound._engine._tell import save_and_tell
 from waitbound._engine._worker import WorkerSettings
+from waitbound._model._audit import EventKind
 from waitbound._model._outcome import Reason
 from waitbound._model._record import Record
 from waitbound._rules._controller import Finish, Finished, Request, Send, Sleep, Transition
@@ -363,7 +364,7 @@ def _counted_by(reservation: Transition, group_id: str) -> Transition:
     request already (the store charges the member's other waiting groups only)."""
     events = tuple(
         replace(event, data={**event.data, COUNTED_BY: group_id})
-        if event.kind == "reserved"
+        if event.kind == EventKind.RESERVED
         else event
         for event in reservation.events
     )

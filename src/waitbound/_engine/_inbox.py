@@ -38,6 +38,7 @@ from typing import Final
 from waitbound._base._clock import Clock
 from waitbound._base._errors import ConflictError
 from waitbound._base._json import JSON, show
+from waitbound._model._audit import EventKind
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind
 from waitbound._model._push import InboundDelivery
@@ -155,7 +156,7 @@ def _hint(record: Record, delivery: InboundDelivery, now: datetime, note: str) -
         summary = f"{about} brought the next check forward to now"
     if note:
         summary += f"; {note}"
-    event = audit_event(record, now, "webhook_received", summary, **_data(delivery))
+    event = audit_event(record, now, EventKind.WEBHOOK_RECEIVED, summary, **_data(delivery))
     return Transition(record=record, events=(event,))
 
 
@@ -187,7 +188,7 @@ def _read_payload(
         last_observed_at=record.last_observed_at,
     )
     summary = f"{_about(delivery)} carried an authoritative payload: {read}; no request was sent"
-    event = audit_event(after, now, "webhook_received", summary, **_data(delivery))
+    event = audit_event(after, now, EventKind.WEBHOOK_RECEIVED, summary, **_data(delivery))
     return Transition(record=after, events=(event, *decision))
 
 

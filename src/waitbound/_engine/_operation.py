@@ -22,6 +22,7 @@ from waitbound._base._clock import Clock
 from waitbound._base._errors import ConflictError, OperationNotFoundError, StoreError, UsageError
 from waitbound._base._urls import checked_url, origin, shown_url
 from waitbound._engine._tell import create_and_tell, save_and_tell
+from waitbound._model._audit import EventKind
 from waitbound._model._audit_record import record_is_forged
 from waitbound._model._record import Phase, Policy, Push, Record
 from waitbound._observe._metrics import label_origins, label_profiles
@@ -203,7 +204,7 @@ def _resume(store: Store, existing: Record, clock: Clock, *, callback: bool = Fa
     event = audit_event(
         existing,
         clock.now(),
-        "resumed",
+        EventKind.RESUMED,
         f"resumed: {existing.requests_used} of {existing.max_requests} requests "
         f"used, deadline {existing.deadline_at.isoformat()}",
     )
@@ -529,7 +530,7 @@ def request_cancel(
             event = audit_event(
                 record,
                 now,
-                "cancel_requested",
+                EventKind.CANCEL_REQUESTED,
                 f"cancel requested by {who}" + (f": {reason}" if reason else ""),
                 requested_by=who,
                 cancel_reason=reason,

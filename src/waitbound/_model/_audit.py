@@ -29,6 +29,7 @@ __all__ = [
     "AuditEvent",
     "AuditFinding",
     "AuditProblem",
+    "EventKind",
     "StoredAuditEvent",
     "diagnose_chain",
     "head_is_authentic",
@@ -47,6 +48,48 @@ encode, but a Python caller's string may hold) as its three bytes. Text without 
 is plain UTF-8."""
 
 
+class EventKind(StrEnum):
+    """What an audit event (and a rule's step) says happened: its ``kind``.
+
+    The values are the names stored in the audit log, printed by ``waitbound story``
+    and sent as span events (``waitbound.KIND``); a stored event's ``kind`` is the plain
+    string, which compares equal to its member.
+    """
+
+    CREATED = "created"
+    """The operation was created (its deadline, budget and first request)."""
+    RESUMED = "resumed"
+    """A later run took the stored operation up again."""
+    RESERVED = "reserved"
+    """A request was reserved (counted) before it is sent."""
+    SEND_SKIPPED = "send_skipped"
+    """A reserved request was not sent (released, or its answer came too late)."""
+    LATE_ANSWER = "late_answer"
+    """An answer arrived after its reservation had been given up."""
+    ANSWER_LOST = "answer_lost"
+    """The answer to the last reserved request was never recorded."""
+    OBSERVED = "observed"
+    """An answer was recorded: what it said, and what it means."""
+    SCHEDULED = "scheduled"
+    """The next status request was scheduled."""
+    RESULT_DUE = "result_due"
+    """The job succeeded: its result is requested next."""
+    ERRORS_DUE = "errors_due"
+    """A partial success: its first page of errors is requested next."""
+    CANCEL_REQUESTED = "cancel_requested"
+    """Someone asked for the job to be canceled."""
+    CANCEL_ANSWERED = "cancel_answered"
+    """The provider answered the cancel request (accepted or refused)."""
+    WEBHOOK_RECEIVED = "webhook_received"
+    """A webhook delivery about the operation was received."""
+    EXTENSION_REQUESTED = "extension_requested"
+    """A person was asked to decide (an escalation's decision request)."""
+    DECIDED = "decided"
+    """A person's (or the timeout's) decision was applied."""
+    FINISHED = "finished"
+    """The operation ended: its outcome and reason."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditEvent:
     """One thing that happened to an operation.
@@ -54,7 +97,8 @@ class AuditEvent:
     Attributes:
         at: when, aware UTC.
         kind: a short machine name (``created``, ``reserved``, ``observed``,
-            ``scheduled``, ``finished``, ...).
+            ``scheduled``, ``finished``, ...): an :class:`EventKind` value, stored and
+            read back as the plain string.
         summary: one sentence a person can read.
         data: machine fields: state, requests used, next poll time and its delay
             source, HTTP status, request id, ... (never a secret).

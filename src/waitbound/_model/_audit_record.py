@@ -20,6 +20,7 @@ from waitbound._model._audit import (
     HASHED,
     AuditEvent,
     AuditFinding,
+    EventKind,
     StoredAuditEvent,
     diagnose_chain,
     head_is_authentic,
@@ -47,9 +48,14 @@ def _standard_data(record: Record) -> dict[str, JSON]:
     }
 
 
-def audit_event(record: Record, at: datetime, kind: str, summary: str, **extra: JSON) -> AuditEvent:
-    """An audit event with the record's standard story fields, after the change."""
-    return AuditEvent(at=at, kind=kind, summary=summary, data=_standard_data(record) | extra)
+def audit_event(
+    record: Record, at: datetime, kind: EventKind, summary: str, **extra: JSON
+) -> AuditEvent:
+    """An audit event with the record's standard story fields, after the change (its
+    ``kind`` stored as the plain string)."""
+    return AuditEvent(
+        at=at, kind=EventKind(kind).value, summary=summary, data=_standard_data(record) | extra
+    )
 
 
 ASSERTED_FIELDS: Final[tuple[str, ...]] = (

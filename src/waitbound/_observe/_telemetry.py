@@ -54,7 +54,7 @@ from opentelemetry.trace import (
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from waitbound._base._urls import redact_url
-from waitbound._model._audit import AuditEvent, StoredAuditEvent
+from waitbound._model._audit import AuditEvent, EventKind, StoredAuditEvent
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind
 from waitbound._model._record import Phase, Record
@@ -201,7 +201,7 @@ def recorded_context(store: _AuditReads, record: Record) -> SpanContext | None:
         events = store.audit(operation_id)
     except Exception:  # the trace is a convenience: a store failure is the driver's to report
         events = []
-    if events and events[0].event.kind == "created":
+    if events and events[0].event.kind == EventKind.CREATED:
         value = events[0].event.data.get(TRACE_CONTEXT_KEY)
         if isinstance(value, str):
             extracted = trace.get_current_span(_PROPAGATOR.extract({"traceparent": value}))
@@ -555,7 +555,7 @@ def persisted(record: Record, events: Sequence[AuditEvent]) -> None:
     if not (logged or tracing() or metering()):
         return  # nothing was registered either
     opened = _ANSWERED.pop(record.operation_id, None)
-    if any(event.kind == "finished" for event in events):
+    if any(event.kind == EventKind.FINISHED for event in events):
         record_outcome(record)
     if opened is not None:
         _detection_lag(opened, record)
@@ -621,7 +621,7 @@ def noted(
     applied, a person's decision): a short span ``waitbound.{what}`` in the operation's
     recorded trace (or the current one) holds them; an outcome among them is counted;
     with a JSON log, each is logged (as :func:`persisted` does)."""
-    if any(event.kind == "finished" for event in events):
+    if any(event.kind == EventKind.FINISHED for event in events):
         record_outcome(record)
     span = None
     if tracing():

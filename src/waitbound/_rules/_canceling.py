@@ -2,7 +2,7 @@
 
 A pure function in the manner of ``_decide.py`` (see the rules atop ``_controller.py``):
 the record with the answer's bookkeeping applied and the observation in, a
-:data:`~waitbound._rules._finish.Step` out. The rules are stated in ``docs/waiting.md``
+:class:`~waitbound._rules._finish.Step` out. The rules are stated in ``docs/waiting.md``
 ("Canceling") and ``docs/decisions.md``.
 """
 
@@ -12,9 +12,11 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from waitbound._base._json import show
+from waitbound._model._audit import EventKind
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Phase, Record
+from waitbound._rules import _sentences as sentences
 from waitbound._rules._finish import Step, escalate, seconds_between, timed_out
 from waitbound._rules._options import cancel_allowed
 
@@ -68,8 +70,10 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
             cancel_refused_at=None,
             cancel_refused=None,
         )
-        summary = f"cancel accepted ({answer}); the status endpoint will tell how the job ends"
-        return record, "cancel_answered", summary, {"http_status": code, "accepted": True}
+        summary = sentences.cancel_accepted(answer)
+        return Step(
+            record, EventKind.CANCEL_ANSWERED, summary, {"http_status": code, "accepted": True}
+        )
     refused = code is not None and 400 <= code < 500 and code != 429
     if refused:
         record = record.evolve(cancelable=False)
@@ -95,8 +99,10 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
     record = record.evolve(
         next_poll_at=now, delay_source=None, cancel_refused_at=now, cancel_refused=words[:300]
     )
-    summary = f"{words}; one status look decides whether the job already ended"
-    return record, "cancel_answered", summary, {"http_status": code, "accepted": False}
+    summary = sentences.cancel_not_accepted(words)
+    return Step(
+        record, EventKind.CANCEL_ANSWERED, summary, {"http_status": code, "accepted": False}
+    )
 
 
 def refused_cancel_look(before: Record, kind: str) -> bool:
@@ -116,14 +122,14 @@ def after_refused_cancel(step: Step, observation: Observation) -> Step:
     running (or a look that got no usable answer) stops ``escalated`` /
     ``cancel_not_accepted``: the job may still run.
     """
-    record, kind, summary, extra = step
+    record = step.record
     now = observation.at
     ended = record.is_finished or record.phase is not Phase.WAITING
     if ended or record.success_seen_at is not None:
         if record.outcome is OutcomeKind.ESCALATED or record.outcome is OutcomeKind.TIMED_OUT:
             return step  # a stop of its own (unknown state, denied…): its words stand
         late = record.late_cancel or f"{record.cancel_refused}: the job had already ended"
-        return record, kind, f"{summary}; {late}", extra
+        return step.said(f"; {late}")
     words = record.cancel_refused or "the cancel was not accepted"
     record = record.evolve(cancel_refused_at=None, cancel_refused=None)
     code = observation.http_status

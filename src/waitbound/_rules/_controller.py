@@ -21,14 +21,13 @@ One step of an operation (the order matters):
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from waitbound._base._json import show
 from waitbound._base._urls import redact_url, resolve, shown_url
-from waitbound._model._audit import AuditEvent
+from waitbound._model._audit import AuditEvent, EventKind
 from waitbound._model._audit_record import audit_event
 from waitbound._model._observation import Observation, Request
 from waitbound._model._outcome import Reason
@@ -38,6 +37,7 @@ from waitbound._model._record_parts import Lease, evolve_part
 from waitbound._profile._contract import Reading
 from waitbound._profile._protocol import IDEMPOTENT_METHODS
 from waitbound._profile._schedule import DelaySource
+from waitbound._rules import _sentences as sentences
 from waitbound._rules._canceling import (
     DEADLINE_CANCEL_REQUESTS,
     accepted_cancel,
@@ -151,20 +151,16 @@ def created_event(record: Record) -> AuditEvent:
     return audit_event(
         record,
         record.created_at,
-        "created",
-        f"{what} with profile {record.profile.name}: deadline "
-        f"{record.deadline_at.isoformat()}"
-        + (
-            f", business deadline {record.business_deadline_at.isoformat()}"
-            if record.business_deadline_at
-            else ""
-        )
-        + f", at most {policy.max_requests} requests"
-        + (
-            f"; first request after {seconds_between(record.created_at, record.next_poll_at):g}s"
-            " (the caller holds a fresh answer)"
+        EventKind.CREATED,
+        sentences.created(
+            what,
+            record.profile.name,
+            deadline_at=record.deadline_at,
+            business_deadline_at=record.business_deadline_at,
+            max_requests=policy.max_requests,
+            first_after_s=seconds_between(record.created_at, record.next_poll_at)
             if record.delay_source is DelaySource.FIRST_POLL_AFTER
-            else ""
+            else None,
         ),
         status_url=redact_url(record.status_url) if record.status_url else None,
         submit_fingerprint=record.submit_fingerprint,
@@ -222,9 +218,8 @@ def plan(
             audit_event(
                 record,
                 now,
-                "answer_lost",
-                f"the answer to the last {lost} request was never recorded "
-                "(the process stopped, or stalled past its lease); that request stays counted",
+                EventKind.ANSWER_LOST,
+                sentences.answer_lost(lost),
             )
         )
         if lost == "result":
@@ -362,9 +357,8 @@ def _accepted_cancel_note(record: Record) -> str:
 
 
 def _finish_early(record: Record, now: datetime, notes: list[AuditEvent], step: Step) -> Finish:
-    done, kind, summary, extra = step
-    events = (*notes, audit_event(done, now, kind, summary, **extra))
-    return Finish(transition=Transition(record=done, events=events))
+    events = (*notes, step.event(now))
+    return Finish(transition=Transition(record=step.record, events=events))
 
 
 _COUNTERS: dict[RequestKind, str] = {
@@ -409,13 +403,15 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
         ),
         counters=evolve_part(counters, {counter: getattr(counters, counter) + 1}),
     )
-    late_s = seconds_between(record.next_poll_at, now)
-    budget = f" {reserved.requests_used} of {reserved.max_requests}"
-    summary = f"reserved {kind} request{budget} (timeout {timeout_s:.3g}s)" + (
-        f"; {late_s:.3g}s later than planned" if late_s > 1 and kind == "status" else ""
+    summary = sentences.reserved(
+        kind,
+        reserved.requests_used,
+        reserved.max_requests,
+        timeout_s=timeout_s,
+        late_s=seconds_between(record.next_poll_at, now),
     )
     event = audit_event(
-        reserved, now, "reserved", summary, request=kind, timeout_s=round(timeout_s, 3),
+        reserved, now, EventKind.RESERVED, summary, request=kind, timeout_s=round(timeout_s, 3),
         deadline_at=record.deadline_at.isoformat(),
     )  # fmt: skip
     return Send(
@@ -442,7 +438,7 @@ def unsent(record: Record, kind: RequestKind, now: datetime, why: str) -> Transi
         **{counter: max(0, getattr(record, counter) - 1)},
     )
     summary = f"the reserved {kind} request was not sent: {why}; it is released, not counted"
-    event = audit_event(released, now, "send_skipped", summary, request=kind)
+    event = audit_event(released, now, EventKind.SEND_SKIPPED, summary, request=kind)
     return Transition(record=released, events=(event,))
 
 
@@ -470,8 +466,8 @@ def late_answer(
             f"a reserved {kind} request was not sent: {what}; the operation had been "
             "taken over meanwhile (an answer noted lost for it was never asked for)"
         )
-    event = audit_event(record, now, "late_answer" if sent else "send_skipped", summary,
-                        request=kind, request_id=request_id)  # fmt: skip
+    told = EventKind.LATE_ANSWER if sent else EventKind.SEND_SKIPPED
+    event = audit_event(record, now, told, summary, request=kind, request_id=request_id)
     return Transition(record=record, events=(event,))
 
 
@@ -495,8 +491,8 @@ def internal_failure(record: Record, now: datetime, doing: str, exc: Exception) 
         "nothing was guessed, and the other operations are not affected"
     )
     cleared = record.evolve(in_flight=None, lease_owner=None, lease_expires_at=None)
-    done, kind, summary, extra = escalate(cleared, now, Reason.INTEGRATION_FAILURE, detail)
-    return Transition(record=done, events=(audit_event(done, now, kind, summary, **extra),))
+    step = escalate(cleared, now, Reason.INTEGRATION_FAILURE, detail)
+    return Transition(record=step.record, events=(step.event(now),))
 
 
 # --- observing an answer ---------------------------------------------------------
@@ -579,19 +575,21 @@ def observe(
             step = decide_status(base, observation, reading, rng, models=models)
             if refused_cancel_look(record, observation.kind):
                 step = after_refused_cancel(step, observation)
-    after, kind, summary, extra = step
-    if kind == "scheduled" and _hinted_in_flight(record, observation, after):
+    if step.kind is EventKind.SCHEDULED and _hinted_in_flight(record, observation, step.record):
         # The answer may predate what the webhook announced: look again at once.
-        after = after.evolve(next_poll_at=min(after.next_poll_at, now), delay_source=None)
-        summary += (
+        after = step.record.evolve(
+            next_poll_at=min(step.record.next_poll_at, now), delay_source=None
+        )
+        step = replace(step, record=after).said(
             "; a webhook arrived while this request was in flight, so its answer may "
             "predate it: the next check is due now"
         )
-    after, kind, summary, extra = paced((after, kind, summary, extra), now, pacer, rng)
+    step = paced(step, now, pacer, rng)
+    after = step.record
     observed = audit_event(
         after,
         now,
-        "observed",
+        EventKind.OBSERVED,
         _describe(observation, reading, after),
         request=observation.kind,
         http_status=observation.http_status,
@@ -601,9 +599,7 @@ def observe(
         classification=reading.classification.value if reading and reading.classification else None,
         deadline_at=after.deadline_at.isoformat(),
     )
-    return Transition(
-        record=after, events=(observed, audit_event(after, now, kind, summary, **extra))
-    )
+    return Transition(record=after, events=(observed, step.event(now)))
 
 
 def _hinted_in_flight(before: Record, observation: Observation, after: Record) -> bool:
@@ -664,13 +660,14 @@ def _read(record: Record, observation: Observation) -> Reading | None:
 
 
 def _describe(observation: Observation, reading: Reading | None, after: Record) -> str:
-    n = getattr(after, _COUNTERS[observation.kind])
-    head = f"{observation.kind} request {n}"
-    if observation.transport_error:
-        return f"{head} failed: {observation.transport_error}"
-    text = f"{head} answered HTTP {observation.http_status}"
-    if reading is not None and reading.classification is not None:
-        text += f": state {show(reading.state)} ({reading.classification.value})"
-        if reading.progress is not None:
-            text += f", progress {json.dumps(reading.progress)[:40]}"
-    return text + (f" [request id {observation.request_id}]" if observation.request_id else "")
+    classification = reading.classification if reading is not None else None
+    return sentences.observed(
+        observation.kind,
+        getattr(after, _COUNTERS[observation.kind]),
+        transport_error=observation.transport_error,
+        http_status=observation.http_status,
+        classification=classification.value if classification is not None else None,
+        state=reading.state if reading is not None else None,
+        progress=reading.progress if reading is not None else None,
+        request_id=observation.request_id,
+    )

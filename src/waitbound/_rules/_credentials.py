@@ -33,7 +33,7 @@ import httpx
 from waitbound._base._urls import checked_url, origin, redact_url
 from waitbound._model._outcome import Reason
 from waitbound._model._record import Record
-from waitbound._rules._controller import Decision, Finish, Send, Transition, audit_event
+from waitbound._rules._controller import Decision, Finish, Send, Transition
 from waitbound._rules._finish import escalate
 
 __all__ = [
@@ -258,6 +258,5 @@ def refuse_outside(
     if why is None:
         return decision
     cleared = record.evolve(in_flight=None, lease_owner=None, lease_expires_at=None)
-    done, kind, summary, extra = escalate(cleared, now, Reason.INTEGRATION_FAILURE, why)
-    event = audit_event(done, now, kind, summary, **extra)
-    return Finish(transition=Transition(record=done, events=(event,)))
+    step = escalate(cleared, now, Reason.INTEGRATION_FAILURE, why)
+    return Finish(transition=Transition(record=step.record, events=(step.event(now),)))

@@ -2,7 +2,7 @@
 
 Pure functions (see the rules atop ``_controller.py``): each takes the record with
 the answer's bookkeeping applied, the observation and a ``random.Random``, and
-returns a :data:`Step`: the record after the decision plus the audit event that
+returns a :class:`Step`: the record after the decision plus the audit event that
 explains it. The HTTP meaning of an answer, the classification details and the
 outcome rules are stated in ``docs/waiting.md``.
 """
@@ -15,6 +15,7 @@ from typing import Final
 
 from waitbound._base._json import JSON, show
 from waitbound._base._urls import redact_url, resolve, same_url, shown_url
+from waitbound._model._audit import EventKind
 from waitbound._model._errors_page import errors_page
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind, Reason
@@ -22,6 +23,7 @@ from waitbound._model._record import Phase, Record
 from waitbound._profile._actions import repeated_key
 from waitbound._profile._contract import Classification, Counts, Reading, is_present
 from waitbound._profile._protocol import IDEMPOTENT_METHODS, UrlKind, final_url
+from waitbound._rules import _sentences as sentences
 from waitbound._rules._answers import Meaning, meaning
 from waitbound._rules._doubt import cleared, doubt, foreign_job
 from waitbound._rules._final_state import empty_resource, monitor_result
@@ -320,10 +322,9 @@ def _pending(
             notes.append(f"polling URL moved from {redact_url(old)} to {redact_url(url)}")
             pinned = record.caller_url or record.submit_url or old
             record = record.evolve(status_url=url, caller_url=pinned)
-    after, kind, summary, extra = schedule(
-        record, observation, reading, rng, note="; ".join(notes), models=models
+    return schedule(record, observation, reading, rng, note="; ".join(notes), models=models).adding(
+        moved
     )
-    return after, kind, summary, extra | moved
 
 
 def _settle(
@@ -438,10 +439,10 @@ def _settle(
         delay_source=None,
         attempt=0,
     )
-    return (
+    return Step(
         record,
-        "result_due",
-        f"terminal {outcome.value}; fetching the result from {redact_url(result_url)} once",
+        EventKind.RESULT_DUE,
+        sentences.result_due(outcome, redact_url(result_url)),
         {"result_url": redact_url(result_url)},
     )
 
@@ -512,11 +513,10 @@ def _fetch_receipt(
         delay_source=None,
         attempt=0,
     )
-    ended = outcome.value + (f" ({reason.value})" if reason else "")
-    return (
+    return Step(
         record,
-        "result_due",
-        f"terminal {ended}; fetching its receipt from {redact_url(url)} once",
+        EventKind.RESULT_DUE,
+        sentences.receipt_due(outcome, reason, redact_url(url)),
         {"result_url": redact_url(url)},
     )
 
@@ -683,11 +683,8 @@ def _complete(
             delay_source=None,
             attempt=0,
         )
-        summary = (
-            "completed with errors; fetching the first page of errors from "
-            f"{redact_url(record.errors_url or '')} once"
-        )
-        return record, "errors_due", summary, {}
+        summary = sentences.errors_due(redact_url(record.errors_url or ""))
+        return Step(record, EventKind.ERRORS_DUE, summary, {})
     return terminal(record, now, outcome, result=result, error=error, counts=counts, usage=usage)
 
 

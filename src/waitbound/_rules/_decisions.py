@@ -24,7 +24,7 @@ from typing import Final
 
 from waitbound._base._errors import UsageError
 from waitbound._base._json import JSON, canonical_json
-from waitbound._model._audit import AuditEvent
+from waitbound._model._audit import AuditEvent, EventKind
 from waitbound._model._audit_record import audit_event
 from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import MAX_COUNT, Decision, Phase, Record
@@ -361,7 +361,14 @@ def decide_record(
             f"{after.max_requests}"
         )
     event = audit_event(
-        after, now, "decided", summary, option=chosen.value, by=who, why=reason_text, **detail
+        after,
+        now,
+        EventKind.DECIDED,
+        summary,
+        option=chosen.value,
+        by=who,
+        why=reason_text,
+        **detail,
     )
     return after, event
 
@@ -458,7 +465,7 @@ def request_extension_record(
     event = audit_event(
         after,
         now,
-        "extension_requested",
+        EventKind.EXTENSION_REQUESTED,
         f"{who} asks for {proposal.minutes:g} more minutes with {proposal.checks} more checks "
         f"({reason_text}); a person decides",
         requested_by=who,
@@ -487,7 +494,7 @@ def expire(record: Record, now: datetime) -> tuple[Record, AuditEvent] | None:
     if record.is_finished:
         after = replace(after, reason=Reason.DECISION_TIMEOUT)
     event = audit_event(
-        after, now, "decided", f"decision request closed: {why}", option="decision_timeout",
+        after, now, EventKind.DECIDED, f"decision request closed: {why}", option="decision_timeout",
         by=SYSTEM, why=why, **detail,
     )  # fmt: skip
     return after, event

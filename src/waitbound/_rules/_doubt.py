@@ -85,17 +85,15 @@ def doubt(
     confirms = 0 if opened is None else record.confirm_requests_used + 1
     window_over = opened is not None and seconds_between(opened, now) >= policy.confirm_window_s
     if confirms >= policy.confirm_max_requests or window_over:
-        done, kind, summary, more = escalate(
+        return escalate(
             record,
             now,
             Reason.CONTRADICTION,
             f"{why}, still after {confirms} confirmation request(s) within "
             f"{policy.confirm_window_s:g}s; not taken as this operation's answer",
             response=observation.body,
-        )
-        return done, kind, summary, more | data
+        ).adding(data)
     record = record.evolve(doubted_at=opened or now, confirm_requests_used=confirms)
-    after, kind, summary, more = schedule(
+    return schedule(
         record, observation, reading, rng, note=f"{why}; confirming", confirming=True
-    )
-    return after, kind, summary, more | data
+    ).adding(data)

@@ -7,13 +7,17 @@ which records the outcome, the reason and a bounded copy of what was answered.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from waitbound._base._json import JSON
+from waitbound._model._audit import AuditEvent, EventKind
+from waitbound._model._audit_record import audit_event
 from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Phase, Record, reported_counts
 from waitbound._profile._contract import Counts, is_present
+from waitbound._rules import _sentences as sentences
 from waitbound._rules._options import open_request
 
 __all__ = [
@@ -31,8 +35,33 @@ __all__ = [
 _KEPT_BODY_CHARS = 2000
 """How much of a contradicting or unusable response is kept in the outcome's error."""
 
-Step = tuple[Record, str, str, dict[str, JSON]]
-"""(record after the decision, event kind, summary, extra event data)."""
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What a rule decided: the record after the decision, and the audit event that
+    tells it (its kind, its sentence and its extra data, beside the record's standard
+    fields)."""
+
+    record: Record
+    """The record after the decision."""
+    kind: EventKind
+    """What happened (``scheduled``, ``result_due``, ``finished``, ...)."""
+    summary: str
+    """One sentence a person can read."""
+    extra: dict[str, JSON]
+    """The event's data beyond the record's standard story fields."""
+
+    def event(self, at: datetime) -> AuditEvent:
+        """The audit event that tells this step at *at*, with the record's standard fields."""
+        return audit_event(self.record, at, self.kind, self.summary, **self.extra)
+
+    def said(self, more: str) -> Step:
+        """This step, its sentence followed by *more* (``"; ..."``, ``": ..."``)."""
+        return replace(self, summary=self.summary + more)
+
+    def adding(self, data: Mapping[str, JSON]) -> Step:
+        """This step, with *data* added to its extra data (*data* wins on a clash)."""
+        return replace(self, extra=self.extra | dict(data))
 
 
 def seconds_between(start: datetime, end: datetime) -> float:
@@ -81,8 +110,9 @@ def settled_without_receipt(record: Record, now: datetime, why: str = "") -> Ste
     if record.phase is not Phase.FETCHING_RESULT or settled not in unsuccessful:
         return None
     assert settled is not None
-    done, kind, summary, extra = finish(record, now, settled, record.settled_reason)
-    return done, kind, f"{summary}; its receipt was not fetched{why}", extra
+    return finish(record, now, settled, record.settled_reason).said(
+        f"; its receipt was not fetched{why}"
+    )
 
 
 def timed_out(record: Record, now: datetime, why: str = "") -> Step:
@@ -159,14 +189,11 @@ def finish(
         record = open_request(record, now)
     else:
         record = replace(record, decision_request=None)
-    summary = f"outcome {outcome.value}" + (f" ({reason.value})" if reason else "")
-    if detail:
-        summary += f": {detail}"
-    elif (late := record.late_cancel) is not None:  # a refused cancel came too late
-        summary += f"; {late}"
-    return (
+    # a refused cancel that came too late says so when there is no detail
+    summary = sentences.finished(outcome, reason, detail=detail, late_cancel=record.late_cancel)
+    return Step(
         record,
-        "finished",
+        EventKind.FINISHED,
         summary,
         {"outcome": outcome.value, "reason": reason.value if reason else None},
     )

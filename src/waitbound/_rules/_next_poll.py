@@ -10,9 +10,11 @@ webhooks. The rules are stated in ``docs/waiting.md`` (hints, backoff, budgets).
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from waitbound._base._json import JSON, show
+from waitbound._model._audit import EventKind
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import Reason
 from waitbound._model._pacing import Pacer, origin_key
@@ -27,6 +29,7 @@ from waitbound._profile._schedule import (
     hinted_delay_s,
     read_hints,
 )
+from waitbound._rules import _sentences as sentences
 from waitbound._rules._canceling import accepted_cancel, deadline_cancel_at
 from waitbound._rules._finish import Step, deadline_reached, escalate, seconds_between
 from waitbound._rules._learned import LearnedSchedule, ModelLookup, learned_jitter_s
@@ -323,7 +326,7 @@ def schedule(
         )
         record = record.evolve(attempt=attempt)
         if demanded:
-            record, kind, summary, more = escalate(
+            stop = escalate(
                 record,
                 now,
                 Reason.RATE_LIMITED,
@@ -331,10 +334,10 @@ def schedule(
             )
         else:
             cancel = accepted_cancel(record)
-            record, kind, summary, more = deadline_reached(
+            stop = deadline_reached(
                 record, now, f"; {wait}, past the deadline" + (f"; {cancel}" if cancel else "")
             )
-        return record, kind, summary, extra | more
+        return replace(stop, extra=extra | stop.extra)
     next_poll_at = min(now + timedelta(seconds=delay), record.stop_at)
     if record.requests_used >= record.max_requests and not demanded:
         # Every request is used: nothing is left to wait for, and the stop is the
@@ -347,14 +350,9 @@ def schedule(
         last_delay_s=round(seconds_between(now, next_poll_at) / factor, 6),
         last_hint_s=told.delay_s if told is not None else None,
     )
-    ignored = (
-        "; ignored " + ", ".join(f"{b.origin} {b.value!r}" for b in invalid) if invalid else ""
-    )
-    summary = (
-        f"{note + '; ' if note else ''}next request in {seconds_between(now, next_poll_at):.3g}s "
-        f"({source.value}){ignored}"
-    )
-    return record, "scheduled", summary, extra
+    ignored = [(b.origin, b.value) for b in invalid]
+    summary = sentences.scheduled(note, seconds_between(now, next_poll_at), source, ignored)
+    return Step(record, EventKind.SCHEDULED, summary, extra)
 
 
 def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) -> Step:
@@ -368,11 +366,11 @@ def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) ->
     confirmation re-check, which must fit its ``confirm_window_s``) is returned as it
     is, as is every step without a *pacer* or with pacing off.
     """
-    record, kind, summary, extra = step
+    record = step.record
     planned = record.next_poll_at
     if (
         pacer is None
-        or kind != "scheduled"
+        or step.kind is not EventKind.SCHEDULED
         or not record.policy.origin_pacing
         or record.phase is not Phase.WAITING
         or record.success_seen_at is not None  # a confirmation re-check fits its window
@@ -391,16 +389,9 @@ def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) ->
     added_s = seconds_between(planned, at)
     if added_s <= 0:
         return step
-    record = record.evolve(next_poll_at=at)
-    summary += (
-        f"; paced by origin {where}: {added_s:.3g}s later, so the polls of operations "
-        f"due together spread (next request in {seconds_between(now, at):.3g}s)"
-    )
-    return (
-        record,
-        kind,
-        summary,
-        extra | {"paced_by_origin": {"origin": where, "added_s": round(added_s, 3)}},
+    paced_step = replace(step, record=record.evolve(next_poll_at=at))
+    return paced_step.said(sentences.paced(where, added_s, seconds_between(now, at))).adding(
+        {"paced_by_origin": {"origin": where, "added_s": round(added_s, 3)}}
     )
 
 

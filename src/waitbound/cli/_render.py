@@ -15,6 +15,7 @@ from waitbound import AuditEvent, Record
 from waitbound import option_costs as costs_of
 from waitbound._base._json import JSON, show
 from waitbound._base._urls import redact_url
+from waitbound._model._audit import EventKind
 from waitbound._story import event_details as _details
 from waitbound._story import printable, story_line
 from waitbound._story import timestamp as _time
@@ -60,12 +61,13 @@ def group_line(events: Sequence[AuditEvent]) -> str:
 
 def _extends(kinds: Sequence[str], kind: str) -> bool:
     """Whether an event of *kind* belongs to the request group of *kinds* so far."""
-    return (kinds, kind) in ((["reserved"], "observed"), (["reserved", "observed"], "scheduled"))
+    reserved, observed, scheduled = EventKind.RESERVED, EventKind.OBSERVED, EventKind.SCHEDULED
+    return (kinds, kind) in (([reserved], observed), ([reserved, observed], scheduled))
 
 
 def _open(kinds: Sequence[str]) -> bool:
     """Whether a group of *kinds* may still grow (a request not yet observed or scheduled)."""
-    return kinds in (["reserved"], ["reserved", "observed"])
+    return kinds in ([EventKind.RESERVED], [EventKind.RESERVED, EventKind.OBSERVED])
 
 
 def grouped(events: Sequence[AuditEvent]) -> list[tuple[int, int]]:
@@ -146,7 +148,9 @@ class LiveStatus:
             max_requests=most if isinstance(most, int) else self.max_requests,
             next_poll_at=datetime.fromisoformat(next_poll) if isinstance(next_poll, str) else None,
             delay_source=str(data.get("delay_source") or "") or None,
-            sending=str(data.get("request") or "status") if event.kind == "reserved" else None,
+            sending=str(data.get("request") or "status")
+            if event.kind == EventKind.RESERVED
+            else None,
             outcome=str(data["outcome"]) if isinstance(data.get("outcome"), str) else self.outcome,
         )
 

@@ -24,6 +24,7 @@ from waitbound._base._json import JSON
 from waitbound._base._urls import redact_url
 from waitbound._engine._operation import check_first_poll_after, check_push
 from waitbound._engine._outbox import resolve_notify_secret
+from waitbound._model._audit import EventKind
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
     MAX_RESPONSE_OPTION,
@@ -460,7 +461,7 @@ def cancel_command(  # noqa: PLR0917 - click passes every option
 
     def on_event(event: AuditEvent) -> None:
         sink(event)
-        if no_wait and event.kind == "cancel_answered":
+        if no_wait and event.kind == EventKind.CANCEL_ANSWERED:
             raise _CancelAnswered
 
     def act(opened: Store) -> tuple[Outcome, Record | None]:

@@ -15,6 +15,7 @@ import waitbound
 from waitbound import AuditEvent, StoreError, UsageError, WaitboundError, WorkerSettings
 from waitbound._base._json import JSON
 from waitbound._engine._outbox import resolve_notify_secret, webhook_signer
+from waitbound._model._audit import EventKind
 from waitbound.cli._common import (
     EXIT_CODES_HELP,
     MAX_RESPONSE_OPTION,
@@ -212,7 +213,7 @@ def worker(  # noqa: PLR0917 - click passes every option
     stopped = "idle" if until_idle else "signal"
 
     def on_event(event: AuditEvent) -> None:
-        if event.kind == "finished" and isinstance(event.data.get("outcome"), str):
+        if event.kind == EventKind.FINISHED and isinstance(event.data.get("outcome"), str):
             finished[str(event.data["outcome"])] += 1
         sink(event)
 

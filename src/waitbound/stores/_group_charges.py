@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from waitbound._model._audit import AuditEvent
+from waitbound._model._audit import AuditEvent, EventKind
 
 __all__ = ["COUNTED_BY", "MEMORY_GROUPS", "charge_memory", "charge_sql", "charges"]
 
@@ -36,7 +36,7 @@ def charges(events: Sequence[AuditEvent]) -> list[str]:
     the group that counted it already, or ``""`` (none did)."""
     found = []
     for event in events:
-        if event.kind == "reserved":
+        if event.kind == EventKind.RESERVED:
             counted = event.data.get(COUNTED_BY)
             found.append(counted if isinstance(counted, str) else "")
     return found
