@@ -297,7 +297,9 @@ def test_a_grant_of_one_check_that_sees_success_also_fetches_the_result() -> Non
     op = stopped(RUNNING, max_requests=3, result_url="http://provider.test/result")
     assert op.record.reason is Reason.REQUEST_BUDGET_EXHAUSTED
     op.decide("extend", minutes=1, checks=1)
-    assert op.events("decided")[-1].data["grant"]["action_requests"] == 1
+    grant = op.events("decided")[-1].data["grant"]
+    assert isinstance(grant, dict)
+    assert grant["action_requests"] == 1
     outcome = op.resume((200, {"status": "done"}))
     assert outcome.outcome is OutcomeKind.SUCCEEDED
     assert op.provider.count("/result") == 1
