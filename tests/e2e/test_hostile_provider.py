@@ -18,8 +18,8 @@ from tests.transports.hostile import HostileServer
 from waitbound import SQLiteStore
 
 STATE = ["--state-path", "status", "--pending", "running", "--succeeded", "done"]
-# A policy whose budget covers its deadline (300 requests at most 0.2 s apart, 60 s): no
-# warning line besides the one line each bad input gets.
+# A policy whose budget covers its deadline (400 requests at most 0.2 s apart, 60 s): the
+# plan never spreads them.
 FAST = [
     "--base-delay",
     "0.1s",
@@ -28,7 +28,7 @@ FAST = [
     "--deadline",
     "60s",
     "--max-requests",
-    "300",
+    "400",
     "--json",
 ]
 
