@@ -22,7 +22,7 @@ import waitbound
 from tests.cli.helpers import INLINE, assert_refused, closed_port, run_cli
 from waitbound._profile._policy import policy_json
 from waitbound.cli import run as run_in_process
-from waitbound.cli._common import resume_hint
+from waitbound.cli._store_access import resume_hint
 from waitbound.sim import Simulator, parse_scenario
 from waitbound.stores import sqlite as sqlite_store
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from waitbound import AuditEvent, MemoryStore, Policy, Record, parse_profile
-from waitbound.cli._common import Progress
+from waitbound.cli._progress import Progress
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PROFILE = parse_profile({"state": "status", "pending": ["running"], "succeeded": ["done"]})

@@ -8,7 +8,7 @@ import pytest
 
 from tests.core.harness import PROFILE, run
 from waitbound._model._record import reported_counts
-from waitbound.cli._common import print_outcome
+from waitbound.cli._output import print_outcome
 
 COUNTED = {**PROFILE, "counts": {"succeeded": "n.ok", "failed": "n.bad", "total": "n.all"}}
 

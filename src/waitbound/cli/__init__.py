@@ -22,13 +22,7 @@ from waitbound._base._errors import (
 )
 from waitbound._model._outcome import OutcomeError
 from waitbound.cli._app import cli
-from waitbound.cli._common import (
-    EXIT_INTERRUPTED,
-    EXIT_STORE,
-    EXIT_USAGE,
-    Interrupted,
-    StoreFailed,
-)
+from waitbound.cli._exits import EXIT_INTERRUPTED, EXIT_STORE, EXIT_USAGE, Interrupted, StoreFailed
 from waitbound.cli._time import using
 
 __all__ = ["cli", "main"]

@@ -6,10 +6,10 @@ import click
 
 import waitbound
 from waitbound.cli._audit import audit
-from waitbound.cli._common import EXIT_CODES_HELP
 from waitbound.cli._db import db
 from waitbound.cli._decisions import decide_command, escalations_command
 from waitbound.cli._deliveries import deliveries
+from waitbound.cli._exits import EXIT_CODES_HELP
 from waitbound.cli._groups import wait_all_command, wait_any_command
 from waitbound.cli._inspect import show
 from waitbound.cli._mcp import mcp_command

@@ -15,15 +15,12 @@ import click
 import waitbound
 from waitbound import AuditCheckpoint, AuditFinding, UsageError
 from waitbound._base._json import JSON
-from waitbound.cli._common import (
-    AUDIT_KEY_FILE_HELP,
-    EXIT_AUDIT_BROKEN,
-    STORE_HELP,
-    opened_store,
-)
+from waitbound.cli._exits import EXIT_AUDIT_BROKEN
+from waitbound.cli._flags import AUDIT_KEY_FILE_HELP, STORE_HELP
 from waitbound.cli._inspect import chain_status, print_story, read_operation, report_broken
 from waitbound.cli._params import STORED_TEXT
 from waitbound.cli._render import printable, record_summary
+from waitbound.cli._store_access import opened_store
 
 __all__ = ["audit"]
 

@@ -15,10 +15,11 @@ import click
 import waitbound
 from waitbound import Outcome, Profile, Store, UsageError
 from waitbound._base._json import JSON
-from waitbound.cli._common import STORE_HELP, opened_store, profile_from_flags, resume_hint
+from waitbound.cli._flags import STORE_HELP, profile_from_flags
 from waitbound.cli._groups import group_document, stopped_group_lines, stopped_groups
 from waitbound.cli._params import STORED_TEXT, NumberRange, WholeRange
 from waitbound.cli._render import printable
+from waitbound.cli._store_access import opened_store, resume_hint
 
 __all__ = ["decide_command", "escalations_command"]
 

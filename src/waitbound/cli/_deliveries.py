@@ -17,9 +17,10 @@ import waitbound
 from waitbound import OutboxEntry, OutboxStatus
 from waitbound._base._json import JSON
 from waitbound._base._urls import origin_only
-from waitbound.cli._common import STORE_HELP, opened_store
+from waitbound.cli._flags import STORE_HELP
 from waitbound.cli._params import STORED_TEXT, WholeRange
 from waitbound.cli._render import printable
+from waitbound.cli._store_access import opened_store
 
 __all__ = ["deliveries"]
 

@@ -17,12 +17,8 @@ import click
 import waitbound
 from waitbound import GroupResult, Store, UsageError
 from waitbound._base._json import JSON
-from waitbound.cli._common import (
-    EXIT_CODES_HELP,
-    STORE_HELP,
-    http_settings,
-    opened_store,
-)
+from waitbound.cli._exits import EXIT_CODES_HELP
+from waitbound.cli._flags import STORE_HELP, http_settings
 from waitbound.cli._params import (
     DURATION_HELP,
     STORED_TEXT,
@@ -31,6 +27,7 @@ from waitbound.cli._params import (
     positive_duration,
 )
 from waitbound.cli._render import printable
+from waitbound.cli._store_access import opened_store
 from waitbound.cli._time import timing
 from waitbound.stores._groups import GroupRow, groups_of
 

@@ -10,15 +10,12 @@ import click
 import waitbound
 from waitbound import AuditFinding, Record, StoredAuditEvent
 from waitbound._story import chain_status, operation_document
-from waitbound.cli._common import (
-    AUDIT_KEY_FILE_HELP,
-    EXIT_AUDIT_BROKEN,
-    STORE_HELP,
-    opened_store,
-)
+from waitbound.cli._exits import EXIT_AUDIT_BROKEN
+from waitbound.cli._flags import AUDIT_KEY_FILE_HELP, STORE_HELP
 from waitbound.cli._groups import group_document, group_lines
 from waitbound.cli._params import STORED_TEXT
 from waitbound.cli._render import group_line, grouped, printable, record_summary
+from waitbound.cli._store_access import opened_store
 from waitbound.stores._groups import GroupRow, groups_of, is_group_id
 
 __all__ = ["chain_status", "print_story", "read_operation", "report_broken", "show"]

@@ -10,8 +10,9 @@ import click
 from waitbound._base._errors import UsageError
 from waitbound._model._history import ScheduleSummary
 from waitbound._rules._learned import MIN_JOBS, estimate
-from waitbound.cli._common import STORE_HELP, opened_store
+from waitbound.cli._flags import STORE_HELP
 from waitbound.cli._render import printable
+from waitbound.cli._store_access import opened_store
 from waitbound.stores import Store
 
 __all__ = ["schedules"]

@@ -26,14 +26,10 @@ from waitbound._base._private_dirs import make_private_dirs
 from waitbound._base._secrets import credential_values
 from waitbound._engine._outbox import resolve_notify_secret, webhook_signer
 from waitbound._observe._metrics import metering, observe_store
-from waitbound.cli._common import (
-    EXIT_CODES_HELP,
-    MAX_RESPONSE_OPTION,
-    STORE_HELP,
-    http_settings,
-    opened_store,
-)
+from waitbound.cli._exits import EXIT_CODES_HELP
+from waitbound.cli._flags import MAX_RESPONSE_OPTION, STORE_HELP, http_settings
 from waitbound.cli._params import DURATION_HELP, WholeRange
+from waitbound.cli._store_access import opened_store
 from waitbound.cli._telemetry import LOG_FORMAT_OPTION, apply_log_format, configure_sdk
 from waitbound.cli._worker import DRIVE_OPTIONS, credentials, drive_settings
 

@@ -11,8 +11,9 @@ import click
 
 import waitbound
 from waitbound._base._errors import UsageError
-from waitbound.cli._common import STORE_HELP, opened_store
+from waitbound.cli._flags import STORE_HELP
 from waitbound.cli._render import printable
+from waitbound.cli._store_access import opened_store
 from waitbound.stores._sessions import SessionRow, sessions_of
 
 __all__ = ["sessions"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from waitbound import UsageError
-from waitbound.cli._common import stop_on_sigterm
 from waitbound.cli._params import WholeRange
+from waitbound.cli._store_access import stop_on_sigterm
 
 __all__ = ["sim"]
 

@@ -25,27 +25,24 @@ from waitbound._base._urls import redact_url
 from waitbound._engine._operation import check_first_poll_after, check_push
 from waitbound._engine._outbox import resolve_notify_secret
 from waitbound._model._audit import EventKind
-from waitbound.cli._common import (
-    EXIT_CODES_HELP,
+from waitbound.cli._exits import EXIT_CODES_HELP
+from waitbound.cli._flags import (
     MAX_RESPONSE_OPTION,
-    MEMORY_EMPTY,
     POLICY_OPTIONS,
     PROFILE_OPTIONS,
     PROGRESS_OPTIONS,
     RUN_OPTIONS,
     STORE_HELP,
-    Progress,
-    drive,
     flag_names,
-    header_names,
     http_settings,
     policy_from_flags,
-    print_outcome,
     profile_from_flags,
-    resume_hint,
 )
+from waitbound.cli._output import print_outcome
 from waitbound.cli._params import DURATION_HELP, STORED_TEXT, WholeRange, duration, parse_header
+from waitbound.cli._progress import Progress
 from waitbound.cli._render import option_costs, printable
+from waitbound.cli._store_access import MEMORY_EMPTY, drive, header_names, resume_hint
 from waitbound.cli._time import timing
 
 __all__ = ["cancel_command", "run", "submit", "wait"]

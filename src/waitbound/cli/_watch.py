@@ -19,7 +19,7 @@ import httpx
 import waitbound
 from waitbound import AuditEvent, OutcomeKind, UsageError, WaitboundError
 from waitbound._base._json import JSON
-from waitbound.cli._common import EXIT_CODES_HELP, EXIT_STILL_WAITING
+from waitbound.cli._exits import EXIT_CODES_HELP, EXIT_STILL_WAITING
 from waitbound.cli._params import STORED_TEXT
 from waitbound.cli._render import printable, story_line
 from waitbound.cli._serve import DEFAULT_PORT, TOKEN_FILE_HELP, default_token_file, read_token

@@ -16,17 +16,9 @@ from waitbound import AuditEvent, StoreError, UsageError, WaitboundError, Worker
 from waitbound._base._json import JSON
 from waitbound._engine._outbox import resolve_notify_secret, webhook_signer
 from waitbound._model._audit import EventKind
-from waitbound.cli._common import (
-    EXIT_CODES_HELP,
-    MAX_RESPONSE_OPTION,
-    STORE_HELP,
-    Progress,
-    http_settings,
-    opened_store,
-    options,
-    store_failed,
-)
 from waitbound.cli._credentials import OriginCredentials, from_flags, load_credentials
+from waitbound.cli._exits import EXIT_CODES_HELP
+from waitbound.cli._flags import MAX_RESPONSE_OPTION, STORE_HELP, http_settings, options
 from waitbound.cli._params import (
     DURATION_HELP,
     STORED_TEXT,
@@ -35,7 +27,9 @@ from waitbound.cli._params import (
     duration,
     positive_duration,
 )
+from waitbound.cli._progress import Progress
 from waitbound.cli._render import worker_summary_lines
+from waitbound.cli._store_access import opened_store, store_failed
 from waitbound.cli._telemetry import LOG_FORMAT_OPTION, apply_log_format
 
 __all__ = ["DRIVE_OPTIONS", "WORKER_IN_MEMORY", "drive_settings", "worker"]
