@@ -117,6 +117,37 @@ def test_duration_out_of_range_is_refused_in_one_line(
         assert word in line, f"{word!r} not named in: {line}"
 
 
+DISAGREEING = ("--max-requests", "4", "--base-delay", "1s", "--max-delay", "1s", "--deadline", "1m")
+"""A budget that cannot cover its deadline at the cap: the CLI warns about it."""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("wait", "http://\u2603.net/status"), ("run", "POST", "ftp://jobs.example/jobs")],
+    ids=["wait-idna", "run-not-http"],
+)
+def test_bad_input_gets_its_one_line_alone_even_with_a_budget_warning(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """A URL that cannot be used is refused in one line: the budget's warning line is said
+    only once the input is checked (it came first, making the refusal two lines)."""
+    done = run_cli(tmp_path, *command, *INLINE, *DISAGREEING, *NO_RETRY)
+    line = assert_refused(done, tmp_path)
+    assert "cannot be used" in line
+    assert "warning" not in done.stderr
+
+
+def test_a_disagreeing_budget_is_warned_about_once_when_the_operation_is_made(
+    tmp_path: Path,
+) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/status"
+    done = run_cli(tmp_path, "wait", url, *INLINE, *DISAGREEING, "--detach")
+    assert done.returncode == 4, done.stderr
+    [warning] = done.stderr.strip().splitlines()
+    assert warning.startswith("warning: the budget and the --deadline disagree")
+    assert "--max-requests or --max-delay" in warning
+
+
 # --- stores -------------------------------------------------------------------------
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "check_first_poll_after",
     "check_push",
     "check_url",
+    "check_urls",
     "new_operation_id",
     "open_operation",
     "request_cancel",
@@ -67,6 +68,23 @@ def check_url(url: str, what: str) -> str:
         return checked_url(url)
     except ValueError as exc:
         raise UsageError(f"{what} {shown_url(url)} cannot be used ({exc})") from None
+
+
+def check_urls(operation: Operation | Submission) -> None:
+    """Refuse an operation whose status or submit URL, result URL or cancel URL cannot be
+    used (:func:`check_url`).
+
+    Raises:
+        UsageError: one of them cannot be used (the message names which).
+    """
+    if isinstance(operation, Operation):
+        check_url(operation.status_url, "status URL")
+    else:
+        check_url(operation.url, "submit URL")
+    for extra, what in (("result_url", "result URL"), ("cancel_url", "cancel URL")):
+        url = getattr(operation, extra, None)
+        if url is not None:
+            check_url(url, what)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -306,14 +324,7 @@ def open_operation(
         check_first_poll_after(first_poll_after_s, operation.policy)
     if operation is not None:
         check_push(operation)
-    if isinstance(operation, Operation):
-        check_url(operation.status_url, "status URL")
-    elif isinstance(operation, Submission):
-        check_url(operation.url, "submit URL")
-    for extra, what in (("result_url", "result URL"), ("cancel_url", "cancel URL")):
-        url = getattr(operation, extra, None)
-        if url is not None:
-            check_url(url, what)
+        check_urls(operation)
     if operation is not None:  # this process's caller named them: metric labels
         label_origins(_origins_named(operation))
         label_profiles((operation.profile.name,))

@@ -124,15 +124,22 @@ _POLICY_FLAGS: Final = {
 
 
 def policy_from_flags(flags: dict[str, object]) -> Policy:
-    """The policy from the limit and pacing flags (popped from *flags*)."""
+    """The policy from the limit and pacing flags (popped from *flags*); its budget
+    warning, if any, is said by :func:`warn_budget` once the command's input is checked."""
     try:
-        with quiet_budget_warning():  # said once below, as one line
+        with quiet_budget_warning():
             policy = Policy(**{field: flags.pop(flag) for flag, field in _POLICY_FLAGS.items()})  # type: ignore[arg-type]
     except UsageError as exc:
         raise UsageError(flag_names(str(exc))) from None
+    return policy
+
+
+def warn_budget(policy: Policy) -> None:
+    """Say on stderr, as one ``warning:`` line, how *policy*'s budget and deadline
+    disagree (``waitbound.BudgetWarning``); nothing when they agree. Called after every
+    check of the command's input, so bad input still gets its one line alone."""
     if (disagreement := budget_disagreement(policy)) is not None:
         click.echo(f"warning: {flag_names(disagreement)}", err=True)
-    return policy
 
 
 def http_settings(max_response_bytes: int | None) -> HttpSettings:

@@ -22,7 +22,7 @@ from waitbound import (
 )
 from waitbound._base._json import JSON
 from waitbound._base._urls import redact_url
-from waitbound._engine._operation import check_first_poll_after, check_push
+from waitbound._engine._operation import check_first_poll_after, check_push, check_urls
 from waitbound._engine._outbox import resolve_notify_secret
 from waitbound._model._audit import EventKind
 from waitbound.cli._exits import EXIT_CODES_HELP
@@ -37,6 +37,7 @@ from waitbound.cli._flags import (
     http_settings,
     policy_from_flags,
     profile_from_flags,
+    warn_budget,
 )
 from waitbound.cli._output import print_outcome
 from waitbound.cli._params import DURATION_HELP, STORED_TEXT, WholeRange, duration, parse_header
@@ -207,7 +208,7 @@ def wait(  # noqa: PLR0917 - click passes every option
     except UsageError as exc:
         raise UsageError(flag_names(str(exc))) from None
     if operation is not None:
-        _check_push(operation, needs_secret=not detach)  # before the store is opened
+        _check_new(operation, needs_secret=not detach)  # before the store is opened
     op_id = waitbound.new_operation_id() if operation_id is None else operation_id
     names = header_names(sent)
     if detach:
@@ -263,12 +264,16 @@ def wait(  # noqa: PLR0917 - click passes every option
     return print_outcome(outcome, as_json, option_costs(record))
 
 
-def _check_push(operation: Operation | Submission, *, needs_secret: bool) -> None:
-    """Refuse a bad --webhook or --notify, and --notify without a notify secret when
-    this process delivers the completion (a detached operation's is the worker's)."""
+def _check_new(operation: Operation | Submission, *, needs_secret: bool) -> None:
+    """Refuse a new operation's bad input: a URL that cannot be used, a bad --webhook or
+    --notify, and --notify without a notify secret when this process delivers the
+    completion (a detached operation's is the worker's); then say its budget warning,
+    if any, so bad input gets its one line alone."""
     check_push(operation)
+    check_urls(operation)
     if needs_secret:
         resolve_notify_secret(operation.notify_url, None)
+    warn_budget(operation.policy)
 
 
 def _check_credential_label(record: Record | None, label: str) -> None:
@@ -335,7 +340,7 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
     sent = [parse_header(h) for h in flags.pop("headers")]
     http = http_settings(flags.pop("max_response_bytes"))
     submission = _submission(flags)
-    _check_push(submission, needs_secret=True)
+    _check_new(submission, needs_secret=True)
     given = flags.pop("operation_id")
     op_id = waitbound.new_operation_id() if given is None else given
     as_json = bool(flags.pop("as_json"))
