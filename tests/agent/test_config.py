@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,16 @@ def test_load_config_names_the_file(tmp_path: Path) -> None:
         load_config(path)
     with pytest.raises(UsageError, match="cannot read it"):
         load_config(tmp_path / "missing.toml")
+
+
+def test_a_policy_whose_budget_and_deadline_disagree_loads_without_a_python_warning() -> None:
+    """The config loads quietly: `waitbound mcp` says the disagreement itself, as one
+    ``waitbound: warning:`` line naming the provider (not Python's two-line warning
+    with a source line on the server's stderr)."""
+    slow = provider(
+        policy={"deadline_s": 600, "max_requests": 3, "base_delay_s": 1, "max_delay_s": 1}
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config = parse({"providers": {"r": slow}})
+    assert config.providers["r"].policy.max_requests == 3

@@ -13,6 +13,7 @@ import platformdirs
 
 import waitbound
 from waitbound._base._errors import UsageError
+from waitbound._profile._policy import budget_disagreement
 from waitbound.cli._params import WholeRange
 from waitbound.cli._serve import default_token_file, is_loopback, tokens_of
 from waitbound.cli._telemetry import LOG_FORMAT_OPTION, apply_log_format
@@ -135,6 +136,9 @@ def mcp_command(  # noqa: PLR0917 - click passes every option
             "the MCP server needs the 'mcp' package: pip install 'waitbound[mcp]'"
         ) from None
     config = load_config(config_path)
+    for name, provider in config.providers.items():
+        if (disagreement := budget_disagreement(provider.policy)) is not None:
+            click.echo(f"waitbound: warning: providers.{name}.policy: {disagreement}", err=True)
     holders = None
     if transport == "http":
         _check_doors(host, allow_remote=allow_remote, no_auth=no_auth)

@@ -45,6 +45,7 @@ from waitbound._engine._operation import check_url
 from waitbound._model._record import Policy
 from waitbound._profile._contract import Profile
 from waitbound._profile._contract_parse import parse_profile
+from waitbound._profile._policy import quiet_budget_warning
 from waitbound._rules._credentials import Binding, BoundCredentials, Place
 from waitbound.profiles import resolve_profile
 from waitbound.stores import is_postgres_dsn
@@ -336,7 +337,8 @@ def _policy(raw: object, where: str) -> Policy:
     known = {f.name for f in fields(Policy)}
     _only(table, known, f"[{where}.policy]")
     try:
-        return Policy(**table)
+        with quiet_budget_warning():  # said as one line by the command that loads it
+            return Policy(**table)
     except UsageError as exc:
         raise UsageError(f"{where}.policy: {exc}") from None
 
