@@ -32,7 +32,7 @@ import httpx
 from benchmarks._common import machine, percentile, print_machine, print_table, verdict
 from waitbound import Clock, Observation, Operation, Policy, SQLiteStore, parse_profile, start
 from waitbound._base._json import JSON
-from waitbound._engine._driver import new_owner
+from waitbound._engine._lease import new_owner
 from waitbound._rules._controller import Finish, Send, observe, plan
 from waitbound.stores import Store
 from waitbound.web._app import create_app

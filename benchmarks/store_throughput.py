@@ -61,7 +61,7 @@ from benchmarks._common import (
     verdict,
 )
 from waitbound import Observation, Operation, Policy, Record, SystemClock, WorkerSettings, start
-from waitbound._engine._driver import new_owner
+from waitbound._engine._lease import new_owner
 from waitbound._model._audit import AuditEvent
 from waitbound._rules._controller import Send, observe, plan
 from waitbound.stores import Store

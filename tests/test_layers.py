@@ -139,7 +139,7 @@ def test_the_checks_find_what_they_guard() -> None:
     longest chain is counted in modules."""
     entries = _entries()
     graph = {
-        "waitbound._rules._decide": {"waitbound.stores.sqlite"},
+        "waitbound._rules._status_answer": {"waitbound.stores.sqlite"},
         "waitbound.stores.sqlite": {"waitbound._model._record"},
         "waitbound.transports._http": {"waitbound._rules._controller"},
         "waitbound._rules._controller": set(),
@@ -151,13 +151,13 @@ def test_the_checks_find_what_they_guard() -> None:
     }
     assert _violations(graph, entries) == [
         "waitbound._model._record (model) imports waitbound._engine._driver (engine)",
-        "waitbound._rules._decide (rules) imports waitbound.stores.sqlite (stores)",
+        "waitbound._rules._status_answer (rules) imports waitbound.stores.sqlite (stores)",
         "waitbound.transports._http (transports) imports waitbound._rules._controller (rules)",
     ]
     assert longest_chain(graph) == (
         4,
         [
-            "waitbound._rules._decide",
+            "waitbound._rules._status_answer",
             "waitbound.stores.sqlite",
             "waitbound._model._record",
             "waitbound._base._errors",

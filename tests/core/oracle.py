@@ -441,7 +441,7 @@ class World:
                 raise Killed
             return observed
 
-        with mock.patch("waitbound._engine._driver.send_sync", send):
+        with mock.patch("waitbound._engine._interpreters.send_sync", send):
             yield
 
     def _common(self) -> dict[str, Any]:

@@ -38,7 +38,9 @@ from waitbound import (
     work,
 )
 from waitbound._base._failpoints import hit, inject
-from waitbound._engine._driver import Exchange, Lease, _Persist, _Send, exchange, lease_of
+from waitbound._engine._driver import exchange
+from waitbound._engine._effects import Exchange, _Persist, _Send
+from waitbound._engine._lease import Lease, lease_of
 from waitbound._model._record import Phase
 from waitbound._rules._controller import Request, Send, plan
 

@@ -33,9 +33,10 @@ from waitbound import (
     wait,
     wait_all,
 )
-from waitbound._engine._driver import exchange, run_exchange_sync
+from waitbound._engine._driver import exchange
 from waitbound._engine._driver import tools as make_tools
 from waitbound._engine._group import Ended, Go, Nap, Scheduler, Stop
+from waitbound._engine._interpreters import run_exchange_sync
 from waitbound._engine._operation import open_operation
 from waitbound._engine._schedule_models import models_for
 from waitbound._engine._worker import WorkerSettings

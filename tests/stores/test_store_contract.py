@@ -792,7 +792,7 @@ def test_a_reservations_fencing_token_reads_back_exactly(store: Store) -> None:
     """The fence (owner, request kind, lease expiry to the microsecond) that a
     reservation wrote is what the store gives back, so a later step can tell its own
     reservation from any other."""
-    from waitbound._engine._driver import lease_of
+    from waitbound._engine._lease import lease_of
 
     store.create(make_record(), events("created"))
     [reserved] = _reserve(store, "w1", NOW)
@@ -823,7 +823,7 @@ def test_a_save_from_a_reservation_that_was_taken_over_is_refused(store: Store) 
     """A lease that ran out and was reserved again (by another worker, or by the same
     one): the old reservation's answer loses the compare-and-swap, alone and in a
     batch, and the record carries only the new reservation's fence."""
-    from waitbound._engine._driver import lease_of
+    from waitbound._engine._lease import lease_of
 
     store.create(make_record(), events("created"))
     for new_owner in ("w2", "w1"):

@@ -27,7 +27,8 @@ from waitbound._engine._call_options import (
     drive_async,
     drive_sync,
 )
-from waitbound._engine._driver import Credentials, EventSink, Tools, loop, one_step, tools
+from waitbound._engine._driver import loop, one_step, tools
+from waitbound._engine._effects import Credentials, EventSink, Tools
 from waitbound._engine._handle import AsyncOperationHandle, OperationHandle
 from waitbound._engine._operation import (
     Operation,

@@ -19,16 +19,9 @@ from typing import Generic, TypeVar
 import httpx
 
 from waitbound._base._clock import Clock
-from waitbound._engine._driver import (
-    Credentials,
-    EventSink,
-    Tools,
-    _Send,
-    _Sleep,
-    run_async_effects,
-    run_sync_effects,
-    tools,
-)
+from waitbound._engine._driver import tools
+from waitbound._engine._effects import Credentials, EventSink, Tools, _Send, _Sleep
+from waitbound._engine._interpreters import run_async_effects, run_sync_effects
 from waitbound._engine._outbox import OnComplete
 from waitbound._model._observation import Observation
 from waitbound._model._record import Record

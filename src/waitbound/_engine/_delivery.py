@@ -45,7 +45,7 @@ import httpx
 from waitbound._base._clock import Clock, SystemClock
 from waitbound._base._errors import UsageError
 from waitbound._base._urls import checked_url, origin_only
-from waitbound._engine._driver import holder_is_gone, new_owner
+from waitbound._engine._lease import holder_is_gone, new_owner
 from waitbound._engine._outbox import (
     WEBHOOK_TIMEOUT_S,
     Attempt,

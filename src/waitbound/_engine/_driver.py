@@ -2,9 +2,13 @@
 
 :func:`_drive` is the only copy of the loop. It is a generator that performs the
 store reads and writes itself (they are quick and local) and yields the two
-effects that differ between the drivers, :class:`_Sleep` and :class:`_Send`; the
-sync and async interpreters below only carry those out. No policy lives here: every
-decision is the controller's (:func:`waitbound._rules._controller.plan` and ``observe``).
+effects that differ between the drivers, :class:`_Sleep` and :class:`_Send`
+(``waitbound._engine._effects``); the sync and async interpreters
+(``waitbound._engine._interpreters``) only carry those out. One request's
+:func:`exchange`, the part of the step the worker and the group waits run too, lives
+here as well; a reservation's lease is ``waitbound._engine._lease``'s. No policy lives
+here: every decision is the controller's (:func:`waitbound._rules._controller.plan` and
+``observe``).
 
 Credentials (the caller's headers) are sent only where the one rule of
 ``waitbound._rules._credentials`` lets them go: bound credentials (a worker's, the MCP
@@ -16,20 +20,27 @@ back in an answer, they are redacted before the answer is read (``waitbound._bas
 
 from __future__ import annotations
 
-import os
 import random
-import socket
-import uuid
-from collections.abc import Awaitable, Callable, Generator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import replace
 from datetime import datetime
-
-import httpx
 
 from waitbound._base._clock import Clock, SystemClock
 from waitbound._base._errors import ConflictError, OperationNotFoundError
 from waitbound._base._failpoints import hit
 from waitbound._base._secrets import credential_values
+from waitbound._engine._effects import (
+    Credentials,
+    EventSink,
+    Exchange,
+    Tools,
+    _Pause,
+    _Persist,
+    _Reread,
+    _Send,
+    _Sleep,
+)
+from waitbound._engine._lease import Lease, holder_is_gone, lease_of, new_owner
 from waitbound._engine._operation import Submission
 from waitbound._engine._schedule_models import models_for
 from waitbound._engine._tell import save_and_tell
@@ -38,8 +49,7 @@ from waitbound._model._observation import Observation
 from waitbound._model._pacing import Pacer, pacer_for
 from waitbound._model._record import Record, RequestKind
 from waitbound._observe._metrics import label_origins
-from waitbound._observe._telemetry import sending, traced_loop
-from waitbound._profile._contract import Profile
+from waitbound._observe._telemetry import traced_loop
 from waitbound._rules._controller import (
     Decision,
     Finish,
@@ -63,133 +73,19 @@ from waitbound._rules._credentials import (
 )
 from waitbound._rules._learned import ModelLookup
 from waitbound.stores import Store, open_store
-from waitbound.transports import (
-    HttpSettings,
-    borrow_async_client,
-    borrow_client,
-    send_async,
-    send_sync,
-)
 
 __all__ = [
-    "Credentials",
-    "EventSink",
-    "Exchange",
-    "Lease",
-    "Tools",
     "exchange",
-    "holder_is_gone",
-    "lease_of",
     "loop",
-    "new_owner",
     "one_step",
     "reservation_of",
-    "run_async_effects",
-    "run_exchange_async",
-    "run_exchange_sync",
-    "run_sync_effects",
     "safe_plan",
     "tools",
 ]
 
-EventSink = Callable[[AuditEvent], None]
-Credentials = Mapping[str, str] | Callable[[Record], Mapping[str, str]]
-"""The caller's headers: one mapping for every operation, or a function giving each
-operation's own, or :class:`~waitbound._rules._credentials.BoundCredentials` (headers
-bound to configured places, whatever a record says). See
-:func:`~waitbound._rules._credentials.headers_for`."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Sleep:
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class _Send:
-    request: Request
-    headers: Mapping[str, str]
-    content: bytes | None
-    secrets: tuple[str, ...]
-    record: Record
-    """The reserved record the request is sent for (its span's attributes)."""
-
-
 MIN_SEND_S = 0.5
 """A reserved request is sent only when its lease leaves it at least this long (or its
 whole planned timeout, when that is shorter) before the lease's margin (seconds)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Lease:
-    """One reservation's fence: what identifies it in the store, and how long it holds.
-
-    The fencing token is ``(owner, kind, expires_at)`` as the reservation stored it: a
-    later reservation of the operation (by another worker, or by this one after the
-    lease ran out) always stores another, so a record that still carries this token is
-    still this reservation's. Its time left is measured on this process's monotonic
-    clock from *started*, read just before the reservation's ``now`` (so the time the
-    reservation's own transaction took counts against it); the stored ``expires_at`` is
-    wall time, which the other workers compare with their own clocks.
-    """
-
-    owner: str
-    kind: RequestKind
-    expires_at: datetime
-    length_s: float
-    started: float
-
-    def left_s(self, clock: Clock) -> float:
-        """Seconds of the lease left now, by *clock*'s monotonic reading."""
-        return self.length_s - (clock.monotonic() - self.started)
-
-    def holds(self, record: Record | None) -> bool:
-        """Whether *record* (as stored now) still carries this reservation."""
-        return (
-            record is not None
-            and record.lease_owner == self.owner
-            and record.in_flight == self.kind
-            and record.lease_expires_at == self.expires_at
-        )
-
-
-def lease_of(reserved: Record, now: datetime, started: float) -> Lease:
-    """The fence of the reservation *reserved* (as stored), planned at *now*, whose
-    monotonic reading just before *now* was *started*."""
-    assert reserved.in_flight is not None
-    assert reserved.lease_owner is not None
-    expires_at = reserved.lease_expires_at or now
-    return Lease(
-        owner=reserved.lease_owner,
-        kind=reserved.in_flight,
-        expires_at=expires_at,
-        length_s=(expires_at - now).total_seconds(),
-        started=started,
-    )
-
-
-def new_owner() -> str:
-    """A lease owner id for this process: ``host:pid:random``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def holder_is_gone(owner: str | None) -> bool:
-    """Whether a lease holder ran on this machine in a process that no longer exists.
-
-    Such a lease (left by a killed ``waitbound wait``) need not be waited out. A holder
-    on another machine, or one that cannot be checked, is presumed alive until expiry.
-    """
-    host, _, rest = (owner or "").partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
 
 
 def _request_headers(
@@ -304,31 +200,6 @@ def _drive(
                                 effect = steps.send(None)
                 except StopIteration as ended:
                     known = ended.value
-
-
-@dataclass(frozen=True, slots=True)
-class _Persist:
-    """Write the answer's transition; answer with the stored record or the ConflictError."""
-
-    transition: Transition
-
-
-@dataclass(frozen=True, slots=True)
-class _Reread:
-    """Read the record again (after a conflict); answer with it, or ``None``."""
-
-    operation_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Pause:
-    """Stall the step here for *seconds* (a pause failpoint); answer with ``None``."""
-
-    seconds: float
-
-
-Exchange = Generator["_Send | _Persist | _Reread | _Pause", object, Record | None]
-"""One reserved request's exchange (see :func:`exchange`)."""
 
 
 def exchange(
@@ -549,19 +420,6 @@ def _observed(
         return internal_failure(reserved, observation.at, what, exc)
 
 
-@dataclass(frozen=True, slots=True)
-class Tools:
-    """What both interpreters are handed: the store, time, randomness, the event sink."""
-
-    store: Store
-    clock: Clock
-    rng: random.Random
-    on_event: EventSink | None
-    headers: Callable[[Record], Mapping[str, str]]
-    per_origin: bool = False
-    """The headers are a function giving each operation its own (see :data:`Credentials`)."""
-
-
 def tools(
     store: Store | None,
     clock: Clock | None,
@@ -611,198 +469,6 @@ def loop(
         per_origin=tools.per_origin,
     )
     return traced_loop(record, tools.store, steps)
-
-
-def run_sync_effects(
-    loop: Generator[_Sleep | _Send, Observation | None, Record],
-    tools: Tools,
-    profile: Profile,
-    *,
-    client: httpx.Client | None,
-    sleep: Callable[[float], None],
-    http: HttpSettings,
-) -> Record:
-    """Carry out the loop's effects with a blocking client and ``sleep``.
-
-    *client* ``None``: the process's shared client (``transports.shared_client``).
-    Neither is closed here.
-    """
-    http_client = borrow_client(client)
-    try:
-        effect = next(loop)
-        while True:
-            match effect:
-                case _Sleep(seconds=seconds):
-                    sleep(seconds)
-                    effect = loop.send(None)
-                case _Send(request=request, content=content, secrets=secrets):
-                    try:
-                        with sending(effect.record, request, effect.headers, profile) as sent:
-                            observation = send_sync(
-                                http_client,
-                                request,
-                                headers=sent.headers,
-                                content=content,
-                                secrets=secrets,
-                                profile=profile,
-                                clock=tools.clock,
-                                settings=http,
-                            )
-                            sent.answered(observation)
-                    except Exception as exc:  # the loop records it on this operation
-                        effect = loop.throw(exc)
-                    else:
-                        effect = loop.send(observation)
-    except StopIteration as stop:
-        record: Record = stop.value
-        return record
-
-
-async def run_async_effects(
-    loop: Generator[_Sleep | _Send, Observation | None, Record],
-    tools: Tools,
-    profile: Profile,
-    *,
-    client: httpx.AsyncClient | None,
-    sleep: Callable[[float], Awaitable[object]],
-    http: HttpSettings,
-) -> Record:
-    """Carry out the loop's effects with an async client and an async ``sleep``.
-
-    *client* ``None``: the running event loop's shared client (a client of this call's
-    own, closed after, where the loop cannot be identified). *client* is never closed.
-    """
-    http_client, own_client = await borrow_async_client(client)
-    try:
-        effect = next(loop)
-        while True:
-            match effect:
-                case _Sleep(seconds=seconds):
-                    await sleep(seconds)
-                    effect = loop.send(None)
-                case _Send():
-                    try:
-                        observation = await _send_async(http_client, effect, tools, profile, http)
-                    except Exception as exc:  # the loop records it on this operation
-                        effect = loop.throw(exc)
-                    else:
-                        effect = loop.send(observation)
-    except StopIteration as stop:
-        record: Record = stop.value
-        return record
-    finally:
-        if own_client:
-            await http_client.aclose()
-
-
-async def run_exchange_async(
-    steps: Exchange,
-    tools: Tools,
-    profile: Profile,
-    *,
-    client: httpx.AsyncClient,
-    http: HttpSettings,
-    persist: Callable[[Transition], Awaitable[Record | ConflictError]],
-    reread: Callable[[str], Awaitable[Record | None]],
-    sleep: Callable[[float], Awaitable[object]],
-) -> Record | None:
-    """Carry out one :func:`exchange`'s effects: the request with an async client, the
-    writes and reads with the caller's *persist* and *reread* (the worker's group commit
-    and a read off the event loop), a pause with *sleep*. Returns what the exchange
-    returns."""
-    try:
-        effect = next(steps)
-        while True:
-            match effect:
-                case _Send():
-                    try:
-                        observation = await _send_async(client, effect, tools, profile, http)
-                    except Exception as exc:  # the exchange records it on this operation
-                        effect = steps.throw(exc)
-                    else:
-                        effect = steps.send(observation)
-                case _Persist(transition=after):
-                    effect = steps.send(await persist(after))
-                case _Reread(operation_id=operation_id):
-                    effect = steps.send(await reread(operation_id))
-                case _Pause(seconds=seconds):
-                    await sleep(seconds)
-                    effect = steps.send(None)
-    except StopIteration as stop:
-        ended: Record | None = stop.value
-        return ended
-
-
-def run_exchange_sync(
-    steps: Exchange,
-    tools: Tools,
-    profile: Profile,
-    *,
-    client: httpx.Client | None,
-    http: HttpSettings,
-    sleep: Callable[[float], None],
-) -> Record | None:
-    """Carry out one :func:`exchange`'s effects, blocking: the request with a blocking
-    client (``None``: the process's shared one), the writes and reads on the store, a
-    pause with *sleep*. Returns what the exchange returns (a group wait's step)."""
-    http_client = borrow_client(client)
-    try:
-        effect = next(steps)
-        while True:
-            match effect:
-                case _Send(request=request, content=content, secrets=secrets):
-                    try:
-                        with sending(effect.record, request, effect.headers, profile) as sent:
-                            observation = send_sync(
-                                http_client,
-                                request,
-                                headers=sent.headers,
-                                content=content,
-                                secrets=secrets,
-                                profile=profile,
-                                clock=tools.clock,
-                                settings=http,
-                            )
-                            sent.answered(observation)
-                    except Exception as exc:  # the exchange records it on this operation
-                        effect = steps.throw(exc)
-                    else:
-                        effect = steps.send(observation)
-                case _Persist(transition=after):
-                    written: Record | ConflictError
-                    try:
-                        written = save_and_tell(
-                            tools.store, after.record, after.events, tools.on_event
-                        )
-                    except ConflictError as exc:
-                        written = exc
-                    effect = steps.send(written)
-                case _Reread(operation_id=operation_id):
-                    effect = steps.send(tools.store.get(operation_id))
-                case _Pause(seconds=seconds):
-                    sleep(seconds)
-                    effect = steps.send(None)
-    except StopIteration as stop:
-        ended: Record | None = stop.value
-        return ended
-
-
-async def _send_async(
-    client: httpx.AsyncClient, effect: _Send, tools: Tools, profile: Profile, http: HttpSettings
-) -> Observation:
-    with sending(effect.record, effect.request, effect.headers, profile) as sent:
-        observation = await send_async(
-            client,
-            effect.request,
-            headers=sent.headers,
-            content=effect.content,
-            secrets=effect.secrets,
-            profile=profile,
-            clock=tools.clock,
-            settings=http,
-        )
-        sent.answered(observation)
-    return observation
 
 
 def one_step() -> Callable[[Record], bool]:

@@ -24,15 +24,11 @@ from waitbound._base._clock import Clock
 from waitbound._base._errors import ConflictError, UsageError
 from waitbound._base._json import JSON
 from waitbound._engine._call_options import AsyncOptions, SyncOptions
-from waitbound._engine._driver import (
-    EventSink,
-    Tools,
-    exchange,
-    run_exchange_async,
-    run_exchange_sync,
-)
+from waitbound._engine._driver import exchange
+from waitbound._engine._effects import EventSink, Tools
 from waitbound._engine._group import Ended, Go, Nap, Scheduler, Stop, check_members
 from waitbound._engine._handle import AsyncOperationHandle, OperationHandle
+from waitbound._engine._interpreters import run_exchange_async, run_exchange_sync
 from waitbound._engine._operation import Operation, open_operation
 from waitbound._engine._outbox import OnComplete
 from waitbound._engine._own_delivery import deliver_async, deliver_sync, notify_secret_for

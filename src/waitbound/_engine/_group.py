@@ -35,15 +35,9 @@ from datetime import datetime, timedelta
 from waitbound._base._errors import ConflictError, UsageError
 from waitbound._base._token_bucket import TokenBucket
 from waitbound._base._urls import origin
-from waitbound._engine._driver import (
-    Lease,
-    Tools,
-    holder_is_gone,
-    lease_of,
-    new_owner,
-    reservation_of,
-    safe_plan,
-)
+from waitbound._engine._driver import reservation_of, safe_plan
+from waitbound._engine._effects import Tools
+from waitbound._engine._lease import Lease, holder_is_gone, lease_of, new_owner
 from waitbound._engine._operation import request_cancel
 from waitbound._engine._tell import save_and_tell
 from waitbound._engine._worker import WorkerSettings

@@ -37,7 +37,8 @@ from waitbound._engine._call_options import (
     drive_async,
     drive_sync,
 )
-from waitbound._engine._driver import Credentials, EventSink, loop, one_step
+from waitbound._engine._driver import loop, one_step
+from waitbound._engine._effects import Credentials, EventSink
 from waitbound._engine._operation import request_cancel
 from waitbound._engine._outbox import OnComplete
 from waitbound._engine._own_delivery import deliver_async, deliver_sync

@@ -10,7 +10,7 @@ import logging
 
 from waitbound._base._errors import WaitboundError
 from waitbound._engine._delivery import deliver_due, deliver_due_async
-from waitbound._engine._driver import Tools
+from waitbound._engine._effects import Tools
 from waitbound._engine._operation import Operation, Submission, check_push
 from waitbound._engine._outbox import OnComplete, resolve_notify_secret
 from waitbound._model._record import Record

@@ -21,12 +21,12 @@ A lease is held only while deciding, sending one request and persisting its answ
 never while an operation sleeps; it lasts ``lease_s`` exactly, and the request's timeout
 ends before it does. A worker that dies loses its leases when they expire, or at once
 to a worker on the same machine that sees the holder's process is gone
-(:func:`waitbound._engine._driver.holder_is_gone`); another continues with the counters as
+(:func:`waitbound._engine._lease.holder_is_gone`); another continues with the counters as
 persisted. While the due operations are leased by others, the worker sleeps until the
 earliest one becomes claimable (``Store.next_claimable``), woken early by a step of its
 own ending.
 
-A lease is a fence (``waitbound._engine._driver.Lease``; ``docs/stores.md``, "Leases are
+A lease is a fence (``waitbound._engine._lease.Lease``; ``docs/stores.md``, "Leases are
 fences"): a step whose lease ran out while it stalled sends nothing, and its answer is
 saved only while the record still carries its reservation. An operation whose step still
 runs in this worker is never planned again by its next passes, even once its lease ran
@@ -65,20 +65,12 @@ from waitbound._base._failpoints import hit
 from waitbound._base._token_bucket import TokenBucket
 from waitbound._base._urls import origin
 from waitbound._engine._delivery import adopt_orphans, deliver_due_async
-from waitbound._engine._driver import (
-    Credentials,
-    Lease,
-    exchange,
-    holder_is_gone,
-    lease_of,
-    new_owner,
-    reservation_of,
-    run_exchange_async,
-    safe_plan,
-    tools,
-)
+from waitbound._engine._driver import exchange, reservation_of, safe_plan, tools
+from waitbound._engine._effects import Credentials
 from waitbound._engine._group_commit import GroupCommit, Offload, first_of, in_thread, inline
 from waitbound._engine._inbox import sweep_inbox
+from waitbound._engine._interpreters import run_exchange_async
+from waitbound._engine._lease import Lease, holder_is_gone, lease_of, new_owner
 from waitbound._engine._outbox import OnComplete
 from waitbound._engine._schedule_models import models_for
 from waitbound._engine._tell import emit

@@ -1,6 +1,6 @@
 """Deciding what the provider's answer to a cancel means.
 
-A pure function in the manner of ``_decide.py`` (see the rules atop ``_controller.py``):
+A pure function in the manner of ``_status_answer.py`` (see the rules atop ``_controller.py``):
 the record with the answer's bookkeeping applied and the observation in, a
 :class:`~waitbound._rules._finish.Step` out. The rules are stated in ``docs/waiting.md``
 ("Canceling") and ``docs/decisions.md``.

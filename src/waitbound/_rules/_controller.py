@@ -46,13 +46,6 @@ from waitbound._rules._canceling import (
     decide_cancel,
     refused_cancel_look,
 )
-from waitbound._rules._decide import (
-    decide_errors,
-    decide_result,
-    decide_status,
-    decide_submit,
-    first_answer_kind,
-)
 from waitbound._rules._estimate import provider_estimate
 from waitbound._rules._finish import (
     Step,
@@ -64,6 +57,9 @@ from waitbound._rules._finish import (
 from waitbound._rules._learned import ModelLookup
 from waitbound._rules._next_poll import paced
 from waitbound._rules._options import undone_action
+from waitbound._rules._result_answer import decide_errors, decide_result
+from waitbound._rules._status_answer import decide_status
+from waitbound._rules._submit_answer import decide_submit, first_answer_kind
 
 __all__ = [
     "Decision",

@@ -1,10 +1,11 @@
 """When to look again after an answer that does not end the operation.
 
-Pure functions (see the rules atop ``_controller.py``) used by ``_decide.py``: the next
-poll time from hints, backoff and jitter (:func:`schedule`), the throttle and
-provider-trouble budgets that stop an operation (:func:`throttled`,
-:func:`provider_trouble`), and the backup schedule of an operation that expects
-webhooks. The rules are stated in ``docs/waiting.md`` (hints, backoff, budgets).
+Pure functions (see the rules atop ``_controller.py``) used by the answer modules
+(``_status_answer.py`` and the others, ``_settle.py``): the next poll time from hints,
+backoff and jitter (:func:`schedule`), the throttle and provider-trouble budgets that
+stop an operation (:func:`throttled`, :func:`provider_trouble`), and the backup
+schedule of an operation that expects webhooks. The rules are stated in
+``docs/waiting.md`` (hints, backoff, budgets).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ import httpx
 
 from waitbound._base._clock import Clock, SystemClock
 from waitbound._base._errors import ConflictError, OperationNotFoundError, UsageError
-from waitbound._engine._driver import holder_is_gone, new_owner, safe_plan
+from waitbound._engine._driver import safe_plan
+from waitbound._engine._lease import holder_is_gone, new_owner
 from waitbound._engine._tell import save_and_tell
 from waitbound._model._audit import AuditEvent
 from waitbound._model._record import Phase, Record

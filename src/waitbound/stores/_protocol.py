@@ -125,7 +125,7 @@ class Store(Protocol):
         The operations are selected exactly as :meth:`claim_due` selects them (due,
         drivable, free or with an expired lease, oldest due first, *label_prefix*),
         except that a lease held by one of *gone_owners* (holders known to be gone, see
-        ``waitbound._engine._driver.holder_is_gone``) counts as expired. ``plan(record)`` is
+        ``waitbound._engine._lease.holder_is_gone``) counts as expired. ``plan(record)`` is
         called for each, inside the transaction: the write it returns (a reservation
         leased to *owner*, or an outcome) is made as :meth:`save` makes it (audit
         events sealed in the same transaction, the push path's writes); ``None``

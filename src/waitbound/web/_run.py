@@ -30,7 +30,7 @@ from starlette.routing import BaseRoute
 
 import waitbound
 from waitbound._base._errors import UsageError
-from waitbound._engine._driver import Credentials
+from waitbound._engine._effects import Credentials
 from waitbound._engine._group_commit import first_of
 from waitbound._engine._inbox import sweep_inbox
 from waitbound._engine._outbox import OnComplete

@@ -1,0 +1,318 @@
+"""What a status answer means: an outcome, or when to look again.
+
+Pure functions (see the rules atop ``_controller.py``): each takes the record with
+the answer's bookkeeping applied, the observation and a ``random.Random``, and
+returns a :class:`Step`: the record after the decision plus the audit event that
+explains it. A status answer is read by the kind of the URL that answered (its state
+table); a classified answer, here or in the first answer (``_submit_answer.py``), is
+decided by :func:`classified`, and a run's ending settled by ``_settle.py``.
+The HTTP meaning of an answer, the classification details and the outcome rules are
+stated in ``docs/waiting.md``.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+from typing import Final
+
+from waitbound._base._json import JSON, show
+from waitbound._base._urls import redact_url, resolve, shown_url
+from waitbound._model._observation import Observation
+from waitbound._model._outcome import OutcomeKind, Reason
+from waitbound._model._record import Record
+from waitbound._profile._actions import repeated_key
+from waitbound._profile._contract import Classification, Reading
+from waitbound._profile._protocol import UrlKind
+from waitbound._rules._answers import Meaning, meaning
+from waitbound._rules._doubt import cleared, doubt, foreign_job
+from waitbound._rules._finish import Step, escalate, seconds_between
+from waitbound._rules._learned import ModelLookup
+from waitbound._rules._next_poll import is_throttled, provider_trouble, schedule, throttled
+from waitbound._rules._settle import ended, settle
+
+__all__ = ["TERMINAL", "by_table", "classified", "decide_status"]
+
+
+TERMINAL: Final = frozenset(Classification) - {Classification.PENDING, Classification.UNKNOWN}
+"""The classes that end a run (every one but pending and unknown)."""
+
+
+def decide_status(
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    rng: random.Random,
+    *,
+    models: ModelLookup | None = None,
+) -> Step:
+    """Decide what a status answer means (the tables in ``_answers.py`` and the rules
+    in ``docs/waiting.md``), read by the kind of the URL that answered.
+
+    Args:
+        record: the record with the answer's bookkeeping applied.
+        observation: the answer.
+        reading: what the profile read from its JSON body, or ``None``.
+        rng: draws the jitter of the next delay.
+        models: the learned schedules (``Policy.schedule = "learned"``); ``None``:
+            the formula.
+    """
+    now = observation.at
+    code = observation.http_status
+    if reading is not None and reading.ambiguous is not None and code is not None:
+        return escalate(
+            record,
+            now,
+            Reason.INTEGRATION_FAILURE,
+            repeated_key("status body", reading.ambiguous),
+            response=observation.body,
+        )
+    table = record.profile.table(record.poll_kind)
+    answer = meaning(
+        "status", code, table=table, throttled=is_throttled(record, observation, reading)
+    )
+    match answer.meaning:
+        case Meaning.TROUBLE:
+            return provider_trouble(record, observation, reading, rng)
+        case Meaning.THROTTLED:
+            return throttled(record, observation, reading, rng)
+        case Meaning.CLASSIFIED:
+            assert answer.classification is not None
+            return classified(
+                record, observation, answer.classification, reading, rng, models=models
+            )
+        case Meaning.DENIED:
+            return escalate(
+                record,
+                now,
+                Reason.AUTHORIZATION_DENIED,
+                f"the status URL answered HTTP {code}; check the credentials (not retried)",
+                response=observation.body,
+            )
+        case Meaning.NOT_FOUND:
+            return _not_visible(record, observation, reading, rng, f"HTTP {code}")
+        case Meaning.BODY:
+            found = by_table(record, observation, reading)
+            if found is not None:
+                return classified(record, observation, found, reading, rng, models=models)
+            if reading is not None and _not_seen_yet(record, now):  # eventual consistency
+                note = f"HTTP {code} with no state: not visible yet"
+                return schedule(record, observation, reading, rng, note=note)
+            if reading is not None:
+                return _no_state(record, observation)
+            problem = observation.body_problem or "an empty body"
+            return escalate(
+                record,
+                now,
+                Reason.INTEGRATION_FAILURE,
+                f"the status URL answered HTTP {code} with {problem}",
+            )
+        case _:
+            return escalate(
+                record,
+                now,
+                Reason.INTEGRATION_FAILURE,
+                f"the status URL answered HTTP {code}"
+                + (f" with {observation.body_problem}" if observation.body_problem else "")
+                + ", which the profile does not explain",
+                response=observation.body,
+            )
+
+
+def by_table(
+    record: Record, observation: Observation, reading: Reading | None
+) -> Classification | None:
+    """The class the polling URL's state table gives this answer: an exact code row,
+    the body's state, or the ``when_no_state`` row for a body (possibly empty) without
+    one; ``None`` when none applies."""
+    table = record.profile.table(record.poll_kind)
+    code = observation.http_status
+    if code is None or observation.body_problem is not None:
+        return None
+    if (by_code := table.by_code(code)) is not None:
+        return by_code
+    found = reading.classification if reading is not None else None
+    return found if found is not None else table.when_no_state.get(code)
+
+
+def _no_state(record: Record, observation: Observation) -> Step:
+    """A 2xx JSON body in which the profile finds no state (and no ``when_no_state`` row
+    applies): an answer that can never become valid, so the operation stops at once.
+
+    Unlike a 404 ("not visible yet" within the not-found grace), the URL answered and
+    said what it holds; asking again spends requests on the same broken document
+    (azure-core raises on the first such body too).
+    """
+    table = record.profile.table(record.poll_kind)
+    where = "status URL" if record.poll_kind is UrlKind.STATUS else f"{record.poll_kind.value} URL"
+    field = str(table.state.expression) if table.state is not None else "done"
+    return escalate(
+        record,
+        observation.at,
+        Reason.INTEGRATION_FAILURE,
+        f"the {where} answered HTTP {observation.http_status} with a body that has no state "
+        f"(nothing at {field!r}); such an answer can never become a valid status, so it is "
+        "not asked again",
+        response=observation.body,
+    )
+
+
+def _not_seen_yet(record: Record, now: datetime) -> bool:
+    """The job was never seen and the not-found grace still runs: a 404 or a 2xx body
+    without a state (a listing still empty right after the job was started: eventual
+    consistency) is "not visible yet", asked again; once a state was seen, it is not."""
+    return record.job_seen_at is None and seconds_between(record.created_at, now) < (
+        record.policy.not_found_grace_s
+    )
+
+
+def _not_visible(
+    record: Record, observation: Observation, reading: Reading | None, rng: random.Random, what: str
+) -> Step:
+    """A 404 or 410: "not visible yet" within the not-found grace before the job was
+    ever seen; else the contract does not explain it."""
+    now = observation.at
+    if _not_seen_yet(record, now):
+        return schedule(record, observation, reading, rng, note=f"{what}: not visible yet")
+    seen = "after the job was seen" if record.job_seen_at else "past the not-found grace"
+    return escalate(
+        record,
+        now,
+        Reason.INTEGRATION_FAILURE,
+        f"the status URL answered {what} {seen}; the contract does not explain it",
+        response=observation.body,
+    )
+
+
+def classified(
+    record: Record,
+    observation: Observation,
+    classification: Classification,
+    reading: Reading | None,
+    rng: random.Random,
+    *,
+    final_here: bool | None = None,
+    models: ModelLookup | None = None,
+) -> Step:
+    """A classified answer: pending → schedule (moving the polling URL when the answer
+    names a new one); terminal → the outcome. *final_here*: this answer's body is the
+    final state (by default: it came from a ``location`` or ``resource`` URL)."""
+    now = observation.at
+    if reading is not None and (other := foreign_job(record, reading.job_id)) is not None:
+        what = "first answer" if observation.kind == "submit" else "status answer"
+        return doubt(
+            record, observation, reading, rng,
+            f"the {what} names job {other}, not this operation's job {record.job_id}",
+            extra={"job_mismatch": {"expected": record.job_id, "named": other}},
+        )  # fmt: skip
+    if reading is not None and reading.ending_unnamed:
+        return doubt(
+            record, observation, reading, rng,
+            f"the answer says the run is over ({show(reading.decided)}) but its state "
+            f"{show(reading.state)} names no ending",
+        )  # fmt: skip
+    record = cleared(record)
+    if reading is not None:
+        record = record.evolve(
+            provider_state=reading.state,
+            progress=reading.progress if reading.progress is not None else record.progress,
+            job_id=record.job_id or reading.job_id,
+            job_seen_at=record.job_seen_at or now,
+        )
+    elif record.job_seen_at is None:
+        record = record.evolve(job_seen_at=now)
+    treated = (
+        classification is Classification.UNKNOWN
+        and reading is not None
+        and reading.state in record.grants.pending_states
+    )
+    if treated:  # a person decided this one value is pending for this operation
+        classification = Classification.PENDING
+    if final_here is None:
+        final_here = record.poll_kind is not UrlKind.STATUS
+    if classification is Classification.PENDING:  # the history's duration evidence
+        record = record.evolve(pending_seen_at=now)
+    elif classification in TERMINAL and record.ended_seen_at is None:
+        record = record.evolve(ended_seen_at=now)
+    match classification:
+        case Classification.PENDING:
+            if record.success_seen_at is not None:
+                return escalate(
+                    record,
+                    now,
+                    Reason.CONTRADICTION,
+                    f"the job reported success, then {show(reading.state if reading else None)}",
+                    response=observation.body,
+                )
+            if reading is not None and reading.expires_at and now > reading.expires_at:
+                return escalate(
+                    record,
+                    now,
+                    Reason.CONTRADICTION,
+                    f"the job is still {show(reading.state)} after its own expiry time "
+                    f"{reading.expires_at.isoformat()}",
+                    response=observation.body,
+                )
+            return _pending(record, observation, reading, rng, treated=treated, models=models)
+        case Classification.SUCCEEDED | Classification.PARTIAL:
+            return settle(record, observation, classification, reading, rng, final_here=final_here)
+        case Classification.FAILED:
+            return ended(record, now, OutcomeKind.FAILED, reading)
+        case Classification.CANCELED:
+            return ended(record, now, OutcomeKind.CANCELED, reading)
+        case Classification.EXPIRED:
+            return ended(record, now, OutcomeKind.EXPIRED, reading)
+        case Classification.SKIPPED:
+            return ended(record, now, OutcomeKind.CANCELED, reading, reason=Reason.SKIPPED)
+        case _:
+            return escalate(
+                record,
+                now,
+                Reason.UNKNOWN_STATE,
+                f"state {show(record.provider_state)} is in none of the lists of profile "
+                f"{record.profile.name}; not guessing what it means",
+                response=observation.body,
+            )
+
+
+def _pending(
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    rng: random.Random,
+    *,
+    treated: bool = False,
+    models: ModelLookup | None = None,
+) -> Step:
+    """Still running: look again later, at the polling URL this answer names (a new
+    ``Location`` on every 202 moves it; same-origin and credential rules as ever)."""
+    notes = []
+    if reading is not None and reading.unlisted:
+        notes.append(f"unlisted state {show(reading.state)}: pending by the profile")
+    if treated and reading is not None:
+        notes.append(f"state {show(reading.state)}: pending by a person's decision")
+    header = record.poll_header
+    named = observation.headers.get(header) if header and observation.kind == "status" else None
+    moved: dict[str, JSON] = {}
+    if named:
+        try:
+            url = record.profile.submit.carried(
+                resolve(record.status_url or "", named), record.submit_url
+            )
+        except ValueError as exc:
+            return escalate(
+                record,
+                observation.at,
+                Reason.INTEGRATION_FAILURE,
+                f"the {header} header named a polling URL {shown_url(named)} that cannot be "
+                f"used ({exc})",
+            )
+        if url != record.status_url:
+            old = record.status_url or ""
+            moved = {"polling_url_moved": {"from": redact_url(old), "to": redact_url(url)}}
+            notes.append(f"polling URL moved from {redact_url(old)} to {redact_url(url)}")
+            pinned = record.caller_url or record.submit_url or old
+            record = record.evolve(status_url=url, caller_url=pinned)
+    return schedule(record, observation, reading, rng, note="; ".join(notes), models=models).adding(
+        moved
+    )

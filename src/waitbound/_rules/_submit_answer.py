@@ -1,0 +1,196 @@
+"""What the first answer (the submission's) means: an outcome already, or where and
+when to poll.
+
+Pure functions (see the rules atop ``_controller.py``), returning a :class:`Step`.
+A terminal state in the first answer is decided as a status answer's is
+(``_status_answer.classified``). The HTTP meaning of an answer is stated in
+``docs/waiting.md``.
+"""
+
+from __future__ import annotations
+
+import random
+
+from waitbound._base._urls import redact_url, same_url
+from waitbound._model._observation import Observation
+from waitbound._model._outcome import OutcomeKind, Reason
+from waitbound._model._record import Phase, Record
+from waitbound._profile._actions import repeated_key
+from waitbound._profile._contract import Reading
+from waitbound._profile._protocol import IDEMPOTENT_METHODS, UrlKind
+from waitbound._rules._answers import Meaning, meaning
+from waitbound._rules._finish import Step, bounded, escalate, terminal
+from waitbound._rules._learned import ModelLookup
+from waitbound._rules._next_poll import is_throttled, schedule
+from waitbound._rules._status_answer import TERMINAL, by_table, classified
+
+__all__ = ["decide_submit", "first_answer_kind"]
+
+
+def decide_submit(
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    rng: random.Random,
+    *,
+    models: ModelLookup | None = None,
+) -> Step:
+    """Read the first answer: an outcome already, or where and when to poll.
+
+    The first answer is an observation like any other: a terminal state in its body
+    (read by the request URL's kind: the resource itself for a PUT or PATCH where the
+    profile polls the original URI) ends the operation with zero polls; without a
+    polling URL, the profile's ``submit.http_status_states`` may say the code alone
+    means done, its body the result. A submission is sent again after no answer only
+    when that is safe: with its idempotency key, or by an idempotent method (PUT,
+    DELETE; RFC 9110 §9.2.2).
+
+    Raises nothing: every answer becomes a step (waiting, a retry, or an outcome).
+    """
+    now = observation.at
+    code = observation.http_status
+    answer = meaning("submit", code, throttled=is_throttled(record, observation, reading))
+    resend = bool(record.idempotency_key) or record.submit_method in IDEMPOTENT_METHODS
+    match answer.meaning:
+        case Meaning.TROUBLE:
+            what = observation.transport_error or f"HTTP {code}"
+            record = record.evolve(transport_failures_used=record.transport_failures_used + 1)
+            if resend and record.submit_attempts < record.max_submit_attempts:
+                why = (
+                    "with the same idempotency key"
+                    if record.idempotency_key
+                    else f"({record.submit_method} is idempotent)"
+                )
+                return schedule(
+                    record,
+                    observation,
+                    None,
+                    rng,
+                    note=f"no answer to the submission ({what}); sending it again {why}",
+                    demanded=code == 503,
+                )
+            key = (
+                f" with idempotency key {record.idempotency_key}" if record.idempotency_key else ""
+            )
+            return escalate(
+                record,
+                now,
+                Reason.PROVIDER_FAILURE,
+                f"no answer to the submission ({what}) after {record.submit_attempts} attempt(s)"
+                f"{key}; it may have created a job",
+            )
+        case Meaning.DENIED:
+            return escalate(
+                record,
+                now,
+                Reason.AUTHORIZATION_DENIED,
+                f"the submission answered HTTP {code}",
+                response=observation.body,
+            )
+        case Meaning.THROTTLED:
+            return escalate(
+                record,
+                now,
+                Reason.RATE_LIMITED,
+                f"the submission was throttled (HTTP {code}): no job was created; "
+                "submit again later",
+                response=observation.body,
+            )
+        case Meaning.BODY:
+            return _receipt(record, observation, reading, rng, models=models)
+        case _:
+            return terminal(
+                record,
+                now,
+                OutcomeKind.FAILED,
+                error={"http_status": code, "response": bounded(observation.body)},
+            )
+
+
+def _receipt(
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    rng: random.Random,
+    *,
+    models: ModelLookup | None = None,
+) -> Step:
+    """A 2xx (or 303) first answer: end here, or poll where it says."""
+    now = observation.at
+    code = observation.http_status
+    profile = record.profile
+    contract = profile.submit
+    receipt = contract.read(
+        method=record.submit_method or "POST",
+        request_url=record.submit_url or "",
+        headers=observation.headers,
+        body=observation.body,
+    )
+    if receipt.problem is not None:
+        return escalate(
+            record, now, Reason.INTEGRATION_FAILURE, receipt.problem, response=observation.body
+        )
+    if reading is not None and reading.ambiguous is not None:
+        detail = repeated_key("first answer", reading.ambiguous)
+        return escalate(record, now, Reason.INTEGRATION_FAILURE, detail, response=observation.body)
+    record = record.evolve(
+        phase=Phase.WAITING,
+        job_id=record.job_id or receipt.job_id,
+        result_url=record.result_url or receipt.result_url,
+        cancel_url=record.cancel_url or receipt.cancel_url,
+        location_url=receipt.location_url,
+        attempt=0,
+    )
+    stated = reading.classification if reading is not None else None
+    if receipt.status_url is None:
+        table = profile.first_answer
+        by_code = None if code is None else table.by_code(code) or table.by_code_class(code)
+        if stated in TERMINAL or by_code in TERMINAL:
+            done = stated if stated in TERMINAL else by_code
+            assert done is not None
+            return classified(record, observation, done, reading, rng, final_here=True)
+        places = ", ".join(s.origin for s in contract.polling) or "nowhere"
+        return escalate(
+            record,
+            now,
+            Reason.INTEGRATION_FAILURE,
+            f"the submission answered HTTP {code} but named no status resource "
+            f"(looked at: {places}); not guessing a URL",
+            response=observation.body,
+        )
+    record = record.evolve(
+        status_url=receipt.status_url,
+        poll_kind=receipt.status_url_kind,
+        poll_header=receipt.status_url_header,
+    )
+    kind = first_answer_kind(record)
+    if kind is UrlKind.RESOURCE and same_url(receipt.status_url, record.submit_url):
+        # Polling the original URI: the first answer is its first answer, read whole.
+        stated = by_table(record, observation, reading) or stated
+    if stated in TERMINAL:
+        assert stated is not None
+        final_here = kind is not UrlKind.STATUS
+        return classified(record, observation, stated, reading, rng, final_here=final_here)
+    hint = Reading(classification=None, poll_hint_s=receipt.poll_hint)
+    job = f" job {receipt.job_id}" if receipt.job_id else ""
+    polled = receipt.status_url_kind
+    kind_note = f" ({polled.value} URL)" if polled is not UrlKind.STATUS else ""
+    return schedule(
+        record,
+        observation,
+        hint,
+        rng,
+        note=f"submitted:{job} status at {redact_url(receipt.status_url)}{kind_note} "
+        f"(from the {receipt.status_url_origin})",
+        models=models,
+    )
+
+
+def first_answer_kind(record: Record) -> UrlKind:
+    """How the first answer's body is read: as the resource itself when the profile
+    polls the original URI for this method (a PUT or PATCH at Azure), else as a
+    status body."""
+    for source in record.profile.submit.polling:
+        if source.kind is UrlKind.RESOURCE and record.submit_method in source.request_methods:
+            return UrlKind.RESOURCE
+    return UrlKind.STATUS
