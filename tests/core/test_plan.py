@@ -273,23 +273,6 @@ def test_a_budget_spent_before_the_deadline_ends_request_budget_exhausted(
     assert result.status_times[-1] < deadline_s
 
 
-def test_a_backoff_past_the_deadline_is_brought_back_to_the_last_look() -> None:
-    """With every default (600 s, 60 s cap), a backoff that would land past the deadline
-    is brought back to the plan's last look, 12 s before it (a fifth of the cap): a job
-    that ends in the last minute is seen (it was timed_out, the deadline reached with
-    the job unseen for up to a minute); the look is taken once."""
-    result = run({"/status": [PENDING] * 16 + [FINISHED]}, max_requests=30)
-    assert result.outcome.outcome is OutcomeKind.SUCCEEDED
-    last = scheduled(result)[-1]
-    assert last["delay_source"] == "budget_spread"
-    assert "the last look before the deadline" in str(last["summary"])
-    looks = [at for _, at in result.provider.requests]
-    assert (looks[-1] - looks[0]).total_seconds() == pytest.approx(588, abs=0.1)
-    pending = run({"/status": [PENDING]}, max_requests=30)
-    assert pending.outcome.outcome is OutcomeKind.TIMED_OUT
-    assert pending.provider.count("/status") == 17
-
-
 def test_a_grant_of_one_check_that_sees_success_also_fetches_the_result() -> None:
     """``extend --checks 1`` of an operation with a result URL: the check sees the job
     succeed and the result is fetched, the grant carrying that request on top of its

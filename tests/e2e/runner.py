@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -133,12 +134,18 @@ class Done:
     stderr: str
 
 
+SEED = 20261207
+"""The jitter's seed of every in-process scenario run: a scenario's outcome and request
+counts are the same on every run (a subprocess run draws from the system's generator)."""
+
+
 def cli_in_process(*args: str, clock: FakeClock) -> Done:
     """Run ``waitbound ARGS`` in this process through :func:`waitbound.cli.run`, its
-    waits on *clock* (virtual time: its sleeps advance the clock, never the machine's)."""
+    waits on *clock* (virtual time: its sleeps advance the clock, never the machine's),
+    its jitter drawn from a generator seeded with :data:`SEED`."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli_run(list(args), clock=clock, sleep=clock.sleep)
+        code = cli_run(list(args), clock=clock, sleep=clock.sleep, rng=random.Random(SEED))
     return Done(code, out.getvalue(), err.getvalue())
 
 
@@ -194,7 +201,7 @@ def _with_cancel_in_process(
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        cli_run(args, clock=clock, sleep=sleep)
+        cli_run(args, clock=clock, sleep=sleep, rng=random.Random(SEED))
     assert canceled, "the wait never reached the cancel point"
     assert canceled[0].returncode != 2, canceled[0].stderr
     waited = json.loads(out.getvalue())

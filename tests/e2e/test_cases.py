@@ -29,3 +29,12 @@ def test_scenario_reaches_expected_outcome(path: Path, tmp_path: Path) -> None:
     assert run.exit_code == {"succeeded": 0, "timed_out": 3, "escalated": 3}.get(
         str(run.outcome["outcome"]), 1
     )
+
+
+def test_an_in_process_scenario_run_draws_the_same_jitter_every_time(tmp_path: Path) -> None:
+    """The runner seeds the command's generator: two runs of a scenario whose count of
+    requests depends on the backoff's jitter send them at the same virtual times."""
+    path = HERE / "cases" / "deadline-overshoot-by-backoff.json"
+    first, second = (run_scenario(path, tmp_path / name) for name in ("a", "b"))
+    assert [e.at_s for e in first.log] == [e.at_s for e in second.log]
+    assert len(first.log) >= 4

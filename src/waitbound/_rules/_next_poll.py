@@ -40,7 +40,6 @@ from waitbound._rules._plan import (
     budget_min_delay_s,
     budget_spacing_s,
     hints_trusted,
-    last_look_at,
     reserve_requests,
     status_requests_left,
 )
@@ -301,18 +300,6 @@ def schedule(
         spacing_s = budget_spacing_s(record, now, cap_s=cap_s) or 0.0
         delay = max(minimum, seconds_between(now, record.stop_at) - TAIL * spacing_s)
         note = f"{note + '; ' if note else ''}the look still owed is retried before the deadline"
-    elif (
-        record.phase is Phase.WAITING
-        and not (confirming or demanded or told_to_wait)
-        and record.requests_used < record.max_requests
-        and record.stop_at <= now + timedelta(seconds=delay)
-        and earliest < (last_look := last_look_at(record, cap_s=cap_s))
-        and (told is None or now + timedelta(seconds=told.delay_s) <= last_look)
-    ):  # a backoff past the stop: the plan's last look is kept before it (never sooner
-        # than a hint asked, even one rejected as past the deadline)
-        delay = seconds_between(now, last_look)
-        source = DelaySource.BUDGET_SPREAD
-        note = f"{note + '; ' if note else ''}the last look before the deadline"
     # --cancel-on-deadline: its one cancel still goes out before the deadline
     cancel_at = None if demanded else deadline_cancel_at(record)
     if earliest >= record.stop_at and cancel_at is not None:

@@ -35,7 +35,6 @@ __all__ = [
     "budget_spacing_s",
     "grant_paced",
     "hints_trusted",
-    "last_look_at",
     "reserve_requests",
     "result_reserve",
     "status_requests_left",
@@ -136,17 +135,6 @@ def budget_min_delay_s(record: Record, now: datetime, *, cap_s: float) -> float:
     n = status_requests_left(record)
     time_left_s = _time_left_s(record, now)
     return max(0.0, time_left_s - (n - 1 + TAIL) * spacing)
-
-
-def last_look_at(record: Record, *, cap_s: float) -> datetime:
-    """When the plan's last status look falls: a fraction :data:`TAIL` of one spacing
-    before the stop, the spacing being the backoff's cap (*cap_s*, seconds) or the
-    whole window when that is shorter (``stop_at - created_at``). A backoff that would
-    land at or past the stop is brought back to it (``_next_poll.py``): a job that
-    ends in the deadline's last stretch is still seen. The time is fixed for the
-    record (it moves only with the stop), so a wait looks there at most once."""
-    window_s = (record.stop_at - record.created_at).total_seconds()
-    return record.stop_at - timedelta(seconds=TAIL * max(0.0, min(cap_s, window_s)))
 
 
 def hints_trusted(record: Record) -> bool:

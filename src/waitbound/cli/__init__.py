@@ -8,6 +8,7 @@ audit chain is broken (``audit verify``, ``show``, ``audit story``); 130 interru
 
 from __future__ import annotations
 
+import random
 import sys
 from collections.abc import Callable, Sequence
 
@@ -38,16 +39,18 @@ def run(
     *,
     clock: Clock | None = None,
     sleep: Callable[[float], None] | None = None,
+    rng: random.Random | None = None,
 ) -> int:
     """Run the command line with *argv*; return the exit code.
 
-    *clock* and *sleep* (seconds) replace the system's for the commands that wait
-    (``wait``, ``run``, ``submit``, ``cancel``, ``wait-all``, ``wait-any``): tests run them
-    in-process on virtual time with :class:`waitbound.testing.FakeClock`. ``None``: the
+    *clock*, *sleep* (seconds) and *rng* (the backoff's jitter) replace the system's for
+    the commands that wait (``wait``, ``run``, ``submit``, ``cancel``, ``wait-all``,
+    ``wait-any``): tests run them in-process on virtual time with
+    :class:`waitbound.testing.FakeClock` and a seeded ``random.Random``. ``None``: the
     system's.
     """
     try:
-        with using(clock, sleep):
+        with using(clock, sleep, rng):
             result = cli.main(
                 args=list(argv) if argv is not None else None,
                 prog_name="waitbound",
