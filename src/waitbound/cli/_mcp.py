@@ -136,15 +136,16 @@ def mcp_command(  # noqa: PLR0917 - click passes every option
             "the MCP server needs the 'mcp' package: pip install 'waitbound[mcp]'"
         ) from None
     config = load_config(config_path)
-    for name, provider in config.providers.items():
-        if (disagreement := budget_disagreement(provider.policy)) is not None:
-            click.echo(f"waitbound: warning: providers.{name}.policy: {disagreement}", err=True)
     holders = None
     if transport == "http":
         _check_doors(host, allow_remote=allow_remote, no_auth=no_auth)
         _check_port(host, port)
         if not no_auth:
             _, holders = tokens_of(token_file or default_token_file())
+    # said once the command's input is checked: a refusal stays one line alone
+    for name, provider in config.providers.items():
+        if (disagreement := budget_disagreement(provider.policy)) is not None:
+            click.echo(f"waitbound: warning: providers.{name}.policy: {disagreement}", err=True)
     spec = store or config.store or platformdirs.user_state_path("waitbound") / "mcp.db"
     opened = waitbound.open_store(spec)
     # stdout belongs to the protocol; the SDK's and httpx's chatter stays off stderr too.
