@@ -62,6 +62,11 @@ from waitbound import (
     SQLiteStore,
     wait,
 )
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+    Submission,
+)
 from waitbound.stores import Store
 
 RATIO_TARGET = 0.8
@@ -94,21 +99,23 @@ def _learned_store() -> MemoryStore:
     for i in range(200):
         end = start + timedelta(seconds=3600 + i)
         record = Record(
-            operation_id=f"history-{i}",
-            profile=PROFILE,
-            policy=Policy(schedule_key=LEARNED_KEY),
-            status_url="http://history.test/jobs/1",
-            created_at=start,
-            deadline_at=start + timedelta(hours=2),
-            next_poll_at=start,
+            contract=Contract(
+                operation_id=f"history-{i}",
+                profile=PROFILE,
+                policy=Policy(schedule_key=LEARNED_KEY),
+                created_at=start,
+            ),
+            submission=Submission(status_url="http://history.test/jobs/1"),
+            schedule=Schedule(deadline_at=start + timedelta(hours=2), next_poll_at=start),
         )
         created = store.create(record, [])
         finished = created.evolve(
-            phase=Phase.DONE,
-            outcome=OutcomeKind.SUCCEEDED,
-            pending_seen_at=end - timedelta(seconds=30),
-            ended_seen_at=end,
-            finished_at=end,
+            ending=created.ending.evolve(
+                phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=end
+            ),
+            answer=created.answer.evolve(
+                pending_seen_at=end - timedelta(seconds=30), ended_seen_at=end
+            ),
         )
         store.save(finished, [])
     return store
@@ -151,14 +158,16 @@ def next_delay_cost_us(calls: int = 20_000) -> tuple[float, float]:
     models = ScheduleModels(store)
     record = store.get("history-0")
     assert record is not None
-    learned = record.evolve(policy=Policy(schedule="learned", schedule_key=LEARNED_KEY))
+    learned = record.evolve(
+        contract=record.contract.evolve(policy=Policy(schedule="learned", schedule_key=LEARNED_KEY))
+    )
     models(learned, start)  # planned once, then cached
     began = time.process_time()
     for i in range(calls):
         models(learned, start)
         model.next_delay_s((i * 7.3) % 900.0)
     per_call = (time.process_time() - began) / calls * 1e6
-    formula = record.evolve(policy=Policy())
+    formula = record.evolve(contract=record.contract.evolve(policy=Policy()))
     began = time.process_time()
     for _ in range(calls):
         models(formula, start)

@@ -60,7 +60,7 @@ def _poll_hooks() -> Callable[[], None]:
     store = MemoryStore()
     operation = Operation(status_url="https://api.example/jobs/1", profile=PROFILE)
     record = open_operation(store, operation, operation_id="op-bench", clock=clock)
-    record = record.evolve(status_requests_used=1)
+    record = record.evolve(counters=record.counters.evolve(status_requests_used=1))
     now = datetime(2026, 1, 1, tzinfo=UTC)
     reserved = (audit_event(record, now, EventKind.RESERVED, "reserved status request 1 of 30"),)
     answered = (

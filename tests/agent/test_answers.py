@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
@@ -11,6 +10,7 @@ from hypothesis import strategies as st
 
 from tests.fakes import FakeClock
 from tests.hypothesis_profiles import examples
+from tests.records import with_fields
 from waitbound import (
     DecisionRequest,
     MemoryStore,
@@ -23,6 +23,11 @@ from waitbound import (
     request_extension,
 )
 from waitbound._base._json import JSON
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+    Submission,
+)
 from waitbound.mcp._answers import answer_bound, bounded, escalation_answer, fit, scrub, view
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -38,16 +43,19 @@ json_values = st.recursive(
 
 def record(**changes: object) -> Record:
     base = Record(
-        operation_id="op_1",
-        profile=parse_profile({"state": "s", "pending": ["p"], "succeeded": ["d"]}, name="t"),
-        policy=Policy(),
-        status_url="https://api.example.com/s",
-        created_at=T0,
-        deadline_at=T0 + timedelta(minutes=10),
-        next_poll_at=T0 + timedelta(seconds=5),
-        label="mcp:reports",
+        contract=Contract(
+            operation_id="op_1",
+            profile=parse_profile({"state": "s", "pending": ["p"], "succeeded": ["d"]}, name="t"),
+            policy=Policy(),
+            created_at=T0,
+            label="mcp:reports",
+        ),
+        submission=Submission(status_url="https://api.example.com/s"),
+        schedule=Schedule(
+            deadline_at=T0 + timedelta(minutes=10), next_poll_at=T0 + timedelta(seconds=5)
+        ),
     )
-    return replace(base, **changes)  # type: ignore[arg-type]
+    return with_fields(base, **changes)
 
 
 @settings(max_examples=examples(150), deadline=None)
@@ -132,13 +140,16 @@ def test_a_request_extension_answer_never_exceeds_its_bound(
     store = MemoryStore()
     shown = record(provider_state=state, job_id=job_id)
     if escalated:
-        shown = replace(
-            shown,
-            outcome=OutcomeKind.ESCALATED,
-            reason=Reason.UNKNOWN_STATE,
-            phase=Phase.DONE,
-            finished_at=T0 + timedelta(seconds=9),
-            decision_request=DecisionRequest(opened_at=T0, due_at=T0 + timedelta(days=7)),
+        shown = shown.evolve(
+            ending=shown.ending.evolve(
+                outcome=OutcomeKind.ESCALATED,
+                reason=Reason.UNKNOWN_STATE,
+                phase=Phase.DONE,
+                finished_at=T0 + timedelta(seconds=9),
+            ),
+            oversight=shown.oversight.evolve(
+                decision_request=DecisionRequest(opened_at=T0, due_at=T0 + timedelta(days=7))
+            ),
         )
     store.create(shown, [])
     clock = FakeClock(T0 + timedelta(seconds=10))

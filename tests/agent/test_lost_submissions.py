@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -66,13 +66,14 @@ async def lost_submission(tmp_path: Path, **provider: Any) -> AsyncIterator[Lost
             record = store.get(str(started["operation_id"]))
             assert record is not None
             store.save(
-                replace(
-                    record,
-                    phase=Phase.SUBMITTING,
-                    submit_attempts=1,
-                    job_id=None,
-                    lease_owner=f"{socket.gethostname()}:999999999:dead",
-                    lease_expires_at=record.created_at + timedelta(hours=1),
+                record.evolve(
+                    ending=record.ending.evolve(phase=Phase.SUBMITTING),
+                    counters=record.counters.evolve(submit_attempts=1),
+                    submission=record.submission.evolve(job_id=None),
+                    lease=record.lease.held(
+                        f"{socket.gethostname()}:999999999:dead",
+                        record.created_at + timedelta(hours=1),
+                    ),
                 ),
                 [],
             )

@@ -11,7 +11,7 @@ import json
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -438,12 +438,13 @@ async def test_a_submission_cut_off_by_a_crash_is_settled_not_left_waiting(
                 record = h.store.get(answer["operation_id"])
                 assert record is not None
                 h.store.save(
-                    replace(
-                        record,
-                        phase=Phase.SUBMITTING,
-                        submit_attempts=1,
-                        lease_owner=f"{socket.gethostname()}:999999999:dead",
-                        lease_expires_at=record.created_at + timedelta(hours=1),
+                    record.evolve(
+                        ending=record.ending.evolve(phase=Phase.SUBMITTING),
+                        counters=record.counters.evolve(submit_attempts=1),
+                        lease=record.lease.held(
+                            f"{socket.gethostname()}:999999999:dead",
+                            record.created_at + timedelta(hours=1),
+                        ),
                     ),
                     [],
                 )

@@ -5,7 +5,6 @@ stored as they would be at each point of a job's life)."""
 from __future__ import annotations
 
 import socket
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 
 from tests.fakes import FakeClock
 from tests.hypothesis_profiles import examples
+from tests.records import with_fields
 from waitbound import (
     DecisionRequest,
     OutcomeKind,
@@ -26,6 +26,11 @@ from waitbound import (
     parse_profile,
 )
 from waitbound._base._errors import OperationNotFoundError, UsageError
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+    Submission,
+)
 from waitbound.mcp import Jobs, parse_config
 from waitbound.mcp._tasks import (
     BadResponses,
@@ -48,17 +53,19 @@ def anyio_backend() -> str:
 
 def record(**changes: object) -> Record:
     base = Record(
-        operation_id="op_1",
-        profile=parse_profile({"state": "s", "pending": ["p"], "succeeded": ["d"]}, name="t"),
-        policy=Policy(deadline_s=600, max_requests=9),
-        status_url="https://api.example.com/s",
-        created_at=T0,
-        deadline_at=T0 + timedelta(minutes=10),
-        next_poll_at=T0 + timedelta(seconds=30),
-        label="mcp:reports",
-        job_id="job-1",
+        contract=Contract(
+            operation_id="op_1",
+            profile=parse_profile({"state": "s", "pending": ["p"], "succeeded": ["d"]}, name="t"),
+            policy=Policy(deadline_s=600, max_requests=9),
+            created_at=T0,
+            label="mcp:reports",
+        ),
+        submission=Submission(status_url="https://api.example.com/s", job_id="job-1"),
+        schedule=Schedule(
+            deadline_at=T0 + timedelta(minutes=10), next_poll_at=T0 + timedelta(seconds=30)
+        ),
     )
-    return replace(base, **changes)  # type: ignore[arg-type]
+    return with_fields(base, **changes)
 
 
 def opened(at: datetime, **fields: Any) -> DecisionRequest:
@@ -107,8 +114,10 @@ def test_a_key_names_its_request_and_is_never_reused() -> None:
     assert input_key(first) != input_key(later)
     assert input_key(record()) is None
     key = input_key(first)
-    answered = replace(
-        first, decision_request=opened(T0, requested_by=f"elicitation {key} mcp-client x")
+    answered = first.evolve(
+        oversight=first.oversight.evolve(
+            decision_request=opened(T0, requested_by=f"elicitation {key} mcp-client x")
+        )
     )
     assert answered_key(answered)
     assert input_key(answered) == key

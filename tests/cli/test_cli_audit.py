@@ -15,6 +15,11 @@ import pytest
 import waitbound
 from tests.cli.helpers import assert_refused, cli_env, run_cli
 from waitbound import AuditEvent, Policy, Record, SQLiteStore
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+    Submission,
+)
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 KEY = "a key of at least sixteen bytes"
@@ -26,13 +31,14 @@ def store(tmp_path: Path) -> str:
     path = tmp_path / "audited.db"
     opened = SQLiteStore(path, audit_key=KEY.encode())
     record = Record(
-        operation_id="op-1",
-        profile=waitbound.parse_profile({"state": "s", "pending": ["p"], "succeeded": ["d"]}),
-        policy=Policy(),
-        status_url="https://provider.example/jobs/1",
-        created_at=T0,
-        deadline_at=T0 + timedelta(minutes=5),
-        next_poll_at=T0,
+        contract=Contract(
+            operation_id="op-1",
+            profile=waitbound.parse_profile({"state": "s", "pending": ["p"], "succeeded": ["d"]}),
+            policy=Policy(),
+            created_at=T0,
+        ),
+        submission=Submission(status_url="https://provider.example/jobs/1"),
+        schedule=Schedule(deadline_at=T0 + timedelta(minutes=5), next_poll_at=T0),
     )
     created = opened.create(
         record, [AuditEvent(at=T0, kind="created", summary="operation created")]
@@ -127,13 +133,16 @@ def test_show_with_the_key_reports_an_unsigned_head(tmp_path: Path) -> None:
     opened = SQLiteStore(path)
     opened.create(
         Record(
-            operation_id="op-u",
-            profile=waitbound.parse_profile({"state": "s", "pending": ["p"], "succeeded": ["d"]}),
-            policy=Policy(),
-            status_url="https://provider.example/jobs/1",
-            created_at=T0,
-            deadline_at=T0 + timedelta(minutes=5),
-            next_poll_at=T0,
+            contract=Contract(
+                operation_id="op-u",
+                profile=waitbound.parse_profile(
+                    {"state": "s", "pending": ["p"], "succeeded": ["d"]}
+                ),
+                policy=Policy(),
+                created_at=T0,
+            ),
+            submission=Submission(status_url="https://provider.example/jobs/1"),
+            schedule=Schedule(deadline_at=T0 + timedelta(minutes=5), next_poll_at=T0),
         ),
         [AuditEvent(at=T0, kind="created", summary="operation created")],
     )

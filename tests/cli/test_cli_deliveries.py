@@ -35,7 +35,13 @@ from waitbound import (
     parse_profile,
 )
 from waitbound._model._push import completion_delivery_id
-from waitbound._model._record import Push
+from waitbound._model._record import (
+    Contract,
+    Ending,
+    Push,
+    Schedule,
+    Submission,
+)
 from waitbound.cli import run as run_in_process
 from waitbound.sim import Simulator, parse_scenario
 
@@ -64,16 +70,15 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 def finished(store: MemoryStore, operation_id: str, **push: object) -> Record:
     now = FakeClock().now()
     record = Record(
-        operation_id=operation_id,
-        profile=parse_profile(PROFILE),
-        policy=Policy(),
-        status_url=URL,
-        created_at=now,
-        deadline_at=now + timedelta(minutes=10),
-        next_poll_at=now,
-        phase=Phase.DONE,
-        outcome=OutcomeKind.SUCCEEDED,
-        finished_at=now,
+        contract=Contract(
+            operation_id=operation_id,
+            profile=parse_profile(PROFILE),
+            policy=Policy(),
+            created_at=now,
+        ),
+        submission=Submission(status_url=URL),
+        schedule=Schedule(deadline_at=now + timedelta(minutes=10), next_poll_at=now),
+        ending=Ending(phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=now),
         push=Push(**push),  # type: ignore[arg-type]
     )
     return store.create(record, [])

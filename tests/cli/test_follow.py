@@ -7,6 +7,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from waitbound import AuditEvent, MemoryStore, Policy, Record, parse_profile
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+    Submission,
+)
 from waitbound.cli._progress import Progress
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -24,13 +29,9 @@ def test_follow_prints_events_other_writers_stored_before_ours_in_order(
     between them, each event once."""
     store = MemoryStore()
     record = Record(
-        operation_id="op-f",
-        profile=PROFILE,
-        policy=Policy(),
-        status_url="https://api.example/jobs/1",
-        created_at=T0,
-        deadline_at=T0 + timedelta(minutes=10),
-        next_poll_at=T0,
+        contract=Contract(operation_id="op-f", profile=PROFILE, policy=Policy(), created_at=T0),
+        submission=Submission(status_url="https://api.example/jobs/1"),
+        schedule=Schedule(deadline_at=T0 + timedelta(minutes=10), next_poll_at=T0),
     )
     first = _event("created", "created by this process", 0)
     stored = store.create(record, [first])

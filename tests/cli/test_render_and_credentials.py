@@ -9,6 +9,11 @@ import pytest
 
 import waitbound
 from waitbound import AuditEvent, Policy, Record, UsageError
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+    Submission,
+)
 from waitbound.cli._credentials import (
     OriginCredentials,
     from_flags,
@@ -114,14 +119,14 @@ def test_worker_summary_lines_name_outcomes_and_errors() -> None:
 
 def record(status_url: str, submit_url: str | None = None) -> Record:
     return Record(
-        operation_id="op-1",
-        profile=waitbound.parse_profile({"state": "s", "pending": ["p"]}, name="t"),
-        policy=Policy(),
-        status_url=status_url,
-        submit_url=submit_url,
-        created_at=T0,
-        deadline_at=T0 + timedelta(minutes=1),
-        next_poll_at=T0,
+        contract=Contract(
+            operation_id="op-1",
+            profile=waitbound.parse_profile({"state": "s", "pending": ["p"]}, name="t"),
+            policy=Policy(),
+            created_at=T0,
+        ),
+        submission=Submission(status_url=status_url, submit_url=submit_url),
+        schedule=Schedule(deadline_at=T0 + timedelta(minutes=1), next_poll_at=T0),
     )
 
 

@@ -42,6 +42,11 @@ from waitbound import (
     parse_profile,
 )
 from waitbound._model._observation import Observation
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+)
+from waitbound._model._record import Submission as SubmissionPart
 from waitbound._rules._controller import Request
 from waitbound.testing import FakeClock
 from waitbound.transports import _http
@@ -301,16 +306,18 @@ def seed_history(store: Store, key: str, jobs: int = 25) -> None:
     for i in range(jobs):
         ended = began + timedelta(seconds=2.0 + 2.0 * i)
         record = Record(
-            operation_id=f"history-{i}", profile=parse_profile(INLINE, name="oracle"),
-            policy=Policy(schedule_key=key), status_url=f"{BASE}/history/{i}",
-            created_at=began, deadline_at=began + timedelta(hours=1), next_poll_at=began,
-        )  # fmt: skip
+            contract=Contract(
+                operation_id=f"history-{i}",
+                profile=parse_profile(INLINE, name="oracle"),
+                policy=Policy(schedule_key=key),
+                created_at=began,
+            ),
+            submission=SubmissionPart(status_url=f"{BASE}/history/{i}"),
+            schedule=Schedule(deadline_at=began + timedelta(hours=1), next_poll_at=began),
+        )
         created = store.create(record, [])
         store.save(
-            created.evolve(
-                phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=ended,
-                pending_seen_at=ended - timedelta(seconds=1), ended_seen_at=ended,
-            ),
+            created.evolve(ending=created.ending.evolve(phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=ended), answer=created.answer.evolve(pending_seen_at=ended - timedelta(seconds=1), ended_seen_at=ended)),
             [],
         )  # fmt: skip
 
@@ -704,9 +711,16 @@ class World:
         record = self.store.get(OP)
         if record is None:  # nothing stored yet (a submission killed before it): fine
             assert not self.provider.log
-            return Record(operation_id=OP, profile=self.profile, policy=self.policy,
-                          status_url=None, created_at=self.clock.now(),
-                          deadline_at=self.clock.now(), next_poll_at=self.clock.now())  # fmt: skip
+            return Record(
+                contract=Contract(
+                    operation_id=OP,
+                    profile=self.profile,
+                    policy=self.policy,
+                    created_at=self.clock.now(),
+                ),
+                submission=SubmissionPart(status_url=None),
+                schedule=Schedule(deadline_at=self.clock.now(), next_poll_at=self.clock.now()),
+            )
         new = self.provider.log[before.log :]
         if before.finished and not decided:
             assert not new, f"requests after the outcome: {[h.path for h in new]}"

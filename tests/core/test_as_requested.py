@@ -127,7 +127,7 @@ def test_a_proposal_beyond_the_ceiling_is_refused_naming_it() -> None:
     record = job.record
     assert record.decision_request is not None
     wide = replace(record.decision_request, minutes=50.0)
-    job.store.save(replace(record, decision_request=wide), [])
+    job.store.save(record.evolve(oversight=record.oversight.evolve(decision_request=wide)), [])
     before = job.record
     with pytest.raises(UsageError, match=r"beyond the ceiling of 10 minutes") as info:
         job.decide("as_requested")

@@ -18,6 +18,11 @@ import waitbound
 from waitbound import AuditEvent, AuditProblem, MemoryStore, Policy, Record, StoredAuditEvent
 from waitbound._model._audit import GENESIS_HASH, EventKind, head_mac, seal, seal_all
 from waitbound._model._audit_record import asserted_digest, audit_event
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+    Submission,
+)
 from waitbound.stores._protocol import advance
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -168,13 +173,14 @@ def test_verify_chain_keeps_raising_store_error_with_the_finding() -> None:
 
 def record() -> Record:
     return Record(
-        operation_id="op",
-        profile=waitbound.parse_profile({"state": "s", "pending": ["p"], "succeeded": ["d"]}),
-        policy=Policy(),
-        status_url="https://provider.example/jobs/1",
-        created_at=T0,
-        deadline_at=T0 + timedelta(minutes=5),
-        next_poll_at=T0,
+        contract=Contract(
+            operation_id="op",
+            profile=waitbound.parse_profile({"state": "s", "pending": ["p"], "succeeded": ["d"]}),
+            policy=Policy(),
+            created_at=T0,
+        ),
+        submission=Submission(status_url="https://provider.example/jobs/1"),
+        schedule=Schedule(deadline_at=T0 + timedelta(minutes=5), next_poll_at=T0),
     )
 
 
@@ -206,10 +212,10 @@ def test_a_keyed_write_never_signs_over_a_head_without_a_valid_mac() -> None:
     """An unsigned head stays unsigned, a forged MAC stays as it was: extending a rewrite
     never blesses it."""
     unsigned, _ = advance(record(), events(2))
-    unsigned = replace(unsigned, audit_mac=None)
+    unsigned = unsigned.evolve(audit=unsigned.audit.evolve(audit_mac=None))
     after, _ = advance(unsigned, events(1), KEY)
     assert after.audit_mac is None
-    forged = replace(unsigned, audit_mac="f" * 64)
+    forged = unsigned.evolve(audit=unsigned.audit.evolve(audit_mac="f" * 64))
     after, _ = advance(forged, events(1), KEY)
     assert after.audit_mac == "f" * 64
 

@@ -20,6 +20,11 @@ from waitbound import (
     parse_profile,
     wait,
 )
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+    Submission,
+)
 from waitbound._rules._controller import Send, plan
 
 RUNNING = (200, {"status": "running", "id": "job-1"})
@@ -488,13 +493,14 @@ def test_a_reservation_leases_what_was_asked_and_its_request_ends_first(
     timeout to end before the lease (lease_margin_s); without it, today's rule."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
     record = Record(
-        operation_id="op",
-        profile=parse_profile(PROFILE),
-        policy=Policy(request_timeout_s=20, lease_s=3),
-        status_url="https://p.example/jobs/1",
-        created_at=now,
-        deadline_at=now + timedelta(hours=1),
-        next_poll_at=now,
+        contract=Contract(
+            operation_id="op",
+            profile=parse_profile(PROFILE),
+            policy=Policy(request_timeout_s=20, lease_s=3),
+            created_at=now,
+        ),
+        submission=Submission(status_url="https://p.example/jobs/1"),
+        schedule=Schedule(deadline_at=now + timedelta(hours=1), next_poll_at=now),
     )
     decision = plan(record, now, owner="w", lease_s=lease_s)
     assert isinstance(decision, Send)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from tests.core.harness import PROFILE, run
+from tests.records import with_fields
 from waitbound._model._record import reported_counts
 from waitbound.cli._output import print_outcome
 
@@ -29,7 +28,7 @@ def test_a_stored_record_with_all_null_counts_shows_none() -> None:
     result = run({"/status": [(200, {"status": "done", "output": {"u": 1}})]}, profile=COUNTED)
     record = result.store.get(result.outcome.operation_id)
     assert record is not None
-    old = dataclasses.replace(record, counts={"succeeded": None, "failed": None, "total": None})
+    old = with_fields(record, counts={"succeeded": None, "failed": None, "total": None})
     assert old.to_outcome().counts is None
 
 

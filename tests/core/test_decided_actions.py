@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -163,8 +162,10 @@ def test_a_cancel_grant_of_k_checks_gives_k_status_checks_after_the_cancel() -> 
 def test_fetch_result_again_carries_its_result_request_on_top_of_the_checks() -> None:
     """fetch_result_again's grant: the result request plus the checks granted."""
     op = Op(MemoryStore(), CANCELABLE, max_requests=3)
-    record = replace(op.record, reason=Reason.RESULT_UNCONFIRMED)
-    record = open_request(replace(record, decision_request=None), op.clock.now())
+    record = op.record.evolve(ending=op.record.ending.evolve(reason=Reason.RESULT_UNCONFIRMED))
+    record = open_request(
+        record.evolve(oversight=record.oversight.evolve(decision_request=None)), op.clock.now()
+    )
     op.store.save(record, [])
     op.decide("fetch_result_again", minutes=1, checks=2)
     assert op.record.max_requests == 3 + 1 + 2
@@ -219,16 +220,16 @@ def test_a_requested_cancel_with_no_request_left_says_it_was_not_sent() -> None:
     process marked it due while the last request was out): the stop says so."""
     op = Op(MemoryStore(), CANCELABLE, max_requests=3)
     now = op.clock.now()
-    running = replace(
-        op.record,
-        outcome=None,
-        reason=None,
-        finished_at=None,
-        phase=Phase.WAITING,
-        decision_request=None,
-        cancel_due=True,
-        cancel_requested_at=now,
-        cancel_requested_by="mcp:bot",
+    running = op.record.evolve(
+        ending=op.record.ending.evolve(
+            outcome=None, reason=None, finished_at=None, phase=Phase.WAITING
+        ),
+        oversight=op.record.oversight.evolve(
+            decision_request=None,
+            cancel_due=True,
+            cancel_requested_at=now,
+            cancel_requested_by="mcp:bot",
+        ),
     )
     step = plan(running, now, owner="worker-1")
     assert isinstance(step, Finish)
@@ -261,16 +262,15 @@ def _case(
 ) -> Record:
     """A record in *outcome*/*reason* with an open decision request where one opens."""
     op = Op(MemoryStore(), CANCELABLE, max_requests=1)
-    record = replace(
-        op.record,
-        outcome=outcome,
-        reason=reason,
-        cancelable=cancelable,
-        decision_request=None,
-        grants=Grants() if grants_left else Grants(extensions=3),
+    record = op.record.evolve(
+        ending=op.record.ending.evolve(outcome=outcome, reason=reason),
+        answer=op.record.answer.evolve(cancelable=cancelable),
+        oversight=op.record.oversight.evolve(
+            decision_request=None, grants=Grants() if grants_left else Grants(extensions=3)
+        ),
     )
     if outcome is None:
-        record = replace(record, finished_at=None, phase=Phase.WAITING)
+        record = record.evolve(ending=record.ending.evolve(finished_at=None, phase=Phase.WAITING))
         return open_request(record, op.clock.now(), requested_by="agent:x", minutes=1, checks=1)
     if outcome in (OutcomeKind.TIMED_OUT, OutcomeKind.ESCALATED):
         return open_request(record, op.clock.now())
@@ -332,14 +332,11 @@ def test_a_cancel_the_provider_does_not_accept_stops_the_wait_at_once_saying_so(
     (here the look's answer says so)."""
     op = Op(MemoryStore(), CANCELABLE, cancel=answer, max_requests=30, deadline_s=600)
     op.store.save(  # still running: as a worker would leave it between polls
-        replace(
-            op.record,
-            outcome=None,
-            reason=None,
-            finished_at=None,
-            phase=Phase.WAITING,
-            decision_request=None,
-            grants=Grants(requests=27),
+        op.record.evolve(
+            ending=op.record.ending.evolve(
+                outcome=None, reason=None, finished_at=None, phase=Phase.WAITING
+            ),
+            oversight=op.record.oversight.evolve(decision_request=None, grants=Grants(requests=27)),
         ),
         [],
     )
@@ -471,14 +468,15 @@ def test_fetch_result_again_whose_window_passed_stays_result_unconfirmed() -> No
     so the stop is result_unconfirmed again (never "the result endpoint was not
     ready"), saying the decision sent no request and the job succeeded."""
     op = Op(MemoryStore(), CANCELABLE, max_requests=3, deadline_s=60)
-    record = replace(
-        op.record,
-        reason=Reason.RESULT_UNCONFIRMED,
-        stopped_phase=Phase.FETCHING_RESULT,
-        settled_outcome=OutcomeKind.SUCCEEDED,
-        result_url="http://provider.test/result",
-        provider_state="done",
-        decision_request=None,
+    record = op.record.evolve(
+        ending=op.record.ending.evolve(
+            reason=Reason.RESULT_UNCONFIRMED,
+            stopped_phase=Phase.FETCHING_RESULT,
+            settled_outcome=OutcomeKind.SUCCEEDED,
+        ),
+        submission=op.record.submission.evolve(result_url="http://provider.test/result"),
+        answer=op.record.answer.evolve(provider_state="done"),
+        oversight=op.record.oversight.evolve(decision_request=None),
     )
     op.store.save(open_request(record, op.clock.now()), [])
     op.decide("fetch_result_again", minutes=1, checks=1)

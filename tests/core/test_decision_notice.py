@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from waitbound import MemoryStore, Policy, Record, parse_profile
 from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._push import Channel, decision_delivery_id
-from waitbound._model._record import DecisionRequest, Phase, Push
+from waitbound._model._record import (
+    Contract,
+    DecisionRequest,
+    Phase,
+    Push,
+    Schedule,
+    Submission,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PROFILE = parse_profile({"state": "status", "pending": ["running"], "succeeded": ["done"]})
@@ -16,27 +22,27 @@ PROFILE = parse_profile({"state": "status", "pending": ["running"], "succeeded":
 
 def _record(**push: object) -> Record:
     return Record(
-        operation_id="op-d",
-        profile=PROFILE,
-        policy=Policy(),
-        status_url="https://api.example/jobs/1",
-        job_id="job-1",
-        created_at=T0,
-        deadline_at=T0 + timedelta(minutes=10),
-        next_poll_at=T0,
+        contract=Contract(operation_id="op-d", profile=PROFILE, policy=Policy(), created_at=T0),
+        submission=Submission(status_url="https://api.example/jobs/1", job_id="job-1"),
+        schedule=Schedule(deadline_at=T0 + timedelta(minutes=10), next_poll_at=T0),
         push=Push(**push),  # type: ignore[arg-type]
     )
 
 
 def _escalated(record: Record, at: datetime) -> Record:
-    return replace(
-        record,
-        phase=Phase.DONE,
-        outcome=OutcomeKind.ESCALATED,
-        reason=Reason.REQUEST_BUDGET_EXHAUSTED,
-        finished_at=at,
-        decision_request=DecisionRequest(
-            opened_at=at, due_at=at + timedelta(days=7), options=("extend", "abandon")
+    return record.evolve(
+        ending=record.ending.evolve(
+            phase=Phase.DONE,
+            outcome=OutcomeKind.ESCALATED,
+            reason=Reason.REQUEST_BUDGET_EXHAUSTED,
+            finished_at=at,
+        ),
+        oversight=record.oversight.evolve(
+            decision_request=(
+                DecisionRequest(
+                    opened_at=at, due_at=at + timedelta(days=7), options=("extend", "abandon")
+                )
+            )
         ),
     )
 
@@ -70,7 +76,10 @@ def test_a_second_request_is_announced_and_the_final_outcome_completes() -> None
     first, second = T0 + timedelta(minutes=3), T0 + timedelta(minutes=9)
     stored = store.save(_escalated(stored, first), [])
     stored = store.save(_escalated(stored, second), [])
-    final = replace(stored, decision_request=None, outcome=OutcomeKind.SUCCEEDED, reason=None)
+    final = stored.evolve(
+        oversight=stored.oversight.evolve(decision_request=None),
+        ending=stored.ending.evolve(outcome=OutcomeKind.SUCCEEDED, reason=None),
+    )
     store.save(final, [])
     types = sorted(str(e.payload["type"]) for e in store.outbox(operation_id="op-d"))
     assert types == [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -502,14 +502,13 @@ def test_fetch_result_again_fetches_the_lost_result_once() -> None:
         clock=clock,
     )
     op.store.save(
-        replace(
-            op.record,
-            phase=Phase.FETCHING_RESULT,
-            settled_outcome=OutcomeKind.SUCCEEDED,
-            in_flight="result",
-            result_requests_used=1,
-            status_requests_used=2,
-            provider_state="done",
+        op.record.evolve(
+            ending=op.record.ending.evolve(
+                phase=Phase.FETCHING_RESULT, settled_outcome=OutcomeKind.SUCCEEDED
+            ),
+            lease=op.record.lease.evolve(in_flight="result"),
+            counters=op.record.counters.evolve(result_requests_used=1, status_requests_used=2),
+            answer=op.record.answer.evolve(provider_state="done"),
         ),
         [],
     )
@@ -685,7 +684,7 @@ def test_a_person_extending_an_agents_request_grants_it() -> None:
     """extend on an agent's request: the grant is made by the person's decision (the
     requests used + the checks; now + the minutes)."""
     op = _running(max_requests=3, deadline_s=120, max_extension_s=600)
-    op.store.save(replace(op.record, status_requests_used=2), [])
+    op.store.save(op.record.evolve(counters=op.record.counters.evolve(status_requests_used=2)), [])
     _ask(op, minutes=5, checks=3)
     op.decide("extend", minutes=5, checks=3)
     assert op.record.max_requests == 2 + 3
@@ -1292,7 +1291,9 @@ def test_a_request_filed_while_a_poll_is_in_flight_loses_no_answer() -> None:
 def test_the_escalation_message_is_bounded_whatever_the_provider_says() -> None:
     """A 900 KB state and a 300 KB job id: the message shows each cut to a line."""
     op = stopped((200, {"status": "running", "id": "j" * 300_000}), max_requests=1)
-    op.store.save(replace(op.record, provider_state="x" * 900_000), [])
+    op.store.save(
+        op.record.evolve(answer=op.record.answer.evolve(provider_state="x" * 900_000)), []
+    )
     message = waitbound.escalations(store=op.store, clock=op.clock)[0].message
     assert len(message) < 2_000
     assert "Last state: xxx" in message

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import replace
 from datetime import timedelta
 from itertools import pairwise
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 
 from tests.core.harness import PROFILE, SEED, URL, run
 from tests.fakes import FakeClock, ScriptedProvider
+from tests.records import with_fields
 from waitbound import (
     HttpSettings,
     MemoryStore,
@@ -27,6 +27,11 @@ from waitbound import (
     verify_chain,
     wait,
     wait_async,
+)
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+    Submission,
 )
 
 RUNNING = (200, {"status": "running", "id": "job-1"})
@@ -119,7 +124,7 @@ def test_a_lost_answer_stays_counted() -> None:
     store = MemoryStore()
     provider = ScriptedProvider(clock, {"/status": [DONE]})
     record = store.create(
-        replace(
+        with_fields(
             _record_for(clock),
             status_requests_used=1,
             in_flight="status",
@@ -137,13 +142,16 @@ def test_a_lost_answer_stays_counted() -> None:
 
 def _record_for(clock: FakeClock) -> Record:
     return Record(
-        operation_id="op-lost",
-        profile=parse_profile(PROFILE),
-        policy=Policy(),
-        status_url=URL,
-        created_at=clock.now(),
-        deadline_at=clock.now() + timedelta(seconds=600),
-        next_poll_at=clock.now(),
+        contract=Contract(
+            operation_id="op-lost",
+            profile=parse_profile(PROFILE),
+            policy=Policy(),
+            created_at=clock.now(),
+        ),
+        submission=Submission(status_url=URL),
+        schedule=Schedule(
+            deadline_at=clock.now() + timedelta(seconds=600), next_poll_at=clock.now()
+        ),
     )
 
 

@@ -6,7 +6,6 @@ Real loop, virtual time, seeded RNG, scripted transports (no sockets, no sleeps)
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -197,10 +196,16 @@ def test_result_unconfirmed_says_succeeded_at_the_provider() -> None:
     result = run({"/status": [DONE]}, result_url=RESULT, max_requests=5)
     record = result.store.get(result.outcome.operation_id)
     assert record is not None
-    lost = replace(
-        record, phase=Phase.FETCHING_RESULT, settled_outcome=OutcomeKind.SUCCEEDED,
-        outcome=None, reason=None, in_flight="result", result_url=RESULT,
-    )  # fmt: skip
+    lost = record.evolve(
+        ending=record.ending.evolve(
+            phase=Phase.FETCHING_RESULT,
+            settled_outcome=OutcomeKind.SUCCEEDED,
+            outcome=None,
+            reason=None,
+        ),
+        lease=record.lease.evolve(in_flight="result"),
+        submission=record.submission.evolve(result_url=RESULT),
+    )
     decision = plan(lost, clock.now() + timedelta(days=1), owner="w2")
     assert not isinstance(decision, Send)
     outcome = decision.transition.record.to_outcome()  # type: ignore[union-attr]
@@ -330,8 +335,12 @@ def test_a_deadline_before_a_partial_successs_errors_page_ends_completed_with_er
                   max_requests=1)  # fmt: skip
     record = stopped.store.get(stopped.outcome.operation_id)
     assert record is not None
-    due = replace(record, phase=Phase.FETCHING_ERRORS, outcome=None, reason=None, error=None,
-                  decision_request=None)  # fmt: skip
+    due = record.evolve(
+        ending=record.ending.evolve(
+            phase=Phase.FETCHING_ERRORS, outcome=None, reason=None, error=None
+        ),
+        oversight=record.oversight.evolve(decision_request=None),
+    )
     decision = plan(due, record.deadline_at + timedelta(seconds=1), owner="w")
     assert not isinstance(decision, Send)
     outcome = decision.transition.record.to_outcome()  # type: ignore[union-attr]
@@ -349,10 +358,13 @@ def test_a_lost_result_answer_says_succeeded_even_on_a_record_without_its_settle
     result = run({"/status": [DONE]}, result_url=RESULT, max_requests=5)
     record = result.store.get(result.outcome.operation_id)
     assert record is not None
-    lost = replace(
-        record, phase=Phase.FETCHING_RESULT, settled_outcome=None, outcome=None, reason=None,
-        in_flight="result", result_url=RESULT,
-    )  # fmt: skip
+    lost = record.evolve(
+        ending=record.ending.evolve(
+            phase=Phase.FETCHING_RESULT, settled_outcome=None, outcome=None, reason=None
+        ),
+        lease=record.lease.evolve(in_flight="result"),
+        submission=record.submission.evolve(result_url=RESULT),
+    )
     decision = plan(lost, FakeClock().now() + timedelta(days=1), owner="w2")
     assert not isinstance(decision, Send)
     outcome = decision.transition.record.to_outcome()  # type: ignore[union-attr]

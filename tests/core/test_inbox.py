@@ -12,6 +12,7 @@ import pytest
 
 from tests.core.harness import PROFILE, SEED, URL
 from tests.fakes import START, FakeClock
+from tests.records import with_fields
 from waitbound import MemoryStore, Operation, OutcomeKind, Policy, Reason, parse_profile, start
 from waitbound._base._errors import ConflictError, StoreError
 from waitbound._engine._inbox import SAVE_ATTEMPTS, apply_delivery, sweep_inbox
@@ -45,7 +46,7 @@ def stored(
         "next_poll_at": LATER,
         "delay_source": DelaySource.BACKUP_POLLING,
     }
-    changed = replace(record, **(values | changes))  # type: ignore[arg-type]
+    changed = with_fields(record, **(values | changes))
     return store.save(changed, [])
 
 
@@ -113,7 +114,9 @@ def test_a_hint_brings_the_next_poll_forward_to_now() -> None:
 def test_a_hint_never_delays_an_overdue_poll() -> None:
     """A poll already due stays due when it was: a hint never moves it later."""
     record = record_of()
-    overdue = replace(record, next_poll_at=START + timedelta(seconds=2))
+    overdue = record.evolve(
+        schedule=record.schedule.evolve(next_poll_at=START + timedelta(seconds=2))
+    )
     done = apply(overdue, delivery(record))
     assert done.record.next_poll_at == START + timedelta(seconds=2)
     assert done.record.delay_source is DelaySource.BACKUP_POLLING
@@ -164,7 +167,7 @@ def test_deliveries_are_counted_one_by_one() -> None:
 def test_a_finished_operation_or_another_operations_delivery_is_nothing_to_do() -> None:
     """A finished record, or a delivery matched to another operation: None."""
     record = record_of()
-    finished = replace(record, outcome=OutcomeKind.SUCCEEDED)
+    finished = record.evolve(ending=record.ending.evolve(outcome=OutcomeKind.SUCCEEDED))
     assert apply_delivery(finished, delivery(record), NOW, rng=random.Random(1)) is None
     other = replace(delivery(record), operation_id="op-other")
     assert apply_delivery(record, other, NOW, rng=random.Random(1)) is None
@@ -416,7 +419,7 @@ def test_a_delivery_for_a_finished_operation_is_marked_applied_without_a_write()
     """Nothing to do is still applied: the record is left as it was."""
     store = MemoryStore()
     record = stored(store)
-    done = store.save(replace(record, outcome=OutcomeKind.SUCCEEDED), [])
+    done = store.save(record.evolve(ending=record.ending.evolve(outcome=OutcomeKind.SUCCEEDED)), [])
     store.put_delivery(delivery())
     assert sweep_inbox(store, clock=FakeClock(NOW), rng=random.Random(SEED)) == 1
     assert store.get(record.operation_id) == done
@@ -437,7 +440,9 @@ class ConflictingStore(MemoryStore):
             self.conflicts -= 1
             current = self.get(record.operation_id)
             assert current is not None
-            super().save(replace(current, label=f"write-{self.saves}"), [])
+            super().save(
+                current.evolve(contract=current.contract.evolve(label=f"write-{self.saves}")), []
+            )
             raise ConflictError(record.operation_id, record.version)
         return super().save(record, events)
 

@@ -35,6 +35,11 @@ from waitbound import (
 )
 from waitbound._engine._schedule_models import CHECK_INTERVAL_S, ScheduleModels
 from waitbound._model._history import Evidence
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+    Submission,
+)
 from waitbound._rules._learned import (
     MIN_JOBS,
     MODEL_VERSION,
@@ -66,23 +71,29 @@ def seed_history(store: MemoryStore, durations: list[float | None], key: str = K
     for i, duration in enumerate(durations):
         end = duration if duration is not None else 300.0
         record = Record(
-            operation_id=f"seed-{key}-{i}-{store.history_version(key)}",
-            profile=PROFILE,
-            policy=Policy(schedule_key=key),
-            status_url=URL,
-            created_at=T0,
-            deadline_at=T0 + timedelta(hours=1),
-            next_poll_at=T0,
+            contract=Contract(
+                operation_id=f"seed-{key}-{i}-{store.history_version(key)}",
+                profile=PROFILE,
+                policy=Policy(schedule_key=key),
+                created_at=T0,
+            ),
+            submission=Submission(status_url=URL),
+            schedule=Schedule(deadline_at=T0 + timedelta(hours=1), next_poll_at=T0),
         )
         created = store.create(record, [])
         store.save(
-            replace(
-                created,
-                phase=Phase.DONE,
-                outcome=OutcomeKind.SUCCEEDED if duration is not None else OutcomeKind.TIMED_OUT,
-                pending_seen_at=T0 + timedelta(seconds=max(0.0, end - 1.0)),
-                ended_seen_at=T0 + timedelta(seconds=end) if duration is not None else None,
-                finished_at=T0 + timedelta(seconds=end),
+            created.evolve(
+                ending=created.ending.evolve(
+                    phase=Phase.DONE,
+                    outcome=OutcomeKind.SUCCEEDED
+                    if duration is not None
+                    else OutcomeKind.TIMED_OUT,
+                    finished_at=T0 + timedelta(seconds=end),
+                ),
+                answer=created.answer.evolve(
+                    pending_seen_at=T0 + timedelta(seconds=max(0.0, end - 1.0)),
+                    ended_seen_at=T0 + timedelta(seconds=end) if duration is not None else None,
+                ),
             ),
             [],
         )
@@ -223,13 +234,9 @@ def test_every_planned_delay_is_within_the_floor_and_the_cap(
 
 def _record(policy: Policy) -> Record:
     return Record(
-        operation_id="op-x",
-        profile=PROFILE,
-        policy=policy,
-        status_url=URL,
-        created_at=T0,
-        deadline_at=T0 + timedelta(seconds=policy.deadline_s),
-        next_poll_at=T0,
+        contract=Contract(operation_id="op-x", profile=PROFILE, policy=policy, created_at=T0),
+        submission=Submission(status_url=URL),
+        schedule=Schedule(deadline_at=T0 + timedelta(seconds=policy.deadline_s), next_poll_at=T0),
     )
 
 

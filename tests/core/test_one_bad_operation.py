@@ -6,7 +6,6 @@ Also the budget and the reasons that hostile answers and our own crashes must ge
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -146,14 +145,12 @@ def test_a_result_answer_lost_to_our_own_crash_is_result_unconfirmed() -> None:
     record = store.get(_many(store, 1, clock)[0])
     assert record is not None
     fetching = store.save(
-        replace(
-            record,
-            phase=Phase.FETCHING_RESULT,
-            result_url="http://p.test/result",
-            in_flight="result",
-            result_requests_used=1,
-            status_requests_used=3,
-            provider_state="done",
+        record.evolve(
+            ending=record.ending.evolve(phase=Phase.FETCHING_RESULT),
+            submission=record.submission.evolve(result_url="http://p.test/result"),
+            lease=record.lease.evolve(in_flight="result"),
+            counters=record.counters.evolve(result_requests_used=1, status_requests_used=3),
+            answer=record.answer.evolve(provider_state="done"),
         ),
         [],
     )

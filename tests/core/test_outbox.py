@@ -53,7 +53,14 @@ from waitbound._engine._outbox import (
     webhook_signer,
 )
 from waitbound._model._push import completion_delivery_id
-from waitbound._model._record import Push
+from waitbound._model._record import (
+    Answer,
+    Contract,
+    Ending,
+    Push,
+    Schedule,
+    Submission,
+)
 
 RAWS = (5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 300.0)
 """The backoff before attempts 2..10 (seconds, before jitter): base 5 s, cap 300 s."""
@@ -76,18 +83,16 @@ def finished(
     outbox entries in the same write)."""
     now = clock.now()
     record = Record(
-        operation_id=operation_id,
-        profile=parse_profile(PROFILE),
-        policy=Policy(),
-        status_url=URL,
-        created_at=now,
-        deadline_at=now + timedelta(minutes=10),
-        next_poll_at=now,
-        phase=Phase.DONE,
-        outcome=OutcomeKind.SUCCEEDED,
-        provider_state="done",
-        result=5,
-        finished_at=now,
+        contract=Contract(
+            operation_id=operation_id,
+            profile=parse_profile(PROFILE),
+            policy=Policy(),
+            created_at=now,
+        ),
+        submission=Submission(status_url=URL),
+        schedule=Schedule(deadline_at=now + timedelta(minutes=10), next_poll_at=now),
+        answer=Answer(provider_state="done"),
+        ending=Ending(phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, result=5, finished_at=now),
         push=Push(notify_url=notify_url, callback=callback),
     )
     return store.create(record, [])

@@ -25,6 +25,12 @@ from waitbound import MemoryStore, Operation, OutcomeKind, Policy, Record, start
 from waitbound._base._errors import StoreError
 from waitbound._model._observation import Observation
 from waitbound._model._pacing import SPREAD_FACTOR, choose, origin_key, pacer_for, span
+from waitbound._model._record import (
+    Contract,
+    Counters,
+    Schedule,
+    Submission,
+)
 from waitbound._rules._controller import observe
 from waitbound._story import story_line
 
@@ -208,14 +214,10 @@ def test_a_paced_poll_is_between_its_planned_time_and_its_latest(
     same."""
     now = T0 + timedelta(seconds=100)
     record = Record(
-        operation_id="op-p",
-        profile=PROFILE,
-        policy=PACED,
-        status_url=URL,
-        created_at=T0,
-        deadline_at=now + timedelta(seconds=left_s),
-        next_poll_at=now,
-        status_requests_used=1,
+        contract=Contract(operation_id="op-p", profile=PROFILE, policy=PACED, created_at=T0),
+        submission=Submission(status_url=URL),
+        counters=Counters(status_requests_used=1),
+        schedule=Schedule(deadline_at=now + timedelta(seconds=left_s), next_poll_at=now),
     )
     headers = {} if retry_after is None else {"retry-after": str(retry_after)}
     observation = Observation(
@@ -230,7 +232,10 @@ def test_a_paced_poll_is_between_its_planned_time_and_its_latest(
     assert got >= planned
     latest = min(planned + timedelta(seconds=PACED.max_delay_s), record.stop_at)
     assert got <= max(planned, latest)
-    assert paced.record.evolve(next_poll_at=planned) == plain.record
+    assert (
+        paced.record.evolve(schedule=paced.record.schedule.evolve(next_poll_at=planned))
+        == plain.record
+    )
     if got > planned:
         assert "paced_by_origin" in paced.events[-1].data
 

@@ -12,18 +12,25 @@ from hypothesis import strategies as st
 
 from tests.hypothesis_profiles import examples
 from waitbound import Policy, Record, parse_profile
-from waitbound._model._record import FIELD_NAMES, RecordChanges
+from waitbound._model._record import (
+    FIELD_NAMES,
+    Contract,
+    RecordChanges,
+    Schedule,
+    Submission,
+)
 from waitbound._model._record_parts import PARTS, Push
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 RECORD = Record(
-    operation_id="op-e",
-    profile=parse_profile({"state": "status", "pending": ["running"], "succeeded": ["done"]}),
-    policy=Policy(),
-    status_url="https://api.example/jobs/1",
-    created_at=T0,
-    deadline_at=T0 + timedelta(minutes=10),
-    next_poll_at=T0,
+    contract=Contract(
+        operation_id="op-e",
+        profile=parse_profile({"state": "status", "pending": ["running"], "succeeded": ["done"]}),
+        policy=Policy(),
+        created_at=T0,
+    ),
+    submission=Submission(status_url="https://api.example/jobs/1"),
+    schedule=Schedule(deadline_at=T0 + timedelta(minutes=10), next_poll_at=T0),
 )
 # Neither copy checks types, so any values show the copy itself; identity is compared.
 VALUES = st.one_of(
@@ -84,7 +91,7 @@ def test_an_unknown_name_raises_the_type_error_replace_raises(
 
 
 def test_an_evolved_record_stays_frozen() -> None:
-    got = RECORD.evolve(attempt=3)
+    got = RECORD.evolve(schedule=RECORD.schedule.evolve(attempt=3))
     with pytest.raises(dataclasses.FrozenInstanceError):
         got.attempt = 4  # type: ignore[misc]
     assert got.attempt == 3

@@ -7,7 +7,6 @@ scripted provider (docs/decisions.md, "A cancel the provider does not accept")."
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -83,9 +82,7 @@ class Job:
         record = self.record
         extra = record.requests_used + requests_left - record.policy.max_requests
         self.store.save(
-            replace(record, outcome=None, reason=None, finished_at=None, phase=Phase.WAITING,
-                    decision_request=None, error=None, grants=Grants(requests=extra),
-                    deadline_at=self.clock.now() + timedelta(minutes=10)),
+            record.evolve(ending=record.ending.evolve(outcome=None, reason=None, finished_at=None, phase=Phase.WAITING, error=None), oversight=record.oversight.evolve(decision_request=None, grants=Grants(requests=extra)), schedule=record.schedule.evolve(deadline_at=self.clock.now() + timedelta(minutes=10))),
             [],
         )  # fmt: skip
 
@@ -224,7 +221,9 @@ def test_no_request_left_for_the_look_stops_at_once_without_last_seen_null() -> 
               max_transport_failures=30)  # fmt: skip
     job.running(requests_left=1)
     record = job.record
-    job.store.save(replace(record, cancelable=True, provider_state=None), [])
+    job.store.save(
+        record.evolve(answer=record.answer.evolve(cancelable=True, provider_state=None)), []
+    )
     polled = job.provider.count("/status")
     outcome = job.cancel()
     assert outcome.reason is Reason.CANCEL_NOT_ACCEPTED

@@ -380,7 +380,7 @@ def run_expecting_webhooks(
     first = start(operation, store=store, clock=clock)
     record = store.get(first.operation_id)
     assert record is not None
-    store.save(replace(record, push=Push(webhook=webhook)), [])
+    store.save(record.evolve(push=Push(webhook=webhook)), [])
     outcome = wait(
         operation_id=first.operation_id,
         store=store,
@@ -453,14 +453,17 @@ def test_the_recheck_cap_applies_only_with_webhooks_and_never_passes_the_deadlin
     )
     record = store.get(outcome.operation_id)
     assert record is not None
-    due = replace(record, next_poll_at=START + timedelta(seconds=30))
+    due = record.evolve(schedule=record.schedule.evolve(next_poll_at=START + timedelta(seconds=30)))
     plain = plan(due, START, owner="w")
     assert isinstance(plain, Sleep)
     assert plain.seconds == 30
-    hooked = plan(replace(due, push=Push(webhook="reports")), START, owner="w")
+    hooked = plan(due.evolve(push=Push(webhook="reports")), START, owner="w")
     assert isinstance(hooked, Sleep)
     assert hooked.seconds == WEBHOOK_RECHECK_S
-    near = replace(due, push=Push(webhook="reports"), deadline_at=START + timedelta(seconds=0.4))
+    near = due.evolve(
+        schedule=due.schedule.evolve(deadline_at=START + timedelta(seconds=0.4)),
+        push=Push(webhook="reports"),
+    )
     last = plan(near, START, owner="w")
     assert isinstance(last, Sleep)
     assert last.seconds == pytest.approx(0.4)
@@ -579,7 +582,7 @@ def test_webhooks_expected_never_send_more_than_the_policy_allows(
     first = start(operation, store=store, clock=clock)
     record = store.get(first.operation_id)
     assert record is not None
-    store.save(replace(record, push=Push(webhook="reports")), [])
+    store.save(record.evolve(push=Push(webhook="reports")), [])
     provider = HintingProvider(clock, answers, store, hints)
     outcome = wait(
         operation_id=first.operation_id,

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.cli.helpers import run_cli
+from tests.records import with_fields
 from tests.stores.test_store_contract import T0, entry, make_record
 from waitbound import SQLiteStore
 from waitbound._base._urls import origin_only
@@ -79,7 +79,7 @@ def test_show_json_prints_no_secret_of_a_url(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     store = SQLiteStore(path)
     try:
-        store.create(replace(_record(), created_at=T0), [])
+        store.create(with_fields(_record(), created_at=T0), [])
     finally:
         store.close()
     shown = run_cli(tmp_path, "show", "op-1", "--json", "--store", str(path))

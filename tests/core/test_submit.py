@@ -222,7 +222,6 @@ def test_refused_submissions_end_at_once(answer: Answer, outcome: str, reason: o
 
 def test_a_submission_cannot_be_resent_without_its_body() -> None:
     """Resuming a submitting operation without its body escalates instead of guessing."""
-    from dataclasses import replace
 
     from waitbound import wait
 
@@ -236,8 +235,7 @@ def test_a_submission_cannot_be_resent_without_its_body() -> None:
     )
     assert record.outcome is OutcomeKind.ESCALATED
     pending = store.create(
-        replace(record, operation_id="op-2", outcome=None, reason=None, phase=Phase.SUBMITTING,
-                submit_attempts=0, version=0, audit_seq=0, audit_head="0" * 64),
+        record.evolve(contract=record.contract.evolve(operation_id="op-2"), ending=record.ending.evolve(outcome=None, reason=None, phase=Phase.SUBMITTING), counters=record.counters.evolve(submit_attempts=0), audit=record.audit.evolve(audit_seq=0, audit_head="0" * 64), version=0),
         [],
     )  # fmt: skip
     outcome = wait(operation_id=pending.operation_id, store=store, clock=clock, sleep=clock.sleep)

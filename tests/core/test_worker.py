@@ -144,7 +144,7 @@ def test_a_webhook_delivery_makes_the_worker_poll_at_once() -> None:
     )
     record = store.get(first.operation_id)
     assert record is not None
-    store.save(replace(record, push=Push(webhook="reports")), [])
+    store.save(record.evolve(push=Push(webhook="reports")), [])
     polls: list[datetime] = []
     settings_idle_s = 0.01
 
@@ -220,7 +220,12 @@ def test_a_wake_ends_the_workers_idle_pause_at_once() -> None:
     )
     record = store.get(first.operation_id)
     assert record is not None
-    store.save(replace(record, next_poll_at=START.replace(year=START.year + 1)), [])
+    store.save(
+        record.evolve(
+            schedule=record.schedule.evolve(next_poll_at=START.replace(year=START.year + 1))
+        ),
+        [],
+    )
     stop = anyio.Event()
     pauses: list[float] = []
     polls: list[str] = []
@@ -230,7 +235,7 @@ def test_a_wake_ends_the_workers_idle_pause_at_once() -> None:
         if len(pauses) == 1:  # "a webhook made it due": the worker must look now
             due = store.get(first.operation_id)
             assert due is not None
-            store.save(replace(due, next_poll_at=clock.now()), [])
+            store.save(due.evolve(schedule=due.schedule.evolve(next_poll_at=clock.now())), [])
             return
         stop.set()
         await anyio.sleep_forever()
@@ -374,7 +379,7 @@ def test_a_worker_waits_out_another_holders_lease_in_one_sleep() -> None:
     record = store.get(op)
     assert record is not None
     until = clock.now() + timedelta(seconds=13)
-    store.save(replace(record, lease_owner="elsewhere:1:x", lease_expires_at=until), [])
+    store.save(record.evolve(lease=record.lease.held("elsewhere:1:x", until)), [])
     store.calls.clear()
     polls: list[datetime] = []
     looks: list[str] = []
@@ -401,12 +406,11 @@ def test_a_worker_takes_over_a_lease_whose_holder_is_gone() -> None:
     record = store.get(op)
     assert record is not None
     dead = f"{socket.gethostname()}:{2**22 + 12345}:dead"  # above Linux's pid_max default
-    held = replace(
-        record,
-        lease_owner=dead,
-        lease_expires_at=clock.now() + timedelta(hours=1),
-        in_flight="status",
-        status_requests_used=1,
+    held = record.evolve(
+        lease=record.lease.evolve(
+            lease_owner=dead, lease_expires_at=clock.now() + timedelta(hours=1), in_flight="status"
+        ),
+        counters=record.counters.evolve(status_requests_used=1),
     )
     store.save(held, [])
     polls: list[datetime] = []

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -305,7 +304,7 @@ def test_a_write_during_the_pause_conflicts_and_the_answer_is_applied_again() ->
         if i == 1:  # job 0's answer is queued, the pause runs: a write of someone else
             held = store.get(ids[0])
             assert held is not None
-            store.save(replace(held, label="touched"), [])
+            store.save(held.evolve(contract=held.contract.evolve(label="touched")), [])
         return httpx.Response(200, json={"status": "done"})
 
     _run(store, provider, clock, jump, commit_pause_s=0.005)

@@ -30,6 +30,11 @@ from waitbound import (
     start,
     verify_audit,
 )
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+    Submission,
+)
 from waitbound.sim import Simulator, parse_scenario
 
 POINTS = ("reserved-status", "answered-status", "reserved-result", "answered-result")
@@ -135,16 +140,18 @@ def _seed_history(store: SQLiteStore) -> None:
     for i in range(30):
         ended = began + timedelta(seconds=30.0 + i)
         record = Record(
-            operation_id=f"history-{i}", profile=PROFILE, policy=Policy(schedule_key=KEY),
-            status_url="http://history.test/jobs/1", created_at=began,
-            deadline_at=began + timedelta(hours=1), next_poll_at=began,
-        )  # fmt: skip
+            contract=Contract(
+                operation_id=f"history-{i}",
+                profile=PROFILE,
+                policy=Policy(schedule_key=KEY),
+                created_at=began,
+            ),
+            submission=Submission(status_url="http://history.test/jobs/1"),
+            schedule=Schedule(deadline_at=began + timedelta(hours=1), next_poll_at=began),
+        )
         created = store.create(record, [])
         store.save(
-            created.evolve(
-                phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=ended,
-                pending_seen_at=ended - timedelta(seconds=0.05), ended_seen_at=ended,
-            ),
+            created.evolve(ending=created.ending.evolve(phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=ended), answer=created.answer.evolve(pending_seen_at=ended - timedelta(seconds=0.05), ended_seen_at=ended)),
             [],
         )  # fmt: skip
 

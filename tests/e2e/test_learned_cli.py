@@ -4,7 +4,6 @@ on the simulator, reading and adding to the store's schedule history."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,6 +11,11 @@ import pytest
 
 from tests.e2e.runner import cli
 from waitbound import OutcomeKind, Phase, Policy, Record, SQLiteStore, parse_profile
+from waitbound._model._record import (
+    Contract,
+    Schedule,
+    Submission,
+)
 from waitbound.sim import Simulator, parse_scenario
 
 STATE = ["--state-path", "status", "--pending", "running", "--succeeded", "done"]
@@ -26,24 +30,25 @@ def _seed(path: Path, count: int, duration_s: float = 20.0) -> None:
     try:
         for i in range(count):
             record = Record(
-                operation_id=f"seed-{i}",
-                profile=parse_profile({"state": "s", "pending": ["r"], "succeeded": ["d"]}),
-                policy=Policy(schedule_key="sim-jobs"),
-                status_url="http://127.0.0.1:1/x",
-                created_at=T0,
-                deadline_at=T0 + timedelta(hours=1),
-                next_poll_at=T0,
+                contract=Contract(
+                    operation_id=f"seed-{i}",
+                    profile=parse_profile({"state": "s", "pending": ["r"], "succeeded": ["d"]}),
+                    policy=Policy(schedule_key="sim-jobs"),
+                    created_at=T0,
+                ),
+                submission=Submission(status_url="http://127.0.0.1:1/x"),
+                schedule=Schedule(deadline_at=T0 + timedelta(hours=1), next_poll_at=T0),
             )
             created = store.create(record, [])
             end = T0 + timedelta(seconds=duration_s + 0.01 * i)
             store.save(
-                replace(
-                    created,
-                    phase=Phase.DONE,
-                    outcome=OutcomeKind.SUCCEEDED,
-                    pending_seen_at=end - timedelta(seconds=0.1),
-                    ended_seen_at=end,
-                    finished_at=end,
+                created.evolve(
+                    ending=created.ending.evolve(
+                        phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=end
+                    ),
+                    answer=created.answer.evolve(
+                        pending_seen_at=end - timedelta(seconds=0.1), ended_seen_at=end
+                    ),
                 ),
                 [],
             )

@@ -39,16 +39,22 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import waitbound
+from tests.records import with_fields
 from waitbound import AuditEvent, OutcomeKind, Phase, Policy, Reason, Record, Store
 from waitbound._engine._audit_check import verify_audit
 from waitbound._model._push import InboundDelivery
-from waitbound._model._record import DecisionRequest, Push
+from waitbound._model._record import (
+    Contract,
+    DecisionRequest,
+    Push,
+    Schedule,
+    Submission,
+)
 from waitbound._profile._schedule import DelaySource
 
 HERE = Path(__file__).resolve().parent / "fixtures"
@@ -70,17 +76,20 @@ PROFILE: dict[str, Any] = {
 
 def _base(operation_id: str, **changes: Any) -> Record:
     record = Record(
-        operation_id=operation_id,
-        profile=waitbound.parse_profile(PROFILE, name="fixture"),
-        policy=Policy(deadline_s=3600, max_requests=12, base_delay_s=2.0),
-        status_url=f"https://provider.example/v1/jobs/{operation_id}",
-        created_at=T0,
-        deadline_at=T0 + timedelta(hours=1),
-        next_poll_at=T0,
-        job_id=f"job-{operation_id}",
-        label=f"fixture:{operation_id}",
+        contract=Contract(
+            operation_id=operation_id,
+            profile=waitbound.parse_profile(PROFILE, name="fixture"),
+            policy=Policy(deadline_s=3600, max_requests=12, base_delay_s=2.0),
+            created_at=T0,
+            label=f"fixture:{operation_id}",
+        ),
+        submission=Submission(
+            status_url=f"https://provider.example/v1/jobs/{operation_id}",
+            job_id=f"job-{operation_id}",
+        ),
+        schedule=Schedule(deadline_at=T0 + timedelta(hours=1), next_poll_at=T0),
     )
-    return replace(record, **changes)
+    return with_fields(record, **changes)
 
 
 def _events(*kinds: str, start_s: float) -> list[AuditEvent]:
@@ -98,7 +107,7 @@ def _events(*kinds: str, start_s: float) -> list[AuditEvent]:
 def _poll(record: Record, n: int, **changes: Any) -> Record:
     """*record* after *n* status requests (the counters a real wait leaves)."""
     seen = T0 + timedelta(seconds=10 * n)
-    return replace(
+    return with_fields(
         record,
         status_requests_used=record.status_requests_used + n,
         attempt=record.attempt + n,
@@ -126,17 +135,22 @@ def populate(signed: Store, unsigned: Store) -> None:
     e = signed.save(_poll(e, 2), _events("observed", "observed", start_s=10))
     opened = T0 + timedelta(seconds=40)
     signed.save(
-        replace(
-            e,
-            phase=Phase.DONE,
-            outcome=OutcomeKind.ESCALATED,
-            reason=Reason.REQUEST_BUDGET_EXHAUSTED,
-            stopped_phase=Phase.WAITING,
-            finished_at=opened,
-            decision_request=DecisionRequest(
-                opened_at=opened,
-                due_at=opened + timedelta(days=7),
-                options=("extend", "cancel", "abandon"),
+        e.evolve(
+            ending=e.ending.evolve(
+                phase=Phase.DONE,
+                outcome=OutcomeKind.ESCALATED,
+                reason=Reason.REQUEST_BUDGET_EXHAUSTED,
+                stopped_phase=Phase.WAITING,
+                finished_at=opened,
+            ),
+            oversight=e.oversight.evolve(
+                decision_request=(
+                    DecisionRequest(
+                        opened_at=opened,
+                        due_at=opened + timedelta(days=7),
+                        options=("extend", "cancel", "abandon"),
+                    )
+                )
             ),
         ),
         _events("escalated", start_s=40),
@@ -146,15 +160,15 @@ def populate(signed: Store, unsigned: Store) -> None:
     s = signed.save(_poll(s, 1), _events("observed", start_s=10))
     done = T0 + timedelta(seconds=30)
     signed.save(
-        replace(
-            s,
-            phase=Phase.DONE,
-            outcome=OutcomeKind.SUCCEEDED,
-            provider_state="completed",
-            result={"output": {"rows": [1, 2.5, None, True, "é"]}, "big": 1e16},
-            status_requests_used=2,
-            finished_at=done,
-            last_observed_at=done,
+        s.evolve(
+            ending=s.ending.evolve(
+                phase=Phase.DONE,
+                outcome=OutcomeKind.SUCCEEDED,
+                result={"output": {"rows": [1, 2.5, None, True, "é"]}, "big": 1e16},
+                finished_at=done,
+            ),
+            answer=s.answer.evolve(provider_state="completed", last_observed_at=done),
+            counters=s.counters.evolve(status_requests_used=2),
         ),
         _events("observed", "finished", start_s=30),
     )
@@ -187,7 +201,7 @@ def populate(signed: Store, unsigned: Store) -> None:
     )
     unsigned.mark_applied("acme", "msg-early", T0 + timedelta(seconds=6))
     unsigned.save(
-        _poll(h, 1, push=replace(h.push, deliveries=1, last_delivery_at=T0 + timedelta(seconds=6))),
+        _poll(h, 1, push=h.push.evolve(deliveries=1, last_delivery_at=T0 + timedelta(seconds=6))),
         _events("webhook_applied", start_s=6),
     )
 
@@ -197,7 +211,7 @@ def populate(signed: Store, unsigned: Store) -> None:
     )
     finished = T0 + timedelta(seconds=50)
     unsigned.save(
-        replace(
+        with_fields(
             _poll(n, 2),
             phase=Phase.DONE,
             outcome=OutcomeKind.FAILED,

@@ -44,12 +44,12 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import waitbound
+from tests.records import with_fields
 from tests.stores.make_v2_fixtures import AUDIT_KEY, AUDIT_KEY_HEX, T0, _base, _events, _poll
 from tests.stores.make_v2_fixtures import populate as populate_v2
 from waitbound import OutcomeKind, Phase, Reason, Store
@@ -81,12 +81,13 @@ def populate(signed: Store, unsigned: Store) -> None:
         _events("created", start_s=0),
     )
     signed.save(
-        replace(
-            s,
-            submit_attempts=1,
-            in_flight="submit",
-            lease_owner="worker-a",
-            lease_expires_at=T0 + timedelta(seconds=40),
+        s.evolve(
+            counters=s.counters.evolve(submit_attempts=1),
+            lease=s.lease.evolve(
+                in_flight="submit",
+                lease_owner="worker-a",
+                lease_expires_at=T0 + timedelta(seconds=40),
+            ),
         ),
         _events("submit_reserved", start_s=1),
     )
@@ -96,7 +97,7 @@ def populate(signed: Store, unsigned: Store) -> None:
         _events("created", start_s=0),
     )
     unsigned.save(
-        replace(
+        with_fields(
             _poll(f, 4, transport_failures_used=2, rate_limited_used=1),
             phase=Phase.FETCHING_RESULT,
             provider_state="completed",
@@ -116,49 +117,54 @@ def populate(signed: Store, unsigned: Store) -> None:
     d = signed.save(_poll(d, 12), _events("observed", start_s=10))
     opened = T0 + timedelta(seconds=130)
     d = signed.save(
-        replace(
-            d,
-            phase=Phase.DONE,
-            outcome=OutcomeKind.ESCALATED,
-            reason=Reason.REQUEST_BUDGET_EXHAUSTED,
-            stopped_phase=Phase.WAITING,
-            finished_at=opened,
-            decision_request=DecisionRequest(
-                opened_at=opened,
-                due_at=opened + timedelta(days=7),
-                options=("extend", "cancel", "abandon"),
+        d.evolve(
+            ending=d.ending.evolve(
+                phase=Phase.DONE,
+                outcome=OutcomeKind.ESCALATED,
+                reason=Reason.REQUEST_BUDGET_EXHAUSTED,
+                stopped_phase=Phase.WAITING,
+                finished_at=opened,
+            ),
+            oversight=d.oversight.evolve(
+                decision_request=(
+                    DecisionRequest(
+                        opened_at=opened,
+                        due_at=opened + timedelta(days=7),
+                        options=("extend", "cancel", "abandon"),
+                    )
+                )
             ),
         ),
         _events("escalated", start_s=130),
     )
     decided = opened + timedelta(minutes=5)
     signed.save(
-        replace(
-            d,
-            phase=Phase.WAITING,
-            outcome=None,
-            reason=None,
-            finished_at=None,
-            decision_request=None,
-            stopped_phase=None,
-            deadline_at=d.deadline_at + timedelta(minutes=30),
-            next_poll_at=decided,
-            grants=Grants(requests=10, extensions=1, pending_states=("paused", 3)),
-            decisions=(
-                Decision(
-                    option="extend",
-                    by="ana@example.com",
-                    why="the batch is large today",
-                    at=decided,
-                    detail={"max_requests": [12, 22], "minutes": 30},
-                ),
+        d.evolve(
+            ending=d.ending.evolve(
+                phase=Phase.WAITING, outcome=None, reason=None, finished_at=None, stopped_phase=None
             ),
-            decided_by="ana@example.com",
-            credential_label="acme-prod",
-            cancel_on_deadline=True,
-            cancel_requested_at=decided,
-            cancel_requested_by="bob@example.com",
-            cancel_reason="no longer needed",
+            oversight=d.oversight.evolve(
+                decision_request=None,
+                grants=Grants(requests=10, extensions=1, pending_states=("paused", 3)),
+                decisions=(
+                    Decision(
+                        option="extend",
+                        by="ana@example.com",
+                        why="the batch is large today",
+                        at=decided,
+                        detail={"max_requests": [12, 22], "minutes": 30},
+                    ),
+                ),
+                decided_by="ana@example.com",
+                credential_label="acme-prod",
+                cancel_requested_at=decided,
+                cancel_requested_by="bob@example.com",
+                cancel_reason="no longer needed",
+            ),
+            schedule=d.schedule.evolve(
+                deadline_at=d.deadline_at + timedelta(minutes=30), next_poll_at=decided
+            ),
+            contract=d.contract.evolve(cancel_on_deadline=True),
         ),
         _events("decided", start_s=430),
     )
@@ -166,7 +172,7 @@ def populate(signed: Store, unsigned: Store) -> None:
     p = signed.create(_base("op-partial"), _events("created", start_s=0))
     done = T0 + timedelta(seconds=70)
     signed.save(
-        replace(
+        with_fields(
             _poll(p, 5),
             phase=Phase.DONE,
             outcome=OutcomeKind.COMPLETED_WITH_ERRORS,

@@ -31,7 +31,8 @@ from tests.stores import pg
 from waitbound import AuditProblem, Operation, Policy, SQLiteStore, Store, parse_profile
 from waitbound._base._clock import utc
 from waitbound._model._audit import GENESIS_HASH, StoredAuditEvent, seal
-from waitbound._model._record_parts import PARTS, PLACES
+from waitbound._model._record import PLACES
+from waitbound._model._record_parts import PARTS
 from waitbound.stores._rows import QUERY_COLUMNS
 
 KEY = b"an audit key of 32 bytes, or so!"

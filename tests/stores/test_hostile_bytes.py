@@ -134,19 +134,28 @@ def _write_everything(store: Store) -> None:
         [AuditEvent(at=T0, kind="created", summary=f"created {TEXT}", data=HOSTILE)],
     )
     observed = store.save(
-        created.evolve(provider_state="x\u0000running", last_request_id="r\u0000\ud800"),
+        created.evolve(
+            answer=created.answer.evolve(
+                provider_state="x\u0000running", last_request_id="r\u0000\ud800"
+            )
+        ),
         [AuditEvent(at=T0, kind="observed", summary=TEXT, data={"body": HOSTILE})],
     )
     asked = store.save(
-        replace(
-            observed,
-            phase=Phase.DONE,
-            outcome=OutcomeKind.ESCALATED,
-            reason=waitbound.Reason.UNKNOWN_STATE,
-            stopped_phase=Phase.WAITING,
-            finished_at=T0,
-            decision_request=DecisionRequest(
-                opened_at=T0, due_at=T0 + timedelta(days=365), options=("extend",), why=TEXT
+        observed.evolve(
+            ending=observed.ending.evolve(
+                phase=Phase.DONE,
+                outcome=OutcomeKind.ESCALATED,
+                reason=waitbound.Reason.UNKNOWN_STATE,
+                stopped_phase=Phase.WAITING,
+                finished_at=T0,
+            ),
+            oversight=observed.oversight.evolve(
+                decision_request=(
+                    DecisionRequest(
+                        opened_at=T0, due_at=T0 + timedelta(days=365), options=("extend",), why=TEXT
+                    )
+                )
             ),
         ),
         [AuditEvent(at=T0, kind="decision_requested", summary=TEXT, data={"why": TEXT})],

@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -543,7 +542,7 @@ def test_a_version_1_schema_upgrades_to_the_push_path(
         stored = store.audit("op-1")
         waitbound.verify_chain(stored, head=(got.audit_seq, got.audit_head))
         assert store.audit_after(None) == stored
-        store.save(replace(got, push=Push(webhook="reports")), [])
+        store.save(got.evolve(push=Push(webhook="reports")), [])
         put = store.put_delivery(
             InboundDelivery(
                 provider="reports", webhook_id="wh-1", received_at=T0, job_id="job-42", payload={}
@@ -572,7 +571,11 @@ def test_a_failing_outbox_write_rolls_back_the_outcome(schema: str, dsn: str) ->
             make_record(job_id="job-42", push=Push(notify_url="https://d.example/h")),
             events("created"),
         )
-        final = replace(created, phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=T0)
+        final = created.evolve(
+            ending=created.ending.evolve(
+                phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=T0
+            )
+        )
         with pytest.raises(StoreError, match="outbox refused"):
             store.save(final, events("finished", start_s=1))
         got = store.get("op-1")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -79,9 +78,16 @@ def test_a_create_and_a_sooner_write_notify_and_a_later_one_does_not(schema: str
         assert await store.wait_for_wakeup(0.01) is False  # listening from here
         created = writer.create(make_record("op-1"), events("created"))
         results.append(await store.wait_for_wakeup(5))
-        later = writer.save(replace(created, next_poll_at=created.next_poll_at + timedelta(1)), [])
+        later = writer.save(
+            created.evolve(
+                schedule=created.schedule.evolve(next_poll_at=created.next_poll_at + timedelta(1))
+            ),
+            [],
+        )
         results.append(await store.wait_for_wakeup(0.3))
-        writer.save(replace(later, next_poll_at=created.next_poll_at), [])
+        writer.save(
+            later.evolve(schedule=later.schedule.evolve(next_poll_at=created.next_poll_at)), []
+        )
         results.append(await store.wait_for_wakeup(5))
         with pg.fresh_schema() as other_name:
             other = _store(other_name)
@@ -147,7 +153,9 @@ def test_an_idle_worker_wakes_for_a_new_operation_long_before_idle_s(schema: str
             started = time.monotonic()
             record = make_record("op-new", created_at=clock.now(), next_poll_at=clock.now())
             writer.create(
-                replace(record, deadline_at=clock.now() + timedelta(hours=1)),
+                record.evolve(
+                    schedule=record.schedule.evolve(deadline_at=clock.now() + timedelta(hours=1))
+                ),
                 events("created"),
             )
             with anyio.fail_after(5):

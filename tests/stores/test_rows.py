@@ -10,8 +10,8 @@ from pathlib import Path
 
 from tests.stores.test_store_contract import events, make_record
 from waitbound import SQLiteStore
-from waitbound._model._record import FIELD_NAMES
-from waitbound._model._record_parts import PARTS, PLACES
+from waitbound._model._record import FIELD_NAMES, PLACES
+from waitbound._model._record_parts import PARTS
 from waitbound.stores._codec import dump_json
 from waitbound.stores._rows import ALL_PARTS, PART_COLUMNS, RecordRows
 
@@ -50,9 +50,13 @@ def test_a_poll_step_writes_only_the_parts_it_changed(tmp_path: Path) -> None:
     try:
         created = store.create(make_record(), events("created"))
         before = _columns(path)
-        stepped = created.evolve(status_requests_used=1, provider_state="running", attempt=1)
+        stepped = created.evolve(
+            counters=created.counters.evolve(status_requests_used=1),
+            answer=created.answer.evolve(provider_state="running"),
+            schedule=created.schedule.evolve(attempt=1),
+        )
         rows = store._rows  # the store's own cache: what its next save would write
-        assert _written(rows.row(replace(stepped, version=2), replaces=1).changed) == {
+        assert _written(rows.row(stepped.evolve(version=2), replaces=1).changed) == {
             "counters",
             "answer",
             "schedule",
@@ -77,7 +81,9 @@ def test_a_part_is_encoded_once_and_unchanged_parts_are_shared() -> None:
     record = make_record()
     contract = record.contract
     assert contract.text(dump_json) is contract.text(dump_json)
-    changed = record.evolve(label="renamed", attempt=2)
+    changed = record.evolve(
+        contract=record.contract.evolve(label="renamed"), schedule=record.schedule.evolve(attempt=2)
+    )
     assert changed.contract is not contract
     assert changed.schedule is not record.schedule
     assert changed.counters is record.counters
@@ -91,8 +97,8 @@ def test_a_contract_change_rewrites_only_the_contract(tmp_path: Path) -> None:
     store = SQLiteStore(path)
     try:
         created = store.create(make_record(), events("created"))
-        renamed = created.evolve(label="renamed")
-        assert _written(store._rows.row(replace(renamed, version=2), replaces=1).changed) == {
+        renamed = created.evolve(contract=created.contract.evolve(label="renamed"))
+        assert _written(store._rows.row(renamed.evolve(version=2), replaces=1).changed) == {
             "contract"
         }
         store.save(renamed, [])
@@ -111,20 +117,20 @@ def test_a_store_whose_cache_is_stale_reads_and_writes_what_is_stored(tmp_path: 
         assert a.get("op-1") is not None
         from_b = b.get("op-1")
         assert from_b is not None
-        b.save(replace(from_b, label="from-b"), [])
+        b.save(from_b.evolve(contract=from_b.contract.evolve(label="from-b")), [])
         seen = a.get("op-1")
         assert seen is not None
         assert seen.label == "from-b"
         again = b.get("op-1")
         assert again is not None
-        a.save(replace(again, label="through-a"), [])
+        a.save(again.evolve(contract=again.contract.evolve(label="through-a")), [])
         fresh = SQLiteStore(path)
         try:
             got = fresh.get("op-1")
             assert got is not None
             assert got.label == "through-a"
             assert got.to_json() == {
-                **replace(again, label="through-a").to_json(),
+                **again.evolve(contract=again.contract.evolve(label="through-a")).to_json(),
                 "version": again.version + 1,
             }
         finally:

@@ -3,13 +3,13 @@ operation, written with its outcome, bounded per key, listed and forgotten."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 from unittest import mock
 
 import pytest
 
+from tests.records import with_fields
 from tests.stores.test_store_contract import T0, Backend, backend, make_record, store
 from waitbound import OutcomeKind, Phase, Policy, Record, Store
 from waitbound._model._history import Evidence, evidence_of, path_template, schedule_key
@@ -35,8 +35,13 @@ def _finished(
 
 
 def _finish(store: Store, record: Record) -> None:
-    created = store.create(replace(record, phase=Phase.WAITING, outcome=None, finished_at=None), [])
-    store.save(replace(record, version=created.version), [])
+    created = store.create(
+        record.evolve(
+            ending=record.ending.evolve(phase=Phase.WAITING, outcome=None, finished_at=None)
+        ),
+        [],
+    )
+    store.save(record.evolve(version=created.version), [])
 
 
 KEY = "demo https://provider.example/v1/jobs/{id}"
@@ -55,14 +60,16 @@ def test_the_final_write_adds_one_piece_of_evidence(store: Store) -> None:
     assert not got.censored
     again = store.get("op-1")
     assert again is not None
-    store.save(replace(again, label="relabelled"), [])
+    store.save(again.evolve(contract=again.contract.evolve(label="relabelled")), [])
     assert len(store.schedule_history(KEY)) == 1
 
 
 def test_a_waiting_write_adds_nothing(store: Store) -> None:
     """A record without an outcome owes no evidence."""
     created = store.create(make_record("op-w"), [])
-    store.save(replace(created, pending_seen_at=T0 + timedelta(seconds=3)), [])
+    store.save(
+        created.evolve(answer=created.answer.evolve(pending_seen_at=T0 + timedelta(seconds=3))), []
+    )
     assert store.schedule_history(KEY) == []
     assert store.history_version(KEY) == 0
     assert store.schedules() == []
@@ -151,7 +158,7 @@ def test_schedule_key_never_holds_the_query() -> None:
 def test_a_job_we_canceled_is_censored() -> None:
     """Canceled (by us or at the provider): "longer than", never a duration."""
     ours = _finished("op-c", ended_s=30.0, cancel_requested_at=T0 + timedelta(seconds=20))
-    theirs = replace(_finished("op-d", ended_s=30.0), outcome=OutcomeKind.CANCELED)
+    theirs = with_fields(_finished("op-d", ended_s=30.0), outcome=OutcomeKind.CANCELED)
     for record in (ours, theirs):
         evidence = evidence_of(record)
         assert isinstance(evidence, Evidence)
@@ -161,5 +168,5 @@ def test_a_job_we_canceled_is_censored() -> None:
 
 def test_nothing_learned_is_no_evidence() -> None:
     """A failure before any answer said running or ended leaves no evidence."""
-    record = replace(_finished("op-x", ended_s=None), pending_seen_at=None)
+    record = with_fields(_finished("op-x", ended_s=None), pending_seen_at=None)
     assert evidence_of(record) is None

@@ -105,7 +105,7 @@ def test_read_only_store_reads_and_refuses_writes_leaving_the_file_unchanged(
         assert record is not None
         assert [e.event.kind for e in store.audit("op-1")] == ["created"]
         with pytest.raises(StoreError, match="readonly"):
-            store.save(replace(record, attempt=1), [])
+            store.save(record.evolve(schedule=record.schedule.evolve(attempt=1)), [])
     finally:
         store.close()
     assert _digest(path) == before
@@ -460,7 +460,11 @@ def test_a_failing_outbox_write_rolls_back_the_outcome(tmp_path: Path) -> None:
         store._db.execute(
             "CREATE TRIGGER refuse BEFORE INSERT ON outbox BEGIN SELECT json('not json'); END"
         )
-        final = replace(created, phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=T0)
+        final = created.evolve(
+            ending=created.ending.evolve(
+                phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=T0
+            )
+        )
         with pytest.raises(StoreError, match="malformed JSON"):
             store.save(final, events("finished", start_s=1))
         got = store.get("op-1")

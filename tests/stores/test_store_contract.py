@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 import waitbound
+from tests.records import with_fields
 from tests.stores import pg
 from waitbound import (
     AuditEvent,
@@ -48,7 +49,13 @@ from waitbound._model._push import (
     OutboxStatus,
     completion_delivery_id,
 )
-from waitbound._model._record import DecisionRequest, Push
+from waitbound._model._record import (
+    Contract,
+    DecisionRequest,
+    Push,
+    Schedule,
+    Submission,
+)
 from waitbound._rules._notices import completion_event, outbox_entries
 from waitbound.stores._protocol import AuditCursor, cursor_of
 
@@ -143,17 +150,20 @@ FULL_PROFILE: dict[str, Any] = {
 def make_record(operation_id: str = "op-1", **changes: Any) -> Record:
     """A new, waiting record (version 0) with aware-UTC instants."""
     base = Record(
-        operation_id=operation_id,
-        profile=waitbound.parse_profile(
-            {"state": "status", "pending": ["running"], "succeeded": ["done"]}, name="demo"
+        contract=Contract(
+            operation_id=operation_id,
+            profile=(
+                waitbound.parse_profile(
+                    {"state": "status", "pending": ["running"], "succeeded": ["done"]}, name="demo"
+                )
+            ),
+            policy=Policy(),
+            created_at=T0,
         ),
-        policy=Policy(),
-        status_url="https://provider.example/v1/jobs/42",
-        created_at=T0,
-        deadline_at=T0 + timedelta(minutes=10),
-        next_poll_at=T0,
+        submission=Submission(status_url="https://provider.example/v1/jobs/42"),
+        schedule=Schedule(deadline_at=T0 + timedelta(minutes=10), next_poll_at=T0),
     )
-    return replace(base, **changes)
+    return with_fields(base, **changes)
 
 
 def full_record(operation_id: str = "op-full") -> Record:
@@ -243,7 +253,9 @@ def test_create_returns_version_one_and_get_returns_it(store: Store) -> None:
     assert (created.audit_seq, created.audit_head) == (head.seq, head.hash)
     assert (
         created.to_json()
-        == replace(record, version=1, audit_seq=head.seq, audit_head=head.hash).to_json()
+        == record.evolve(
+            audit=record.audit.evolve(audit_seq=head.seq, audit_head=head.hash), version=1
+        ).to_json()
     )
     got = store.get("op-1")
     assert got is not None
@@ -279,7 +291,7 @@ def test_round_trip_keeps_every_field(store: Store, record: Record) -> None:
     store.create(record, [])
     got = store.get(record.operation_id)
     assert got is not None
-    assert got.to_json() == replace(record, version=1).to_json()
+    assert got.to_json() == record.evolve(version=1).to_json()
     assert got.profile.name == record.profile.name
     assert dict(got.profile.source) == dict(record.profile.source)
     assert got.policy == record.policy
@@ -322,19 +334,24 @@ def test_round_trip_profile_still_classifies(store: Store) -> None:
 def test_save_with_current_version_bumps_it(store: Store) -> None:
     """save with the stored version writes the change and returns version + 1."""
     created = store.create(make_record(), events("created"))
-    changed = replace(created, provider_state="running", status_requests_used=1)
+    changed = created.evolve(
+        answer=created.answer.evolve(provider_state="running"),
+        counters=created.counters.evolve(status_requests_used=1),
+    )
     saved = store.save(changed, events("observed", start_s=1))
     assert saved.version == 2
     head = store.audit("op-1")[-1]
     assert head.seq == 2
     assert (
         saved.to_json()
-        == replace(changed, version=2, audit_seq=head.seq, audit_head=head.hash).to_json()
+        == changed.evolve(
+            audit=changed.audit.evolve(audit_seq=head.seq, audit_head=head.hash), version=2
+        ).to_json()
     )
     got = store.get("op-1")
     assert got is not None
     assert got.to_json() == saved.to_json()
-    again = store.save(replace(saved, attempt=3), [])
+    again = store.save(saved.evolve(schedule=saved.schedule.evolve(attempt=3)), [])
     assert again.version == 3
     stored = store.get("op-1")
     assert stored is not None
@@ -348,10 +365,16 @@ def test_save_with_stale_version_conflicts_and_changes_nothing(
 ) -> None:
     """save with any version but the stored one raises ConflictError; record and audit stay."""
     created = store.create(make_record(), events("created"))
-    current = store.save(replace(created, provider_state="running"), events("observed"))
+    current = store.save(
+        created.evolve(answer=created.answer.evolve(provider_state="running")), events("observed")
+    )
     assert current.version == 2
     before = chain_fingerprint(store, "op-1")
-    loser = replace(current, version=stale_version, provider_state="done", attempt=9)
+    loser = current.evolve(
+        answer=current.answer.evolve(provider_state="done"),
+        schedule=current.schedule.evolve(attempt=9),
+        version=stale_version,
+    )
     with pytest.raises(ConflictError) as caught:
         store.save(loser, events("lost-write", start_s=10))
     assert caught.value.operation_id == "op-1"
@@ -396,7 +419,7 @@ def test_audit_is_one_ordered_chain_across_saves(store: Store, batches: list[lis
             record = store.create(make_record(), batch)
         else:
             assert record is not None
-            record = store.save(replace(record, attempt=i), batch)
+            record = store.save(record.evolve(schedule=record.schedule.evolve(attempt=i)), batch)
     stored = store.audit("op-1")
     assert [s.seq for s in stored] == list(range(1, len(written) + 1))
     assert [s.event for s in stored] == written
@@ -410,7 +433,7 @@ def test_conflicting_save_leaves_the_chain_continuable(store: Store) -> None:
     """After a lost write, the next good save continues the chain at the right seq."""
     created = store.create(make_record(), events("created"))
     with pytest.raises(ConflictError):
-        store.save(replace(created, version=5), events("lost-1", "lost-2"))
+        store.save(created.evolve(version=5), events("lost-1", "lost-2"))
     store.save(created, events("observed", start_s=1))
     stored = store.audit("op-1")
     assert [(s.seq, s.event.kind) for s in stored] == [(1, "created"), (2, "observed")]
@@ -486,8 +509,8 @@ def test_claim_due_leases_a_due_operation_and_changes_nothing_else(store: Store)
     created = store.create(make_record(next_poll_at=NOW - timedelta(seconds=5)), events("created"))
     before = chain_fingerprint(store, "op-1")
     [taken] = store.claim_due(owner="w1", now=NOW, lease_s=12.5, limit=10)
-    expected = replace(
-        created, version=2, lease_owner="w1", lease_expires_at=NOW + timedelta(seconds=12.5)
+    expected = created.evolve(
+        lease=created.lease.held("w1", NOW + timedelta(seconds=12.5)), version=2
     )
     assert taken.to_json() == expected.to_json()
     got = store.get("op-1")
@@ -582,8 +605,11 @@ def test_a_claim_makes_an_earlier_read_stale(store: Store) -> None:
     created = store.create(make_record(), [])
     [taken] = store.claim_due(owner="w1", now=NOW, lease_s=30, limit=1)
     with pytest.raises(ConflictError):
-        store.save(replace(created, attempt=1), events("lost"))
-    saved = store.save(replace(taken, attempt=1, lease_owner=None, lease_expires_at=None), [])
+        store.save(created.evolve(schedule=created.schedule.evolve(attempt=1)), events("lost"))
+    saved = store.save(
+        taken.evolve(schedule=taken.schedule.evolve(attempt=1), lease=taken.lease.held(None, None)),
+        [],
+    )
     assert saved.version == 3
 
 
@@ -632,11 +658,9 @@ def test_claims_from_many_threads_take_each_operation_exactly_once(backend: Back
 def _leased(record: Record, owner: str, *kinds: str) -> tuple[Record, list[AuditEvent]]:
     """A reservation-like write of *record*: leased to *owner*, a counter bumped."""
     return (
-        replace(
-            record,
-            lease_owner=owner,
-            lease_expires_at=NOW + timedelta(seconds=7),
-            status_requests_used=record.status_requests_used + 1,
+        record.evolve(
+            lease=record.lease.held(owner, NOW + timedelta(seconds=7)),
+            counters=record.counters.evolve(status_requests_used=record.status_requests_used + 1),
         ),
         events(*kinds),
     )
@@ -648,13 +672,16 @@ def test_save_many_writes_each_item_by_its_own_version(store: Store) -> None:
     a = store.create(make_record("a"), events("created"))
     b = store.create(make_record("b"), events("created"))
     c = store.create(make_record("c"), events("created"))
-    store.save(replace(b, attempt=9), events("meanwhile"))  # b moves on
+    store.save(b.evolve(schedule=b.schedule.evolve(attempt=9)), events("meanwhile"))  # b moves on
     before_b = chain_fingerprint(store, "b")
     result = store.save_many(
         [
-            (replace(a, attempt=1), events("observed", "scheduled", start_s=1)),
-            (replace(b, attempt=1), events("lost", start_s=1)),
-            (replace(c, attempt=2), []),
+            (
+                a.evolve(schedule=a.schedule.evolve(attempt=1)),
+                events("observed", "scheduled", start_s=1),
+            ),
+            (b.evolve(schedule=b.schedule.evolve(attempt=1)), events("lost", start_s=1)),
+            (c.evolve(schedule=c.schedule.evolve(attempt=2)), []),
         ]
     )
     stored_a, conflict_b, stored_c = result
@@ -678,9 +705,11 @@ def test_save_many_of_one_operation_twice_sees_its_own_first_write(store: Store)
     """Two items for one operation in a batch: the second read before the first loses;
     one read after it (its version) is written on top."""
     created = store.create(make_record(), events("created"))
-    first = replace(created, attempt=1)
-    on_top = replace(created, version=created.version + 1, attempt=2)
-    stale = replace(created, attempt=3)
+    first = created.evolve(schedule=created.schedule.evolve(attempt=1))
+    on_top = created.evolve(
+        schedule=created.schedule.evolve(attempt=2), version=created.version + 1
+    )
+    stale = created.evolve(schedule=created.schedule.evolve(attempt=3))
     result = store.save_many([(first, events("one")), (stale, events("x")), (on_top, [])])
     assert [type(r).__name__ for r in result] == ["Record", "ConflictError", "Record"]
     got = store.get("op-1")
@@ -803,7 +832,7 @@ def test_a_reservations_fencing_token_reads_back_exactly(store: Store) -> None:
     # a write of someone else that keeps the lease (a person's decision) keeps the fence
     got = store.get("op-1")
     assert got is not None
-    store.save(replace(got, attempt=got.attempt + 1), events("decided"))
+    store.save(got.evolve(schedule=got.schedule.evolve(attempt=got.attempt + 1)), events("decided"))
     assert lease.holds(store.get("op-1"))
 
 
@@ -832,7 +861,7 @@ def test_a_save_from_a_reservation_that_was_taken_over_is_refused(store: Store) 
         later = NOW + timedelta(seconds=3)
         [new] = _reserve(store, new_owner, later)
         assert new.in_flight == "status"
-        answered = replace(old, in_flight=None, lease_owner=None, lease_expires_at=None)
+        answered = old.evolve(lease=old.lease.released())
         with pytest.raises(ConflictError):
             store.save(answered, events("observed"))
         [refused] = store.save_many([(answered, events("observed"))])
@@ -843,7 +872,7 @@ def test_a_save_from_a_reservation_that_was_taken_over_is_refused(store: Store) 
         assert lease_of(new, later, 0.0).holds(current)
         assert "observed" not in [e.event.kind for e in store.audit("op-1")]
         # release the new reservation for the next round
-        store.save(replace(current, in_flight=None, lease_owner=None, lease_expires_at=None),
+        store.save(current.evolve(lease=current.lease.released()),
                    [])  # fmt: skip
 
 
@@ -851,7 +880,7 @@ def test_a_save_from_a_reservation_that_was_taken_over_is_refused(store: Store) 
     "bad",
     [
         lambda r: (replace(r, operation_id="other"), []),
-        lambda r: (replace(r, version=r.version + 1), []),
+        lambda r: (r.evolve(version=r.version + 1), []),
         lambda r: (replace(r, lease_owner="someone-else"), []),
     ],
     ids=["another-operation", "another-version", "another-owner"],
@@ -1106,7 +1135,13 @@ def test_deliveries_before_the_job_id_is_known_are_matched_at_save(store: Store)
     created = store.create(watched(job_id=None, phase=Phase.SUBMITTING), [])
     store.put_delivery(delivery("wh-1"))
     assert matches(store) == {"wh-1": None}
-    store.save(replace(created, job_id="job-42", phase=Phase.WAITING), events("submitted"))
+    store.save(
+        created.evolve(
+            submission=created.submission.evolve(job_id="job-42"),
+            ending=created.ending.evolve(phase=Phase.WAITING),
+        ),
+        events("submitted"),
+    )
     assert matches(store) == {"wh-1": "op-1"}
     assert store.put_delivery(delivery("wh-2")) == delivery("wh-2", operation_id="op-1")
 
@@ -1220,7 +1255,7 @@ def finish(record: Record, **changes: Any) -> Record:
         "outcome": OutcomeKind.SUCCEEDED,
         "finished_at": FINISHED_AT,
     }
-    return replace(record, **(done | changes))
+    return with_fields(record, **(done | changes))
 
 
 def outbox_ids(store: Store) -> list[tuple[str, Channel]]:
@@ -1270,7 +1305,13 @@ def test_saving_the_final_record_again_writes_no_second_entry(store: Store) -> N
     before = sorted(store.outbox(), key=lambda e: e.delivery_id)
     for n in range(3):
         later = FINISHED_AT + timedelta(seconds=n + 1)
-        saved = store.save(replace(saved, finished_at=later, attempt=n), events("noted"))
+        saved = store.save(
+            saved.evolve(
+                ending=saved.ending.evolve(finished_at=later),
+                schedule=saved.schedule.evolve(attempt=n),
+            ),
+            events("noted"),
+        )
     assert sorted(store.outbox(), key=lambda e: e.delivery_id) == before
     delivered = store.get_outbox(completion_delivery_id("op-1", Channel.WEBHOOK))
     assert delivered is not None
@@ -1280,7 +1321,7 @@ def test_saving_the_final_record_again_writes_no_second_entry(store: Store) -> N
 def test_a_lost_write_of_the_outcome_writes_no_entry(store: Store) -> None:
     """A save that conflicts (the outcome not written) writes no outbox entry either."""
     created = store.create(notifying(), [])
-    store.save(replace(created, attempt=1), [])
+    store.save(created.evolve(schedule=created.schedule.evolve(attempt=1)), [])
     with pytest.raises(ConflictError):
         store.save(finish(created), events("finished"))
     assert store.outbox() == []
@@ -1331,7 +1372,9 @@ def test_an_open_decision_request_defers_the_completion(store: Store) -> None:
         finish(created, outcome=OutcomeKind.TIMED_OUT, decision_request=request), []
     )
     assert [e.payload["type"] for e in store.outbox()] == ["operation.decision_requested"]
-    store.save(replace(stopped, decision_request=None), events("decided"))
+    store.save(
+        stopped.evolve(oversight=stopped.oversight.evolve(decision_request=None)), events("decided")
+    )
     completions = [e for e in store.outbox() if e.payload["type"] == "operation.completed"]
     assert [e.payload["data"]["outcome"] for e in completions] == ["timed_out"] * 2  # type: ignore[index,call-overload]
 
@@ -1670,7 +1713,9 @@ def test_sqlite_data_survives_close_and_reopen(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     store = SQLiteStore(path)
     created = store.create(full_record(), events("created"))
-    saved = store.save(replace(created, attempt=5), events("observed", start_s=1))
+    saved = store.save(
+        created.evolve(schedule=created.schedule.evolve(attempt=5)), events("observed", start_s=1)
+    )
     written = store.audit("op-full")
     store.close()
 
@@ -1695,9 +1740,15 @@ def test_sqlite_second_connection_with_stale_read_loses(tmp_path: Path) -> None:
         created = first.create(make_record(), events("created"))
         seen_by_second = second.get("op-1")
         assert seen_by_second is not None
-        first.save(replace(created, attempt=1), events("observed", start_s=1))
+        first.save(
+            created.evolve(schedule=created.schedule.evolve(attempt=1)),
+            events("observed", start_s=1),
+        )
         with pytest.raises(ConflictError):
-            second.save(replace(seen_by_second, attempt=2), events("lost", start_s=2))
+            second.save(
+                seen_by_second.evolve(schedule=seen_by_second.schedule.evolve(attempt=2)),
+                events("lost", start_s=2),
+            )
         got = second.get("op-1")
         assert got is not None
         assert got.attempt == 1
@@ -1745,8 +1796,8 @@ def test_recent_lists_newest_first_filtered_by_label_prefix(store: Store) -> Non
     assert [r.operation_id for r in store.recent(label_prefix="mcp:a", limit=1)] == ["op-5"]
     assert len(store.recent()) == 6
     assert store.recent(label_prefix="%") == []
-    finished = replace(store.get("op-5") or make_record(), outcome=OutcomeKind.FAILED)
-    store.save(replace(finished, phase=Phase.DONE), [])
+    finished = with_fields(store.get("op-5") or make_record(), outcome=OutcomeKind.FAILED)
+    store.save(finished.evolve(ending=finished.ending.evolve(phase=Phase.DONE)), [])
     assert [r.operation_id for r in store.recent(label_prefix="mcp:", open_only=True)] == [
         "op-2",
         "op-0",

@@ -121,7 +121,7 @@ def test_the_upgraded_v4_store_goes_on_writing_and_signing(tmp_path: Path) -> No
     try:
         record = store.get("op-decided")
         assert record is not None
-        store.save(record.evolve(attempt=record.attempt + 1), [])
+        store.save(record.evolve(schedule=record.schedule.evolve(attempt=record.attempt + 1)), [])
         fresh = SQLiteStore(path, audit_key=KEY)
         try:
             got = fresh.get("op-decided")

@@ -9,7 +9,6 @@ import logging
 import random
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, cast
 
@@ -538,7 +537,9 @@ def test_an_open_decision_request_keeps_the_stream_open(store: MemoryStore) -> N
     request = waitbound.DecisionRequest(
         opened_at=START, due_at=START + timedelta(hours=1), options=("extend", "abandon")
     )
-    stored = store.save(replace(record, decision_request=request), [])
+    stored = store.save(
+        record.evolve(oversight=record.oversight.evolve(decision_request=request)), []
+    )
     assert stored.is_finished
     assert not stored.is_final
     stopping = threading.Event()

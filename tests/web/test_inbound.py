@@ -46,7 +46,12 @@ from waitbound import MemoryStore, Policy, Record, StoreError
 from waitbound._base._secrets import credential_values
 from waitbound._engine._inbox import sweep_inbox
 from waitbound._model._push import InboundDelivery
-from waitbound._model._record import Push
+from waitbound._model._record import (
+    Contract,
+    Push,
+    Schedule,
+    Submission,
+)
 from waitbound._profile._webhooks import Scheme, Verified, WebhookRejected
 from waitbound.profiles import builtin_profile
 from waitbound.web._config import Receiver, ServeConfig
@@ -174,14 +179,18 @@ def test_a_duplicate_is_acknowledged_and_stored_once(harness: Harness) -> None:
 def test_a_delivery_for_a_recorded_job_is_matched(harness: Harness) -> None:
     """A record expecting ``reports`` deliveries for job batch_abc: ``matched`` true."""
     record = Record(
-        operation_id="op-1",
-        profile=builtin_profile("openai-batch"),
-        policy=Policy(),
-        status_url="https://api.openai.com/v1/batches/batch_abc",
-        created_at=T0,
-        deadline_at=T0 + timedelta(hours=1),
-        next_poll_at=T0 + timedelta(minutes=5),
-        job_id="batch_abc",
+        contract=Contract(
+            operation_id="op-1",
+            profile=builtin_profile("openai-batch"),
+            policy=Policy(),
+            created_at=T0,
+        ),
+        submission=Submission(
+            status_url="https://api.openai.com/v1/batches/batch_abc", job_id="batch_abc"
+        ),
+        schedule=Schedule(
+            deadline_at=T0 + timedelta(hours=1), next_poll_at=T0 + timedelta(minutes=5)
+        ),
         push=Push(webhook="reports"),
     )
     harness.store.create(record, [])
@@ -709,14 +718,18 @@ def test_no_secret_of_the_service_reaches_the_inbox_or_the_audit_log() -> None:
     store = MemoryStore()
     service = _held_service(store)
     record = Record(
-        operation_id="op-echo",
-        profile=builtin_profile("openai-batch"),
-        policy=Policy(),
-        status_url="https://api.openai.com/v1/batches/b",
-        created_at=T0,
-        deadline_at=T0 + timedelta(hours=1),
-        next_poll_at=T0 + timedelta(minutes=5),
-        job_id="job-[redacted]",
+        contract=Contract(
+            operation_id="op-echo",
+            profile=builtin_profile("openai-batch"),
+            policy=Policy(),
+            created_at=T0,
+        ),
+        submission=Submission(
+            status_url="https://api.openai.com/v1/batches/b", job_id="job-[redacted]"
+        ),
+        schedule=Schedule(
+            deadline_at=T0 + timedelta(hours=1), next_poll_at=T0 + timedelta(minutes=5)
+        ),
         push=Push(webhook="reports"),
     )
     store.create(record, [])
@@ -753,14 +766,11 @@ def test_an_authoritative_payload_is_classified_from_the_redacted_payload() -> N
         {"state": "status", "pending": ["running"], "succeeded": ["done"], "result": "result"}
     )
     record = Record(
-        operation_id="op-auth",
-        profile=profile,
-        policy=Policy(),
-        status_url="https://provider.test/jobs/j2",
-        created_at=T0,
-        deadline_at=T0 + timedelta(hours=1),
-        next_poll_at=T0 + timedelta(minutes=5),
-        job_id="j2",
+        contract=Contract(operation_id="op-auth", profile=profile, policy=Policy(), created_at=T0),
+        submission=Submission(status_url="https://provider.test/jobs/j2", job_id="j2"),
+        schedule=Schedule(
+            deadline_at=T0 + timedelta(hours=1), next_poll_at=T0 + timedelta(minutes=5)
+        ),
         push=Push(webhook="reports", notify_url="https://hooks.example/done"),
     )
     store.create(record, [])

@@ -64,7 +64,7 @@ _O = TypeVar("_O", bound=CallOptions[Any, Any])
 
 
 def _submitted(record: Record) -> bool:
-    return record.phase is not Phase.SUBMITTING
+    return record.ending.phase is not Phase.SUBMITTING
 
 
 def _kept(
@@ -183,7 +183,7 @@ def wait(
         on_event=on_event, http=http, on_complete=on_complete, notify_secret=notify_secret,
     )  # fmt: skip
     kit, record, secret = _opened(options, operation, operation_id, first_poll_after_s)
-    done = drive_sync(options, loop(kit, record), kit, record.profile)
+    done = drive_sync(options, loop(kit, record), kit, record.contract.profile)
     deliver_sync(kit, done, on_complete, secret)
     return done.to_outcome()
 
@@ -214,7 +214,7 @@ async def wait_async(
         notify_secret=notify_secret,
     )  # fmt: skip
     kit, record, secret = _opened(options, operation, operation_id, first_poll_after_s)
-    done = await drive_async(options, loop(kit, record), kit, record.profile)
+    done = await drive_async(options, loop(kit, record), kit, record.contract.profile)
     await deliver_async(kit, done, on_complete, secret)
     return done.to_outcome()
 
@@ -257,7 +257,7 @@ def start(
     kit = tools(store, clock, None, None, None)
     record = _started(kit, operation, operation_id, callback, first_poll_after_s)
     return OperationHandle._of(
-        record.operation_id,
+        record.contract.operation_id,
         SyncOptions(
             store=kit.store, headers=headers, client=client, clock=kit.clock, sleep=sleep,
             rng=rng, on_event=on_event, http=http,
@@ -288,7 +288,7 @@ async def start_async(
     kit = tools(store, clock, None, None, None)
     record = _started(kit, operation, operation_id, callback, first_poll_after_s)
     return AsyncOperationHandle._of(
-        record.operation_id,
+        record.contract.operation_id,
         AsyncOptions(
             store=kit.store, headers=headers, client=client, clock=kit.clock,
             sleep=sleep or anyio.sleep, rng=rng, on_event=on_event, http=http,
@@ -342,9 +342,11 @@ def submit(
         on_event=on_event, http=http, on_complete=on_complete, notify_secret=notify_secret,
     )  # fmt: skip
     kit, record, secret = _opened(options, submission, operation_id)
-    done = drive_sync(options, loop(kit, record, submission, _submitted), kit, record.profile)
+    done = drive_sync(
+        options, loop(kit, record, submission, _submitted), kit, record.contract.profile
+    )
     deliver_sync(kit, done, on_complete, secret)
-    return OperationHandle._of(done.operation_id, _kept(options, kit, secret))
+    return OperationHandle._of(done.contract.operation_id, _kept(options, kit, secret))
 
 
 async def submit_async(
@@ -374,9 +376,9 @@ async def submit_async(
     )  # fmt: skip
     kit, record, secret = _opened(options, submission, operation_id)
     steps = loop(kit, record, submission, _submitted)
-    done = await drive_async(options, steps, kit, record.profile)
+    done = await drive_async(options, steps, kit, record.contract.profile)
     await deliver_async(kit, done, on_complete, secret)
-    return AsyncOperationHandle._of(done.operation_id, _kept(options, kit, secret))
+    return AsyncOperationHandle._of(done.contract.operation_id, _kept(options, kit, secret))
 
 
 def cancel(
@@ -412,7 +414,7 @@ def cancel(
     record = request_cancel(
         kit.store, kit.clock, operation_id, reason=reason, requested_by=requested_by
     )
-    return drive_sync(options, loop(kit, record), kit, record.profile).to_outcome()
+    return drive_sync(options, loop(kit, record), kit, record.contract.profile).to_outcome()
 
 
 async def cancel_async(
@@ -438,7 +440,9 @@ async def cancel_async(
     record = request_cancel(
         kit.store, kit.clock, operation_id, reason=reason, requested_by=requested_by
     )
-    return (await drive_async(options, loop(kit, record), kit, record.profile)).to_outcome()
+    return (
+        await drive_async(options, loop(kit, record), kit, record.contract.profile)
+    ).to_outcome()
 
 
 def run(
@@ -471,7 +475,7 @@ def run(
         on_event=on_event, http=http, on_complete=on_complete, notify_secret=notify_secret,
     )  # fmt: skip
     kit, record, secret = _opened(options, submission, operation_id)
-    done = drive_sync(options, loop(kit, record, submission), kit, record.profile)
+    done = drive_sync(options, loop(kit, record, submission), kit, record.contract.profile)
     deliver_sync(kit, done, on_complete, secret)
     return done.to_outcome()
 
@@ -498,7 +502,7 @@ async def run_async(
         notify_secret=notify_secret,
     )  # fmt: skip
     kit, record, secret = _opened(options, submission, operation_id)
-    done = await drive_async(options, loop(kit, record, submission), kit, record.profile)
+    done = await drive_async(options, loop(kit, record, submission), kit, record.contract.profile)
     await deliver_async(kit, done, on_complete, secret)
     return done.to_outcome()
 
@@ -516,7 +520,7 @@ def _look(kit: Tools, operation_id: str) -> Record | None:
     record = kit.store.get(operation_id)
     if record is None:
         raise OperationNotFoundError(operation_id)
-    if record.is_finished or record.phase is Phase.SUBMITTING:
+    if record.is_finished or record.ending.phase is Phase.SUBMITTING:
         return record
     due = plan(record, kit.clock.now(), owner="check")
     return None if isinstance(due, Send | Finish) else record
@@ -551,7 +555,9 @@ def check(
     if record is None:
         stored = kit.store.get(operation_id)
         assert stored is not None
-        record = drive_sync(options, loop(kit, stored, until=one_step()), kit, stored.profile)
+        record = drive_sync(
+            options, loop(kit, stored, until=one_step()), kit, stored.contract.profile
+        )
     return record.to_outcome()
 
 
@@ -577,5 +583,5 @@ async def check_async(
         stored = kit.store.get(operation_id)
         assert stored is not None
         steps = loop(kit, stored, until=one_step())
-        record = await drive_async(options, steps, kit, stored.profile)
+        record = await drive_async(options, steps, kit, stored.contract.profile)
     return record.to_outcome()

@@ -110,7 +110,7 @@ def verify_audit(
         if isinstance(record, AuditFinding):
             findings.append(record)
             continue
-        events = _events(store, record.operation_id)
+        events = _events(store, record.contract.operation_id)
         if isinstance(events, AuditFinding):
             findings.append(events)
             continue

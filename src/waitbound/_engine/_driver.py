@@ -99,7 +99,9 @@ def _request_headers(
     if request.kind == "submit" and submission is not None:
         if submission.body and submission.content_type:
             sent.setdefault("Content-Type", submission.content_type)
-        sent |= submission.idempotency_headers(record.idempotency_key, record.created_at)
+        sent |= submission.idempotency_headers(
+            record.submission.idempotency_key, record.contract.created_at
+        )
     return sent
 
 
@@ -139,9 +141,9 @@ def _drive(
             return record
         started = clock.monotonic()  # before now: the lease is measured from here
         now = clock.now()
-        leased = record.lease_expires_at is not None and record.lease_expires_at > now
-        if leased and holder_is_gone(record.lease_owner):
-            record = record.evolve(lease_expires_at=now)
+        leased = record.lease.lease_expires_at is not None and record.lease.lease_expires_at > now
+        if leased and holder_is_gone(record.lease.lease_owner):
+            record = record.evolve(lease=record.lease.lapsed(now))
         decision = safe_plan(
             record, now, owner=owner, can_submit=submission is not None, headers=headers
         )
@@ -286,7 +288,7 @@ def exchange(
             if written.is_final and (pause := hit("final")):
                 yield _Pause(pause)
             return written
-        fresh = yield _Reread(current.operation_id)
+        fresh = yield _Reread(current.contract.operation_id)
         assert fresh is None or isinstance(fresh, Record)
         if not lease.holds(fresh):
             what = _late_what(observation, failure)
@@ -316,7 +318,7 @@ def _release(
         written = yield _Persist(unsent(current, request.kind, clock.now(), why))
         if isinstance(written, Record):
             return written
-        fresh = yield _Reread(current.operation_id)
+        fresh = yield _Reread(current.contract.operation_id)
         assert fresh is None or isinstance(fresh, Record)
         current = fresh
     return (yield from _note(current, request.kind, clock, why, sent=False))
@@ -345,7 +347,7 @@ def _note(
         written = yield _Persist(note)
         if isinstance(written, Record):
             return written
-        again = yield _Reread(fresh.operation_id)
+        again = yield _Reread(fresh.contract.operation_id)
         assert again is None or isinstance(again, Record)
         fresh = again
     return fresh
@@ -458,7 +460,7 @@ def loop(
     in one run span (``waitbound._observe._telemetry``)."""
     steps = _drive(
         tools.store,
-        record.operation_id,
+        record.contract.operation_id,
         owner=owner or new_owner(),
         clock=tools.clock,
         rng=tools.rng,

@@ -89,12 +89,12 @@ class Escalation:
 
 
 def _escalation(record: Record, now: datetime) -> Escalation:
-    request = record.decision_request
+    request = record.oversight.decision_request
     assert request is not None
     return Escalation(
-        operation_id=record.operation_id,
-        label=record.label,
-        reason=record.reason,
+        operation_id=record.contract.operation_id,
+        label=record.contract.label,
+        reason=record.ending.reason,
         requested_by=request.requested_by,
         opened_at=request.opened_at,
         due_at=request.due_at,
@@ -159,11 +159,11 @@ def escalations(
     clock = clock or SystemClock()
     found = []
     for record in store.recent(label_prefix=label_prefix, limit=SCAN_LIMIT):
-        if record.decision_request is None:
+        if record.oversight.decision_request is None:
             continue
         now = clock.now()
-        if now >= record.decision_request.due_at:
-            _update(store, record.operation_id, lambda fresh: expire(fresh, clock.now()))
+        if now >= record.oversight.decision_request.due_at:
+            _update(store, record.contract.operation_id, lambda fresh: expire(fresh, clock.now()))
             continue
         found.append(_escalation(record, now))
     return sorted(found, key=lambda e: e.opened_at, reverse=True)
@@ -221,14 +221,16 @@ def decide(
     seen: list[int] = []
 
     def change(record: Record) -> tuple[Record, AuditEvent]:
-        decided_meanwhile = seen and len(record.decisions) > seen[0]
-        if decided_meanwhile or (record.decision_request is None and record.decisions):
+        decided_meanwhile = seen and len(record.oversight.decisions) > seen[0]
+        if decided_meanwhile or (
+            record.oversight.decision_request is None and record.oversight.decisions
+        ):
             raise _conflict(record)
         expired = expire(record, clock.now())
         if expired is not None:  # too late: close it as decision_timeout, then say so
-            seen.append(len(record.decisions))
+            seen.append(len(record.oversight.decisions))
             return expired
-        seen.append(len(record.decisions))
+        seen.append(len(record.oversight.decisions))
         return decide_record(
             record,
             option,
@@ -242,15 +244,19 @@ def decide(
         )
 
     after = _update(store, operation_id, change)
-    if seen and len(after.decisions) > seen[0] and after.decisions[-1].by == SYSTEM:
+    if (
+        seen
+        and len(after.oversight.decisions) > seen[0]
+        and after.oversight.decisions[-1].by == SYSTEM
+    ):
         raise _conflict(after)
     return after.to_outcome()
 
 
 def _conflict(record: Record) -> DecisionConflictError:
-    last = record.decisions[-1]
+    last = record.oversight.decisions[-1]
     return DecisionConflictError(
-        record.operation_id, last.by, f"{last.option} ({last.why})", last.at.isoformat()
+        record.contract.operation_id, last.by, f"{last.option} ({last.why})", last.at.isoformat()
     )
 
 

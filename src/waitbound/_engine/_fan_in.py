@@ -131,7 +131,7 @@ class GroupResult:
 def _result(scheduler: Scheduler) -> GroupResult:
     group = scheduler.group
     outcomes = tuple(r.to_outcome() for r in scheduler.records())
-    ended = {r.operation_id for r in scheduler.ended_records()}
+    ended = {r.contract.operation_id for r in scheduler.ended_records()}
     stopped = Reason(group.reason) if group.state == "stopped" and group.reason else None
     return GroupResult(
         group_id=group.group_id,
@@ -188,7 +188,7 @@ def _open_group(
                 ids.append(member.operation_id)
             case Operation():
                 record = open_operation(kit.store, member, operation_id=None, clock=kit.clock)
-                ids.append(record.operation_id)
+                ids.append(record.contract.operation_id)
             case str():
                 ids.append(member)
             case _:
@@ -264,9 +264,9 @@ def _drive_sync(scheduler: Scheduler, options: SyncOptions) -> Iterator[Record]:
                     pacer=pacer_for(kit.store),
                 )  # fmt: skip
                 ended = run_exchange_sync(
-                    steps, kit, reserved.profile, client=client, http=http, sleep=sleep
+                    steps, kit, reserved.contract.profile, client=client, http=http, sleep=sleep
                 )
-                scheduler.answered(reserved.operation_id, ended)
+                scheduler.answered(reserved.contract.operation_id, ended)
             case Ended(record=record):
                 yield record
             case Stop():
@@ -305,14 +305,14 @@ async def _drive_async(scheduler: Scheduler, options: AsyncOptions) -> AsyncIter
                     ended = await run_exchange_async(
                         steps,
                         kit,
-                        reserved.profile,
+                        reserved.contract.profile,
                         client=http_client,
                         http=http,
                         persist=persist,
                         reread=reread,
                         sleep=sleep,
                     )
-                    scheduler.answered(reserved.operation_id, ended)
+                    scheduler.answered(reserved.contract.operation_id, ended)
                 case Ended(record=record):
                     yield record
                 case Stop():
@@ -330,7 +330,7 @@ def _ended_sync(
     secret: str | None,
 ) -> None:
     deliver_sync(kit, record, on_complete, secret)
-    handle = handles.get(record.operation_id)
+    handle = handles.get(record.contract.operation_id)
     if handle is not None:
         handle._seen(record)
 
@@ -343,7 +343,7 @@ async def _ended_async(
     secret: str | None,
 ) -> None:
     await deliver_async(kit, record, on_complete, secret)
-    handle = handles.get(record.operation_id)
+    handle = handles.get(record.contract.operation_id)
     if handle is not None:
         handle._seen(record)
         if isinstance(handle, AsyncOperationHandle):

@@ -179,7 +179,7 @@ class Scheduler:
                 continue
             member.record = record
             member.wake_at = None
-            if record.cancel_due:
+            if record.oversight.cancel_due:
                 self.cancelling.add(member.operation_id)
 
     # --- one turn ------------------------------------------------------------------------
@@ -202,7 +202,10 @@ class Scheduler:
                 if member.record.is_finished and not member.ended:
                     member.ended = True
                     self.ended_order.append(member.operation_id)
-                if member.operation_id in (self.cancelling or ()) and not member.record.cancel_due:
+                if (
+                    member.operation_id in (self.cancelling or ())
+                    and not member.record.oversight.cancel_due
+                ):
                     self.cancelling.discard(member.operation_id)  # type: ignore[union-attr]
             for operation_id in self.ended_order:
                 if operation_id not in self.reported:
@@ -240,15 +243,19 @@ class Scheduler:
         naps: list[float] = []
         # The earliest due first: the first request that may go is sent at once, and the
         # members behind it are planned in a later turn (never all of them per request).
-        due = sorted(self._waiting(), key=lambda m: (m.record.next_poll_at, m.operation_id))
+        due = sorted(
+            self._waiting(), key=lambda m: (m.record.schedule.next_poll_at, m.operation_id)
+        )
         for member in due:
             if member.wake_at is not None and member.wake_at > now:
                 naps.append((member.wake_at - now).total_seconds())
                 continue
             record = member.record
-            leased = record.lease_expires_at is not None and record.lease_expires_at > now
-            if leased and holder_is_gone(record.lease_owner):
-                record = record.evolve(lease_expires_at=now)
+            leased = (
+                record.lease.lease_expires_at is not None and record.lease.lease_expires_at > now
+            )
+            if leased and holder_is_gone(record.lease.lease_owner):
+                record = record.evolve(lease=record.lease.lapsed(now))
             decision = safe_plan(record, now, owner=self.owner, headers=self.kit.headers)
             match decision:
                 case Finished():

@@ -103,17 +103,19 @@ class OperationStatus:
         """The status of *record*."""
         done = record.is_finished
         return cls(
-            operation_id=record.operation_id,
-            state=record.outcome.value if record.outcome is not None else record.phase.value,
+            operation_id=record.contract.operation_id,
+            state=record.ending.outcome.value
+            if record.ending.outcome is not None
+            else record.ending.phase.value,
             done=done,
             outcome=record.to_outcome(),
-            provider_state=record.provider_state,
-            progress=record.progress,
+            provider_state=record.answer.provider_state,
+            progress=record.answer.progress,
             requests_used=record.requests_used,
             max_requests=record.max_requests,
-            deadline_at=record.deadline_at,
-            next_check_at=None if done else record.next_poll_at,
-            next_check_source=None if done else record.delay_source,
+            deadline_at=record.schedule.deadline_at,
+            next_check_at=None if done else record.schedule.next_poll_at,
+            next_check_source=None if done else record.schedule.delay_source,
         )
 
     def as_json(self) -> dict[str, JSON]:
@@ -338,7 +340,7 @@ class _Handle:
     def _timed_out(self, record: Record, timeout: float) -> TimedOutError:
         error = TimedOutError(record.to_outcome())
         error.args = (
-            f"operation {record.operation_id}: still waiting after result(timeout={timeout:g}); "
+            f"operation {record.contract.operation_id}: still waiting after result(timeout={timeout:g}); "
             "the job is NOT known to be complete and the operation keeps its own deadline",
         )
         return error
@@ -485,7 +487,9 @@ class OperationHandle(_Handle):
 
             try:
                 steps = loop(self._kit, record)
-                record = drive_sync(self._options, steps, self._kit, record.profile, bounded)
+                record = drive_sync(
+                    self._options, steps, self._kit, record.contract.profile, bounded
+                )
             except _TimeUp:
                 assert timeout is not None
                 raise self._timed_out(self._record(), timeout) from None
@@ -510,7 +514,7 @@ class OperationHandle(_Handle):
         )
         if not record.is_finished:
             steps = loop(kit, record, until=one_step())
-            record = drive_sync(self._options, steps, kit, record.profile, _no_sleep)
+            record = drive_sync(self._options, steps, kit, record.contract.profile, _no_sleep)
         return self._seen(record).to_outcome()
 
 
@@ -624,7 +628,9 @@ class AsyncOperationHandle(_Handle):
 
             try:
                 steps = loop(self._kit, record)
-                record = await drive_async(self._options, steps, self._kit, record.profile, bounded)
+                record = await drive_async(
+                    self._options, steps, self._kit, record.contract.profile, bounded
+                )
             except _TimeUp:
                 assert timeout is not None
                 raise self._timed_out(self._record(), timeout) from None
@@ -644,7 +650,7 @@ class AsyncOperationHandle(_Handle):
         )
         if not record.is_finished:
             steps = loop(kit, record, until=one_step())
-            record = await drive_async(self._options, steps, kit, record.profile, _no_nap)
+            record = await drive_async(self._options, steps, kit, record.contract.profile, _no_nap)
         self._seen(record)
         await self._run_pending()
         return record.to_outcome()

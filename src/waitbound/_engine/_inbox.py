@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import replace
 from datetime import datetime
 from typing import Final
 
@@ -89,21 +88,20 @@ def apply_delivery(
         ``None`` when there is nothing to do: the operation is finished, or the delivery
         is about another operation (the caller marks it applied all the same).
     """
-    if record.is_finished or delivery.operation_id != record.operation_id:
+    if record.is_finished or delivery.operation_id != record.contract.operation_id:
         return None
-    counted = replace(
-        record,
-        push=replace(record.push, deliveries=record.push.deliveries + 1, last_delivery_at=now),
+    counted = record.evolve(
+        push=record.push.evolve(deliveries=record.push.deliveries + 1, last_delivery_at=now),
     )
-    if delivery.authoritative and record.phase is Phase.WAITING and not _busy(record, now):
+    if delivery.authoritative and record.ending.phase is Phase.WAITING and not _busy(record, now):
         read = _read_payload(counted, delivery, now, rng)
         if isinstance(read, Transition):
             return read
         note = read
-    elif delivery.authoritative and record.phase is Phase.WAITING:
+    elif delivery.authoritative and record.ending.phase is Phase.WAITING:
         note = "its authoritative payload was not read (a request is in flight): the answer decides"
     elif delivery.authoritative:
-        note = f"its authoritative payload was not read (phase {record.phase.value})"
+        note = f"its authoritative payload was not read (phase {record.ending.phase.value})"
     else:
         note = ""
     return _hint(counted, delivery, now, note)
@@ -112,8 +110,8 @@ def apply_delivery(
 def _busy(record: Record, now: datetime) -> bool:
     """Whether a request is in flight, or someone (a worker's claim included) holds an
     unexpired lease: its holder's answer and reservation are about to be recorded."""
-    leased = record.lease_expires_at is not None and now < record.lease_expires_at
-    return record.in_flight is not None or (record.lease_owner is not None and leased)
+    leased = record.lease.lease_expires_at is not None and now < record.lease.lease_expires_at
+    return record.lease.in_flight is not None or (record.lease.lease_owner is not None and leased)
 
 
 def _about(delivery: InboundDelivery) -> str:
@@ -139,19 +137,20 @@ def _data(delivery: InboundDelivery) -> dict[str, JSON]:
 def _hint(record: Record, delivery: InboundDelivery, now: datetime, note: str) -> Transition:
     """The hint: the next poll brought forward to now (never later than it was)."""
     about = _about(delivery)
-    if record.phase is Phase.SUBMITTING:
+    if record.ending.phase is Phase.SUBMITTING:
         summary = f"{about} arrived while the job is being submitted; nothing to bring forward"
-    elif record.next_poll_at > now and wait_demanded(record):
+    elif record.schedule.next_poll_at > now and wait_demanded(record):
         summary = (
-            f"{about} arrived; the next check stays at {record.next_poll_at.isoformat()}, "
-            f"the wait the provider demanded (HTTP {record.last_http_status})"
+            f"{about} arrived; the next check stays at {record.schedule.next_poll_at.isoformat()}, "
+            f"the wait the provider demanded (HTTP {record.answer.last_http_status})"
         )
     else:
-        moved = record.next_poll_at > now
-        record = replace(
-            record,
-            next_poll_at=min(record.next_poll_at, now),
-            delay_source=None if moved else record.delay_source,
+        moved = record.schedule.next_poll_at > now
+        record = record.evolve(
+            schedule=record.schedule.evolve(
+                next_poll_at=min(record.schedule.next_poll_at, now),
+                delay_source=None if moved else record.schedule.delay_source,
+            )
         )
         summary = f"{about} brought the next check forward to now"
     if note:
@@ -168,24 +167,29 @@ def _read_payload(
     hint saying what it read."""
     answer = Observation(kind="status", at=now, http_status=200, body=delivery.payload)
     try:
-        decided = observe(replace(record, poll_kind=UrlKind.STATUS), answer, rng=rng)
+        decided = observe(
+            record.evolve(submission=record.submission.evolve(poll_kind=UrlKind.STATUS)),
+            answer,
+            rng=rng,
+        )
     except Exception as exc:  # an unreadable payload is only a hint
         return f"its authoritative payload could not be read ({type(exc).__name__})"
     after = decided.record
     observed, *decision = decided.events
-    state = show(after.provider_state)
+    state = show(after.answer.provider_state)
     classification = observed.data.get("classification")
     read = f"state {state} ({classification})" if classification else "no state"
-    fetching = after.outcome is None and after.phase in _FETCHING
-    if after.outcome not in _PAYLOAD_ENDINGS and not fetching:
+    fetching = after.ending.outcome is None and after.ending.phase in _FETCHING
+    if after.ending.outcome not in _PAYLOAD_ENDINGS and not fetching:
         return f"its authoritative payload read as {read}: the next check decides"
-    after = replace(
-        after,
+    after = after.evolve(
         # No request answered: the last HTTP answer stays the last poll's.
-        poll_kind=record.poll_kind,
-        last_http_status=record.last_http_status,
-        last_request_id=record.last_request_id,
-        last_observed_at=record.last_observed_at,
+        submission=after.submission.evolve(poll_kind=record.submission.poll_kind),
+        answer=after.answer.evolve(
+            last_http_status=record.answer.last_http_status,
+            last_request_id=record.answer.last_request_id,
+            last_observed_at=record.answer.last_observed_at,
+        ),
     )
     summary = f"{_about(delivery)} carried an authoritative payload: {read}; no request was sent"
     event = audit_event(after, now, EventKind.WEBHOOK_RECEIVED, summary, **_data(delivery))

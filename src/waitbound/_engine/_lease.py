@@ -47,21 +47,21 @@ class Lease:
         """Whether *record* (as stored now) still carries this reservation."""
         return (
             record is not None
-            and record.lease_owner == self.owner
-            and record.in_flight == self.kind
-            and record.lease_expires_at == self.expires_at
+            and record.lease.lease_owner == self.owner
+            and record.lease.in_flight == self.kind
+            and record.lease.lease_expires_at == self.expires_at
         )
 
 
 def lease_of(reserved: Record, now: datetime, started: float) -> Lease:
     """The fence of the reservation *reserved* (as stored), planned at *now*, whose
     monotonic reading just before *now* was *started*."""
-    assert reserved.in_flight is not None
-    assert reserved.lease_owner is not None
-    expires_at = reserved.lease_expires_at or now
+    assert reserved.lease.in_flight is not None
+    assert reserved.lease.lease_owner is not None
+    expires_at = reserved.lease.lease_expires_at or now
     return Lease(
-        owner=reserved.lease_owner,
-        kind=reserved.in_flight,
+        owner=reserved.lease.lease_owner,
+        kind=reserved.lease.in_flight,
         expires_at=expires_at,
         length_s=(expires_at - now).total_seconds(),
         started=started,

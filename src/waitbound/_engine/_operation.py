@@ -14,7 +14,7 @@ import os
 import re
 import socket
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -24,7 +24,17 @@ from waitbound._base._urls import checked_url, origin, shown_url
 from waitbound._engine._tell import create_and_tell, save_and_tell
 from waitbound._model._audit import EventKind
 from waitbound._model._audit_record import record_is_forged
-from waitbound._model._record import Phase, Policy, Push, Record
+from waitbound._model._record import (
+    Contract,
+    Ending,
+    Oversight,
+    Phase,
+    Policy,
+    Push,
+    Record,
+    Schedule,
+)
+from waitbound._model._record import Submission as SubmissionPart
 from waitbound._observe._metrics import label_origins, label_profiles
 from waitbound._observe._telemetry import with_caller_context
 from waitbound._profile._contract import Profile
@@ -218,18 +228,18 @@ def _resume(store: Store, existing: Record, clock: Clock, *, callback: bool = Fa
     if existing.is_finished:
         return existing
     if callback and not existing.push.callback:  # this process brings an on_complete
-        existing = replace(existing, push=replace(existing.push, callback=True))
+        existing = existing.evolve(push=existing.push.evolve(callback=True))
     event = audit_event(
         existing,
         clock.now(),
         EventKind.RESUMED,
         f"resumed: {existing.requests_used} of {existing.max_requests} requests "
-        f"used, deadline {existing.deadline_at.isoformat()}",
+        f"used, deadline {existing.schedule.deadline_at.isoformat()}",
     )
     try:
         return save_and_tell(store, existing, [event])
     except ConflictError:  # another process moved it on; its record is as good
-        return store.get(existing.operation_id) or existing
+        return store.get(existing.contract.operation_id) or existing
 
 
 def _check_signed(store: Store, record: Record) -> None:
@@ -243,9 +253,9 @@ def _check_signed(store: Store, record: Record) -> None:
     key = audit_key_of(store)
     if key is not None and record_is_forged(record, key):
         raise StoreError(
-            f"operation {record.operation_id}: its record does not match its audit MAC "
+            f"operation {record.contract.operation_id}: its record does not match its audit MAC "
             "(it was changed without the audit key); nothing it says is reported; check "
-            f"it with `waitbound audit verify {record.operation_id}`"
+            f"it with `waitbound audit verify {record.contract.operation_id}`"
         )
 
 
@@ -253,7 +263,7 @@ def _create(store: Store, record: Record, clock: Clock) -> Record:
     try:
         return create_and_tell(store, record, [with_caller_context(record, created_event(record))])
     except UsageError:  # created a moment ago by a process started with the same id
-        existing = store.get(record.operation_id)
+        existing = store.get(record.contract.operation_id)
         if existing is None:
             raise
         return _resume(store, existing, clock, callback=record.push.callback)
@@ -330,13 +340,16 @@ def open_operation(
         label_profiles((operation.profile.name,))
     existing = store.get(operation_id) if operation_id else None
     if existing is not None:
-        if isinstance(operation, Operation) and operation.status_url != existing.status_url:
+        if (
+            isinstance(operation, Operation)
+            and operation.status_url != existing.submission.status_url
+        ):
             raise UsageError(
                 f"operation {operation_id} waits on another status URL; "
                 "resume it without a URL, or use a new operation id"
             )
         if isinstance(operation, Submission) and (
-            operation.fingerprint() != existing.submit_fingerprint
+            operation.fingerprint() != existing.submission.submit_fingerprint
         ):
             raise UsageError(
                 f"operation {operation_id} was created by another request; use a new operation id"
@@ -346,13 +359,14 @@ def open_operation(
         raise OperationNotFoundError(operation_id or "")
     record = _new_record(operation, operation_id, clock.now())
     if first_poll_after_s > 0:
-        record = replace(
-            record,
-            next_poll_at=record.created_at + timedelta(seconds=first_poll_after_s),
-            delay_source=DelaySource.FIRST_POLL_AFTER,
+        record = record.evolve(
+            schedule=record.schedule.evolve(
+                next_poll_at=record.contract.created_at + timedelta(seconds=first_poll_after_s),
+                delay_source=DelaySource.FIRST_POLL_AFTER,
+            )
         )
     push = Push(webhook=operation.webhook, notify_url=operation.notify_url, callback=callback)
-    return _create(store, replace(record, push=push), clock)
+    return _create(store, record.evolve(push=push), clock)
 
 
 def _origins_named(operation: Operation | Submission) -> list[tuple[str, str | None, int | None]]:
@@ -413,58 +427,68 @@ def _check_label(label: str | None, what: str = "label") -> None:
 def _new_record(
     operation: Operation | Submission, operation_id: str | None, now: datetime
 ) -> Record:
+    """A new record of *operation*, built from its parts: what it was created with, where
+    the job is (a URL to poll, or the request that submits it), when to look first."""
     _check_label(operation.label)
     _check_label(operation.credential_label, "credential label")
-    record = Record(
+    policy = operation.policy
+    business = policy.business_deadline_s
+    contract = Contract(
         operation_id=operation_id or new_operation_id(),
         profile=operation.profile,
-        policy=operation.policy,
-        status_url=None,
-        result_url=operation.result_url,
-        cancel_url=operation.cancel_url,
-        cancel_on_deadline=operation.cancel_on_deadline,
-        label=operation.label,
-        credential_label=operation.credential_label,
-        trusted_origins=tuple(check_url(o, "trusted origin") for o in operation.trusted_origins),
+        policy=policy,
         created_at=now,
-        deadline_at=now + timedelta(seconds=operation.policy.deadline_s),
-        business_deadline_at=None
-        if (business := operation.policy.business_deadline_s) is None
-        else now + timedelta(seconds=business),
-        next_poll_at=now,
+        business_deadline_at=None if business is None else now + timedelta(seconds=business),
+        label=operation.label,
+        trusted_origins=tuple(check_url(o, "trusted origin") for o in operation.trusted_origins),
+        cancel_on_deadline=operation.cancel_on_deadline,
     )
+    schedule = Schedule(deadline_at=now + timedelta(seconds=policy.deadline_s), next_poll_at=now)
+    oversight = Oversight(credential_label=operation.credential_label)
     if isinstance(operation, Operation):
         if operation.url_kind not in operation.profile.tables:
             raise UsageError(
                 f"profile {operation.profile.name} does not say how to read a "
                 f"{operation.url_kind.value} URL (add url_kinds.{operation.url_kind.value})"
             )
-        return replace(
-            record,
+        submission = SubmissionPart(
             status_url=operation.status_url,
-            job_id=operation.job_id,
             poll_kind=operation.url_kind,
             # A Location URL moves with every 202 that names a new one (as a submitted
             # operation's does): the caller's URL is pinned as the trusted origin.
             poll_header="location" if operation.url_kind is UrlKind.LOCATION else None,
+            result_url=operation.result_url,
+            cancel_url=operation.cancel_url,
+            job_id=operation.job_id,
+        )
+        return Record(
+            contract=contract, submission=submission, schedule=schedule, oversight=oversight
         )
     key = operation.idempotency_key
-    contract = operation.profile.submit
-    if key is None and contract.idempotency_scheme == "repeatability":
+    submit = operation.profile.submit
+    if key is None and submit.idempotency_scheme == "repeatability":
         key = str(uuid.uuid4())
-    elif key is None and contract.idempotency_header:
+    elif key is None and submit.idempotency_header:
         key = f"wb-{uuid.uuid4().hex}"
     method = operation.method.upper()
     resendable = key is not None or method in IDEMPOTENT_METHODS
-    return replace(
-        record,
-        phase=Phase.SUBMITTING,
-        submit_method=method,
-        submit_url=operation.url,
-        submit_fingerprint=operation.fingerprint(),
-        idempotency_key=key,
-        max_submit_attempts=operation.max_submit_attempts if resendable else 1,
-        final_state_via=operation.final_state_via,
+    return Record(
+        contract=contract.evolve(
+            max_submit_attempts=operation.max_submit_attempts if resendable else 1,
+            final_state_via=operation.final_state_via,
+        ),
+        submission=SubmissionPart(
+            status_url=None,
+            result_url=operation.result_url,
+            cancel_url=operation.cancel_url,
+            submit_method=method,
+            submit_url=operation.url,
+            submit_fingerprint=operation.fingerprint(),
+            idempotency_key=key,
+        ),
+        schedule=schedule,
+        ending=Ending(phase=Phase.SUBMITTING),
+        oversight=oversight,
     )
 
 
@@ -521,17 +545,17 @@ def request_cancel(
             if not closed.is_finished:
                 continue
             raise UsageError(
-                f"operation {operation_id} is finished ({closed.outcome}) and its decision "
+                f"operation {operation_id} is finished ({closed.ending.outcome}) and its decision "
                 "request was closed as decision_timeout: there is nothing to cancel"
             )
-        if once and record.cancel_requested_at is not None and not record.is_finished:
+        if once and record.oversight.cancel_requested_at is not None and not record.is_finished:
             return record  # claimed already: one cancel per operation
         refusal = cancel_refusal(record, now)
         if refusal is not None:
             raise UsageError(refusal)
         if record.is_finished and not by_a_person:
             raise UsageError(
-                f"operation {operation_id} stopped ({record.outcome}); canceling it now is a "
+                f"operation {operation_id} stopped ({record.ending.outcome}); canceling it now is a "
                 f"decision a person makes: waitbound decide {operation_id} cancel --why …"
             )
         if record.is_finished:
@@ -546,15 +570,16 @@ def request_cancel(
                 requested_by=who,
                 cancel_reason=reason,
             )
-            due = replace(
-                record,
-                cancel_due=True,
-                cancel_requested_at=now,
-                cancel_requested_by=who,
-                cancel_reason=reason,
-                cancel_accepted_at=None,
-                cancel_refused_at=None,
-                cancel_refused=None,
+            due = record.evolve(
+                oversight=record.oversight.evolve(
+                    cancel_due=True,
+                    cancel_requested_at=now,
+                    cancel_requested_by=who,
+                    cancel_reason=reason,
+                    cancel_accepted_at=None,
+                    cancel_refused_at=None,
+                    cancel_refused=None,
+                )
             )
         try:
             return save_and_tell(store, due, [event])

@@ -50,7 +50,7 @@ def _not_delivered(done: Record, exc: WaitboundError) -> None:
     _LOG.warning(
         "operation %s: its completion is not delivered now (%s: %s); it stays pending "
         "for a worker (waitbound.work with on_complete / notify_secret)",
-        done.operation_id, type(exc).__name__, exc,
+        done.contract.operation_id, type(exc).__name__, exc,
     )  # fmt: skip
 
 
@@ -68,7 +68,7 @@ def deliver_sync(
             rng=kit.rng,
             notify_secret=own[1],
             on_complete=own[0],
-            operation_id=done.operation_id,
+            operation_id=done.contract.operation_id,
         )
     except WaitboundError as exc:  # the outcome is stored: never lose it for this
         _not_delivered(done, exc)
@@ -88,7 +88,7 @@ async def deliver_async(
             rng=kit.rng,
             notify_secret=own[1],
             on_complete=own[0],
-            operation_id=done.operation_id,
+            operation_id=done.contract.operation_id,
         )
     except WaitboundError as exc:  # the outcome is stored: never lose it for this
         _not_delivered(done, exc)

@@ -83,7 +83,7 @@ class ScheduleModels:
         """The learned schedule for *record* at *now*, or ``None``: the policy names
         the formula, the record has no schedule key, its key has fewer than
         :data:`~waitbound._rules._learned.MIN_JOBS` ended jobs, or the store keeps no history."""
-        policy = record.policy
+        policy = record.contract.policy
         if policy.schedule != "learned":
             return None
         key = schedule_key(record)

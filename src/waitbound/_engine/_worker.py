@@ -250,11 +250,11 @@ class _Answers:
 
 
 def _next_url(record: Record) -> str:
-    if record.phase is Phase.FETCHING_RESULT and record.result_url:
-        return record.result_url
-    if record.phase is Phase.FETCHING_ERRORS and record.errors_url:
-        return record.errors_url
-    return record.status_url or ""
+    if record.ending.phase is Phase.FETCHING_RESULT and record.submission.result_url:
+        return record.submission.result_url
+    if record.ending.phase is Phase.FETCHING_ERRORS and record.submission.errors_url:
+        return record.submission.errors_url
+    return record.submission.status_url or ""
 
 
 async def work(
@@ -358,17 +358,17 @@ async def work(
         """The controller's step for a due *record* (in ``reserve_due``'s transaction)."""
         if len(look.decided) >= look.room:
             return None
-        if record.operation_id in live:  # our own step still runs: never re-planned
+        if record.contract.operation_id in live:  # our own step still runs: never re-planned
             look.live += 1
             return None
-        if record.lease_owner in gone:  # its holder's process is gone: take it over
-            record = record.evolve(lease_expires_at=now)
+        if record.lease.lease_owner in gone:  # its holder's process is gone: take it over
+            record = record.evolve(lease=record.lease.lapsed(now))
         decision = safe_plan(
             record, now, owner=owner, lease_s=settings.lease_s, headers=kit.headers
         )
         match decision:
             case Finish(transition=finish):
-                look.decided[record.operation_id] = decision
+                look.decided[record.contract.operation_id] = decision
                 return finish.record, finish.events
             case Send(request=request):
                 refused_s = origins.admit(request.url)
@@ -376,7 +376,9 @@ async def work(
                     look.refused.append(refused_s)
                     return None
                 reservation = reservation_of(decision, kit.headers, per_origin=kit.per_origin)
-                look.decided[record.operation_id] = replace(decision, transition=reservation)
+                look.decided[record.contract.operation_id] = replace(
+                    decision, transition=reservation
+                )
                 return reservation.record, reservation.events
             case _:  # finished, or not due after all (a lease of ours still running)
                 return None
@@ -398,7 +400,7 @@ async def work(
                         pacer=pacer,
                     ),
                     kit,
-                    reserved.profile,
+                    reserved.contract.profile,
                     client=http_client,
                     http=http,
                     persist=commit.save,
@@ -411,9 +413,9 @@ async def work(
         except Exception as exc:  # one operation never stops the worker
             # The exchange records its own failures on the operation; what reaches here
             # is the store failing (the lease then expires and the step is taken again).
-            report(reserved.operation_id, exc)
+            report(reserved.contract.operation_id, exc)
         finally:
-            live.discard(reserved.operation_id)
+            live.discard(reserved.contract.operation_id)
             commit.group.check()  # one fewer step to wait for
             origins.release(request.url)
             room.release()
@@ -451,7 +453,7 @@ async def work(
                         origins.release(decision.request.url)
                 return settings.idle_s
         crowded = bool(look.refused)
-        stored = {record.operation_id: record for record in reserved}
+        stored = {record.contract.operation_id: record for record in reserved}
         for operation_id, decision in look.decided.items():
             record = stored.get(operation_id)
             match decision:

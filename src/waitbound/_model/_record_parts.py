@@ -23,25 +23,32 @@ audit         the audit chain's head and its MAC                              ev
 
 Every part is a :class:`Part`: its stored JSON object (:meth:`Part.stored`, field name
 → JSON) and its stored text (:meth:`Part.text`) are computed once, the first time they
-are asked for, and kept with the part. A transition builds new parts only for what it
-changes; the rest are the same objects, already encoded, so a store writes and encodes
-only the changed parts.
+are asked for, and kept with the part. A part changes only through its own constructor:
+:meth:`Part.evolve` (``dataclasses.replace``) or a named transition built on it
+(:meth:`Lease.released`, :meth:`Lease.held`, :meth:`Counters.with_request`, ...); the
+new part is encoded afresh when a store asks. A transition builds new parts only for
+what it changes (``record.evolve(lease=record.lease.released())``); the rest are the
+same objects, already encoded, so a store writes and encodes only the changed parts.
+
+The small values the parts hold (the phase, grants, decisions) are
+:mod:`waitbound._model._record_values`; the record's flat JSON, :mod:`waitbound._model._record`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import datetime
-from enum import StrEnum
-from typing import Final, Literal, TypeVar
+from typing import Final, Self, TypeVar
 
 from waitbound._base._clock import utc
 from waitbound._base._json import JSON, JSONScalar, canonical_json
 from waitbound._model._audit import GENESIS_HASH
 from waitbound._model._outcome import OutcomeKind, Reason
+from waitbound._model._record_values import Decision, DecisionRequest, Grants, Phase, RequestKind
 from waitbound._profile._contract import Profile
 from waitbound._profile._contract_parse import parse_profile
 from waitbound._profile._policy import Policy, policy_json, quiet_budget_warning
@@ -49,8 +56,9 @@ from waitbound._profile._protocol import FinalStateVia, UrlKind
 from waitbound._profile._schedule import DelaySource
 
 __all__ = [
+    "COUNTERS",
+    "NAMES",
     "PARTS",
-    "PLACES",
     "RECORD_SCHEMA",
     "Answer",
     "AuditHead",
@@ -70,16 +78,13 @@ __all__ = [
     "Submission",
     "decode_part",
     "decode_value",
-    "evolve_part",
+    "field_value_json",
     "value_json",
 ]
-
-RequestKind = Literal["submit", "status", "result", "errors", "cancel"]
 
 RECORD_SCHEMA: Final = 1
 """The format of a stored record (its flat JSON's ``schema``, and its contract part's:
 a row carries it once). A newer one is refused with a message to upgrade."""
-_P = TypeVar("_P", bound="Part")
 
 
 class Part:
@@ -94,6 +99,15 @@ class Part:
     _stored: dict[str, JSON]
     _text: str
 
+    def evolve(self, **changes: object) -> Self:
+        """A new part: this one with *changes* (field name → value), made by its own
+        constructor (``dataclasses.replace``); its encoding is computed afresh.
+
+        Raises:
+            TypeError: a name in *changes* is not a field of this part.
+        """
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
     def stored(self) -> dict[str, JSON]:
         """The part as stored: ``{field name: JSON value}`` (instants as RFC 3339
         text, tuples as lists, the profile as its name and table). Shared: read it,
@@ -102,7 +116,7 @@ class Part:
             return self._stored
         except AttributeError:
             found = {
-                name: field_value_json(name, getattr(self, name)) for name in _NAMES[type(self)]
+                name: field_value_json(name, getattr(self, name)) for name in NAMES[type(self)]
             }
             if type(self) is Contract:  # each stored record names its format once
                 found["schema"] = RECORD_SCHEMA
@@ -124,68 +138,6 @@ class Part:
         part from it, so writing the part again (a write that names every part)
         encodes nothing."""
         object.__setattr__(self, "_text", text)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Grants:
-    """What people's decisions added to the policy's limits (never a reset: the
-    counters keep counting, the limits grow by these).
-
-    Attributes:
-        requests, transport_failures, rate_limited: added to ``max_requests``,
-            ``max_transport_failures`` and ``max_rate_limited``.
-        extensions: how many grants were made (bounded by ``policy.max_extensions``).
-        pending_states: provider states a person said to read as pending for this
-            operation only (``treat_as_pending``).
-    """
-
-    requests: int = 0
-    transport_failures: int = 0
-    rate_limited: int = 0
-    extensions: int = 0
-    pending_states: tuple[JSONScalar, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DecisionRequest:
-    """A decision a person is asked for: an escalation, a timeout, or an agent's request.
-
-    Attributes:
-        opened_at: when it was opened.
-        due_at: when it is closed as ``decision_timeout`` if nobody answers.
-        requested_by: ``waitbound`` (the operation stopped) or who asked (an agent's
-            label, e.g. ``agent:mcp:transcode``).
-        minutes, checks, why: an agent's proposed extension and its reason (``None``
-            for an escalation).
-        options: the options open when it was opened (checked again at the decision).
-    """
-
-    opened_at: datetime
-    due_at: datetime
-    options: tuple[str, ...] = ()
-    requested_by: str = "waitbound"
-    minutes: float | None = None
-    checks: int | None = None
-    why: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Decision:
-    """One decision a person made, as recorded (also an audit event ``decided``).
-
-    Attributes:
-        option: what was decided (``extend``, ``cancel``, ``abandon``, …, or
-            ``decision_timeout`` when nobody decided in time).
-        by: who decided; ``why``: their reason; ``at``: when.
-        detail: what the decision changed: the limits before and after, the grant, the
-            new profile's version, the credential label, the evidence (never a secret).
-    """
-
-    option: str
-    by: str
-    why: str
-    at: datetime
-    detail: dict[str, JSON] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,21 +166,6 @@ class Push(Part):
     def notifies(self) -> bool:
         """Whether a completion is delivered anywhere."""
         return self.notify_url is not None or self.callback
-
-
-class Phase(StrEnum):
-    """Where an operation is in its life."""
-
-    SUBMITTING = "submitting"
-    """The job request is recorded; its receipt is not (yet)."""
-    WAITING = "waiting"
-    """Polling the status endpoint."""
-    FETCHING_RESULT = "fetching_result"
-    """Terminal success seen; fetching the result endpoint (once)."""
-    FETCHING_ERRORS = "fetching_errors"
-    """Completed with errors; fetching the first page of the errors (once)."""
-    DONE = "done"
-    """An outcome is recorded; nothing more is sent."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -280,6 +217,35 @@ class Counters(Part):
     confirm_requests_used: int = 0
     cancel_requests_used: int = 0
 
+    def used(self, kind: RequestKind) -> int:
+        """The requests counted against *kind*'s counter (:data:`COUNTERS`)."""
+        count: int = getattr(self, COUNTERS[kind])
+        return count
+
+    def with_request(self, kind: RequestKind, count: int = 1) -> Counters:
+        """These counters with *count* more requests of *kind* (a reservation: 1; an
+        answer's redirects: how many were followed)."""
+        if count == 0:
+            return self
+        name = COUNTERS[kind]
+        return self.evolve(**{name: getattr(self, name) + count})
+
+    def without_request(self, kind: RequestKind) -> Counters:
+        """These counters with one request of *kind* fewer (never below 0): a reserved
+        request that was never sent."""
+        name = COUNTERS[kind]
+        return self.evolve(**{name: max(0, getattr(self, name) - 1)})
+
+
+COUNTERS: Final[dict[RequestKind, str]] = {
+    "submit": "submit_attempts",
+    "status": "status_requests_used",
+    "result": "result_requests_used",
+    "errors": "result_requests_used",
+    "cancel": "cancel_requests_used",
+}
+"""Which counter of :class:`Counters` each kind of request is reserved against."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Schedule(Part):
@@ -312,6 +278,25 @@ class Lease(Part):
     in_flight: RequestKind | None = None
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
+
+    @staticmethod
+    def reserved(kind: RequestKind, owner: str | None, until: datetime) -> Lease:
+        """A request of *kind* reserved (counted, not yet answered) by *owner*, who
+        holds the operation until *until*."""
+        return Lease(in_flight=kind, lease_owner=owner, lease_expires_at=until)
+
+    def released(self) -> Lease:
+        """Nothing in flight and nobody holding the operation (an answer recorded, a
+        reservation undone); the one shared free lease."""
+        return _FREE
+
+    def held(self, owner: str | None, until: datetime | None) -> Lease:
+        """This lease held by *owner* until *until* (a claim; what is in flight stays)."""
+        return self.evolve(lease_owner=owner, lease_expires_at=until)
+
+    def lapsed(self, at: datetime) -> Lease:
+        """This lease ending at *at* (its holder is gone: anyone may take it now)."""
+        return self.evolve(lease_expires_at=at)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -360,7 +345,7 @@ class Oversight(Part):
     """What people asked and decided: grants, the open decision request, the decisions
     made, who decided, the credential chosen, and a requested cancel."""
 
-    grants: Grants = Grants()
+    grants: Grants = Grants()  # noqa: RUF009 - a frozen value, shared
     decision_request: DecisionRequest | None = None
     decisions: tuple[Decision, ...] = ()
     decided_by: str | None = None
@@ -383,6 +368,9 @@ class AuditHead(Part):
     audit_mac: str | None = None
 
 
+_FREE: Final = Lease()
+
+
 PARTS: Final[tuple[tuple[str, type[Part]], ...]] = (
     ("contract", Contract),
     ("submission", Submission),
@@ -397,37 +385,11 @@ PARTS: Final[tuple[tuple[str, type[Part]], ...]] = (
 )
 """Each part's attribute on a record and its class, in the order a record holds them."""
 
-_NAMES: Final[dict[type, tuple[str, ...]]] = {
+NAMES: Final[dict[type, tuple[str, ...]]] = {
     kind: tuple(item.name for item in fields(kind))
     for kind in (Grants, DecisionRequest, Decision, *(kind for _, kind in PARTS))
 }
 """Each part's (and sub-value's) field names, in declaration order."""
-
-PLACES: Final[dict[str, tuple[int, str | None]]] = {
-    **{
-        name: (index, name)
-        for index, (attr, kind) in enumerate(PARTS)
-        if attr != "push"
-        for name in _NAMES[kind]
-    },
-    "push": (PARTS.index(("push", Push)), None),
-}
-"""Where each of a record's flat fields lives: (part index, field name in it), or
-``None`` for the field that is a whole part (``push``)."""
-
-_SLOTS: Final = {kind: tuple(kind.__dict__[name] for name in _NAMES[kind]) for _, kind in PARTS}
-"""Each part's field slots (member descriptors; ``__set__`` skips the frozen guard)."""
-
-
-def evolve_part(part: _P, changes: Mapping[str, object]) -> _P:
-    """A copy of *part* with *changes* (field name → value; every name a field of it),
-    built by setting its slots (as ``dataclasses.replace``, without the frozen
-    ``__init__``; parts have no ``__post_init__``). Its encoding is not copied."""
-    copy = object.__new__(type(part))
-    for slot in _SLOTS[type(part)]:
-        name = slot.__name__
-        slot.__set__(copy, changes[name] if name in changes else slot.__get__(part))
-    return copy
 
 
 # -- encoding ------------------------------------------------------------------------
@@ -445,7 +407,7 @@ def value_json(value: object) -> JSON:
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, Grants | DecisionRequest | Decision | Push):
-        return {name: value_json(getattr(value, name)) for name in _NAMES[type(value)]}
+        return {name: value_json(getattr(value, name)) for name in NAMES[type(value)]}
     if isinstance(value, tuple):
         return [value_json(item) for item in value]
     return value  # type: ignore[return-value]
@@ -465,6 +427,9 @@ def field_value_json(name: str, value: object) -> JSON:
         assert isinstance(value, tuple)
         return [value_json(decision) for decision in value]
     return value_json(value)
+
+
+# -- decoding ------------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=64)
@@ -501,12 +466,13 @@ def _optional(kind: Callable[[str], object]) -> Callable[[JSON], object]:
 
 
 _V = TypeVar("_V", Grants, DecisionRequest, Decision, Push)
+_P = TypeVar("_P", bound=Part)
 
 
 def _value(kind: type[_V], raw: dict[str, JSON]) -> _V:
     """Decode a sub-value written by :func:`value_json` (unknown keys ignored)."""
     values: dict[str, object] = {}
-    for name in _NAMES[kind]:
+    for name in NAMES[kind]:
         if name not in raw:
             continue
         value: object = raw[name]
@@ -539,7 +505,12 @@ _DECODERS: Final[dict[str, Callable[[JSON], object]]] = {
     "poll_kind": lambda raw: UrlKind(str(raw)),
     "final_state_via": _optional(FinalStateVia),
     "trusted_origins": lambda raw: tuple(raw) if isinstance(raw, list | tuple) else raw,
-    **{name: _instant for name in PLACES if name.endswith("_at")},
+    **{
+        name: _instant
+        for _, kind in PARTS
+        for name in NAMES[kind]
+        if name.endswith("_at") and kind is not Push
+    },
 }
 """How each stored field becomes its typed value (others are stored as they are)."""
 
@@ -559,5 +530,5 @@ def decode_part(kind: type[_P], data: Mapping[str, JSON]) -> _P:
     """
     if kind is Push:
         return _value(Push, dict(data))  # type: ignore[return-value]
-    values = {name: decode_value(name, data[name]) for name in _NAMES[kind] if name in data}
+    values = {name: decode_value(name, data[name]) for name in NAMES[kind] if name in data}
     return kind(**values)

@@ -156,7 +156,7 @@ def view(record: Record, now: datetime, *, max_chars: int) -> Answer:
     a larger one is named by ``result_ref`` for ``get_result``. The error is cut to
     *max_chars* the same way. Other provider values are cut to :data:`SMALL_CHARS`.
     """
-    record = replace(record, job_id=_clip(record.job_id))
+    record = record.evolve(submission=record.submission.evolve(job_id=_clip(record.job_id)))
     outcome = record.to_outcome()
     done = record.is_finished
     started = record.created_at

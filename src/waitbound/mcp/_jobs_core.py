@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Final
 
 import anyio
@@ -85,19 +84,23 @@ class JobsCore:
         any of it is cut into parts (a secret split across two parts would escape)."""
         if not self._secrets:
             return record
-        said = {
-            name: scrub(getattr(record, name), self._secrets)
-            for name in (
-                "result",
-                "result_url",
-                "error",
-                "errors",
-                "progress",
-                "provider_state",
-                "job_id",
-            )
-        }
-        return replace(record, **said)  # type: ignore[arg-type]
+        secrets = self._secrets
+        ending, answer, submission = record.ending, record.answer, record.submission
+        return record.evolve(
+            ending=ending.evolve(
+                result=scrub(ending.result, secrets),
+                error=scrub(ending.error, secrets),
+                errors=scrub(ending.errors, secrets),
+            ),
+            answer=answer.evolve(
+                progress=scrub(answer.progress, secrets),
+                provider_state=scrub(answer.provider_state, secrets),
+            ),
+            submission=submission.evolve(
+                result_url=scrub(submission.result_url, secrets),
+                job_id=scrub(submission.job_id, secrets),
+            ),
+        )
 
     def _record(self, operation_id: object) -> Record:
         if not isinstance(operation_id, str) or not 0 < len(operation_id) <= 128:
@@ -132,7 +135,7 @@ class JobsCore:
         now = self.clock.now()
         leased = record.lease_expires_at is not None and record.lease_expires_at > now
         if leased and holder_is_gone(record.lease_owner):
-            record = record.evolve(lease_expires_at=now)
+            record = record.evolve(lease=record.lease.lapsed(now))
         decision = safe_plan(record, now, owner=new_owner())
         if not isinstance(decision, Finish):
             return record

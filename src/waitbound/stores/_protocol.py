@@ -522,7 +522,7 @@ def outcomes(
 
 def claimed(record: Record, *, owner: str, now: datetime, lease_s: float) -> Record:
     """*record* with the claim's lease set (the version is bumped by the write)."""
-    return record.evolve(lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s))
+    return record.evolve(lease=record.lease.held(owner, now + timedelta(seconds=lease_s)))
 
 
 class ClaimsByReservation:
@@ -582,5 +582,5 @@ def advance(
     audit = record.audit
     if (seq, head, mac) != (audit.audit_seq, audit.audit_head, audit.audit_mac):
         audit = AuditHead(audit_seq=seq, audit_head=head, audit_mac=mac)
-    stored = record.with_parts(audit=audit, version=record.version + 1)
+    stored = record.evolve(audit=audit, version=record.version + 1)
     return stored, sealed

@@ -14,7 +14,14 @@ from typing import Any, Final
 from waitbound._base._clock import utc
 from waitbound._base._errors import SchemaVersionError, StoreError
 from waitbound._model._outcome import OutcomeKind
-from waitbound._model._record import FIELD_NAMES, RECORD_SCHEMA, Phase, Record, decode_fields
+from waitbound._model._record import (
+    FIELD_NAMES,
+    RECORD_SCHEMA,
+    Phase,
+    Record,
+    decode_fields,
+    record_of_fields,
+)
 from waitbound.stores._codec import brief, load_json
 from waitbound.stores._rows import QUERY_COLUMNS
 
@@ -96,11 +103,13 @@ def record_of_v4_row(row: Sequence[Any]) -> Record:
         poll = load_json(row[-3])
         if not isinstance(poll, dict):
             raise TypeError("its poll JSON is not an object")
-        return Record(
-            operation_id=operation_id,
-            **values,  # type: ignore[arg-type]
-            **decode_fields(poll, POLL_FIELDS),  # type: ignore[arg-type]
-            **_hot_values(row),
+        return record_of_fields(
+            {
+                "operation_id": operation_id,
+                **values,
+                **decode_fields(poll, POLL_FIELDS),
+                **_hot_values(row),
+            }
         )
     except (TypeError, KeyError, ValueError, AssertionError) as exc:
         if isinstance(exc, StoreError):
