@@ -317,9 +317,16 @@ def seed_history(store: Store, key: str, jobs: int = 25) -> None:
         )
         created = store.create(record, [])
         store.save(
-            created.evolve(ending=created.ending.evolve(phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=ended), answer=created.answer.evolve(pending_seen_at=ended - timedelta(seconds=1), ended_seen_at=ended)),
+            created.evolve(
+                ending=created.ending.evolve(
+                    phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=ended
+                ),
+                answer=created.answer.evolve(
+                    pending_seen_at=ended - timedelta(seconds=1), ended_seen_at=ended
+                ),
+            ),
             [],
-        )  # fmt: skip
+        )
 
 
 # --- the world: one operation, one provider, one store ------------------------------

@@ -82,9 +82,19 @@ class Job:
         record = self.record
         extra = record.requests_used + requests_left - record.policy.max_requests
         self.store.save(
-            record.evolve(ending=record.ending.evolve(outcome=None, reason=None, finished_at=None, phase=Phase.WAITING, error=None), oversight=record.oversight.evolve(decision_request=None, grants=Grants(requests=extra)), schedule=record.schedule.evolve(deadline_at=self.clock.now() + timedelta(minutes=10))),
+            record.evolve(
+                ending=record.ending.evolve(
+                    outcome=None, reason=None, finished_at=None, phase=Phase.WAITING, error=None
+                ),
+                oversight=record.oversight.evolve(
+                    decision_request=None, grants=Grants(requests=extra)
+                ),
+                schedule=record.schedule.evolve(
+                    deadline_at=self.clock.now() + timedelta(minutes=10)
+                ),
+            ),
             [],
-        )  # fmt: skip
+        )
 
     def cancel(self, *then: Answer) -> waitbound.Outcome:
         """``waitbound cancel`` (the API it calls); *then* replace the status script."""

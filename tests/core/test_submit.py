@@ -235,9 +235,15 @@ def test_a_submission_cannot_be_resent_without_its_body() -> None:
     )
     assert record.outcome is OutcomeKind.ESCALATED
     pending = store.create(
-        record.evolve(contract=record.contract.evolve(operation_id="op-2"), ending=record.ending.evolve(outcome=None, reason=None, phase=Phase.SUBMITTING), counters=record.counters.evolve(submit_attempts=0), audit=record.audit.evolve(audit_seq=0, audit_head="0" * 64), version=0),
+        record.evolve(
+            contract=record.contract.evolve(operation_id="op-2"),
+            ending=record.ending.evolve(outcome=None, reason=None, phase=Phase.SUBMITTING),
+            counters=record.counters.evolve(submit_attempts=0),
+            audit=record.audit.evolve(audit_seq=0, audit_head="0" * 64),
+            version=0,
+        ),
         [],
-    )  # fmt: skip
+    )
     outcome = wait(operation_id=pending.operation_id, store=store, clock=clock, sleep=clock.sleep)
     assert outcome.reason is Reason.PROVIDER_FAILURE
     assert "never stored" in str(outcome.error)

@@ -151,9 +151,16 @@ def _seed_history(store: SQLiteStore) -> None:
         )
         created = store.create(record, [])
         store.save(
-            created.evolve(ending=created.ending.evolve(phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=ended), answer=created.answer.evolve(pending_seen_at=ended - timedelta(seconds=0.05), ended_seen_at=ended)),
+            created.evolve(
+                ending=created.ending.evolve(
+                    phase=Phase.DONE, outcome=OutcomeKind.SUCCEEDED, finished_at=ended
+                ),
+                answer=created.answer.evolve(
+                    pending_seen_at=ended - timedelta(seconds=0.05), ended_seen_at=ended
+                ),
+            ),
             [],
-        )  # fmt: skip
+        )
 
 
 def _learned_delays(store_path: Path, operation_id: str) -> list[object]:

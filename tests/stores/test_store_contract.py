@@ -872,16 +872,15 @@ def test_a_save_from_a_reservation_that_was_taken_over_is_refused(store: Store) 
         assert lease_of(new, later, 0.0).holds(current)
         assert "observed" not in [e.event.kind for e in store.audit("op-1")]
         # release the new reservation for the next round
-        store.save(current.evolve(lease=current.lease.released()),
-                   [])  # fmt: skip
+        store.save(current.evolve(lease=current.lease.released()), [])
 
 
 @pytest.mark.parametrize(
     "bad",
     [
-        lambda r: (replace(r, operation_id="other"), []),
+        lambda r: (r.evolve(contract=r.contract.evolve(operation_id="other")), []),
         lambda r: (r.evolve(version=r.version + 1), []),
-        lambda r: (replace(r, lease_owner="someone-else"), []),
+        lambda r: (r.evolve(lease=r.lease.evolve(lease_owner="someone-else")), []),
     ],
     ids=["another-operation", "another-version", "another-owner"],
 )

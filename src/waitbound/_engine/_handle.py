@@ -340,7 +340,8 @@ class _Handle:
     def _timed_out(self, record: Record, timeout: float) -> TimedOutError:
         error = TimedOutError(record.to_outcome())
         error.args = (
-            f"operation {record.contract.operation_id}: still waiting after result(timeout={timeout:g}); "
+            f"operation {record.contract.operation_id}: still waiting after "
+            f"result(timeout={timeout:g}); "
             "the job is NOT known to be complete and the operation keeps its own deadline",
         )
         return error

@@ -555,7 +555,8 @@ def request_cancel(
             raise UsageError(refusal)
         if record.is_finished and not by_a_person:
             raise UsageError(
-                f"operation {operation_id} stopped ({record.ending.outcome}); canceling it now is a "
+                f"operation {operation_id} stopped ({record.ending.outcome}); canceling it now "
+                "is a "
                 f"decision a person makes: waitbound decide {operation_id} cancel --why …"
             )
         if record.is_finished:
@@ -570,17 +571,7 @@ def request_cancel(
                 requested_by=who,
                 cancel_reason=reason,
             )
-            due = record.evolve(
-                oversight=record.oversight.evolve(
-                    cancel_due=True,
-                    cancel_requested_at=now,
-                    cancel_requested_by=who,
-                    cancel_reason=reason,
-                    cancel_accepted_at=None,
-                    cancel_refused_at=None,
-                    cancel_refused=None,
-                )
-            )
+            due = record.evolve(oversight=record.oversight.cancel_requested(now, who, reason))
         try:
             return save_and_tell(store, due, [event])
         except ConflictError:

@@ -358,6 +358,19 @@ class Oversight(Part):
     cancel_refused_at: datetime | None = None
     cancel_refused: str | None = None
 
+    def cancel_requested(self, at: datetime, by: str | None, reason: str | None) -> Oversight:
+        """This oversight with a cancel requested at *at* by *by* for *reason*, due to be
+        sent; an earlier cancel's answer (accepted or refused) is forgotten."""
+        return self.evolve(
+            cancel_due=True,
+            cancel_requested_at=at,
+            cancel_requested_by=by,
+            cancel_reason=reason,
+            cancel_accepted_at=None,
+            cancel_refused_at=None,
+            cancel_refused=None,
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditHead(Part):
