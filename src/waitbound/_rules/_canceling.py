@@ -55,7 +55,7 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
     accepted = code is not None and 200 <= code < 300
     asker = _cancel_asker(record)
     by_deadline = is_deadline_cancel(record)
-    record = record.evolve(cancel_due=False)
+    record = record.evolve(oversight=record.oversight.evolve(cancel_due=False))
     if now >= record.stop_at:
         verdict = "accepted" if accepted else "not accepted"
         return timed_out(
@@ -63,12 +63,10 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
         )
     if accepted:
         record = record.evolve(
-            next_poll_at=now,
-            delay_source=None,
-            attempt=0,
-            cancel_accepted_at=now,
-            cancel_refused_at=None,
-            cancel_refused=None,
+            schedule=record.schedule.evolve(next_poll_at=now, delay_source=None, attempt=0),
+            oversight=record.oversight.evolve(
+                cancel_accepted_at=now, cancel_refused_at=None, cancel_refused=None
+            ),
         )
         summary = sentences.cancel_accepted(answer)
         return Step(
@@ -76,7 +74,7 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
         )
     refused = code is not None and 400 <= code < 500 and code != 429
     if refused:
-        record = record.evolve(cancelable=False)
+        record = record.evolve(answer=record.answer.evolve(cancelable=False))
         what = f"was refused by the provider (HTTP {code})"
     elif code is None:
         what = f"got no answer ({answer}): whether the provider received it is not known"
@@ -97,7 +95,8 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
     # gets its own outcome (a refusal often means "too late"); a job still running
     # stops cancel_not_accepted (:func:`after_refused_cancel`).
     record = record.evolve(
-        next_poll_at=now, delay_source=None, cancel_refused_at=now, cancel_refused=words[:300]
+        schedule=record.schedule.evolve(next_poll_at=now, delay_source=None),
+        oversight=record.oversight.evolve(cancel_refused_at=now, cancel_refused=words[:300]),
     )
     summary = sentences.cancel_not_accepted(words)
     return Step(
@@ -109,8 +108,8 @@ def refused_cancel_look(before: Record, kind: str) -> bool:
     """Whether an answer of *kind* to *before* (the record as reserved) is the status
     look that follows a cancel the provider did not accept: the last answer recorded is
     that cancel's."""
-    at = before.cancel_refused_at
-    return kind == "status" and at is not None and before.last_observed_at == at
+    at = before.oversight.cancel_refused_at
+    return kind == "status" and at is not None and before.answer.last_observed_at == at
 
 
 def after_refused_cancel(step: Step, observation: Observation) -> Step:
@@ -124,19 +123,26 @@ def after_refused_cancel(step: Step, observation: Observation) -> Step:
     """
     record = step.record
     now = observation.at
-    ended = record.is_finished or record.phase is not Phase.WAITING
-    if ended or record.success_seen_at is not None:
-        if record.outcome is OutcomeKind.ESCALATED or record.outcome is OutcomeKind.TIMED_OUT:
+    ended = record.is_finished or record.ending.phase is not Phase.WAITING
+    if ended or record.answer.success_seen_at is not None:
+        if (
+            record.ending.outcome is OutcomeKind.ESCALATED
+            or record.ending.outcome is OutcomeKind.TIMED_OUT
+        ):
             return step  # a stop of its own (unknown state, denied…): its words stand
-        late = record.late_cancel or f"{record.cancel_refused}: the job had already ended"
+        late = record.late_cancel or f"{record.oversight.cancel_refused}: the job had already ended"
         return step.said(f"; {late}")
-    words = record.cancel_refused or "the cancel was not accepted"
-    record = record.evolve(cancel_refused_at=None, cancel_refused=None)
+    words = record.oversight.cancel_refused or "the cancel was not accepted"
+    record = record.evolve(
+        oversight=record.oversight.evolve(cancel_refused_at=None, cancel_refused=None)
+    )
     code = observation.http_status
     if code is None or not 200 <= code < 300:  # a 2xx that did not end: still running
         looked = f"the status look after it got no usable answer ({_answer(observation)})"
     else:
-        looked = f"the status look after it showed the job still {show(record.provider_state)}"
+        looked = (
+            f"the status look after it showed the job still {show(record.answer.provider_state)}"
+        )
     if is_deadline_cancel(record):  # --cancel-on-deadline's: the deadline's outcome
         return timed_out(record, now, f"; {words}; {looked}")
     detail = f"{words}; {looked}: waiting stopped. The job may still run"
@@ -152,22 +158,22 @@ def _answer(observation: Observation) -> str:
 def _last_seen(record: Record) -> str:
     """How the job was last seen, in words: "The job was last seen running at 10:58
     UTC", or "Its state was never seen" (never "last seen null")."""
-    if record.provider_state is None or record.last_observed_at is None:
+    if record.answer.provider_state is None or record.answer.last_observed_at is None:
         return "Its state was never seen"
-    return f"The job was last seen {show(record.provider_state)}"
+    return f"The job was last seen {show(record.answer.provider_state)}"
 
 
 def _cancel_asker(record: Record) -> str:
     """Whose cancel this was, in words: "the cancel decided by ann at …" (a person's
     decision), "… requested by …" (``waitbound cancel`` of a running operation)."""
-    last = record.decisions[-1] if record.decisions else None
-    at = record.cancel_requested_at
-    if record.cancel_requested_by is None or at is None:
+    last = record.oversight.decisions[-1] if record.oversight.decisions else None
+    at = record.oversight.cancel_requested_at
+    if record.oversight.cancel_requested_by is None or at is None:
         return "the cancel"
     how = (
         "decided" if last is not None and last.option == "cancel" and last.at == at else "requested"
     )
-    return f"the cancel {how} by {record.cancel_requested_by} at {at.isoformat()}"
+    return f"the cancel {how} by {record.oversight.cancel_requested_by} at {at.isoformat()}"
 
 
 def accepted_cancel(record: Record) -> str | None:
@@ -175,12 +181,17 @@ def accepted_cancel(record: Record) -> str | None:
     a cancel (``cancel_accepted_at``) and no answer since said how the job ended: "the
     cancel requested by ana at … was accepted by the provider at …, but how the job
     ended is not known"; ``None`` otherwise."""
-    if record.ended_seen_at is not None:  # a terminal answer was seen
+    if record.answer.ended_seen_at is not None:  # a terminal answer was seen
         return None
-    at = record.cancel_accepted_at
+    at = record.oversight.cancel_accepted_at
     if at is None:
-        if record.cancel_refused is not None and record.cancel_refused_at is not None:
-            return f"{record.cancel_refused}, and no status look since told how the job is"
+        if (
+            record.oversight.cancel_refused is not None
+            and record.oversight.cancel_refused_at is not None
+        ):
+            return (
+                f"{record.oversight.cancel_refused}, and no status look since told how the job is"
+            )
         return None
     return (
         f"{_cancel_asker(record)} was accepted by the provider at {at.isoformat()}, but "
@@ -192,9 +203,9 @@ def is_deadline_cancel(record: Record) -> bool:
     """Whether the one cancel *record* sent is ``--cancel-on-deadline``'s: it asked for
     one, and no person asked for a cancel (a person's cancel records who and when)."""
     return (
-        record.cancel_on_deadline
-        and record.cancel_requests_used == 1
-        and record.cancel_requested_at is None
+        record.contract.cancel_on_deadline
+        and record.counters.cancel_requests_used == 1
+        and record.oversight.cancel_requested_at is None
     )
 
 
@@ -203,9 +214,9 @@ def deadline_cancel_reserve_s(record: Record) -> float:
     room for the cancel and one status look after it, each within one request slot
     (``min(request_timeout_s, lease_s)``), so ``2 * slot``, but never more than a quarter
     of the whole wait (a short deadline is not spent mostly waiting for the cancel)."""
-    policy = record.policy
+    policy = record.contract.policy
     slot_s = min(policy.request_timeout_s, policy.lease_s)
-    return min(2 * slot_s, seconds_between(record.created_at, record.stop_at) / 4)
+    return min(2 * slot_s, seconds_between(record.contract.created_at, record.stop_at) / 4)
 
 
 def deadline_cancel_at(record: Record) -> datetime | None:
@@ -218,9 +229,9 @@ def deadline_cancel_at(record: Record) -> datetime | None:
     it), and a provider that confirms the cancel is reported ``canceled``.
     """
     if not (
-        record.cancel_on_deadline
-        and not record.cancel_requests_used
-        and record.phase is Phase.WAITING
+        record.contract.cancel_on_deadline
+        and not record.counters.cancel_requests_used
+        and record.ending.phase is Phase.WAITING
         and record.cancel_target() is not None
         and cancel_allowed(record)
     ):

@@ -137,32 +137,34 @@ Decision = Finished | Finish | Sleep | Send
 
 def created_event(record: Record) -> AuditEvent:
     """The first audit event of a new operation."""
-    policy = record.policy
-    if record.status_url is not None:
-        what = f"waiting on {redact_url(record.status_url)}"
+    policy = record.contract.policy
+    if record.submission.status_url is not None:
+        what = f"waiting on {redact_url(record.submission.status_url)}"
     else:
-        what = f"submitting {record.submit_method} {redact_url(record.submit_url or '')}"
-        if record.idempotency_key:
-            what += f" (idempotency key {record.idempotency_key})"
+        what = f"submitting {record.submission.submit_method} {redact_url(record.submission.submit_url or '')}"
+        if record.submission.idempotency_key:
+            what += f" (idempotency key {record.submission.idempotency_key})"
     return audit_event(
         record,
-        record.created_at,
+        record.contract.created_at,
         EventKind.CREATED,
         sentences.created(
             what,
-            record.profile.name,
-            deadline_at=record.deadline_at,
-            business_deadline_at=record.business_deadline_at,
+            record.contract.profile.name,
+            deadline_at=record.schedule.deadline_at,
+            business_deadline_at=record.contract.business_deadline_at,
             max_requests=policy.max_requests,
-            first_after_s=seconds_between(record.created_at, record.next_poll_at)
-            if record.delay_source is DelaySource.FIRST_POLL_AFTER
+            first_after_s=seconds_between(record.contract.created_at, record.schedule.next_poll_at)
+            if record.schedule.delay_source is DelaySource.FIRST_POLL_AFTER
             else None,
         ),
-        status_url=redact_url(record.status_url) if record.status_url else None,
-        submit_fingerprint=record.submit_fingerprint,
-        deadline_at=record.deadline_at.isoformat(),
-        business_deadline_at=record.business_deadline_at.isoformat()
-        if record.business_deadline_at
+        status_url=redact_url(record.submission.status_url)
+        if record.submission.status_url
+        else None,
+        submit_fingerprint=record.submission.submit_fingerprint,
+        deadline_at=record.schedule.deadline_at.isoformat(),
+        business_deadline_at=record.contract.business_deadline_at.isoformat()
+        if record.contract.business_deadline_at
         else None,
     )
 
@@ -199,17 +201,17 @@ def plan(
         return Finished(record=record)
     # A lease held by another, or a live request of this owner's own: never re-planned
     # (a step of ours still in flight is not an answer lost).
-    held = record.lease_owner is not None and (
-        record.lease_owner != owner or record.in_flight is not None
+    held = record.lease.lease_owner is not None and (
+        record.lease.lease_owner != owner or record.lease.in_flight is not None
     )
-    if held and record.lease_expires_at and now < record.lease_expires_at:
+    if held and record.lease.lease_expires_at and now < record.lease.lease_expires_at:
         # Look again soon: the holder usually finishes long before its lease expires.
-        until = min(record.lease_expires_at, now + timedelta(seconds=LEASE_RECHECK_S))
+        until = min(record.lease.lease_expires_at, now + timedelta(seconds=LEASE_RECHECK_S))
         return Sleep(until=until, seconds=seconds_between(now, until))
     notes: list[AuditEvent] = []
-    if record.in_flight is not None:
-        lost = record.in_flight
-        record = record.evolve(in_flight=None, lease_owner=None, lease_expires_at=None)
+    if record.lease.in_flight is not None:
+        lost = record.lease.in_flight
+        record = record.evolve(lease=record.lease.released())
         notes.append(
             audit_event(
                 record,
@@ -229,7 +231,7 @@ def plan(
             step = escalate(record, now, Reason.RESULT_UNCONFIRMED, detail)
             return _finish_early(record, now, notes, step)
     budget_left = record.requests_used < record.max_requests
-    if record.phase is Phase.SUBMITTING:
+    if record.ending.phase is Phase.SUBMITTING:
         if not budget_left:
             return _budget_spent(record, now, notes, "the submission cannot be sent")
         return _plan_submit(record, now, owner, notes, can_submit=can_submit, lease_s=lease_s)
@@ -240,8 +242,12 @@ def plan(
         if deadline_cancel is not None and undone is None:
             undone = "the cancel asked for at the deadline (cancel_on_deadline) was not sent"
         late = "the deadline passed before any wait or worker sent a request for it"
-        again = record.decisions[-1].option if record.decisions else None
-        if undone and again == "fetch_result_again" and record.phase is Phase.FETCHING_RESULT:
+        again = record.oversight.decisions[-1].option if record.oversight.decisions else None
+        if (
+            undone
+            and again == "fetch_result_again"
+            and record.ending.phase is Phase.FETCHING_RESULT
+        ):
             detail = (
                 f"{undone}: {late}. The job succeeded at the provider; its result was not "
                 "fetched. Do not submit the job again"
@@ -250,7 +256,7 @@ def plan(
             return _finish_early(record, now, notes, step)
         why = f"; {undone}: {late}" if undone else _accepted_cancel_note(record)
         return _finish_early(record, now, notes, deadline_reached(record, now, why))
-    if record.cancel_due and cancel_at and budget_left:
+    if record.oversight.cancel_due and cancel_at and budget_left:
         return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
     if deadline_cancel is not None and cancel_at and budget_left and now >= deadline_cancel:
         return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
@@ -262,21 +268,21 @@ def plan(
         # The last requests are the deadline cancel's and its one look: no status poll
         # spends them (docs/waiting.md, "A cancel the deadline can confirm").
         return Sleep(until=deadline_cancel, seconds=seconds_between(now, deadline_cancel))
-    if now < record.next_poll_at:
-        until = min(record.next_poll_at, record.stop_at)
+    if now < record.schedule.next_poll_at:
+        until = min(record.schedule.next_poll_at, record.stop_at)
         if deadline_cancel is not None:
             until = min(until, deadline_cancel)
         if record.push.webhook is not None:  # a delivery may bring the poll forward
             until = min(until, now + timedelta(seconds=WEBHOOK_RECHECK_S))
         return Sleep(until=until, seconds=seconds_between(now, until))
     kind: RequestKind
-    match record.phase:
+    match record.ending.phase:
         case Phase.FETCHING_RESULT:
-            url, kind = record.result_url or "", "result"
+            url, kind = record.submission.result_url or "", "result"
         case Phase.FETCHING_ERRORS:
-            url, kind = record.errors_url or "", "errors"
+            url, kind = record.submission.errors_url or "", "errors"
         case _:
-            url, kind = record.status_url or "", "status"
+            url, kind = record.submission.status_url or "", "status"
     return _reserve(record, now, owner, notes, kind, url, lease_s=lease_s)
 
 
@@ -290,25 +296,38 @@ def _plan_submit(
     lease_s: float | None,
 ) -> Decision:
     """The submission: sent once; again only with its idempotency key after no answer."""
-    resendable = record.idempotency_key or record.submit_method in IDEMPOTENT_METHODS
-    if record.submit_attempts and not resendable:
+    resendable = (
+        record.submission.idempotency_key or record.submission.submit_method in IDEMPOTENT_METHODS
+    )
+    if record.counters.submit_attempts and not resendable:
         why = "its answer was never recorded (the process stopped)"
-    elif record.submit_attempts >= record.max_submit_attempts:
-        why = f"no answer after {record.submit_attempts} attempt(s)"
+    elif record.counters.submit_attempts >= record.contract.max_submit_attempts:
+        why = f"no answer after {record.counters.submit_attempts} attempt(s)"
     elif not can_submit:
         why = "its body and headers are not at hand (they are never stored)"
     else:
         if now >= record.stop_at:
             why = _accepted_cancel_note(record)
             return _finish_early(record, now, notes, deadline_reached(record, now, why))
-        if now < record.next_poll_at:
-            until = min(record.next_poll_at, record.stop_at)
+        if now < record.schedule.next_poll_at:
+            until = min(record.schedule.next_poll_at, record.stop_at)
             return Sleep(until=until, seconds=seconds_between(now, until))
-        url = record.submit_url or ""
+        url = record.submission.submit_url or ""
         return _reserve(
-            record, now, owner, notes, "submit", url, method=record.submit_method, lease_s=lease_s
+            record,
+            now,
+            owner,
+            notes,
+            "submit",
+            url,
+            method=record.submission.submit_method,
+            lease_s=lease_s,
         )
-    key = f" (idempotency key {record.idempotency_key})" if record.idempotency_key else ""
+    key = (
+        f" (idempotency key {record.submission.idempotency_key})"
+        if record.submission.idempotency_key
+        else ""
+    )
     detail = (
         f"the submission cannot be sent again: {why}; it may have created a job. "
         f"Check with the provider, or submit again with the same idempotency key{key}"
@@ -327,13 +346,13 @@ def _budget_spent(record: Record, now: datetime, notes: list[AuditEvent], why: s
         assert ended is not None
         detail = (
             f"the job {ended.value} at the provider (last state "
-            f"{show(record.provider_state)}), but all {record.max_requests} requests of the "
+            f"{show(record.answer.provider_state)}), but all {record.max_requests} requests of the "
             f"budget are used: its {missing} was not fetched"
         )
     else:
         detail = (
             f"all {record.max_requests} requests of the budget are used "
-            f"without a terminal answer (last state {show(record.provider_state)})"
+            f"without a terminal answer (last state {show(record.answer.provider_state)})"
         )
     if why:
         detail = f"{why}: {detail}"
@@ -378,7 +397,7 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
     method: str | None = None,
     lease_s: float | None = None,
 ) -> Send:
-    policy = record.policy
+    policy = record.contract.policy
     left_s = seconds_between(now, record.stop_at)
     # A cancel leaves half the time left for the status look that tells how the job ended.
     timeout_s = min(policy.request_timeout_s, left_s if kind != "cancel" else left_s / 2)
@@ -388,7 +407,7 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
         held_s = lease_s
         timeout_s = min(timeout_s, lease_s - lease_margin_s(lease_s))
     if kind == "cancel":
-        method = record.profile.cancel.method
+        method = record.contract.profile.cancel.method
     counters = record.counters
     counter = _COUNTERS[kind]
     # The reservation changes two parts: the lease (with the request in flight) and
@@ -404,11 +423,11 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
         reserved.requests_used,
         reserved.max_requests,
         timeout_s=timeout_s,
-        late_s=seconds_between(record.next_poll_at, now),
+        late_s=seconds_between(record.schedule.next_poll_at, now),
     )
     event = audit_event(
         reserved, now, EventKind.RESERVED, summary, request=kind, timeout_s=round(timeout_s, 3),
-        deadline_at=record.deadline_at.isoformat(),
+        deadline_at=record.schedule.deadline_at.isoformat(),
     )  # fmt: skip
     return Send(
         transition=Transition(record=reserved, events=(*notes, event)),
@@ -486,7 +505,7 @@ def internal_failure(record: Record, now: datetime, doing: str, exc: Exception) 
         f"({type(exc).__name__}{': ' + ascii(message)[1:-1][:200] if message else ''}); "
         "nothing was guessed, and the other operations are not affected"
     )
-    cleared = record.evolve(in_flight=None, lease_owner=None, lease_expires_at=None)
+    cleared = record.evolve(lease=record.lease.released())
     step = escalate(cleared, now, Reason.INTEGRATION_FAILURE, detail)
     return Transition(record=step.record, events=(step.event(now),))
 
@@ -524,13 +543,17 @@ def observe(
     if observation.request_id is None and observation.body_problem is None:
         # A request id the body carries (the profile's ``request_id``) is kept like a
         # header's: on the record, in the outcome and in the story.
-        named = record.profile.body_request_id(observation.body)
+        named = record.contract.profile.body_request_id(observation.body)
         if named is not None:
             observation = replace(observation, request_id=named)
     # The reading and the URLs depend on none of the fields set below: one copy.
     reading = _read(record, observation)
     bad_url: str | None = None
-    cancelable, cancel_url, errors_url = record.cancelable, record.cancel_url, record.errors_url
+    cancelable, cancel_url, errors_url = (
+        record.answer.cancelable,
+        record.submission.cancel_url,
+        record.submission.errors_url,
+    )
     if reading is not None:
         cancel_at, bad_cancel = _absolute(record, reading.cancel_url, "cancel URL")
         errors_at, bad_errors = _absolute(record, reading.errors_url, "errors URL")
@@ -552,8 +575,10 @@ def observe(
     )
     if observation.kind in ("status", "submit"):
         end, source = provider_estimate(base, observation, reading)
-        if end != base.estimated_end_at or source != base.estimate_from:
-            base = base.evolve(estimated_end_at=end, estimate_from=source)
+        if end != base.answer.estimated_end_at or source != base.answer.estimate_from:
+            base = base.evolve(
+                answer=base.answer.evolve(estimated_end_at=end, estimate_from=source)
+            )
     match observation.kind:
         case _ if bad_url is not None:
             step = escalate(
@@ -574,7 +599,9 @@ def observe(
     if step.kind is EventKind.SCHEDULED and _hinted_in_flight(record, observation, step.record):
         # The answer may predate what the webhook announced: look again at once.
         after = step.record.evolve(
-            next_poll_at=min(step.record.next_poll_at, now), delay_source=None
+            schedule=step.record.schedule.evolve(
+                next_poll_at=min(step.record.schedule.next_poll_at, now), delay_source=None
+            )
         )
         step = replace(step, record=after).said(
             "; a webhook arrived while this request was in flight, so its answer may "
@@ -593,7 +620,7 @@ def observe(
         elapsed_s=round(observation.elapsed_s, 3),
         transport_error=observation.transport_error,
         classification=reading.classification.value if reading and reading.classification else None,
-        deadline_at=after.deadline_at.isoformat(),
+        deadline_at=after.schedule.deadline_at.isoformat(),
     )
     return Transition(record=after, events=(observed, step.event(now)))
 
@@ -622,11 +649,11 @@ def wait_demanded(record: Record) -> bool:
     A pacing hint on an ordinary answer (``Retry-After`` on a 202, a body poll hint) is
     not a demand: a webhook is newer news about the job than that pacing.
     """
-    code = record.last_http_status
+    code = record.answer.last_http_status
     if code == 429:
         return True
     ordinary = code is not None and 200 <= code < 300
-    return record.delay_source is DelaySource.PROVIDER_RETRY_AFTER and not ordinary
+    return record.schedule.delay_source is DelaySource.PROVIDER_RETRY_AFTER and not ordinary
 
 
 def _absolute(record: Record, url: str | None, what: str) -> tuple[str | None, str | None]:
@@ -636,7 +663,9 @@ def _absolute(record: Record, url: str | None, what: str) -> tuple[str | None, s
     if not url:
         return None, None
     try:
-        return resolve(record.status_url or record.submit_url or "", url), None
+        return resolve(
+            record.submission.status_url or record.submission.submit_url or "", url
+        ), None
     except ValueError as exc:
         return None, f"the status body's {what} {shown_url(url)} cannot be used ({exc})"
 
@@ -648,9 +677,9 @@ def _read(record: Record, observation: Observation) -> Reading | None:
         return None
     match observation.kind:
         case "status":
-            return record.profile.read(observation.body, record.poll_kind)
+            return record.contract.profile.read(observation.body, record.submission.poll_kind)
         case "submit":
-            return record.profile.read(observation.body, first_answer_kind(record))
+            return record.contract.profile.read(observation.body, first_answer_kind(record))
         case _:
             return None
 

@@ -165,11 +165,15 @@ class BoundCredentials:
 
     def __call__(self, record: Record) -> Mapping[str, str]:
         """The headers *record*'s own URL (its submit URL, else its status URL) gets."""
-        return self.for_request(record, record.submit_url or record.status_url or "")
+        return self.for_request(
+            record, record.submission.submit_url or record.submission.status_url or ""
+        )
 
     def binding(self, record: Record, url: str) -> Binding | None:
         """The binding whose places hold *url* for *record*, or ``None``."""
-        mine = [b for b in self.bindings if b.label is not None and b.label == record.label]
+        mine = [
+            b for b in self.bindings if b.label is not None and b.label == record.contract.label
+        ]
         for candidate in (*mine, *(b for b in self.bindings if b.label is None)):
             if any(place.holds(url) for place in candidate.places):
                 return candidate
@@ -185,7 +189,7 @@ class BoundCredentials:
         """Why *record*'s *kind* request to *url* must not be sent at all (an exclusive
         binding of its label does not hold *url*), in one line; ``None``: it may go."""
         for bound in self.bindings:
-            if not bound.exclusive or bound.label != record.label:
+            if not bound.exclusive or bound.label != record.contract.label:
                 continue
             if any(place.holds(url) for place in bound.places):
                 return None
@@ -257,6 +261,6 @@ def refuse_outside(
     why = headers.refusal(record, decision.request.url, decision.request.kind)
     if why is None:
         return decision
-    cleared = record.evolve(in_flight=None, lease_owner=None, lease_expires_at=None)
+    cleared = record.evolve(lease=record.lease.released())
     step = escalate(cleared, now, Reason.INTEGRATION_FAILURE, why)
     return Finish(transition=Transition(record=step.record, events=(step.event(now),)))

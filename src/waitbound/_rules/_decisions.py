@@ -81,7 +81,7 @@ def _grant(record: Record, minutes: float | None, checks: int | None) -> _Grant:
     suggested_minutes, suggested_checks = suggested_grant(record)
     minutes = suggested_minutes if minutes is None else minutes
     checks = suggested_checks if checks is None else checks
-    ceiling = record.policy.extension_ceiling_s / 60
+    ceiling = record.contract.policy.extension_ceiling_s / 60
     if (
         isinstance(minutes, bool)
         or not isinstance(minutes, int | float)
@@ -100,7 +100,7 @@ def _grant(record: Record, minutes: float | None, checks: int | None) -> _Grant:
             f"minutes {minutes:g} is beyond the ceiling of {span(ceiling)} for one grant "
             f"(policy max_extension_s): give at most {math.floor(ceiling * 1e4) / 1e4:g} minutes"
         )
-    limit = min(record.policy.max_requests, MAX_COUNT)
+    limit = min(record.contract.policy.max_requests, MAX_COUNT)
     if isinstance(checks, bool) or not isinstance(checks, int) or not 1 <= checks <= limit:
         raise UsageError(
             f"checks must be a whole number from 1 to {limit} (the policy's request "
@@ -119,7 +119,7 @@ def _as_requested(record: Record) -> _Grant:
     asked = proposed_grant(record)
     if asked is None:
         raise UsageError(
-            f"operation {record.operation_id} holds no agent's proposal to grant as requested"
+            f"operation {record.contract.operation_id} holds no agent's proposal to grant as requested"
         )
     try:
         return _grant(record, *asked)
@@ -129,7 +129,7 @@ def _as_requested(record: Record) -> _Grant:
 
 def _limits(record: Record) -> dict[str, JSON]:
     return {
-        "deadline_at": record.deadline_at.isoformat(),
+        "deadline_at": record.schedule.deadline_at.isoformat(),
         "max_requests": record.max_requests,
         "max_transport_failures": record.max_transport_failures,
         "max_rate_limited": record.max_rate_limited,
@@ -147,27 +147,30 @@ def _granted(record: Record, grant: _Grant, now: datetime) -> Record:
     A running operation (an agent asked for more time) is never cut down by a grant:
     its request budget only moves out, never in.
     """
-    grants = record.grants
-    policy = record.policy
+    grants = record.oversight.grants
+    policy = record.contract.policy
     requests = record.requests_used + grant.action_requests + grant.checks - policy.max_requests
-    deadline_at = max(now + timedelta(minutes=grant.minutes), record.deadline_at)
+    deadline_at = max(now + timedelta(minutes=grant.minutes), record.schedule.deadline_at)
     if not record.is_finished:
         requests = max(requests, grants.requests)
     failures = grants.transport_failures
-    if record.reason is Reason.PROVIDER_FAILURE:
-        failures = record.transport_failures_used
+    if record.ending.reason is Reason.PROVIDER_FAILURE:
+        failures = record.counters.transport_failures_used
     throttles = grants.rate_limited
-    if record.reason is Reason.RATE_LIMITED:
-        throttles = record.rate_limited_used
-    return replace(
-        record,
-        deadline_at=deadline_at,
-        grants=replace(
-            grants,
-            requests=requests,
-            transport_failures=failures,
-            rate_limited=throttles,
-            extensions=grants.extensions + 1,
+    if record.ending.reason is Reason.RATE_LIMITED:
+        throttles = record.counters.rate_limited_used
+    return record.evolve(
+        schedule=record.schedule.evolve(deadline_at=deadline_at),
+        oversight=record.oversight.evolve(
+            grants=(
+                replace(
+                    grants,
+                    requests=requests,
+                    transport_failures=failures,
+                    rate_limited=throttles,
+                    extensions=grants.extensions + 1,
+                )
+            )
         ),
     )
 
@@ -182,19 +185,21 @@ def _reopened(record: Record, now: datetime) -> Record:
     """
     if not record.is_finished:
         return record
-    error = record.error.get("provider_error") if isinstance(record.error, dict) else None
-    return replace(
-        record,
-        phase=record.stopped_phase or Phase.WAITING,
-        outcome=None,
-        reason=None,
-        finished_at=None,
-        error=error,
-        next_poll_at=now,
-        delay_source=DelaySource.MANUAL_EXTENSION,
-        attempt=0,
-        lease_owner=None,
-        lease_expires_at=None,
+    error = (
+        record.ending.error.get("provider_error") if isinstance(record.ending.error, dict) else None
+    )
+    return record.evolve(
+        ending=record.ending.evolve(
+            phase=record.ending.stopped_phase or Phase.WAITING,
+            outcome=None,
+            reason=None,
+            finished_at=None,
+            error=error,
+        ),
+        schedule=record.schedule.evolve(
+            next_poll_at=now, delay_source=DelaySource.MANUAL_EXTENSION, attempt=0
+        ),
+        lease=record.lease.held(None, None),
     )
 
 
@@ -240,10 +245,10 @@ def decide_record(
     """
     who, reason_text = _person(by, why)
     offered = options(record, now)
-    if record.decision_request is None:
-        state = record.outcome.value if record.outcome else "still waiting"
+    if record.oversight.decision_request is None:
+        state = record.ending.outcome.value if record.ending.outcome else "still waiting"
         raise UsageError(
-            f"operation {record.operation_id} has no open decision request ({state}); "
+            f"operation {record.contract.operation_id} has no open decision request ({state}); "
             "there is nothing to decide"
         )
     try:  # ``as-requested`` is how a command line spells ``as_requested``
@@ -253,18 +258,18 @@ def decide_record(
     if chosen is None or chosen not in offered:
         why_not = _closed_because(record, chosen, now) if chosen is not None else None
         raise UsageError(
-            f"option {str(option)[:40]!r} is not open on operation {record.operation_id} "
-            f"({record.reason.value if record.reason else 'an agent request'}"
+            f"option {str(option)[:40]!r} is not open on operation {record.contract.operation_id} "
+            f"({record.ending.reason.value if record.ending.reason else 'an agent request'}"
             f"{'; ' + why_not if why_not else ''}); open: "
             f"{', '.join(o.value for o in offered) or 'none'}"
         )
     _only_where_they_apply(chosen, minutes, checks, profile, credential_label)
     before = _limits(record)
     detail: dict[str, JSON] = {"limits_before": before}
-    if record.reason is not None:
-        detail["stopped_because"] = record.reason.value
-    if record.error is not None:
-        detail["stopped_with"] = record.error
+    if record.ending.reason is not None:
+        detail["stopped_because"] = record.ending.reason.value
+    if record.ending.error is not None:
+        detail["stopped_with"] = record.ending.error
     if chosen in RESUMING:
         grant = replace(
             _as_requested(record)
@@ -278,8 +283,8 @@ def decide_record(
             ),
         )
         granted: dict[str, JSON] = {"minutes": grant.minutes, "checks": grant.checks}
-        if chosen is Option.AS_REQUESTED and record.decision_request is not None:
-            granted["requested_by"] = record.decision_request.requested_by
+        if chosen is Option.AS_REQUESTED and record.oversight.decision_request is not None:
+            granted["requested_by"] = record.oversight.decision_request.requested_by
         if grant.action_requests:
             granted["action_requests"] = grant.action_requests
         detail["grant"] = granted
@@ -301,11 +306,15 @@ def decide_record(
                 cancel_refused=None,
             )
         case Option.TREAT_AS_PENDING:
-            pending = (*record.grants.pending_states, record.provider_state)
+            pending = (*record.oversight.grants.pending_states, record.answer.provider_state)
             after = _reopened(_granted(record, grant, now), now)
-            after = replace(after, grants=replace(after.grants, pending_states=pending))
+            after = after.evolve(
+                oversight=after.oversight.evolve(
+                    grants=replace(after.oversight.grants, pending_states=pending)
+                )
+            )
             after = grant_paced(after, now, minutes=grant.minutes)
-            detail["pending_state"] = record.provider_state
+            detail["pending_state"] = record.answer.provider_state
         case Option.RESUME_WITH_CREDENTIALS:
             label = (credential_label or "").strip()
             if not label:
@@ -313,7 +322,7 @@ def decide_record(
                     "resume_with_credentials needs a credential label: a name for the new "
                     "credentials (never the secret itself)"
                 )
-            if label == record.credential_label:
+            if label == record.oversight.credential_label:
                 raise UsageError(
                     f"credential label {label[:40]!r} is the one that was denied; resume only "
                     "with other credentials"
@@ -321,11 +330,14 @@ def decide_record(
             after = replace(
                 _reopened(_granted(record, grant, now), now), credential_label=label[:128]
             )
-            detail["credential_label"] = {"from": record.credential_label, "to": label[:128]}
+            detail["credential_label"] = {
+                "from": record.oversight.credential_label,
+                "to": label[:128],
+            }
         case Option.RESUME_WITH_PROFILE:
             if profile is None:
                 raise UsageError("resume_with_profile needs the corrected profile")
-            old, new = profile_version(record.profile), profile_version(profile)
+            old, new = profile_version(record.contract.profile), profile_version(profile)
             if old == new:
                 raise UsageError(
                     f"profile {profile.name} (version {new}) is the one that stopped; give the "
@@ -333,31 +345,40 @@ def decide_record(
                 )
             after = replace(_reopened(_granted(record, grant, now), now), profile=profile)
             detail["profile"] = {
-                "from": {"name": record.profile.name, "version": old},
+                "from": {"name": record.contract.profile.name, "version": old},
                 "to": {"name": profile.name, "version": new},
             }
         case Option.FETCH_RESULT_AGAIN:
             after = _reopened(_granted(record, grant, now), now)
         case Option.MARK_SUCCEEDED | Option.MARK_FAILED:
-            evidence = record.error.get("response") if isinstance(record.error, dict) else None
+            evidence = (
+                record.ending.error.get("response")
+                if isinstance(record.ending.error, dict)
+                else None
+            )
             detail["evidence"] = evidence
             succeeded = chosen is Option.MARK_SUCCEEDED
-            after = replace(
-                record,
-                outcome=OutcomeKind.SUCCEEDED if succeeded else OutcomeKind.FAILED,
-                reason=None,
-                decided_by=who,
-                error=None if succeeded else record.error,
+            after = record.evolve(
+                ending=record.ending.evolve(
+                    outcome=OutcomeKind.SUCCEEDED if succeeded else OutcomeKind.FAILED,
+                    reason=None,
+                    error=None if succeeded else record.ending.error,
+                ),
+                oversight=record.oversight.evolve(decided_by=who),
             )
         case _:  # abandon, decline: the outcome (or the running operation) stays
             pass
     decision = Decision(option=chosen.value, by=who, why=reason_text, at=now, detail=detail)
-    after = replace(after, decision_request=None, decisions=(*record.decisions, decision))
+    after = after.evolve(
+        oversight=after.oversight.evolve(
+            decision_request=None, decisions=(*record.oversight.decisions, decision)
+        )
+    )
     detail["limits_after"] = _limits(after)
     summary = f"decided by {who}: {chosen.value} ({reason_text})"
     if chosen in RESUMING:
         summary += (
-            f"; deadline {after.deadline_at.isoformat()}, requests {after.requests_used} of "
+            f"; deadline {after.schedule.deadline_at.isoformat()}, requests {after.requests_used} of "
             f"{after.max_requests}"
         )
     event = audit_event(
@@ -376,7 +397,7 @@ def decide_record(
 def _closed_because(record: Record, option: Option, now: datetime) -> str | None:
     """Why a resuming option or ``cancel`` is closed on *record*, in words (``None`` when
     its reason never offers it)."""
-    if record.is_finished and option not in reason_options(record.reason):
+    if record.is_finished and option not in reason_options(record.ending.reason):
         return None
     if option is Option.CANCEL and (refusal := cancel_refusal(record, now)) is not None:
         return refusal.split(": ", 1)[-1]
@@ -447,9 +468,9 @@ def request_extension_record(
         UsageError: a finished operation with no open request, a blank ``why``, or a
             proposal beyond the ceilings (see :func:`decide`).
     """
-    if record.is_finished and record.decision_request is None:
+    if record.is_finished and record.oversight.decision_request is None:
         raise UsageError(
-            f"operation {record.operation_id} is finished ({record.outcome}); there is "
+            f"operation {record.contract.operation_id} is finished ({record.ending.outcome}); there is "
             "nothing to extend"
         )
     who, reason_text = _person(by, why)
@@ -482,17 +503,21 @@ def expire(record: Record, now: datetime) -> tuple[Record, AuditEvent] | None:
     A stopped operation is closed with reason ``decision_timeout`` (its outcome stays;
     the reason it stopped for stays in ``error``); a running one goes on as it was.
     """
-    request = record.decision_request
+    request = record.oversight.decision_request
     if request is None or now < request.due_at:
         return None
     detail: dict[str, JSON] = {"due_at": request.due_at.isoformat()}
-    if record.reason is not None:
-        detail["stopped_because"] = record.reason.value
+    if record.ending.reason is not None:
+        detail["stopped_because"] = record.ending.reason.value
     why = f"no decision before {request.due_at.isoformat()}"
     decision = Decision(option="decision_timeout", by=SYSTEM, why=why, at=now, detail=detail)
-    after = replace(record, decision_request=None, decisions=(*record.decisions, decision))
+    after = record.evolve(
+        oversight=record.oversight.evolve(
+            decision_request=None, decisions=(*record.oversight.decisions, decision)
+        )
+    )
     if record.is_finished:
-        after = replace(after, reason=Reason.DECISION_TIMEOUT)
+        after = after.evolve(ending=after.ending.evolve(reason=Reason.DECISION_TIMEOUT))
     event = audit_event(
         after, now, EventKind.DECIDED, f"decision request closed: {why}", option="decision_timeout",
         by=SYSTEM, why=why, **detail,

@@ -39,11 +39,15 @@ def foreign_job(record: Record, named: str | None) -> str | None:
     document), and they differ. Only answers of the status monitor (and receipts and
     result documents) are compared: a ``location`` or ``resource`` URL's body is
     another resource, whose ``id`` is not the job's."""
-    if record.job_id is None or named is None or record.poll_kind is not UrlKind.STATUS:
+    if (
+        record.submission.job_id is None
+        or named is None
+        or record.submission.poll_kind is not UrlKind.STATUS
+    ):
         return None
     if _receipt_is_the_resource(record):
         return None
-    return named if named != record.job_id else None
+    return named if named != record.submission.job_id else None
 
 
 def _receipt_is_the_resource(record: Record) -> bool:
@@ -51,15 +55,19 @@ def _receipt_is_the_resource(record: Record) -> bool:
     reports on: under a staged protocol (``submit.final_get``, ``final-state-via``, or a
     ``location`` / ``resource`` polling URL, as at Azure) the receipt is the resource and
     the monitor an operation on it, each with its own ``id``; those are not compared."""
-    if record.submit_method is None:
+    if record.submission.submit_method is None:
         return False
-    kinds = {source.kind for source in record.profile.submit.polling}
+    kinds = {source.kind for source in record.contract.profile.submit.polling}
     return staged(record) or bool(kinds - {UrlKind.STATUS})
 
 
 def cleared(record: Record) -> Record:
     """*record* after an answer that is evidence: no doubt open any more."""
-    return record if record.doubted_at is None else record.evolve(doubted_at=None)
+    return (
+        record
+        if record.answer.doubted_at is None
+        else record.evolve(answer=record.answer.evolve(doubted_at=None))
+    )
 
 
 def doubt(
@@ -79,10 +87,10 @@ def doubt(
     another job: ``{"job_mismatch": {"expected": …, "named": …}}``).
     """
     now = observation.at
-    policy = record.policy
+    policy = record.contract.policy
     data = extra or {}
-    opened = record.doubted_at
-    confirms = 0 if opened is None else record.confirm_requests_used + 1
+    opened = record.answer.doubted_at
+    confirms = 0 if opened is None else record.counters.confirm_requests_used + 1
     window_over = opened is not None and seconds_between(opened, now) >= policy.confirm_window_s
     if confirms >= policy.confirm_max_requests or window_over:
         return escalate(
@@ -93,7 +101,10 @@ def doubt(
             f"{policy.confirm_window_s:g}s; not taken as this operation's answer",
             response=observation.body,
         ).adding(data)
-    record = record.evolve(doubted_at=opened or now, confirm_requests_used=confirms)
+    record = record.evolve(
+        answer=record.answer.evolve(doubted_at=opened or now),
+        counters=record.counters.evolve(confirm_requests_used=confirms),
+    )
     return schedule(
         record, observation, reading, rng, note=f"{why}; confirming", confirming=True
     ).adding(data)

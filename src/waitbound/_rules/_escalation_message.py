@@ -31,28 +31,30 @@ def escalation_message(record: Record, now: datetime) -> str:
     Stopped because: request_budget_exhausted
     Safe options: extend waiting once by 15 minutes with 4 more checks, cancel at provider: …
     """
-    request = record.decision_request
-    end = record.finished_at or now
-    elapsed = max(0.0, (end - record.created_at).total_seconds())
+    request = record.oversight.decision_request
+    end = record.ending.finished_at or now
+    elapsed = max(0.0, (end - record.contract.created_at).total_seconds())
     last = "none"
-    if record.last_observed_at is not None:
-        code = record.last_http_status
+    if record.answer.last_observed_at is not None:
+        code = record.answer.last_http_status
         what = f"{code}" if code is not None else "no answer"
-        last = f"{what} at {record.last_observed_at.strftime('%H:%M')} UTC"
-    state = record.provider_state
+        last = f"{what} at {record.answer.last_observed_at.strftime('%H:%M')} UTC"
+    state = record.answer.provider_state
     state_text = state if isinstance(state, str) else "none" if state is None else show(state)
     lines = [
         "External job needs a decision",
-        f"Operation: {record.operation_id}",
+        f"Operation: {record.contract.operation_id}",
         *_what_the_job_is(record),
-        f"Provider job: {_short(record.job_id or '(not known)')}",
+        f"Provider job: {_short(record.submission.job_id or '(not known)')}",
         f"Last state: {_short(state_text)}",
         f"Elapsed time: {_duration(elapsed)}",
-        f"Status requests: {record.status_requests_used} of {record.max_requests}",
+        f"Status requests: {record.counters.status_requests_used} of {record.max_requests}",
     ]
     lines.append(f"Last HTTP result: {last}")
     if record.is_finished:
-        lines.append(f"Stopped because: {record.reason.value if record.reason else 'unknown'}")
+        lines.append(
+            f"Stopped because: {record.ending.reason.value if record.ending.reason else 'unknown'}"
+        )
     if request is not None and request.requested_by != SYSTEM:
         lines.append(
             f"Requested by: {request.requested_by}, {span(request.minutes or 0, more=True)}"
@@ -61,9 +63,9 @@ def escalation_message(record: Record, now: datetime) -> str:
     others = [
         (n, what)
         for n, what in (
-            (record.submit_attempts, "submit"),
-            (record.result_requests_used, "result"),
-            (record.cancel_requests_used, "cancel"),
+            (record.counters.submit_attempts, "submit"),
+            (record.counters.result_requests_used, "result"),
+            (record.counters.cancel_requests_used, "cancel"),
         )
         if n
     ]
@@ -71,7 +73,7 @@ def escalation_message(record: Record, now: datetime) -> str:
         spent = ", ".join(f"{n} {what}" for n, what in others)
         lines.append(
             f"All requests: {record.requests_used} of {record.max_requests} "
-            f"({record.status_requests_used} status, {spent})"
+            f"({record.counters.status_requests_used} status, {spent})"
         )
     offered = ", ".join(cost(record, option) for option in options(record, now))
     lines.append(f"Safe options: {offered or 'none'}")
@@ -86,28 +88,30 @@ def _what_the_job_is(record: Record) -> list[str]:
     user info or query), its progress and the provider's estimate of its end (each only
     when known)."""
     lines = []
-    if record.label:
-        lines.append(f"Label: {_short(record.label)}")
-    where = record.submit_url or record.caller_url or record.status_url
-    source = f"{record.profile.name} profile"
+    if record.contract.label:
+        lines.append(f"Label: {_short(record.contract.label)}")
+    where = (
+        record.submission.submit_url or record.submission.caller_url or record.submission.status_url
+    )
+    source = f"{record.contract.profile.name} profile"
     if where:
         source += f", {redact_url(where)}"
     lines.append(f"Source: {_short(source)}")
-    if record.submit_url:
-        method = record.submit_method or "POST"
-        submitted = f"{method} {redact_url(record.submit_url)}"
-        if record.submit_fingerprint:
-            submitted += f" (request fingerprint {record.submit_fingerprint[:12]})"
+    if record.submission.submit_url:
+        method = record.submission.submit_method or "POST"
+        submitted = f"{method} {redact_url(record.submission.submit_url)}"
+        if record.submission.submit_fingerprint:
+            submitted += f" (request fingerprint {record.submission.submit_fingerprint[:12]})"
         lines.append(f"Submitted: {_short(submitted)}")
-    if record.progress is not None:
-        progress = record.progress
+    if record.answer.progress is not None:
+        progress = record.answer.progress
         lines.append(
             f"Progress: {_short(progress if isinstance(progress, str) else show(progress))}"
         )
-    if record.estimated_end_at is not None and record.estimate_from is not None:
+    if record.answer.estimated_end_at is not None and record.answer.estimate_from is not None:
         lines.append(
-            f"Provider estimate: ends by {record.estimated_end_at.strftime('%Y-%m-%d %H:%M:%S')} "
-            f"UTC ({_short(record.estimate_from)})"
+            f"Provider estimate: ends by {record.answer.estimated_end_at.strftime('%Y-%m-%d %H:%M:%S')} "
+            f"UTC ({_short(record.answer.estimate_from)})"
         )
     return lines
 

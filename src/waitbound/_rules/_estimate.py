@@ -43,7 +43,7 @@ def provider_estimate(
     when the job ends). A value that is not a finite non-negative number, or further
     than a year out, is not an estimate.
     """
-    kept = record.estimated_end_at, record.estimate_from
+    kept = record.answer.estimated_end_at, record.answer.estimate_from
     pending = reading is not None and reading.classification is Classification.PENDING
     code = observation.http_status
     if reading is None or not pending or code is None or not 200 <= code < 300:
@@ -56,13 +56,13 @@ def provider_estimate(
         and math.isfinite(seconds)
         and 0 <= seconds <= _LONGEST_S
     ):
-        end = record.created_at + timedelta(seconds=float(seconds))
+        end = record.contract.created_at + timedelta(seconds=float(seconds))
         return end, f"the provider's estimated duration of {rough_duration(float(seconds))}"
     expires = reading.expires_at
     if expires is not None and now < expires <= now + timedelta(seconds=_LONGEST_S):
         return expires, "the job's own expiry time (expires_at)"
-    hint, _ = read_hints(observation.headers, reading, record.profile, now=now)
-    if hint is not None and record.policy.max_delay_s <= hint.delay_s <= _LONGEST_S:
+    hint, _ = read_hints(observation.headers, reading, record.contract.profile, now=now)
+    if hint is not None and record.contract.policy.max_delay_s <= hint.delay_s <= _LONGEST_S:
         end = now + timedelta(seconds=hint.delay_s)
         again = rough_duration(hint.delay_s)
         return end, f"the provider's hint ({hint.origin}: look again in {again})"

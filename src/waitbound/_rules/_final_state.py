@@ -34,8 +34,8 @@ def monitor_result(record: Record, observation: Observation, reading: Reading | 
 def staged(record: Record) -> bool:
     """Whether the profile (or the caller) says where a staged protocol's final state is:
     ``submit.final_get`` or a ``final-state-via``."""
-    contract = record.profile.submit
-    return bool(contract.final_get or record.final_state_via or contract.final_state_via)
+    contract = record.contract.profile.submit
+    return bool(contract.final_get or record.contract.final_state_via or contract.final_state_via)
 
 
 def resource_required(record: Record) -> bool:
@@ -43,13 +43,13 @@ def resource_required(record: Record) -> bool:
     document: the method's final state is its request URL (``submit.final_get``: at
     Azure PUT and PATCH), ``final-state-via`` is ``original-uri``, or the polling URL is
     the resource (kind ``resource``)."""
-    contract = record.profile.submit
-    via = record.final_state_via or contract.final_state_via
-    by_method = contract.final_get.get((record.submit_method or "").upper())
+    contract = record.contract.profile.submit
+    via = record.contract.final_state_via or contract.final_state_via
+    by_method = contract.final_get.get((record.submission.submit_method or "").upper())
     return (
         by_method == "request_url"
         or via is FinalStateVia.ORIGINAL_URI
-        or record.poll_kind is UrlKind.RESOURCE
+        or record.submission.poll_kind is UrlKind.RESOURCE
     )
 
 
@@ -61,9 +61,9 @@ def _may_be_empty(record: Record, observation: Observation) -> bool:
     explicit result URL, a resource's final GET) must hold something."""
     if observation.kind != "result":
         return not resource_required(record)
-    if (record.submit_method or "").upper() not in ("POST", "DELETE"):
+    if (record.submission.submit_method or "").upper() not in ("POST", "DELETE"):
         return False
-    return same_url(record.result_url, record.location_url)
+    return same_url(record.submission.result_url, record.submission.location_url)
 
 
 def empty_resource(record: Record, observation: Observation, outcome: OutcomeKind) -> str | None:
@@ -79,7 +79,7 @@ def empty_resource(record: Record, observation: Observation, outcome: OutcomeKin
         return None
     code = observation.http_status
     kinds = {"submit": "submission", "result": "result URL"}
-    where = kinds.get(observation.kind, f"{record.poll_kind.value} URL")
+    where = kinds.get(observation.kind, f"{record.submission.poll_kind.value} URL")
     what = "no body" if observation.body is None else f"an empty body ({show(observation.body)})"
     if observation.kind == "result" and not resource_required(record):
         return (
@@ -87,7 +87,7 @@ def empty_resource(record: Record, observation: Observation, outcome: OutcomeKin
             "an empty or absent result is no evidence of success, so it is not reported "
             "as succeeded"
         )
-    method = record.submit_method or "operation"
+    method = record.submission.submit_method or "operation"
     return (
         f"the {where} answered HTTP {code} ({outcome.value} by the profile) with {what}, "
         f"but the final state of this {method} is the resource itself: an empty or absent "

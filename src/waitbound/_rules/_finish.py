@@ -77,19 +77,20 @@ def deadline_reached(record: Record, now: datetime, why: str = "") -> Step:
     when only a partial success's errors page is left, the outcome is that partial
     success, with ``errors`` saying the page was not fetched.
     """
-    if record.phase is Phase.FETCHING_ERRORS:
+    if record.ending.phase is Phase.FETCHING_ERRORS:
         # The outcome is known (a partial success, its result in hand): only the first
         # page of errors is missing, and ``errors`` says so.
-        record = replace(
-            record,
-            errors={"problem": f"the errors page was not fetched before the deadline{why}"},
+        record = record.evolve(
+            ending=record.ending.evolve(
+                errors={"problem": f"the errors page was not fetched before the deadline{why}"}
+            )
         )
         return finish(
-            record, now, record.settled_outcome or OutcomeKind.COMPLETED_WITH_ERRORS, None
+            record, now, record.ending.settled_outcome or OutcomeKind.COMPLETED_WITH_ERRORS, None
         )
     if (settled := settled_without_receipt(record, now, why)) is not None:
         return settled
-    if record.phase is Phase.FETCHING_RESULT:
+    if record.ending.phase is Phase.FETCHING_RESULT:
         return escalate(
             record,
             now,
@@ -105,19 +106,22 @@ def settled_without_receipt(record: Record, now: datetime, why: str = "") -> Ste
     receipt (``result_for_every_ending``) could not be fetched before a bound: its
     ending is the outcome, the receipt's absence stated in the audit; ``None`` for any
     other record."""
-    settled = record.settled_outcome
+    settled = record.ending.settled_outcome
     unsuccessful = (OutcomeKind.FAILED, OutcomeKind.CANCELED, OutcomeKind.EXPIRED)
-    if record.phase is not Phase.FETCHING_RESULT or settled not in unsuccessful:
+    if record.ending.phase is not Phase.FETCHING_RESULT or settled not in unsuccessful:
         return None
     assert settled is not None
-    return finish(record, now, settled, record.settled_reason).said(
+    return finish(record, now, settled, record.ending.settled_reason).said(
         f"; its receipt was not fetched{why}"
     )
 
 
 def timed_out(record: Record, now: datetime, why: str = "") -> Step:
     """Stop at the deadline, or at the business deadline when that comes first."""
-    business = record.business_deadline_at is not None and record.stop_at < record.deadline_at
+    business = (
+        record.contract.business_deadline_at is not None
+        and record.stop_at < record.schedule.deadline_at
+    )
     what = "business deadline" if business else "deadline"
     if now >= record.stop_at:
         detail = f"the {what} {record.stop_at.isoformat()} was reached{why}"
@@ -155,8 +159,14 @@ def terminal(
     reason: Reason | None = None,
 ) -> Step:
     if counts is not None:
-        record = replace(record, counts=reported_counts(counts.as_json()))
-    record = replace(record, result=result, error=error if is_present(error) else None, usage=usage)
+        record = record.evolve(
+            ending=record.ending.evolve(counts=reported_counts(counts.as_json()))
+        )
+    record = record.evolve(
+        ending=record.ending.evolve(
+            result=result, error=error if is_present(error) else None, usage=usage
+        )
+    )
     return finish(record, now, outcome, reason)
 
 
@@ -173,22 +183,23 @@ def finish(
         error: dict[str, JSON] = {"reason": reason.value if reason else None, "detail": detail}
         if response is not None:
             error["response"] = bounded(response)
-        if record.error is not None:
-            error["provider_error"] = record.error
-        record = replace(record, error=error)
-    record = replace(
-        record,
-        phase=Phase.DONE,
-        stopped_phase=record.phase,
-        outcome=outcome,
-        reason=reason,
-        finished_at=now,
-        delay_source=None,
+        if record.ending.error is not None:
+            error["provider_error"] = record.ending.error
+        record = record.evolve(ending=record.ending.evolve(error=error))
+    record = record.evolve(
+        ending=record.ending.evolve(
+            phase=Phase.DONE,
+            stopped_phase=record.ending.phase,
+            outcome=outcome,
+            reason=reason,
+            finished_at=now,
+        ),
+        schedule=record.schedule.evolve(delay_source=None),
     )
     if outcome in (OutcomeKind.ESCALATED, OutcomeKind.TIMED_OUT):
         record = open_request(record, now)
     else:
-        record = replace(record, decision_request=None)
+        record = record.evolve(oversight=record.oversight.evolve(decision_request=None))
     # a refused cancel that came too late says so when there is no detail
     summary = sentences.finished(outcome, reason, detail=detail, late_cancel=record.late_cancel)
     return Step(

@@ -64,15 +64,15 @@ def is_throttled(record: Record, observation: Observation, reading: Reading | No
     code = observation.http_status
     body_throttled = reading is not None and reading.throttled
     return body_throttled or (
-        code is not None and record.profile.throttled_by(code, observation.headers)
+        code is not None and record.contract.profile.throttled_by(code, observation.headers)
     )
 
 
 def throttled(
     record: Record, observation: Observation, reading: Reading | None, rng: random.Random
 ) -> Step:
-    used = record.rate_limited_used + 1
-    record = record.evolve(rate_limited_used=used)
+    used = record.counters.rate_limited_used + 1
+    record = record.evolve(counters=record.counters.evolve(rate_limited_used=used))
     if used > record.max_rate_limited:
         return escalate(
             record,
@@ -87,15 +87,15 @@ def provider_trouble(
     record: Record, observation: Observation, reading: Reading | None, rng: random.Random
 ) -> Step:
     what = observation.transport_error or f"HTTP {observation.http_status}"
-    used = record.transport_failures_used + 1
-    record = record.evolve(transport_failures_used=used)
+    used = record.counters.transport_failures_used + 1
+    record = record.evolve(counters=record.counters.evolve(transport_failures_used=used))
     if used > record.max_transport_failures:
         settled, missing = record.provider_outcome, record.unfetched
         learned = (
             f"the job {settled.value} at the provider (last state "
-            f"{show(record.provider_state)}), but its {missing} could not be fetched"
+            f"{show(record.answer.provider_state)}), but its {missing} could not be fetched"
             if settled is not None and missing is not None
-            else f"the job's state could not be learned (last known {show(record.provider_state)})"
+            else f"the job's state could not be learned (last known {show(record.answer.provider_state)})"
         )
         return escalate(
             record,
@@ -158,10 +158,10 @@ def schedule(
     ``timed_out`` with a job that ended in time unseen.
     """
     now = observation.at
-    policy = record.policy
+    policy = record.contract.policy
     floor = policy.floor_s
     told, invalid = read_hints(
-        observation.headers, reading, record.profile, now=now, throttled=throttle
+        observation.headers, reading, record.contract.profile, now=now, throttled=throttle
     )
     record = _hint_evidence(record, told)
     hint = told if told is not None and told.delay_s >= floor else None
@@ -213,7 +213,7 @@ def schedule(
         demanded = demanded or throttle
         if backup:  # the hint is a minimum under the backup schedule, not a shortcut
             slower = backoff_delay_s(
-                record.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng, **shape
+                record.schedule.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng, **shape
             )
             if slower > delay:
                 delay, source = slower, DelaySource.BACKUP_POLLING
@@ -226,8 +226,12 @@ def schedule(
     else:
         minimum = max(floor, unfollowed.delay_s if unfollowed else 0.0)
         low = policy.backoff_jitter_floor * raw_s
-        if record.attempt and record.last_delay_s and record.delay_source in HINT_SOURCES:
-            low = max(low, min(record.last_delay_s, raw_s))  # never shorter than the hint
+        if (
+            record.schedule.attempt
+            and record.schedule.last_delay_s
+            and record.schedule.delay_source in HINT_SOURCES
+        ):
+            low = max(low, min(record.schedule.last_delay_s, raw_s))  # never shorter than the hint
         if unfollowed is not None:  # the hint stays a minimum
             low = max(low, min(unfollowed.delay_s, raw_s))
         delay = rng.uniform(low, raw_s)
@@ -244,7 +248,7 @@ def schedule(
             source = unfollowed.source  # a demand lengthened by the plan: still a demand
     spread_s = (
         budget_min_delay_s(record, now, cap_s=cap_s)
-        if record.phase is Phase.WAITING and not confirming
+        if record.ending.phase is Phase.WAITING and not confirming
         else 0.0
     )
     if spread_s > delay:  # the budget's pace: the rest must still cover the time left
@@ -254,7 +258,7 @@ def schedule(
         extra_budget = True
     else:
         extra_budget = False
-    attempt = record.attempt + 1  # set with the next poll time below: one copy
+    attempt = record.schedule.attempt + 1  # set with the next poll time below: one copy
     extra: dict[str, JSON] = {
         "invalid_hints": [
             {"origin": bad.origin, "value": bad.value, "problem": bad.problem} for bad in invalid
@@ -267,12 +271,12 @@ def schedule(
             "origin": unfollowed.origin,
             "delay_s": unfollowed.delay_s,
             "followed": False,
-            "came_true": [record.hints_true, record.hints_followed],
+            "came_true": [record.schedule.hints_true, record.schedule.hints_followed],
         }
         note = (
             f"{note + '; ' if note else ''}hint {unfollowed.delay_s:g}s ({unfollowed.origin}) "
             f"is a minimum, not followed sooner than the plan ({raw_s:.3g}s): this job's "
-            f"hints came true {record.hints_true} of {record.hints_followed} times"
+            f"hints came true {record.schedule.hints_true} of {record.schedule.hints_followed} times"
         )
     elif hint is not None:
         extra["hint"] = {"origin": hint.origin, "delay_s": hint.delay_s}
@@ -293,7 +297,7 @@ def schedule(
     earliest = now + timedelta(seconds=minimum)
     if (
         unseen
-        and record.phase is Phase.WAITING
+        and record.ending.phase is Phase.WAITING
         and not confirming
         and earliest < record.stop_at <= now + timedelta(seconds=delay)
     ):  # the look still owed stays inside the deadline (see the docstring)
@@ -312,7 +316,7 @@ def schedule(
         wait = (
             f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
         )
-        record = record.evolve(attempt=attempt)
+        record = record.evolve(schedule=record.schedule.evolve(attempt=attempt))
         if demanded:
             stop = escalate(
                 record,
@@ -332,11 +336,13 @@ def schedule(
         # budget's now (the controller's), never a backoff that runs into the deadline.
         next_poll_at = now
     record = record.evolve(
-        attempt=attempt,
-        next_poll_at=next_poll_at,
-        delay_source=source,
-        last_delay_s=round(seconds_between(now, next_poll_at) / factor, 6),
-        last_hint_s=told.delay_s if told is not None else None,
+        schedule=record.schedule.evolve(
+            attempt=attempt,
+            next_poll_at=next_poll_at,
+            delay_source=source,
+            last_delay_s=round(seconds_between(now, next_poll_at) / factor, 6),
+            last_hint_s=told.delay_s if told is not None else None,
+        )
     )
     ignored = [(b.origin, b.value) for b in invalid]
     summary = sentences.scheduled(note, seconds_between(now, next_poll_at), source, ignored)
@@ -355,21 +361,21 @@ def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) ->
     is, as is every step without a *pacer* or with pacing off.
     """
     record = step.record
-    planned = record.next_poll_at
+    planned = record.schedule.next_poll_at
     if (
         pacer is None
         or step.kind is not EventKind.SCHEDULED
-        or not record.policy.origin_pacing
-        or record.phase is not Phase.WAITING
-        or record.success_seen_at is not None  # a confirmation re-check fits its window
-        or record.doubted_at is not None
+        or not record.contract.policy.origin_pacing
+        or record.ending.phase is not Phase.WAITING
+        or record.answer.success_seen_at is not None  # a confirmation re-check fits its window
+        or record.answer.doubted_at is not None
         or planned <= now
     ):
         return step
-    where = origin_key(record.status_url)
+    where = origin_key(record.submission.status_url)
     if where is None:
         return step
-    latest = min(planned + timedelta(seconds=record.policy.max_delay_s), record.stop_at)
+    latest = min(planned + timedelta(seconds=record.contract.policy.max_delay_s), record.stop_at)
     if latest <= planned:
         return step
     at = pacer(where, planned, latest_at=latest, now=now, rng=rng)
@@ -377,7 +383,9 @@ def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) ->
     added_s = seconds_between(planned, at)
     if added_s <= 0:
         return step
-    paced_step = replace(step, record=record.evolve(next_poll_at=at))
+    paced_step = replace(
+        step, record=record.evolve(schedule=record.schedule.evolve(next_poll_at=at))
+    )
     return paced_step.said(sentences.paced(where, added_s, seconds_between(now, at))).adding(
         {"paced_by_origin": {"origin": where, "added_s": round(added_s, 3)}}
     )
@@ -389,12 +397,12 @@ def _learned_delay_s(
     """The learned schedule's planned delay (seconds) and its model, or ``None``: no
     model (the formula applies), not a plain wait on the job (*plain* false, or not
     waiting), or the job has outlived the model's horizon."""
-    if models is None or not plain or record.phase is not Phase.WAITING:
+    if models is None or not plain or record.ending.phase is not Phase.WAITING:
         return None
     model = models(record, now)
     if model is None:
         return None
-    planned = model.next_delay_s(seconds_between(record.created_at, now))
+    planned = model.next_delay_s(seconds_between(record.contract.created_at, now))
     return None if planned is None else (model, planned)
 
 
@@ -414,7 +422,7 @@ def _on_backup_schedule(record: Record, *, demanded: bool, confirming: bool) -> 
     """
     return (
         record.push.webhook is not None
-        and record.phase is Phase.WAITING
+        and record.ending.phase is Phase.WAITING
         and not demanded
         and not confirming
     )
@@ -426,12 +434,15 @@ def _continued_raw_s(record: Record, base_s: float, cap_s: float) -> float:
     when that is longer (a hinted wait of 2 s is followed by about 3 s, never by the
     formula's restart from its base), never above the cap. A new phase (``attempt``
     0) starts from the base."""
-    policy = record.policy
+    policy = record.contract.policy
     raw = backoff_raw_s(
-        record.attempt, base_delay_s=base_s, max_delay_s=cap_s, growth=policy.backoff_growth
+        record.schedule.attempt,
+        base_delay_s=base_s,
+        max_delay_s=cap_s,
+        growth=policy.backoff_growth,
     )
-    last = record.last_delay_s
-    if record.attempt and last:
+    last = record.schedule.last_delay_s
+    if record.schedule.attempt and last:
         raw = max(raw, min(cap_s, last * policy.backoff_growth))
     return raw
 
@@ -442,10 +453,13 @@ def _hint_evidence(record: Record, told: Hint | None) -> Record:
     news: a hint that differs from the last one (an estimate that moved). A hint that
     says the same on every answer (a constant ``Retry-After: 1``) carries none. (A
     look that ended the job is not scheduled from, so it needs no count.)"""
-    if record.delay_source not in HINT_SOURCES or record.phase is not Phase.WAITING:
+    if record.schedule.delay_source not in HINT_SOURCES or record.ending.phase is not Phase.WAITING:
         return record
-    last = record.last_hint_s
+    last = record.schedule.last_hint_s
     news = told is not None and last is not None and abs(told.delay_s - last) > max(0.5, 0.1 * last)
     return record.evolve(
-        hints_followed=record.hints_followed + 1, hints_true=record.hints_true + int(news)
+        schedule=record.schedule.evolve(
+            hints_followed=record.schedule.hints_followed + 1,
+            hints_true=record.schedule.hints_true + int(news),
+        )
     )

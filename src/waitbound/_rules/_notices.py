@@ -38,7 +38,7 @@ def decision_event(record: Record, at: datetime) -> dict[str, JSON]:
     ``type`` ``operation.decision_requested``, ``timestamp``, and ``data``: the outcome
     as ``waitbound wait --json`` prints it, plus ``decision`` (``message``: the
     escalation message; ``options``; ``requested_by``; ``opened_at``, ``due_at``)."""
-    request = record.decision_request
+    request = record.oversight.decision_request
     assert request is not None
     return {
         "type": "operation.decision_requested",
@@ -66,12 +66,12 @@ def outbox_entries(record: Record, at: datetime) -> list[OutboxEntry]:
     ``delivery_id`` is there already, so writing the record again (or two writers
     racing) never owes a second delivery.
     """
-    request = record.decision_request
+    request = record.oversight.decision_request
     if request is not None and record.push.notify_url is not None:
         return [
             OutboxEntry(
-                delivery_id=decision_delivery_id(record.operation_id, request.opened_at),
-                operation_id=record.operation_id,
+                delivery_id=decision_delivery_id(record.contract.operation_id, request.opened_at),
+                operation_id=record.contract.operation_id,
                 channel=Channel.WEBHOOK,
                 target=record.push.notify_url,
                 payload=decision_event(record, request.opened_at),
@@ -87,8 +87,8 @@ def outbox_entries(record: Record, at: datetime) -> list[OutboxEntry]:
     payload = completion_event(record, at)
     return [
         OutboxEntry(
-            delivery_id=completion_delivery_id(record.operation_id, channel),
-            operation_id=record.operation_id,
+            delivery_id=completion_delivery_id(record.contract.operation_id, channel),
+            operation_id=record.contract.operation_id,
             channel=channel,
             target=record.push.notify_url if channel is Channel.WEBHOOK else None,
             payload=payload,

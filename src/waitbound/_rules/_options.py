@@ -133,11 +133,13 @@ def resume_refusal(record: Record, now: datetime) -> str | None:
     it can: grants are left (``policy.max_extensions``), it did not stop before its
     submission was answered (the body is not stored), and the business deadline has
     not passed."""
-    if record.grants.extensions >= record.policy.max_extensions:
-        return f"all {record.policy.max_extensions} grants (policy max_extensions) are used"
-    if record.stopped_phase is Phase.SUBMITTING:
+    if record.oversight.grants.extensions >= record.contract.policy.max_extensions:
+        return (
+            f"all {record.contract.policy.max_extensions} grants (policy max_extensions) are used"
+        )
+    if record.ending.stopped_phase is Phase.SUBMITTING:
         return "it stopped before its submission was answered (the body is not stored)"
-    business = record.business_deadline_at
+    business = record.contract.business_deadline_at
     if business is not None and now >= business:
         return f"the business deadline {business.isoformat()} has passed"
     return None
@@ -156,10 +158,12 @@ def cancel_refusal(record: Record, now: datetime) -> str | None:
       URL names one), and its last answer must have said it is cancelable (or its
       profile declares it always cancelable before a terminal state).
     """
-    name = f"operation {record.operation_id}"
+    name = f"operation {record.contract.operation_id}"
     if record.is_finished:
-        outcome = record.outcome.value if record.outcome else "finished"
-        if record.decision_request is None or Option.CANCEL not in reason_options(record.reason):
+        outcome = record.ending.outcome.value if record.ending.outcome else "finished"
+        if record.oversight.decision_request is None or Option.CANCEL not in reason_options(
+            record.ending.reason
+        ):
             return f"{name} is finished ({outcome}); there is nothing to cancel"
         name = f"{name} is finished ({outcome}) but its job may still run;"
         if (why := resume_refusal(record, now)) is not None:
@@ -171,14 +175,14 @@ def cancel_refusal(record: Record, now: datetime) -> str | None:
             "status answer, the profile nor a cancel URL given with the operation names one"
         )
     if not cancel_allowed(record):
-        if record.cancelable is False:
+        if record.answer.cancelable is False:
             return (
                 f"{name} is not cancelable now: the last status answer said it is not "
                 "cancelable (cancelable false), whatever the profile declares"
             )
         return (
             f"{name} is not cancelable now: the last status answer "
-            f"did not say it is cancelable, and profile {record.profile.name} does not declare "
+            f"did not say it is cancelable, and profile {record.contract.profile.name} does not declare "
             "it always cancelable"
         )
     return None
@@ -189,9 +193,9 @@ def cancel_allowed(record: Record) -> bool:
     ``cancelable`` true, or said nothing and the profile declares it always cancelable
     before a terminal state (``cancel.always``). An answer that says ``cancelable`` false
     (or a refused cancel) is obeyed whatever the profile declares."""
-    if record.cancelable is not None:
-        return record.cancelable
-    return record.profile.cancel.always
+    if record.answer.cancelable is not None:
+        return record.answer.cancelable
+    return record.contract.profile.cancel.always
 
 
 def options(record: Record, now: datetime) -> tuple[Option, ...]:
@@ -204,13 +208,13 @@ def options(record: Record, now: datetime) -> tuple[Option, ...]:
     and ``decline``. Wherever ``extend`` is offered and the request holds an agent's
     proposal, ``as_requested`` (that proposal's grant) is offered after it.
     """
-    request = record.decision_request
+    request = record.oversight.decision_request
     if request is None:
         return ()
     if not record.is_finished:
         offered: tuple[Option, ...] = (Option.EXTEND, Option.CANCEL, Option.DECLINE)
     else:
-        offered = reason_options(record.reason)
+        offered = reason_options(record.ending.reason)
     if Option.EXTEND in offered and _proposal(record) is not None:
         at = offered.index(Option.EXTEND) + 1
         offered = (*offered[:at], Option.AS_REQUESTED, *offered[at:])
@@ -228,10 +232,10 @@ def undone_action(record: Record) -> str | None:
     carried out on *record*, in words, or ``None``: a cancel still due ("the cancel
     decided by ann at 2026-…"), or a resuming decision after which no request was sent.
     A stop says it, with why, so no decision is dropped silently."""
-    last = record.decisions[-1] if record.decisions else None
-    if record.cancel_due:
-        who = record.cancel_requested_by or "someone"
-        at = record.cancel_requested_at
+    last = record.oversight.decisions[-1] if record.oversight.decisions else None
+    if record.oversight.cancel_due:
+        who = record.oversight.cancel_requested_by or "someone"
+        at = record.oversight.cancel_requested_at
         how = (
             "decided"
             if last is not None and last.option == "cancel" and last.at == at
@@ -261,14 +265,16 @@ def open_request(
     ``decision_timeout_s``) and its options computed now. A request already open keeps
     its times and, unless *requested_by* is given, the proposal it holds (an agent's
     request stays visible when the operation then stops)."""
-    opened = record.decision_request or DecisionRequest(
-        opened_at=now, due_at=now + timedelta(seconds=record.policy.decision_timeout_s)
+    opened = record.oversight.decision_request or DecisionRequest(
+        opened_at=now, due_at=now + timedelta(seconds=record.contract.policy.decision_timeout_s)
     )
     if requested_by is not None:
         opened = replace(opened, requested_by=requested_by, minutes=minutes, checks=checks, why=why)
-    record = replace(record, decision_request=opened)
+    record = record.evolve(oversight=record.oversight.evolve(decision_request=opened))
     offered = tuple(option.value for option in options(record, now))
-    return replace(record, decision_request=replace(opened, options=offered))
+    return record.evolve(
+        oversight=record.oversight.evolve(decision_request=replace(opened, options=offered))
+    )
 
 
 def estimate_grant(record: Record, ceiling_minutes: float) -> tuple[float, str] | None:
@@ -280,11 +286,11 @@ def estimate_grant(record: Record, ceiling_minutes: float) -> tuple[float, str] 
     least 1, at most *ceiling_minutes*. An estimate already past at that time suggests
     nothing (the formula's grant applies).
     """
-    end, source = record.estimated_end_at, record.estimate_from
+    end, source = record.answer.estimated_end_at, record.answer.estimate_from
     if end is None or source is None:
         return None
-    request = record.decision_request
-    since = request.opened_at if request is not None else record.last_observed_at
+    request = record.oversight.decision_request
+    since = request.opened_at if request is not None else record.answer.last_observed_at
     if since is None or end <= since:
         return None
     left_s = (end - since).total_seconds()
@@ -305,7 +311,7 @@ def suggested_grant(record: Record) -> tuple[float, int]:
     policy's deadline in whole minutes (at least 1). Checks: a third of its request
     budget (at least 1). Never beyond the ceiling (a fraction of a minute when that is
     short)."""
-    policy = record.policy
+    policy = record.contract.policy
     ceiling = policy.extension_ceiling_s / 60
     checks = max(1, policy.max_requests // 3)
     if (derived := estimate_grant(record, ceiling)) is not None:
@@ -318,14 +324,14 @@ def grant_basis(record: Record) -> str | None:
     """Where the suggested grant's minutes come from, in words, when the provider's
     estimate gave them ("from the provider's estimated duration of 9 minutes: it should
     end by …"); ``None`` when they are the policy's default."""
-    derived = estimate_grant(record, record.policy.extension_ceiling_s / 60)
+    derived = estimate_grant(record, record.contract.policy.extension_ceiling_s / 60)
     return None if derived is None else derived[1]
 
 
 def _proposal(record: Record) -> tuple[float, int] | None:
     """The agent's proposal the open decision request holds: ``(minutes, checks)``, or
     ``None`` without one."""
-    request = record.decision_request
+    request = record.oversight.decision_request
     if request is None or request.requested_by == SYSTEM:
         return None
     if request.minutes is None or request.checks is None:
@@ -366,7 +372,7 @@ def cost(record: Record, option: Option) -> str:
             asked = proposed_grant(record)
             if asked is None:
                 return "extend waiting as the agent requested (no proposal is open)"
-            request = record.decision_request
+            request = record.oversight.decision_request
             who = request.requested_by if request is not None else "the agent"
             return (
                 f"extend waiting once as {who} requested: by at least {span(asked[0])} with "
@@ -375,7 +381,7 @@ def cost(record: Record, option: Option) -> str:
         case Option.CANCEL:
             return f"cancel at provider: 1 cancel request {after}"
         case Option.TREAT_AS_PENDING:
-            return f"treat state {show(record.provider_state)} as pending, waiting {grant}"
+            return f"treat state {show(record.answer.provider_state)} as pending, waiting {grant}"
         case Option.MARK_SUCCEEDED:
             return "mark it succeeded (your assertion; the answer is kept as evidence)"
         case Option.MARK_FAILED:
@@ -396,7 +402,7 @@ def option_costs(record: Record) -> tuple[tuple[str, str], ...]:
     """The options open on *record*'s decision request, each with what it costs in
     words: ``(("extend", "extend waiting once by 15 minutes with 4 more checks"), …)``;
     empty without an open request."""
-    request = record.decision_request
+    request = record.oversight.decision_request
     if request is None:
         return ()
     known = {option.value: option for option in Option}

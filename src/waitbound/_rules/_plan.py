@@ -60,14 +60,16 @@ def reserve_requests(record: Record) -> int:
     if record.is_finished:
         return 0
     reserve = 0
-    if record.phase is Phase.SUBMITTING:
-        reserve += max(0, record.max_submit_attempts - record.submit_attempts)
+    if record.ending.phase is Phase.SUBMITTING:
+        reserve += max(0, record.contract.max_submit_attempts - record.counters.submit_attempts)
     reserve += result_reserve(record)
-    if record.success_seen_at is not None:
-        reserve += max(0, record.policy.confirm_max_requests - record.confirm_requests_used)
+    if record.answer.success_seen_at is not None:
+        reserve += max(
+            0, record.contract.policy.confirm_max_requests - record.counters.confirm_requests_used
+        )
     if (
-        (record.cancel_due or record.cancel_on_deadline)
-        and not record.cancel_requests_used
+        (record.oversight.cancel_due or record.contract.cancel_on_deadline)
+        and not record.counters.cancel_requests_used
         and record.cancel_target() is not None
     ):
         reserve += 2
@@ -81,13 +83,13 @@ def result_reserve(record: Record) -> int:
     ``result_url_template``) and none was fetched. A person's grant carries it on
     top of its checks (``_decisions.py``): a cancel refused because the job just
     succeeded still fetches the result."""
-    if record.result_fetched_at is not None:
+    if record.ending.result_fetched_at is not None:
         return 0
-    if record.result_url is not None:
+    if record.submission.result_url is not None:
         return 1
-    profile = record.profile
+    profile = record.contract.profile
     names = "result_url" in profile.expressions or profile.result_url_template is not None
-    return int(names and record.phase is Phase.WAITING)
+    return int(names and record.ending.phase is Phase.WAITING)
 
 
 def status_requests_left(record: Record) -> int:
@@ -103,8 +105,8 @@ def _time_left_s(record: Record, now: datetime) -> float:
     """Seconds to the stop, or to the end of a person's grant window when that is
     earlier and still ahead (``grant_ends_at``)."""
     stop = record.stop_at
-    if record.grant_ends_at is not None and now < record.grant_ends_at < stop:
-        stop = record.grant_ends_at
+    if record.schedule.grant_ends_at is not None and now < record.schedule.grant_ends_at < stop:
+        stop = record.schedule.grant_ends_at
     return (stop - now).total_seconds()
 
 
@@ -116,7 +118,7 @@ def budget_spacing_s(record: Record, now: datetime, *, cap_s: float) -> float | 
     if n <= 0 or time_left_s <= 0:
         return None
     even = time_left_s / (n + TAIL)
-    return even if record.grants.extensions > 0 else max(cap_s, even)
+    return even if record.oversight.grants.extensions > 0 else max(cap_s, even)
 
 
 def budget_min_delay_s(record: Record, now: datetime, *, cap_s: float) -> float:
@@ -141,7 +143,10 @@ def hints_trusted(record: Record) -> bool:
     """Whether this operation's provider hints have come true often enough to be
     followed sooner than the plan: at least one followed hint brought news, and at
     least half of them did (``hints_true``, ``hints_followed``)."""
-    return record.hints_true >= 1 and 2 * record.hints_true >= record.hints_followed
+    return (
+        record.schedule.hints_true >= 1
+        and 2 * record.schedule.hints_true >= record.schedule.hints_followed
+    )
 
 
 def grant_paced(record: Record, now: datetime, *, minutes: float) -> Record:
@@ -153,14 +158,20 @@ def grant_paced(record: Record, now: datetime, *, minutes: float) -> Record:
     *minutes* after now, never past the stop) while it runs. Earlier only when the job
     ends (a webhook) or a hint the operation has learned to trust says so. A record not
     waiting on the job is returned as it is."""
-    if record.is_finished or record.phase is not Phase.WAITING:
+    if record.is_finished or record.ending.phase is not Phase.WAITING:
         return record
-    record = record.evolve(grant_ends_at=min(now + timedelta(minutes=minutes), record.stop_at))
-    if record.next_poll_at > now:
+    record = record.evolve(
+        schedule=record.schedule.evolve(
+            grant_ends_at=min(now + timedelta(minutes=minutes), record.stop_at)
+        )
+    )
+    if record.schedule.next_poll_at > now:
         return record
-    delay_s = budget_min_delay_s(record, now, cap_s=record.policy.max_delay_s)
+    delay_s = budget_min_delay_s(record, now, cap_s=record.contract.policy.max_delay_s)
     return record.evolve(
-        next_poll_at=now + timedelta(seconds=delay_s),
-        delay_source=DelaySource.MANUAL_EXTENSION,
-        last_delay_s=None,
+        schedule=record.schedule.evolve(
+            next_poll_at=now + timedelta(seconds=delay_s),
+            delay_source=DelaySource.MANUAL_EXTENSION,
+            last_delay_s=None,
+        )
     )

@@ -49,27 +49,27 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
         case Meaning.NOT_READY:
             return schedule(record, observation, None, rng, note=f"result not ready (HTTP {code})")
         case Meaning.BODY if observation.body_problem is None:
-            document = record.profile.read_result(observation.body)
+            document = record.contract.profile.read_result(observation.body)
             if (other := foreign_job(record, document.job_id)) is not None:
                 return doubt(
                     record, observation, None, rng,
                     f"the result document names job {other}, not this operation's job "
-                    f"{record.job_id}",
-                    extra={"job_mismatch": {"expected": record.job_id, "named": other}},
+                    f"{record.submission.job_id}",
+                    extra={"job_mismatch": {"expected": record.submission.job_id, "named": other}},
                 )  # fmt: skip
             record = cleared(record).evolve(result_fetched_at=now)
             if document.ambiguous is not None:
                 detail = repeated_key("result", document.ambiguous)
                 return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
-            settled = record.settled_outcome or OutcomeKind.SUCCEEDED
+            settled = record.ending.settled_outcome or OutcomeKind.SUCCEEDED
             if empty := empty_resource(record, observation, settled):
                 return escalate(record, now, Reason.INTEGRATION_FAILURE, empty)
-            usage = document.usage if is_present(document.usage) else record.usage
+            usage = document.usage if is_present(document.usage) else record.ending.usage
             if settled in _UNSUCCESSFUL:  # the receipt of a run that ended otherwise
                 error = document.output_error if is_present(document.output_error) else None
                 return terminal(
-                    record, now, settled, result=document.output, error=error or record.error,
-                    usage=usage, reason=record.settled_reason,
+                    record, now, settled, result=document.output, error=error or record.ending.error,
+                    usage=usage, reason=record.ending.settled_reason,
                 )  # fmt: skip
             if is_present(document.output_error):
                 return terminal(
@@ -80,7 +80,7 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
                 now,
                 settled,
                 result=document.output,
-                error=record.error,
+                error=record.ending.error,
                 usage=usage,
             )
         case _:
@@ -102,7 +102,10 @@ def decide_errors(record: Record, observation: Observation) -> Step:
     else:
         problem = observation.transport_error or observation.body_problem or f"HTTP {code}"
         errors = {"problem": f"the errors URL answered {problem}"}
-    record = record.evolve(errors=errors)
+    record = record.evolve(ending=record.ending.evolve(errors=errors))
     return finish(
-        record, observation.at, record.settled_outcome or OutcomeKind.COMPLETED_WITH_ERRORS, None
+        record,
+        observation.at,
+        record.ending.settled_outcome or OutcomeKind.COMPLETED_WITH_ERRORS,
+        None,
     )

@@ -52,13 +52,15 @@ def settle(
     missing output file); only a success they leave standing needs its required fields.
     """
     now = observation.at
-    policy = record.policy
+    policy = record.contract.policy
     counts = reading.counts.settled() if reading is not None and reading.counts else None
     by_counts = _by_counts(counts) if counts is not None and counts.unsuccessful else None
     if by_counts is None and reading is not None and reading.missing_required:
-        seen_at = record.success_seen_at or now
-        confirms = record.confirm_requests_used + (record.success_seen_at is not None)
-        window_over = record.success_seen_at is not None and (
+        seen_at = record.answer.success_seen_at or now
+        confirms = record.counters.confirm_requests_used + (
+            record.answer.success_seen_at is not None
+        )
+        window_over = record.answer.success_seen_at is not None and (
             seconds_between(seen_at, now) >= policy.confirm_window_s
         )
         if confirms >= policy.confirm_max_requests or window_over:
@@ -70,7 +72,10 @@ def settle(
                 f"{', '.join(reading.missing_required)} after {confirms} confirmation request(s)",
                 response=observation.body,
             )
-        record = record.evolve(success_seen_at=seen_at, confirm_requests_used=confirms)
+        record = record.evolve(
+            answer=record.answer.evolve(success_seen_at=seen_at),
+            counters=record.counters.evolve(confirm_requests_used=confirms),
+        )
         return schedule(
             record,
             observation,
@@ -105,7 +110,7 @@ def settle(
     if result_url is HERE and (empty := empty_resource(record, observation, outcome)):
         return escalate(record, now, Reason.INTEGRATION_FAILURE, empty)
     if result_url is HERE:
-        document = record.profile.read_result(observation.body)
+        document = record.contract.profile.read_result(observation.body)
         if document.ambiguous is not None:
             detail = repeated_key("result", document.ambiguous)
             return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
@@ -134,15 +139,15 @@ def settle(
             usage=reading.usage if reading is not None else None,
         )
     record = record.evolve(
-        phase=Phase.FETCHING_RESULT,
-        settled_outcome=outcome,
-        result_url=result_url,
-        error=error,
-        counts=counts.as_json() if counts else None,
-        usage=reading.usage if reading is not None else None,
-        next_poll_at=now,
-        delay_source=None,
-        attempt=0,
+        ending=record.ending.evolve(
+            phase=Phase.FETCHING_RESULT,
+            settled_outcome=outcome,
+            error=error,
+            counts=counts.as_json() if counts else None,
+            usage=reading.usage if reading is not None else None,
+        ),
+        submission=record.submission.evolve(result_url=result_url),
+        schedule=record.schedule.evolve(next_poll_at=now, delay_source=None, attempt=0),
     )
     return Step(
         record,
@@ -166,10 +171,13 @@ def ended(
     (``result_url`` on the outcome), never fetched."""
     if reading is None:
         return terminal(record, now, outcome, reason=reason)
-    reference = record.result_url or _named_result_url(record, reading)
+    reference = record.submission.result_url or _named_result_url(record, reading)
     if isinstance(reference, str):
-        record = record.evolve(result_url=reference)
-        if record.profile.result_for_every_ending and record.result_fetched_at is None:
+        record = record.evolve(submission=record.submission.evolve(result_url=reference))
+        if (
+            record.contract.profile.result_for_every_ending
+            and record.ending.result_fetched_at is None
+        ):
             return _fetch_receipt(record, now, outcome, reading, counts=counts, reason=reason)
     return terminal(
         record,
@@ -196,9 +204,12 @@ def _fetch_receipt(
     ``output_error``, ``usage`` and request id reach the outcome; the ending is settled
     (``settled_outcome``, ``settled_reason``) and stands whatever the fetch brings."""
     try:
-        url = record.profile.submit.carried(
-            resolve(record.status_url or record.submit_url or "", record.result_url or ""),
-            record.submit_url,
+        url = record.contract.profile.submit.carried(
+            resolve(
+                record.submission.status_url or record.submission.submit_url or "",
+                record.submission.result_url or "",
+            ),
+            record.submission.submit_url,
         )
     except ValueError:  # not a URL the credentials may follow: the ending as it is
         return terminal(
@@ -207,16 +218,16 @@ def _fetch_receipt(
         )  # fmt: skip
     counted = counts or reading.counts
     record = record.evolve(
-        phase=Phase.FETCHING_RESULT,
-        settled_outcome=outcome,
-        settled_reason=reason,
-        result_url=url,
-        error=reading.error if is_present(reading.error) else None,
-        counts=counted.as_json() if counted else None,
-        usage=reading.usage,
-        next_poll_at=now,
-        delay_source=None,
-        attempt=0,
+        ending=record.ending.evolve(
+            phase=Phase.FETCHING_RESULT,
+            settled_outcome=outcome,
+            settled_reason=reason,
+            error=reading.error if is_present(reading.error) else None,
+            counts=counted.as_json() if counted else None,
+            usage=reading.usage,
+        ),
+        submission=record.submission.evolve(result_url=url),
+        schedule=record.schedule.evolve(next_poll_at=now, delay_source=None, attempt=0),
     )
     return Step(
         record,
@@ -252,11 +263,11 @@ def _result_url(
     Relative URLs resolve against the status URL; the URL that just answered is not
     fetched again (:data:`HERE`).
     """
-    profile = record.profile
-    base = record.status_url or ""
-    if record.result_url is None and final_here:
+    profile = record.contract.profile
+    base = record.submission.status_url or ""
+    if record.submission.result_url is None and final_here:
         return HERE
-    candidate = record.result_url
+    candidate = record.submission.result_url
     if candidate is None:
         named = _named_result_url(record, reading)
         if isinstance(named, ValueError):
@@ -265,17 +276,21 @@ def _result_url(
     if candidate is None:
         return None
     try:
-        url = profile.submit.carried(resolve(base, candidate), record.submit_url)
+        url = profile.submit.carried(resolve(base, candidate), record.submission.submit_url)
     except ValueError as exc:
         return ValueError(f"the result URL {shown_url(candidate)} cannot be used ({exc})")
-    answered = record.submit_url if observation.kind == "submit" else record.status_url
-    return HERE if same_url(url, answered) and record.result_url is None else url
+    answered = (
+        record.submission.submit_url
+        if observation.kind == "submit"
+        else record.submission.status_url
+    )
+    return HERE if same_url(url, answered) and record.submission.result_url is None else url
 
 
 def _named_result_url(record: Record, reading: Reading | None) -> str | ValueError | None:
     """The result URL a status body names (``result_url``, or ``result_id`` in the
     profile's template), resolved against the status URL; ``None`` when it names none."""
-    profile = record.profile
+    profile = record.contract.profile
     named = None
     if reading is not None and reading.result_url:
         named = reading.result_url
@@ -284,20 +299,20 @@ def _named_result_url(record: Record, reading: Reading | None) -> str | ValueErr
     if named is None:
         return None
     try:
-        return resolve(record.status_url or record.submit_url or "", named)
+        return resolve(record.submission.status_url or record.submission.submit_url or "", named)
     except ValueError as exc:
         return ValueError(f"the result URL {shown_url(named)} cannot be used ({exc})")
 
 
 def _final_url(record: Record, monitor_result_url: str | None) -> str | None:
     """Where the protocol puts the final state (``_protocol.final_url``) for *record*."""
-    contract = record.profile.submit
+    contract = record.contract.profile.submit
     return final_url(
-        method=record.submit_method,
-        request_url=record.submit_url,
-        location_url=record.location_url,
+        method=record.submission.submit_method,
+        request_url=record.submission.submit_url,
+        location_url=record.submission.location_url,
         monitor_result_url=monitor_result_url,
-        via=record.final_state_via or contract.final_state_via,
+        via=record.contract.final_state_via or contract.final_state_via,
         by_method=contract.final_get,
     )
 
@@ -313,18 +328,18 @@ def complete(
     counts: Counts | None = None,
 ) -> Step:
     """A (partial) success with its result: finish, or first fetch the errors page once."""
-    if outcome is OutcomeKind.COMPLETED_WITH_ERRORS and record.errors_url:
+    if outcome is OutcomeKind.COMPLETED_WITH_ERRORS and record.submission.errors_url:
         record = record.evolve(
-            phase=Phase.FETCHING_ERRORS,
-            settled_outcome=outcome,
-            result=result,
-            error=error if is_present(error) else None,
-            usage=usage,
-            counts=counts.as_json() if counts is not None else record.counts,
-            next_poll_at=now,
-            delay_source=None,
-            attempt=0,
+            ending=record.ending.evolve(
+                phase=Phase.FETCHING_ERRORS,
+                settled_outcome=outcome,
+                result=result,
+                error=error if is_present(error) else None,
+                usage=usage,
+                counts=counts.as_json() if counts is not None else record.ending.counts,
+            ),
+            schedule=record.schedule.evolve(next_poll_at=now, delay_source=None, attempt=0),
         )
-        summary = sentences.errors_due(redact_url(record.errors_url or ""))
+        summary = sentences.errors_due(redact_url(record.submission.errors_url or ""))
         return Step(record, EventKind.ERRORS_DUE, summary, {})
     return terminal(record, now, outcome, result=result, error=error, counts=counts, usage=usage)

@@ -67,7 +67,7 @@ def decide_status(
             repeated_key("status body", reading.ambiguous),
             response=observation.body,
         )
-    table = record.profile.table(record.poll_kind)
+    table = record.contract.profile.table(record.submission.poll_kind)
     answer = meaning(
         "status", code, table=table, throttled=is_throttled(record, observation, reading)
     )
@@ -125,7 +125,7 @@ def by_table(
     """The class the polling URL's state table gives this answer: an exact code row,
     the body's state, or the ``when_no_state`` row for a body (possibly empty) without
     one; ``None`` when none applies."""
-    table = record.profile.table(record.poll_kind)
+    table = record.contract.profile.table(record.submission.poll_kind)
     code = observation.http_status
     if code is None or observation.body_problem is not None:
         return None
@@ -143,8 +143,12 @@ def _no_state(record: Record, observation: Observation) -> Step:
     said what it holds; asking again spends requests on the same broken document
     (azure-core raises on the first such body too).
     """
-    table = record.profile.table(record.poll_kind)
-    where = "status URL" if record.poll_kind is UrlKind.STATUS else f"{record.poll_kind.value} URL"
+    table = record.contract.profile.table(record.submission.poll_kind)
+    where = (
+        "status URL"
+        if record.submission.poll_kind is UrlKind.STATUS
+        else f"{record.submission.poll_kind.value} URL"
+    )
     field = str(table.state.expression) if table.state is not None else "done"
     return escalate(
         record,
@@ -161,9 +165,9 @@ def _not_seen_yet(record: Record, now: datetime) -> bool:
     """The job was never seen and the not-found grace still runs: a 404 or a 2xx body
     without a state (a listing still empty right after the job was started: eventual
     consistency) is "not visible yet", asked again; once a state was seen, it is not."""
-    return record.job_seen_at is None and seconds_between(record.created_at, now) < (
-        record.policy.not_found_grace_s
-    )
+    return record.answer.job_seen_at is None and seconds_between(
+        record.contract.created_at, now
+    ) < (record.contract.policy.not_found_grace_s)
 
 
 def _not_visible(
@@ -174,7 +178,7 @@ def _not_visible(
     now = observation.at
     if _not_seen_yet(record, now):
         return schedule(record, observation, reading, rng, note=f"{what}: not visible yet")
-    seen = "after the job was seen" if record.job_seen_at else "past the not-found grace"
+    seen = "after the job was seen" if record.answer.job_seen_at else "past the not-found grace"
     return escalate(
         record,
         now,
@@ -202,8 +206,8 @@ def classified(
         what = "first answer" if observation.kind == "submit" else "status answer"
         return doubt(
             record, observation, reading, rng,
-            f"the {what} names job {other}, not this operation's job {record.job_id}",
-            extra={"job_mismatch": {"expected": record.job_id, "named": other}},
+            f"the {what} names job {other}, not this operation's job {record.submission.job_id}",
+            extra={"job_mismatch": {"expected": record.submission.job_id, "named": other}},
         )  # fmt: skip
     if reading is not None and reading.ending_unnamed:
         return doubt(
@@ -214,29 +218,33 @@ def classified(
     record = cleared(record)
     if reading is not None:
         record = record.evolve(
-            provider_state=reading.state,
-            progress=reading.progress if reading.progress is not None else record.progress,
-            job_id=record.job_id or reading.job_id,
-            job_seen_at=record.job_seen_at or now,
+            answer=record.answer.evolve(
+                provider_state=reading.state,
+                progress=reading.progress
+                if reading.progress is not None
+                else record.answer.progress,
+                job_seen_at=record.answer.job_seen_at or now,
+            ),
+            submission=record.submission.evolve(job_id=record.submission.job_id or reading.job_id),
         )
-    elif record.job_seen_at is None:
-        record = record.evolve(job_seen_at=now)
+    elif record.answer.job_seen_at is None:
+        record = record.evolve(answer=record.answer.evolve(job_seen_at=now))
     treated = (
         classification is Classification.UNKNOWN
         and reading is not None
-        and reading.state in record.grants.pending_states
+        and reading.state in record.oversight.grants.pending_states
     )
     if treated:  # a person decided this one value is pending for this operation
         classification = Classification.PENDING
     if final_here is None:
-        final_here = record.poll_kind is not UrlKind.STATUS
+        final_here = record.submission.poll_kind is not UrlKind.STATUS
     if classification is Classification.PENDING:  # the history's duration evidence
-        record = record.evolve(pending_seen_at=now)
-    elif classification in TERMINAL and record.ended_seen_at is None:
-        record = record.evolve(ended_seen_at=now)
+        record = record.evolve(answer=record.answer.evolve(pending_seen_at=now))
+    elif classification in TERMINAL and record.answer.ended_seen_at is None:
+        record = record.evolve(answer=record.answer.evolve(ended_seen_at=now))
     match classification:
         case Classification.PENDING:
-            if record.success_seen_at is not None:
+            if record.answer.success_seen_at is not None:
                 return escalate(
                     record,
                     now,
@@ -269,8 +277,8 @@ def classified(
                 record,
                 now,
                 Reason.UNKNOWN_STATE,
-                f"state {show(record.provider_state)} is in none of the lists of profile "
-                f"{record.profile.name}; not guessing what it means",
+                f"state {show(record.answer.provider_state)} is in none of the lists of profile "
+                f"{record.contract.profile.name}; not guessing what it means",
                 response=observation.body,
             )
 
@@ -291,13 +299,13 @@ def _pending(
         notes.append(f"unlisted state {show(reading.state)}: pending by the profile")
     if treated and reading is not None:
         notes.append(f"state {show(reading.state)}: pending by a person's decision")
-    header = record.poll_header
+    header = record.submission.poll_header
     named = observation.headers.get(header) if header and observation.kind == "status" else None
     moved: dict[str, JSON] = {}
     if named:
         try:
-            url = record.profile.submit.carried(
-                resolve(record.status_url or "", named), record.submit_url
+            url = record.contract.profile.submit.carried(
+                resolve(record.submission.status_url or "", named), record.submission.submit_url
             )
         except ValueError as exc:
             return escalate(
@@ -307,12 +315,14 @@ def _pending(
                 f"the {header} header named a polling URL {shown_url(named)} that cannot be "
                 f"used ({exc})",
             )
-        if url != record.status_url:
-            old = record.status_url or ""
+        if url != record.submission.status_url:
+            old = record.submission.status_url or ""
             moved = {"polling_url_moved": {"from": redact_url(old), "to": redact_url(url)}}
             notes.append(f"polling URL moved from {redact_url(old)} to {redact_url(url)}")
-            pinned = record.caller_url or record.submit_url or old
-            record = record.evolve(status_url=url, caller_url=pinned)
+            pinned = record.submission.caller_url or record.submission.submit_url or old
+            record = record.evolve(
+                submission=record.submission.evolve(status_url=url, caller_url=pinned)
+            )
     return schedule(record, observation, reading, rng, note="; ".join(notes), models=models).adding(
         moved
     )

@@ -50,16 +50,23 @@ def decide_submit(
     now = observation.at
     code = observation.http_status
     answer = meaning("submit", code, throttled=is_throttled(record, observation, reading))
-    resend = bool(record.idempotency_key) or record.submit_method in IDEMPOTENT_METHODS
+    resend = (
+        bool(record.submission.idempotency_key)
+        or record.submission.submit_method in IDEMPOTENT_METHODS
+    )
     match answer.meaning:
         case Meaning.TROUBLE:
             what = observation.transport_error or f"HTTP {code}"
-            record = record.evolve(transport_failures_used=record.transport_failures_used + 1)
-            if resend and record.submit_attempts < record.max_submit_attempts:
+            record = record.evolve(
+                counters=record.counters.evolve(
+                    transport_failures_used=record.counters.transport_failures_used + 1
+                )
+            )
+            if resend and record.counters.submit_attempts < record.contract.max_submit_attempts:
                 why = (
                     "with the same idempotency key"
-                    if record.idempotency_key
-                    else f"({record.submit_method} is idempotent)"
+                    if record.submission.idempotency_key
+                    else f"({record.submission.submit_method} is idempotent)"
                 )
                 return schedule(
                     record,
@@ -70,13 +77,15 @@ def decide_submit(
                     demanded=code == 503,
                 )
             key = (
-                f" with idempotency key {record.idempotency_key}" if record.idempotency_key else ""
+                f" with idempotency key {record.submission.idempotency_key}"
+                if record.submission.idempotency_key
+                else ""
             )
             return escalate(
                 record,
                 now,
                 Reason.PROVIDER_FAILURE,
-                f"no answer to the submission ({what}) after {record.submit_attempts} attempt(s)"
+                f"no answer to the submission ({what}) after {record.counters.submit_attempts} attempt(s)"
                 f"{key}; it may have created a job",
             )
         case Meaning.DENIED:
@@ -118,11 +127,11 @@ def _receipt(
     """A 2xx (or 303) first answer: end here, or poll where it says."""
     now = observation.at
     code = observation.http_status
-    profile = record.profile
+    profile = record.contract.profile
     contract = profile.submit
     receipt = contract.read(
-        method=record.submit_method or "POST",
-        request_url=record.submit_url or "",
+        method=record.submission.submit_method or "POST",
+        request_url=record.submission.submit_url or "",
         headers=observation.headers,
         body=observation.body,
     )
@@ -134,12 +143,14 @@ def _receipt(
         detail = repeated_key("first answer", reading.ambiguous)
         return escalate(record, now, Reason.INTEGRATION_FAILURE, detail, response=observation.body)
     record = record.evolve(
-        phase=Phase.WAITING,
-        job_id=record.job_id or receipt.job_id,
-        result_url=record.result_url or receipt.result_url,
-        cancel_url=record.cancel_url or receipt.cancel_url,
-        location_url=receipt.location_url,
-        attempt=0,
+        ending=record.ending.evolve(phase=Phase.WAITING),
+        submission=record.submission.evolve(
+            job_id=record.submission.job_id or receipt.job_id,
+            result_url=record.submission.result_url or receipt.result_url,
+            cancel_url=record.submission.cancel_url or receipt.cancel_url,
+            location_url=receipt.location_url,
+        ),
+        schedule=record.schedule.evolve(attempt=0),
     )
     stated = reading.classification if reading is not None else None
     if receipt.status_url is None:
@@ -159,12 +170,14 @@ def _receipt(
             response=observation.body,
         )
     record = record.evolve(
-        status_url=receipt.status_url,
-        poll_kind=receipt.status_url_kind,
-        poll_header=receipt.status_url_header,
+        submission=record.submission.evolve(
+            status_url=receipt.status_url,
+            poll_kind=receipt.status_url_kind,
+            poll_header=receipt.status_url_header,
+        )
     )
     kind = first_answer_kind(record)
-    if kind is UrlKind.RESOURCE and same_url(receipt.status_url, record.submit_url):
+    if kind is UrlKind.RESOURCE and same_url(receipt.status_url, record.submission.submit_url):
         # Polling the original URI: the first answer is its first answer, read whole.
         stated = by_table(record, observation, reading) or stated
     if stated in TERMINAL:
@@ -190,7 +203,10 @@ def first_answer_kind(record: Record) -> UrlKind:
     """How the first answer's body is read: as the resource itself when the profile
     polls the original URI for this method (a PUT or PATCH at Azure), else as a
     status body."""
-    for source in record.profile.submit.polling:
-        if source.kind is UrlKind.RESOURCE and record.submit_method in source.request_methods:
+    for source in record.contract.profile.submit.polling:
+        if (
+            source.kind is UrlKind.RESOURCE
+            and record.submission.submit_method in source.request_methods
+        ):
             return UrlKind.RESOURCE
     return UrlKind.STATUS
