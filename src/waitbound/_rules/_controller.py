@@ -33,7 +33,7 @@ from waitbound._model._observation import Observation, Request
 from waitbound._model._outcome import Reason
 from waitbound._model._pacing import Pacer
 from waitbound._model._record import Phase, Record, RequestKind
-from waitbound._model._record_parts import Lease, evolve_part
+from waitbound._model._record_parts import Lease
 from waitbound._profile._contract import Reading
 from waitbound._profile._protocol import IDEMPOTENT_METHODS
 from waitbound._profile._schedule import DelaySource
@@ -141,7 +141,8 @@ def created_event(record: Record) -> AuditEvent:
     if record.submission.status_url is not None:
         what = f"waiting on {redact_url(record.submission.status_url)}"
     else:
-        what = f"submitting {record.submission.submit_method} {redact_url(record.submission.submit_url or '')}"
+        submission = record.submission
+        what = f"submitting {submission.submit_method} {redact_url(submission.submit_url or '')}"
         if record.submission.idempotency_key:
             what += f" (idempotency key {record.submission.idempotency_key})"
     return audit_event(
@@ -376,16 +377,6 @@ def _finish_early(record: Record, now: datetime, notes: list[AuditEvent], step: 
     return Finish(transition=Transition(record=step.record, events=events))
 
 
-_COUNTERS: dict[RequestKind, str] = {
-    "submit": "submit_attempts",
-    "status": "status_requests_used",
-    "result": "result_requests_used",
-    "errors": "result_requests_used",
-    "cancel": "cancel_requests_used",
-}
-"""Which counter each kind of request is reserved against (persisted before sending)."""
-
-
 def _reserve(  # noqa: PLR0917 - the same six values at every call site
     record: Record,
     now: datetime,
@@ -408,15 +399,11 @@ def _reserve(  # noqa: PLR0917 - the same six values at every call site
         timeout_s = min(timeout_s, lease_s - lease_margin_s(lease_s))
     if kind == "cancel":
         method = record.contract.profile.cancel.method
-    counters = record.counters
-    counter = _COUNTERS[kind]
     # The reservation changes two parts: the lease (with the request in flight) and
     # the counter of its kind; the others are shared, already encoded.
-    reserved = record.with_parts(
-        lease=Lease(
-            in_flight=kind, lease_owner=owner, lease_expires_at=now + timedelta(seconds=held_s)
-        ),
-        counters=evolve_part(counters, {counter: getattr(counters, counter) + 1}),
+    reserved = record.evolve(
+        lease=Lease.reserved(kind, owner, now + timedelta(seconds=held_s)),
+        counters=record.counters.with_request(kind),
     )
     summary = sentences.reserved(
         kind,
@@ -445,12 +432,8 @@ def unsent(record: Record, kind: RequestKind, now: datetime, why: str) -> Transi
     """Release a reservation whose request was never sent (its lease could not cover
     it, or the worker was told to stop): the request is no longer counted, the lease
     and ``in_flight`` are cleared, and the operation stays due as it was."""
-    counter = _COUNTERS[kind]
     released = record.evolve(
-        in_flight=None,
-        lease_owner=None,
-        lease_expires_at=None,
-        **{counter: max(0, getattr(record, counter) - 1)},
+        lease=record.lease.released(), counters=record.counters.without_request(kind)
     )
     summary = f"the reserved {kind} request was not sent: {why}; it is released, not counted"
     event = audit_event(released, now, EventKind.SEND_SKIPPED, summary, request=kind)
@@ -539,7 +522,6 @@ def observe(
         and what was decided (an outcome, or the next request time and its source).
     """
     now = observation.at
-    counter = _COUNTERS[observation.kind]
     if observation.request_id is None and observation.body_problem is None:
         # A request id the body carries (the profile's ``request_id``) is kept like a
         # header's: on the record, in the outcome and in the story.
@@ -562,16 +544,15 @@ def observe(
         cancel_url = cancel_url or cancel_at
         errors_url = errors_at or errors_url
     base = record.evolve(
-        **{counter: getattr(record, counter) + observation.redirects},
-        in_flight=None,
-        lease_owner=None,
-        lease_expires_at=None,
-        last_observed_at=now,
-        last_http_status=observation.http_status,
-        last_request_id=observation.request_id,
-        cancelable=cancelable,
-        cancel_url=cancel_url,
-        errors_url=errors_url,
+        counters=record.counters.with_request(observation.kind, observation.redirects),
+        lease=record.lease.released(),
+        answer=record.answer.evolve(
+            last_observed_at=now,
+            last_http_status=observation.http_status,
+            last_request_id=observation.request_id,
+            cancelable=cancelable,
+        ),
+        submission=record.submission.evolve(cancel_url=cancel_url, errors_url=errors_url),
     )
     if observation.kind in ("status", "submit"):
         end, source = provider_estimate(base, observation, reading)
@@ -688,7 +669,7 @@ def _describe(observation: Observation, reading: Reading | None, after: Record) 
     classification = reading.classification if reading is not None else None
     return sentences.observed(
         observation.kind,
-        getattr(after, _COUNTERS[observation.kind]),
+        after.counters.used(observation.kind),
         transport_error=observation.transport_error,
         http_status=observation.http_status,
         classification=classification.value if classification is not None else None,

@@ -119,7 +119,8 @@ def _as_requested(record: Record) -> _Grant:
     asked = proposed_grant(record)
     if asked is None:
         raise UsageError(
-            f"operation {record.contract.operation_id} holds no agent's proposal to grant as requested"
+            f"operation {record.contract.operation_id} holds no agent's proposal to grant as "
+            "requested"
         )
     try:
         return _grant(record, *asked)
@@ -295,16 +296,8 @@ def decide_record(
                 _reopened(_granted(record, grant, now), now), now, minutes=grant.minutes
             )
         case Option.CANCEL:
-            after = replace(
-                _reopened(_granted(record, grant, now), now),
-                cancel_due=True,
-                cancel_requested_at=now,
-                cancel_requested_by=who,
-                cancel_reason=reason_text,
-                cancel_accepted_at=None,
-                cancel_refused_at=None,
-                cancel_refused=None,
-            )
+            after = _reopened(_granted(record, grant, now), now)
+            after = after.evolve(oversight=after.oversight.cancel_requested(now, who, reason_text))
         case Option.TREAT_AS_PENDING:
             pending = (*record.oversight.grants.pending_states, record.answer.provider_state)
             after = _reopened(_granted(record, grant, now), now)
@@ -327,9 +320,8 @@ def decide_record(
                     f"credential label {label[:40]!r} is the one that was denied; resume only "
                     "with other credentials"
                 )
-            after = replace(
-                _reopened(_granted(record, grant, now), now), credential_label=label[:128]
-            )
+            after = _reopened(_granted(record, grant, now), now)
+            after = after.evolve(oversight=after.oversight.evolve(credential_label=label[:128]))
             detail["credential_label"] = {
                 "from": record.oversight.credential_label,
                 "to": label[:128],
@@ -343,7 +335,8 @@ def decide_record(
                     f"profile {profile.name} (version {new}) is the one that stopped; give the "
                     "corrected profile"
                 )
-            after = replace(_reopened(_granted(record, grant, now), now), profile=profile)
+            after = _reopened(_granted(record, grant, now), now)
+            after = after.evolve(contract=after.contract.evolve(profile=profile))
             detail["profile"] = {
                 "from": {"name": record.contract.profile.name, "version": old},
                 "to": {"name": profile.name, "version": new},
@@ -378,7 +371,8 @@ def decide_record(
     summary = f"decided by {who}: {chosen.value} ({reason_text})"
     if chosen in RESUMING:
         summary += (
-            f"; deadline {after.schedule.deadline_at.isoformat()}, requests {after.requests_used} of "
+            f"; deadline {after.schedule.deadline_at.isoformat()}, requests "
+            f"{after.requests_used} of "
             f"{after.max_requests}"
         )
     event = audit_event(
@@ -470,8 +464,8 @@ def request_extension_record(
     """
     if record.is_finished and record.oversight.decision_request is None:
         raise UsageError(
-            f"operation {record.contract.operation_id} is finished ({record.ending.outcome}); there is "
-            "nothing to extend"
+            f"operation {record.contract.operation_id} is finished ({record.ending.outcome}); "
+            "there is nothing to extend"
         )
     who, reason_text = _person(by, why)
     proposal = _grant(record, minutes, checks)

@@ -110,7 +110,8 @@ def _what_the_job_is(record: Record) -> list[str]:
         )
     if record.answer.estimated_end_at is not None and record.answer.estimate_from is not None:
         lines.append(
-            f"Provider estimate: ends by {record.answer.estimated_end_at.strftime('%Y-%m-%d %H:%M:%S')} "
+            "Provider estimate: ends by "
+            f"{record.answer.estimated_end_at.strftime('%Y-%m-%d %H:%M:%S')} "
             f"UTC ({_short(record.answer.estimate_from)})"
         )
     return lines

@@ -95,7 +95,8 @@ def provider_trouble(
             f"the job {settled.value} at the provider (last state "
             f"{show(record.answer.provider_state)}), but its {missing} could not be fetched"
             if settled is not None and missing is not None
-            else f"the job's state could not be learned (last known {show(record.answer.provider_state)})"
+            else "the job's state could not be learned "
+            f"(last known {show(record.answer.provider_state)})"
         )
         return escalate(
             record,
@@ -276,7 +277,8 @@ def schedule(
         note = (
             f"{note + '; ' if note else ''}hint {unfollowed.delay_s:g}s ({unfollowed.origin}) "
             f"is a minimum, not followed sooner than the plan ({raw_s:.3g}s): this job's "
-            f"hints came true {record.schedule.hints_true} of {record.schedule.hints_followed} times"
+            f"hints came true {record.schedule.hints_true} of {record.schedule.hints_followed} "
+            "times"
         )
     elif hint is not None:
         extra["hint"] = {"origin": hint.origin, "delay_s": hint.delay_s}

@@ -182,7 +182,8 @@ def cancel_refusal(record: Record, now: datetime) -> str | None:
             )
         return (
             f"{name} is not cancelable now: the last status answer "
-            f"did not say it is cancelable, and profile {record.contract.profile.name} does not declare "
+            f"did not say it is cancelable, and profile {record.contract.profile.name} does not "
+            "declare "
             "it always cancelable"
         )
     return None

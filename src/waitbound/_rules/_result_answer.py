@@ -57,7 +57,8 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
                     f"{record.submission.job_id}",
                     extra={"job_mismatch": {"expected": record.submission.job_id, "named": other}},
                 )  # fmt: skip
-            record = cleared(record).evolve(result_fetched_at=now)
+            record = cleared(record)
+            record = record.evolve(ending=record.ending.evolve(result_fetched_at=now))
             if document.ambiguous is not None:
                 detail = repeated_key("result", document.ambiguous)
                 return escalate(record, now, Reason.INTEGRATION_FAILURE, detail)
@@ -67,8 +68,9 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
             usage = document.usage if is_present(document.usage) else record.ending.usage
             if settled in _UNSUCCESSFUL:  # the receipt of a run that ended otherwise
                 error = document.output_error if is_present(document.output_error) else None
+                error = error or record.ending.error
                 return terminal(
-                    record, now, settled, result=document.output, error=error or record.ending.error,
+                    record, now, settled, result=document.output, error=error,
                     usage=usage, reason=record.ending.settled_reason,
                 )  # fmt: skip
             if is_present(document.output_error):

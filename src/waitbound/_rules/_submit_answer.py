@@ -85,7 +85,8 @@ def decide_submit(
                 record,
                 now,
                 Reason.PROVIDER_FAILURE,
-                f"no answer to the submission ({what}) after {record.counters.submit_attempts} attempt(s)"
+                f"no answer to the submission ({what}) after {record.counters.submit_attempts} "
+                "attempt(s)"
                 f"{key}; it may have created a job",
             )
         case Meaning.DENIED:
