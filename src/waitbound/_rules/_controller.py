@@ -57,9 +57,10 @@ from waitbound._rules._finish import (
 from waitbound._rules._learned import ModelLookup
 from waitbound._rules._next_poll import paced
 from waitbound._rules._options import undone_action
+from waitbound._rules._polling_kinds import first_answer_reader, polling_kind
 from waitbound._rules._result_answer import decide_errors, decide_result
 from waitbound._rules._status_answer import decide_status
-from waitbound._rules._submit_answer import decide_submit, first_answer_kind
+from waitbound._rules._submit_answer import decide_submit
 
 __all__ = [
     "Decision",
@@ -648,9 +649,9 @@ def _read(record: Record, observation: Observation) -> Reading | None:
         return None
     match observation.kind:
         case "status":
-            return record.profile.read(observation.body, record.poll_kind)
+            return polling_kind(record).read(record, observation.body)
         case "submit":
-            return record.profile.read(observation.body, first_answer_kind(record))
+            return first_answer_reader(record).read(record, observation.body)
         case _:
             return None
 

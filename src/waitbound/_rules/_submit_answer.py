@@ -17,14 +17,15 @@ from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Phase, Record
 from waitbound._profile._actions import repeated_key
 from waitbound._profile._contract import Reading
-from waitbound._profile._protocol import IDEMPOTENT_METHODS, UrlKind
+from waitbound._profile._protocol import IDEMPOTENT_METHODS
 from waitbound._rules._answers import Meaning, meaning
 from waitbound._rules._finish import Step, bounded, escalate, terminal
 from waitbound._rules._learned import ModelLookup
 from waitbound._rules._next_poll import is_throttled, schedule
-from waitbound._rules._status_answer import TERMINAL, by_table, classified
+from waitbound._rules._polling_kinds import first_answer_reader, polling_kind
+from waitbound._rules._status_answer import TERMINAL, classified
 
-__all__ = ["decide_submit", "first_answer_kind"]
+__all__ = ["decide_submit"]
 
 
 def decide_submit(
@@ -148,7 +149,7 @@ def _receipt(
         if stated in TERMINAL or by_code in TERMINAL:
             done = stated if stated in TERMINAL else by_code
             assert done is not None
-            return classified(record, observation, done, reading, rng, final_here=True)
+            return classified(record, observation, done, reading, rng, answered_by=None)
         places = ", ".join(s.origin for s in contract.polling) or "nowhere"
         return escalate(
             record,
@@ -163,18 +164,16 @@ def _receipt(
         poll_kind=receipt.status_url_kind,
         poll_header=receipt.status_url_header,
     )
-    kind = first_answer_kind(record)
-    if kind is UrlKind.RESOURCE and same_url(receipt.status_url, record.submit_url):
+    first = first_answer_reader(record)
+    if first.resource and same_url(receipt.status_url, record.submit_url):
         # Polling the original URI: the first answer is its first answer, read whole.
-        stated = by_table(record, observation, reading) or stated
+        stated = polling_kind(record).status(record, observation, reading) or stated
     if stated in TERMINAL:
         assert stated is not None
-        final_here = kind is not UrlKind.STATUS
-        return classified(record, observation, stated, reading, rng, final_here=final_here)
+        return classified(record, observation, stated, reading, rng, answered_by=first)
     hint = Reading(classification=None, poll_hint_s=receipt.poll_hint)
     job = f" job {receipt.job_id}" if receipt.job_id else ""
-    polled = receipt.status_url_kind
-    kind_note = f" ({polled.value} URL)" if polled is not UrlKind.STATUS else ""
+    kind_note = polling_kind(record).aside
     return schedule(
         record,
         observation,
@@ -184,13 +183,3 @@ def _receipt(
         f"(from the {receipt.status_url_origin})",
         models=models,
     )
-
-
-def first_answer_kind(record: Record) -> UrlKind:
-    """How the first answer's body is read: as the resource itself when the profile
-    polls the original URI for this method (a PUT or PATCH at Azure), else as a
-    status body."""
-    for source in record.profile.submit.polling:
-        if source.kind is UrlKind.RESOURCE and record.submit_method in source.request_methods:
-            return UrlKind.RESOURCE
-    return UrlKind.STATUS
