@@ -1,10 +1,10 @@
 """When to look again after an answer that does not end the operation.
 
 Pure functions (see the rules atop ``_controller.py``) used by the answer modules
-(``_status_answer.py`` and the others, ``_settle.py``): the next poll time from hints,
-backoff and jitter (:func:`schedule`), the throttle and provider-trouble budgets that
-stop an operation (:func:`throttled`, :func:`provider_trouble`), and the backup
-schedule of an operation that expects webhooks. The rules are stated in
+(``_status_answer.py`` and the others, ``_settle.py``, ``_trouble.py``): the next poll
+time from hints, backoff and jitter (:func:`schedule`), and the backup schedule of an
+operation that expects webhooks. Whether a throttle or a 5xx is still tolerable is
+decided in ``_trouble.py``. The rules are stated in
 ``docs/waiting.md`` (hints, backoff, budgets).
 """
 
@@ -14,7 +14,7 @@ import random
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from waitbound._base._json import JSON, show
+from waitbound._base._json import JSON
 from waitbound._model._audit import EventKind
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import Reason
@@ -44,75 +44,10 @@ from waitbound._rules._plan import (
     status_requests_left,
 )
 
-__all__ = [
-    "THROTTLE_FACTOR",
-    "is_throttled",
-    "paced",
-    "provider_trouble",
-    "schedule",
-    "throttled",
-]
+__all__ = ["THROTTLE_FACTOR", "paced", "schedule"]
 
 THROTTLE_FACTOR = 4.0
 """A throttle without a hint backs off at least this many times the current delay."""
-
-
-def is_throttled(record: Record, observation: Observation, reading: Reading | None) -> bool:
-    """The answer is a throttle by the profile's word: its body's ``throttled``
-    expression, or its ``throttle`` rule (a status such as GitHub's 403 with a
-    rate-limit header), checked before the 401/403 rule; a 429 always is."""
-    code = observation.http_status
-    body_throttled = reading is not None and reading.throttled
-    return body_throttled or (
-        code is not None and record.profile.throttled_by(code, observation.headers)
-    )
-
-
-def throttled(
-    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
-) -> Step:
-    used = record.rate_limited_used + 1
-    record = record.evolve(rate_limited_used=used)
-    if used > record.max_rate_limited:
-        return escalate(
-            record,
-            observation.at,
-            Reason.RATE_LIMITED,
-            f"throttled {used} times; the rate-limit budget is {record.max_rate_limited}",
-        )
-    return schedule(record, observation, reading, rng, note="throttled", throttle=True, unseen=True)
-
-
-def provider_trouble(
-    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
-) -> Step:
-    what = observation.transport_error or f"HTTP {observation.http_status}"
-    used = record.transport_failures_used + 1
-    record = record.evolve(transport_failures_used=used)
-    if used > record.max_transport_failures:
-        settled, missing = record.provider_outcome, record.unfetched
-        learned = (
-            f"the job {settled.value} at the provider (last state "
-            f"{show(record.provider_state)}), but its {missing} could not be fetched"
-            if settled is not None and missing is not None
-            else f"the job's state could not be learned (last known {show(record.provider_state)})"
-        )
-        return escalate(
-            record,
-            observation.at,
-            Reason.PROVIDER_FAILURE,
-            f"{what}; {used} transport failures (budget {record.max_transport_failures}); "
-            + learned,
-        )
-    return schedule(
-        record,
-        observation,
-        reading,
-        rng,
-        note=f"provider trouble ({what})",
-        demanded=observation.http_status == 503,
-        unseen=True,
-    )
 
 
 def schedule(

@@ -22,8 +22,9 @@ from waitbound._rules._answers import Meaning, meaning
 from waitbound._rules._doubt import cleared, doubt, foreign_job
 from waitbound._rules._final_state import empty_resource
 from waitbound._rules._finish import Step, escalate, finish, terminal
-from waitbound._rules._next_poll import is_throttled, provider_trouble, schedule, throttled
+from waitbound._rules._next_poll import schedule
 from waitbound._rules._settle import complete
+from waitbound._rules._trouble import is_throttled, provider_trouble, throttled
 
 __all__ = ["decide_errors", "decide_result"]
 

@@ -27,9 +27,10 @@ from waitbound._rules._answers import Meaning, meaning
 from waitbound._rules._doubt import cleared, doubt, foreign_job
 from waitbound._rules._finish import Step, escalate, seconds_between
 from waitbound._rules._learned import ModelLookup
-from waitbound._rules._next_poll import is_throttled, provider_trouble, schedule, throttled
+from waitbound._rules._next_poll import schedule
 from waitbound._rules._polling_kinds import PollingKind, UnusablePollingUrl, polling_kind
 from waitbound._rules._settle import ended, settle
+from waitbound._rules._trouble import is_throttled, provider_trouble, throttled
 
 __all__ = ["TERMINAL", "classified", "decide_status"]
 

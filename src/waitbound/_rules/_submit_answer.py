@@ -17,13 +17,13 @@ from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Phase, Record
 from waitbound._profile._actions import repeated_key
 from waitbound._profile._contract import Reading
-from waitbound._profile._protocol import IDEMPOTENT_METHODS
 from waitbound._rules._answers import Meaning, meaning
 from waitbound._rules._finish import Step, bounded, escalate, terminal
 from waitbound._rules._learned import ModelLookup
-from waitbound._rules._next_poll import is_throttled, schedule
+from waitbound._rules._next_poll import schedule
 from waitbound._rules._polling_kinds import first_answer_reader, polling_kind
 from waitbound._rules._status_answer import TERMINAL, classified
+from waitbound._rules._trouble import is_throttled, submission_trouble
 
 __all__ = ["decide_submit"]
 
@@ -51,35 +51,9 @@ def decide_submit(
     now = observation.at
     code = observation.http_status
     answer = meaning("submit", code, throttled=is_throttled(record, observation, reading))
-    resend = bool(record.idempotency_key) or record.submit_method in IDEMPOTENT_METHODS
     match answer.meaning:
         case Meaning.TROUBLE:
-            what = observation.transport_error or f"HTTP {code}"
-            record = record.evolve(transport_failures_used=record.transport_failures_used + 1)
-            if resend and record.submit_attempts < record.max_submit_attempts:
-                why = (
-                    "with the same idempotency key"
-                    if record.idempotency_key
-                    else f"({record.submit_method} is idempotent)"
-                )
-                return schedule(
-                    record,
-                    observation,
-                    None,
-                    rng,
-                    note=f"no answer to the submission ({what}); sending it again {why}",
-                    demanded=code == 503,
-                )
-            key = (
-                f" with idempotency key {record.idempotency_key}" if record.idempotency_key else ""
-            )
-            return escalate(
-                record,
-                now,
-                Reason.PROVIDER_FAILURE,
-                f"no answer to the submission ({what}) after {record.submit_attempts} attempt(s)"
-                f"{key}; it may have created a job",
-            )
+            return submission_trouble(record, observation, rng)
         case Meaning.DENIED:
             return escalate(
                 record,
