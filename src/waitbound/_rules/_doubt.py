@@ -18,8 +18,6 @@ evidence ends the doubt; still doubtful after that, the operation escalates
 
 from __future__ import annotations
 
-import random
-
 from waitbound._base._json import JSON
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import Reason
@@ -27,7 +25,7 @@ from waitbound._model._record import Record
 from waitbound._profile._contract import Reading
 from waitbound._rules._final_state import staged
 from waitbound._rules._finish import Step, escalate, seconds_between
-from waitbound._rules._next_poll import schedule
+from waitbound._rules._next_poll import Timing, schedule
 from waitbound._rules._polling_kinds import polling_kind, reader_of
 
 __all__ = ["cleared", "doubt", "foreign_job"]
@@ -66,7 +64,7 @@ def doubt(
     record: Record,
     observation: Observation,
     reading: Reading | None,
-    rng: random.Random,
+    timing: Timing,
     why: str,
     *,
     extra: dict[str, JSON] | None = None,
@@ -95,5 +93,5 @@ def doubt(
         ).adding(data)
     record = record.evolve(doubted_at=opened or now, confirm_requests_used=confirms)
     return schedule(
-        record, observation, reading, rng, note=f"{why}; confirming", confirming=True
+        record, observation, reading, timing, note=f"{why}; confirming", confirming=True
     ).adding(data)

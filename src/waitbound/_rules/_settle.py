@@ -11,7 +11,6 @@ outcome rules are stated in ``docs/waiting.md``.
 
 from __future__ import annotations
 
-import random
 from datetime import datetime
 from typing import Final
 
@@ -26,7 +25,7 @@ from waitbound._profile._contract import Classification, Counts, Reading, is_pre
 from waitbound._rules import _sentences as sentences
 from waitbound._rules._final_state import empty_resource, monitor_result
 from waitbound._rules._finish import Step, escalate, seconds_between, terminal
-from waitbound._rules._next_poll import schedule
+from waitbound._rules._next_poll import Timing, schedule
 from waitbound._rules._polling_kinds import PollingKind
 
 __all__ = ["complete", "ended", "settle"]
@@ -37,7 +36,7 @@ def settle(
     observation: Observation,
     classification: Classification,
     reading: Reading | None,
-    rng: random.Random,
+    timing: Timing,
     *,
     answered_by: PollingKind | None,
 ) -> Step:
@@ -76,7 +75,7 @@ def settle(
             record,
             observation,
             reading,
-            rng,
+            timing,
             note=f"success without {', '.join(reading.missing_required)}; confirming",
             confirming=True,
         )

@@ -12,12 +12,12 @@ stated in ``docs/waiting.md``.
 
 from __future__ import annotations
 
-import random
 from datetime import datetime
 from typing import Final
 
 from waitbound._base._json import JSON, show
 from waitbound._base._urls import redact_url
+from waitbound._model._audit import EventKind
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Record
@@ -26,8 +26,7 @@ from waitbound._profile._contract import Classification, Reading
 from waitbound._rules._answers import Meaning, meaning
 from waitbound._rules._doubt import cleared, doubt, foreign_job
 from waitbound._rules._finish import Step, escalate, seconds_between
-from waitbound._rules._learned import ModelLookup
-from waitbound._rules._next_poll import schedule
+from waitbound._rules._next_poll import Timing, schedule
 from waitbound._rules._polling_kinds import PollingKind, UnusablePollingUrl, polling_kind
 from waitbound._rules._settle import ended, settle
 from waitbound._rules._trouble import is_throttled, provider_trouble, throttled
@@ -43,9 +42,7 @@ def decide_status(
     record: Record,
     observation: Observation,
     reading: Reading | None,
-    rng: random.Random,
-    *,
-    models: ModelLookup | None = None,
+    timing: Timing,
 ) -> Step:
     """Decide what a status answer means (the tables in ``_answers.py`` and the rules
     in ``docs/waiting.md``), read by the kind of the URL that answered.
@@ -54,10 +51,21 @@ def decide_status(
         record: the record with the answer's bookkeeping applied.
         observation: the answer.
         reading: what the profile read from its JSON body, or ``None``.
-        rng: draws the jitter of the next delay.
-        models: the learned schedules (``Policy.schedule = "learned"``); ``None``:
-            the formula.
+        timing: what the next poll time needs (the jitter's generator, the learned
+            schedules, the origin calendar), and whether this answer is the one look
+            after a cancel the provider did not accept (``timing.refused_cancel``:
+            ``_canceling.after_refused_cancel``, which decides what it means for the
+            operation; a look it schedules is decided in ``_next_poll.schedule``).
     """
+    step = _decide_status(record, observation, reading, timing)
+    if timing.refused_cancel is not None and step.kind is not EventKind.SCHEDULED:
+        step = timing.refused_cancel(step, observation)
+    return step
+
+
+def _decide_status(
+    record: Record, observation: Observation, reading: Reading | None, timing: Timing
+) -> Step:
     now = observation.at
     code = observation.http_status
     if reading is not None and reading.ambiguous is not None and code is not None:
@@ -77,14 +85,14 @@ def decide_status(
     )
     match answer.meaning:
         case Meaning.TROUBLE:
-            return provider_trouble(record, observation, reading, rng)
+            return provider_trouble(record, observation, reading, timing)
         case Meaning.THROTTLED:
-            return throttled(record, observation, reading, rng)
+            return throttled(record, observation, reading, timing)
         case Meaning.CLASSIFIED:
             assert answer.classification is not None
             return classified(
-                record, observation, answer.classification, reading, rng,
-                answered_by=reader, models=models,
+                record, observation, answer.classification, reading, timing,
+                answered_by=reader,
             )  # fmt: skip
         case Meaning.DENIED:
             return escalate(
@@ -95,16 +103,14 @@ def decide_status(
                 response=observation.body,
             )
         case Meaning.NOT_FOUND:
-            return _not_visible(record, observation, reading, rng, f"HTTP {code}")
+            return _not_visible(record, observation, reading, timing, f"HTTP {code}")
         case Meaning.BODY:
             found = reader.status(record, observation, reading)
             if found is not None:
-                return classified(
-                    record, observation, found, reading, rng, answered_by=reader, models=models
-                )
+                return classified(record, observation, found, reading, timing, answered_by=reader)
             if reading is not None and _not_seen_yet(record, now):  # eventual consistency
                 note = f"HTTP {code} with no state: not visible yet"
-                return schedule(record, observation, reading, rng, note=note)
+                return schedule(record, observation, reading, timing, note=note)
             if reading is not None:
                 return _no_state(record, observation)
             problem = observation.body_problem or "an empty body"
@@ -158,13 +164,13 @@ def _not_seen_yet(record: Record, now: datetime) -> bool:
 
 
 def _not_visible(
-    record: Record, observation: Observation, reading: Reading | None, rng: random.Random, what: str
+    record: Record, observation: Observation, reading: Reading | None, timing: Timing, what: str
 ) -> Step:
     """A 404 or 410: "not visible yet" within the not-found grace before the job was
     ever seen; else the contract does not explain it."""
     now = observation.at
     if _not_seen_yet(record, now):
-        return schedule(record, observation, reading, rng, note=f"{what}: not visible yet")
+        return schedule(record, observation, reading, timing, note=f"{what}: not visible yet")
     seen = "after the job was seen" if record.job_seen_at else "past the not-found grace"
     return escalate(
         record,
@@ -180,10 +186,9 @@ def classified(
     observation: Observation,
     classification: Classification,
     reading: Reading | None,
-    rng: random.Random,
+    timing: Timing,
     *,
     answered_by: PollingKind | None,
-    models: ModelLookup | None = None,
 ) -> Step:
     """A classified answer: pending → schedule (moving the polling URL when the answer
     names a new one); terminal → the outcome. *answered_by*: the reader of the URL that
@@ -193,13 +198,13 @@ def classified(
     if reading is not None and (other := foreign_job(record, reading.job_id)) is not None:
         what = "first answer" if observation.kind == "submit" else "status answer"
         return doubt(
-            record, observation, reading, rng,
+            record, observation, reading, timing,
             f"the {what} names job {other}, not this operation's job {record.job_id}",
             extra={"job_mismatch": {"expected": record.job_id, "named": other}},
         )  # fmt: skip
     if reading is not None and reading.ending_unnamed:
         return doubt(
-            record, observation, reading, rng,
+            record, observation, reading, timing,
             f"the answer says the run is over ({show(reading.decided)}) but its state "
             f"{show(reading.state)} names no ending",
         )  # fmt: skip
@@ -243,10 +248,10 @@ def classified(
                     f"{reading.expires_at.isoformat()}",
                     response=observation.body,
                 )
-            return _pending(record, observation, reading, rng, treated=treated, models=models)
+            return _pending(record, observation, reading, timing, treated=treated)
         case Classification.SUCCEEDED | Classification.PARTIAL:
             return settle(
-                record, observation, classification, reading, rng, answered_by=answered_by
+                record, observation, classification, reading, timing, answered_by=answered_by
             )
         case Classification.FAILED:
             return ended(record, now, OutcomeKind.FAILED, reading)
@@ -271,10 +276,9 @@ def _pending(
     record: Record,
     observation: Observation,
     reading: Reading | None,
-    rng: random.Random,
+    timing: Timing,
     *,
     treated: bool = False,
-    models: ModelLookup | None = None,
 ) -> Step:
     """Still running: look again later, at the polling URL this answer names (a new
     ``Location`` on every 202 moves it; same-origin and credential rules as ever)."""
@@ -295,6 +299,4 @@ def _pending(
         notes.append(f"polling URL moved from {redact_url(old)} to {redact_url(url)}")
         pinned = record.caller_url or record.submit_url or old
         record = record.evolve(status_url=url, caller_url=pinned)
-    return schedule(record, observation, reading, rng, note="; ".join(notes), models=models).adding(
-        moved
-    )
+    return schedule(record, observation, reading, timing, note="; ".join(notes), extra=moved)

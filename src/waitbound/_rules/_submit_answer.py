@@ -9,8 +9,6 @@ A terminal state in the first answer is decided as a status answer's is
 
 from __future__ import annotations
 
-import random
-
 from waitbound._base._urls import redact_url, same_url
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind, Reason
@@ -19,8 +17,7 @@ from waitbound._profile._actions import repeated_key
 from waitbound._profile._contract import Reading
 from waitbound._rules._answers import Meaning, meaning
 from waitbound._rules._finish import Step, bounded, escalate, terminal
-from waitbound._rules._learned import ModelLookup
-from waitbound._rules._next_poll import schedule
+from waitbound._rules._next_poll import Timing, schedule
 from waitbound._rules._polling_kinds import first_answer_reader, polling_kind
 from waitbound._rules._status_answer import TERMINAL, classified
 from waitbound._rules._trouble import is_throttled, submission_trouble
@@ -32,9 +29,7 @@ def decide_submit(
     record: Record,
     observation: Observation,
     reading: Reading | None,
-    rng: random.Random,
-    *,
-    models: ModelLookup | None = None,
+    timing: Timing,
 ) -> Step:
     """Read the first answer: an outcome already, or where and when to poll.
 
@@ -53,7 +48,7 @@ def decide_submit(
     answer = meaning("submit", code, throttled=is_throttled(record, observation, reading))
     match answer.meaning:
         case Meaning.TROUBLE:
-            return submission_trouble(record, observation, rng)
+            return submission_trouble(record, observation, timing)
         case Meaning.DENIED:
             return escalate(
                 record,
@@ -72,7 +67,7 @@ def decide_submit(
                 response=observation.body,
             )
         case Meaning.BODY:
-            return _receipt(record, observation, reading, rng, models=models)
+            return _receipt(record, observation, reading, timing)
         case _:
             return terminal(
                 record,
@@ -86,9 +81,7 @@ def _receipt(
     record: Record,
     observation: Observation,
     reading: Reading | None,
-    rng: random.Random,
-    *,
-    models: ModelLookup | None = None,
+    timing: Timing,
 ) -> Step:
     """A 2xx (or 303) first answer: end here, or poll where it says."""
     now = observation.at
@@ -123,7 +116,7 @@ def _receipt(
         if stated in TERMINAL or by_code in TERMINAL:
             done = stated if stated in TERMINAL else by_code
             assert done is not None
-            return classified(record, observation, done, reading, rng, answered_by=None)
+            return classified(record, observation, done, reading, timing, answered_by=None)
         places = ", ".join(s.origin for s in contract.polling) or "nowhere"
         return escalate(
             record,
@@ -144,7 +137,7 @@ def _receipt(
         stated = polling_kind(record).status(record, observation, reading) or stated
     if stated in TERMINAL:
         assert stated is not None
-        return classified(record, observation, stated, reading, rng, answered_by=first)
+        return classified(record, observation, stated, reading, timing, answered_by=first)
     hint = Reading(classification=None, poll_hint_s=receipt.poll_hint)
     job = f" job {receipt.job_id}" if receipt.job_id else ""
     kind_note = polling_kind(record).aside
@@ -152,8 +145,7 @@ def _receipt(
         record,
         observation,
         hint,
-        rng,
+        timing,
         note=f"submitted:{job} status at {redact_url(receipt.status_url)}{kind_note} "
         f"(from the {receipt.status_url_origin})",
-        models=models,
     )

@@ -14,8 +14,6 @@ only with an idempotency key or an idempotent method. The budgets are stated in
 
 from __future__ import annotations
 
-import random
-
 from waitbound._base._json import show
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import Reason
@@ -23,7 +21,7 @@ from waitbound._model._record import Record
 from waitbound._profile._contract import Reading
 from waitbound._profile._protocol import IDEMPOTENT_METHODS
 from waitbound._rules._finish import Step, escalate
-from waitbound._rules._next_poll import schedule
+from waitbound._rules._next_poll import Timing, schedule
 
 __all__ = ["is_throttled", "provider_trouble", "submission_trouble", "throttled"]
 
@@ -40,7 +38,7 @@ def is_throttled(record: Record, observation: Observation, reading: Reading | No
 
 
 def throttled(
-    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+    record: Record, observation: Observation, reading: Reading | None, timing: Timing
 ) -> Step:
     """A throttle: counted against ``max_rate_limited``; past it, escalate
     ``rate_limited``, else look again later (a throttle's backoff, ``_next_poll``)."""
@@ -53,11 +51,13 @@ def throttled(
             Reason.RATE_LIMITED,
             f"throttled {used} times; the rate-limit budget is {record.max_rate_limited}",
         )
-    return schedule(record, observation, reading, rng, note="throttled", throttle=True, unseen=True)
+    return schedule(
+        record, observation, reading, timing, note="throttled", throttle=True, unseen=True
+    )
 
 
 def provider_trouble(
-    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
+    record: Record, observation: Observation, reading: Reading | None, timing: Timing
 ) -> Step:
     """A 5xx or no answer: counted against ``max_transport_failures``; past it, escalate
     ``provider_failure`` (saying what is known of the job), else look again later (a
@@ -84,14 +84,14 @@ def provider_trouble(
         record,
         observation,
         reading,
-        rng,
+        timing,
         note=f"provider trouble ({what})",
         demanded=observation.http_status == 503,
         unseen=True,
     )
 
 
-def submission_trouble(record: Record, observation: Observation, rng: random.Random) -> Step:
+def submission_trouble(record: Record, observation: Observation, timing: Timing) -> Step:
     """No answer to the submission, or a 5xx: counted as a transport failure; sent again
     (at a time ``_next_poll`` picks) only when that is safe (its idempotency key, or an
     idempotent method: PUT, DELETE) and attempts are left (``max_submit_attempts``),
@@ -111,7 +111,7 @@ def submission_trouble(record: Record, observation: Observation, rng: random.Ran
             record,
             observation,
             None,
-            rng,
+            timing,
             note=f"no answer to the submission ({what}); sending it again {why}",
             demanded=code == 503,
         )
