@@ -322,7 +322,7 @@ def test_a_slow_receiver_holds_one_of_8_slots_while_the_others_are_delivered() -
         finished(store, "op-good", clock, notify_url=receiver.url)
         clock.advance(1)
         assert deliver_async(store, clock) == 1
-        assert trickler.cut.wait(5)
+        assert trickler.cut.wait(20)
         cut_s = min(trickler.cut_at_s)
     assert trickler.requests == 7
     (good,) = receiver.received
