@@ -24,8 +24,8 @@ short I/O loops carry no policy:
 from __future__ import annotations
 
 import threading
-import zlib
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -33,11 +33,14 @@ import anyio
 import httpx
 
 from waitbound._base._clock import Clock
+from waitbound._base._failpoints import hit
 from waitbound._base._json import JSON, NestingError, parse_provider_json
 from waitbound._base._secrets import redact_headers, redact_text
 from waitbound._base._urls import origin, resolve
 from waitbound._model._observation import Observation, Request, kept_header_names
 from waitbound._profile._contract import Profile
+from waitbound.transports._decode import Decoder
+from waitbound.transports._fence import CHECKED_EVENTS, Fence
 from waitbound.transports._threads import run_in_thread
 
 __all__ = ["ACCEPT_ENCODING", "HttpSettings", "send_async", "send_sync"]
@@ -45,8 +48,6 @@ __all__ = ["ACCEPT_ENCODING", "HttpSettings", "send_async", "send_sync"]
 USER_AGENT: Final = "waitbound/0.1"
 ACCEPT_ENCODING: Final = "gzip, deflate"
 """The content codings waitbound decodes itself, bounded (RFC 9110 §8.4.1)."""
-_IDENTITY: Final = frozenset({"", "identity"})
-_WBITS: Final = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,73 +72,13 @@ class _TooSlow(Exception):
     """The total request timeout passed, or the exchange was abandoned."""
 
 
-class _Decoder:
-    """Decode one response body's ``Content-Encoding``, never more than asked for.
-
-    Identity passes through; gzip and deflate (zlib-wrapped, or raw as some servers
-    send it) go through ``zlib.decompressobj`` with ``max_length``.
-    """
-
-    def __init__(self, content_encoding: str) -> None:
-        """Prepare for *content_encoding* (the header's value).
-
-        Raises:
-            ValueError: a coding other than identity, gzip or deflate, or more than one.
-        """
-        codings = [c.strip().lower() for c in content_encoding.split(",")]
-        codings = [c for c in codings if c not in _IDENTITY]
-        if len(codings) > 1 or (codings and codings[0] not in (*_WBITS, "deflate")):
-            shown = ascii(content_encoding[:40])
-            raise ValueError(f"a body with an unsupported Content-Encoding ({shown})")
-        self.coding = codings[0] if codings else None
-        self._zlib = None if self.coding is None else self._start()
-        self._fed = bytearray()  # deflate: the first bytes, in case they are raw deflate
-        self._decided = self.coding != "deflate"
-
-    def _start(self, *, raw_deflate: bool = False) -> zlib._Decompress:
-        if self.coding == "deflate":
-            return zlib.decompressobj(-zlib.MAX_WBITS if raw_deflate else zlib.MAX_WBITS)
-        return zlib.decompressobj(_WBITS[str(self.coding)])
-
-    def decode(self, raw: bytes, room: int) -> bytes:
-        """At most *room* (``>= 1``) decoded bytes of the next raw chunk.
-
-        Raises:
-            ValueError: the compressed data is damaged.
-        """
-        if self._zlib is None:
-            return raw[:room]
-        try:
-            if not self._decided:
-                return self._decode_first(raw, room)
-            return self._zlib.decompress(raw, room)
-        except zlib.error:
-            raise ValueError(f"a {self.coding} body that cannot be decoded") from None
-
-    def _decode_first(self, raw: bytes, room: int) -> bytes:
-        """Deflate's first bytes: zlib-wrapped (RFC 9110), else raw deflate (RFC 1951)."""
-        assert self._zlib is not None
-        self._fed += raw
-        try:
-            out = self._zlib.decompress(raw, room)
-        except zlib.error:
-            self._zlib = self._start(raw_deflate=True)
-            out = self._zlib.decompress(bytes(self._fed), room)
-            self._decided = True
-        if out or len(self._fed) >= 2:  # the two-byte zlib header was accepted
-            self._decided = True
-        if self._decided:
-            self._fed.clear()
-        return out
-
-    def finish(self, received: bool) -> None:
-        """Check the compressed body ended where it should.
-
-        Raises:
-            ValueError: a compressed body was cut short.
-        """
-        if self._zlib is not None and received and not self._zlib.eof:
-            raise ValueError(f"a {self.coding} body cut short")
+_PAUSE_POINTS: Final = {
+    "connection.connect_tcp.complete": "send.after_connect",
+    "connection.connect_unix_socket.complete": "send.after_connect",
+    "http11.send_request_body.complete": "send.after_send",
+    "http2.send_request_body.complete": "send.after_send",
+}
+"""httpcore ``trace`` events after which a pause failpoint may stall the exchange."""
 
 
 class _Exchange:
@@ -152,6 +93,9 @@ class _Exchange:
         settings: HttpSettings,
         *,
         secrets: Sequence[str],
+        fence: Fence | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+        asleep: Callable[[float], Awaitable[object]] = anyio.sleep,
     ) -> None:
         self.request = request
         self.secrets = secrets
@@ -161,9 +105,19 @@ class _Exchange:
         self.clock = clock
         self.settings = settings
         self.start = clock.monotonic()
+        self.fence = fence
+        self.deadline = self.start + request.timeout_s
+        """The monotonic reading (*clock*'s) by which the whole exchange is over: its
+        total timeout, cut to the fence's end."""
+        if fence is not None:
+            self.deadline = min(self.deadline, fence.ends_at)
+        self.sleep = sleep
+        self.asleep = asleep
+        self.sent = False
+        """The first hop's head is being written (its last-moment check passed)."""
         self.body = bytearray()
         self.problem: str | None = None
-        self.decoder: _Decoder | None = None
+        self.decoder: Decoder | None = None
         self.received = False
         self.followed = 0
         """Redirects followed so far."""
@@ -212,19 +166,79 @@ class _Exchange:
 
     def _check(self) -> None:
         """Raise :class:`_TooSlow` when the total timeout passed or the caller gave up."""
-        if self.abandoned.is_set() or self._elapsed_s() > self.request.timeout_s:
+        if self.abandoned.is_set() or self.clock.monotonic() > self.deadline:
+            raise _TooSlow
+
+    def last_moment(self) -> None:
+        """Check, right before a connection is opened or a request's head is written,
+        that it may still go: the fence while nothing of the request has left (not
+        after a redirect), then the total timeout.
+
+        Raises:
+            Fenced: the fence closed; nothing of the request was sent.
+            _TooSlow: the total timeout passed, or the exchange was abandoned.
+        """
+        if self.fence is not None and not self.sent and not self.followed:
+            self.fence.check(self.clock)
+        if self.abandoned.is_set() or self.clock.monotonic() >= self.deadline:
             raise _TooSlow
 
     def timeout(self) -> httpx.Timeout:
-        """The timeout of the next hop: whatever is left of the total.
+        """The timeout of the next hop, whatever is left of the total, once the hop
+        may go (:meth:`last_moment`, for a transport that runs no ``trace``).
 
         Raises:
+            Fenced: the fence closed before the first hop.
             _TooSlow: nothing is left, or the exchange was abandoned.
         """
-        left = self.request.timeout_s - self._elapsed_s()
-        if left <= 0 or self.abandoned.is_set():
-            raise _TooSlow
+        self.last_moment()
+        left = self.deadline - self.clock.monotonic()
         return httpx.Timeout(left, connect=min(self.settings.connect_timeout_s, left))
+
+    def _traced(self, name: str) -> float:
+        """One httpcore ``trace`` event: the last-moment check before a connection or a
+        head; a pause failpoint after a connect or a send (seconds to stall, or 0)."""
+        if name in CHECKED_EVENTS:
+            self.last_moment()
+            if name.endswith("send_request_headers.started"):
+                self.sent = True
+            return 0.0
+        point = _PAUSE_POINTS.get(name)
+        return hit(point, f"{point}-{self.request.kind}") if point else 0.0
+
+    def _woken(self) -> None:
+        """After a pause: when nothing of the request has left yet, the fence at once
+        (before any await where the exchange's timeout could cancel it first).
+
+        Raises:
+            Fenced: the fence closed during the pause.
+        """
+        if self.fence is not None and not self.sent and not self.followed:
+            self.fence.check(self.clock)
+
+    def trace(self, name: str, info: object) -> None:
+        """httpcore's blocking ``trace`` extension (see :meth:`_traced`).
+
+        Raises:
+            Fenced: see :meth:`last_moment`.
+            _TooSlow: see :meth:`last_moment`.
+        """
+        if pause := self._traced(name):
+            self.sleep(pause)
+            self._woken()
+
+    async def atrace(self, name: str, info: object) -> None:
+        """httpcore's async ``trace`` extension (see :meth:`_traced`); a pause is
+        shielded from the exchange's timeout, as a frozen process is.
+
+        Raises:
+            Fenced: see :meth:`last_moment`.
+            _TooSlow: see :meth:`last_moment`.
+        """
+        if pause := self._traced(name):
+            with anyio.CancelScope(shield=True):
+                await self.asleep(pause)
+            self._woken()
 
     def redirected(self, response: httpx.Response, hops: int) -> bool:
         """Whether to follow *response* to the next hop (same origin, within the hop limit)."""
@@ -260,7 +274,7 @@ class _Exchange:
         """
         coding = "" if response.is_stream_consumed else response.headers.get("content-encoding")
         try:
-            self.decoder = _Decoder(coding or "")
+            self.decoder = Decoder(coding or "")
         except ValueError as exc:
             self.problem = str(exc)
             return False
@@ -359,7 +373,7 @@ class _Exchange:
         return Observation(
             kind=self.request.kind,
             at=self.clock.now(),
-            transport_error=f"no answer within {self.request.timeout_s:.3g}s (timeout)",
+            transport_error=f"no answer within {self.deadline - self.start:.3g}s (timeout)",
             elapsed_s=self._elapsed_s(),
             redirects=self.followed,
         )
@@ -381,6 +395,7 @@ def _exchange_sync(client: httpx.Client, exchange: _Exchange, content: bytes | N
                 content=content,
                 timeout=exchange.timeout(),
                 follow_redirects=False,
+                extensions={"trace": exchange.trace},
             ) as response:
                 if exchange.redirected(response, hops):
                     continue
@@ -412,6 +427,7 @@ async def _exchange_async(
                 content=content,
                 timeout=exchange.timeout(),
                 follow_redirects=False,
+                extensions={"trace": exchange.atrace},
             ) as response:
                 if exchange.redirected(response, hops):
                     continue
@@ -439,6 +455,8 @@ def send_sync(
     content: bytes | None = None,
     settings: HttpSettings = HttpSettings(),
     secrets: Sequence[str] = (),
+    fence: Fence | None = None,
+    sleep: Callable[[float], object] = time.sleep,
 ) -> Observation:
     """Send *request* with a blocking client and observe the answer.
 
@@ -463,6 +481,11 @@ def send_sync(
         settings: the body cap, redirect limit and connect timeout.
         secrets: replaced by ``[redacted]`` in every kept header value, the request id
             and the body before the observation is built.
+        fence: the reserved request's last moment (``transports._fence``): checked
+            right before a connection is opened for it and right before its head is
+            written; the total timeout ends at its end too. ``None``: no fence.
+        sleep: stalls the exchange at a pause failpoint (``send.after_connect``,
+            ``send.after_send``), in seconds.
 
     Returns:
         The observation. Never raises for HTTP, transport or URL trouble: a timeout,
@@ -470,11 +493,14 @@ def send_sync(
         with ``transport_error``; an unusable body one with ``body_problem``.
 
     Raises:
+        Fenced: the fence closed before anything of the request was sent.
         Exception: only what is not one request's trouble (a bug, or a handler that
             raises something other than an httpx error, ``OSError`` or ``ValueError``)
             is re-raised here.
     """
-    exchange = _Exchange(request, headers, profile, clock, settings, secrets=secrets)
+    exchange = _Exchange(
+        request, headers, profile, clock, settings, secrets=secrets, fence=fence, sleep=sleep
+    )
     outcome: list[Observation | BaseException] = []
     finished = threading.Event()
 
@@ -488,7 +514,7 @@ def send_sync(
 
     run_in_thread(run)
     try:
-        finished.wait(max(0.0, request.timeout_s))
+        finished.wait(max(0.0, exchange.deadline - clock.monotonic()))
     finally:
         if not outcome:
             exchange.abandoned.set()
@@ -510,14 +536,20 @@ async def send_async(
     content: bytes | None = None,
     settings: HttpSettings = HttpSettings(),
     secrets: Sequence[str] = (),
+    fence: Fence | None = None,
+    sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
 ) -> Observation:
     """Send *request* with an async client and observe the answer (see :func:`send_sync`).
 
     The whole exchange runs inside an anyio cancel scope of ``request.timeout_s``
     seconds (``anyio.move_on_after``); a cancelled exchange closes its response and
-    becomes the timeout observation. Never raises for HTTP, transport or URL trouble.
+    becomes the timeout observation. Never raises for HTTP, transport or URL trouble;
+    raises :class:`Fenced` when the *fence* closed before anything was sent (a pause
+    failpoint stalls with *sleep*, shielded from the timeout, as a frozen process is).
     """
-    exchange = _Exchange(request, headers, profile, clock, settings, secrets=secrets)
-    with anyio.move_on_after(max(0.0, request.timeout_s)):
+    exchange = _Exchange(
+        request, headers, profile, clock, settings, secrets=secrets, fence=fence, asleep=sleep
+    )
+    with anyio.move_on_after(max(0.0, exchange.deadline - clock.monotonic())):
         return await _exchange_async(client, exchange, content)
     return exchange.timed_out()
