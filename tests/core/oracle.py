@@ -44,7 +44,7 @@ from waitbound import (
 from waitbound._model._observation import Observation
 from waitbound._rules._controller import Request
 from waitbound.testing import FakeClock
-from waitbound.transports import Fence, _http
+from waitbound.transports import Fence, _exchange, _http
 
 BASE = "http://provider.test"
 SUBMIT_URL = f"{BASE}/jobs"
@@ -432,7 +432,7 @@ class World:
                 self.kills_before_send += 1
                 self.lost_kinds.append(request.kind)
                 raise Killed
-            exchange = _http._Exchange(
+            exchange = _exchange._Exchange(
                 request, headers, profile, clock, settings,
                 secrets=secrets, fence=fence, sleep=sleep,
             )  # fmt: skip
