@@ -18,6 +18,7 @@ from waitbound._base._errors import (
     UsageError,
     WaitboundError,
 )
+from waitbound._base._version import VERSION as __version__
 from waitbound._engine._api import (
     cancel,
     cancel_async,
@@ -95,8 +96,6 @@ from waitbound._rules._options import Option, option_costs
 from waitbound.profiles import profile_schema
 from waitbound.stores import MemoryStore, SQLiteStore, Store, open_store
 from waitbound.transports import HttpSettings
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AsyncOperationHandle",

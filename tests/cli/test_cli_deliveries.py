@@ -2,7 +2,7 @@
 flags of wait, submit and run, and the worker's notify secret.
 
 Refusals run the real command in a subprocess. The listing and replay run the command
-in this process over one memory store (``waitbound.open_store`` patched), so they do not
+in this process over one memory store (``cli._store_access.open_store`` patched), so they do not
 depend on a durable store's outbox.
 """
 
@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-import waitbound
 from tests.cli.helpers import INLINE, assert_refused, cli_env, closed_port, run_cli
 from tests.core.completion_receiver import SECRET, receiving
 from tests.core.harness import PROFILE, URL
@@ -42,6 +41,7 @@ from waitbound._model._record import (
     Schedule,
     Submission,
 )
+from waitbound.cli import _store_access
 from waitbound.cli import run as run_in_process
 from waitbound.sim import Simulator, parse_scenario
 
@@ -53,7 +53,8 @@ HEADER = ("id", "operation", "channel", "target", "status", "attempts", "next at
 def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryStore]:
     """One memory store that every command run in this process opens."""
     shared = MemoryStore()
-    monkeypatch.setattr(waitbound, "open_store", lambda *args, **kwargs: shared)
+    # every command opens its store through cli._store_access
+    monkeypatch.setattr(_store_access, "open_store", lambda *args, **kwargs: shared)
     monkeypatch.delenv(ENV, raising=False)
     previous = signal.getsignal(signal.SIGTERM)
     yield shared

@@ -12,7 +12,7 @@ seeded jitter, and requests carried out inline (no thread, no real-time timeout)
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -49,7 +49,7 @@ from waitbound._model._record import (
 from waitbound._model._record import Submission as SubmissionPart
 from waitbound._rules._controller import Request
 from waitbound.testing import FakeClock
-from waitbound.transports import _http
+from waitbound.transports import Fence, _exchange, _http
 
 BASE = "http://provider.test"
 SUBMIT_URL = f"{BASE}/jobs"
@@ -436,6 +436,8 @@ class World:
             content: bytes | None = None,
             settings: waitbound.HttpSettings = waitbound.HttpSettings(),  # noqa: B008
             secrets: Sequence[str] = (),
+            fence: Fence | None = None,
+            sleep: Callable[[float], object] = self.clock.sleep,
         ) -> Observation:
             self.sends += 1
             kill = self.kill
@@ -444,7 +446,10 @@ class World:
                 self.kills_before_send += 1
                 self.lost_kinds.append(request.kind)
                 raise Killed
-            exchange = _http._Exchange(request, headers, profile, clock, settings, secrets=secrets)
+            exchange = _exchange._Exchange(
+                request, headers, profile, clock, settings,
+                secrets=secrets, fence=fence, sleep=sleep,
+            )  # fmt: skip
             logged = len(self.provider.log)
             observed = _http._exchange_sync(client, exchange, content)
             if kill is not None and kill.at == self.sends and kill.where == "answered":

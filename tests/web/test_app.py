@@ -33,9 +33,9 @@ from waitbound.cli._watch import StreamLost, follow
 from waitbound.stores._protocol import cursor_of
 from waitbound.web._app import create_app
 from waitbound.web._auth import bearer_token, token_matches
+from waitbound.web._bounded import listen
 from waitbound.web._config import ServeConfig
 from waitbound.web._events import many_events, many_id, operation_events, parse_many_id
-from waitbound.web._run import listen
 from waitbound.web._service import Nudge, Service
 
 TOKEN = "tok_" + "s3cr3t" * 6

@@ -1,6 +1,12 @@
 """What one client may take of ``waitbound serve`` (``waitbound.web._protocol``): a
 real server on loopback, raw sockets as slow, large or many clients. The deadlines are
-made small here; the tests take their real time only."""
+made small here; the tests take their real time only.
+
+No bound here depends on the machine's speed: every other timer that could close a
+connection (uvicorn's keep-alive) is pushed to a minute for these tests, so a close seen
+within :data:`CLOSED_WITHIN_S` can only be the deadline under test, however late a loaded
+machine runs its timers; the lower bounds hold on any machine (a timer never fires
+early)."""
 
 from __future__ import annotations
 
@@ -21,8 +27,16 @@ from waitbound.web._run import serve
 from waitbound.web._service import Service
 
 TOKEN = "t" * 32
+CLOSED_WITHIN_S = 20.0
+"""A close seen this soon is the deadline under test (every other timer is a minute)."""
 QUICK = Limits(head_timeout_s=0.3, body_timeout_s=0.6, max_connections=8)
 PARTIAL_HEAD = b"POST /webhooks/reports HTTP/1.1\r\nHost: 127.0.0.1\r\nX-a: "
+
+
+@pytest.fixture(autouse=True)
+def _no_other_closer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn's keep-alive timer (5 s in production) waits a minute here."""
+    monkeypatch.setattr("waitbound.web._bounded.KEEP_ALIVE_S", 60)
 
 
 @asynccontextmanager
@@ -57,7 +71,7 @@ async def serving(limits: Limits) -> AsyncIterator[tuple[str, int]]:
             stop.set()
 
 
-async def closed_after_s(stream: anyio.abc.SocketStream, limit_s: float = 5.0) -> float:
+async def closed_after_s(stream: anyio.abc.SocketStream, limit_s: float = 40.0) -> float:
     """Read until the server closes the connection; return how long that took, failing
     after *limit_s* seconds. What the server sent meanwhile must be nothing."""
     started = time.monotonic()
@@ -91,7 +105,7 @@ def test_a_connection_without_a_whole_head_is_closed_at_the_head_deadline(first:
             return took_s, await healthy(host, port)
 
     took_s, status = anyio.run(main)
-    assert QUICK.head_timeout_s - 0.05 <= took_s < QUICK.head_timeout_s + 2.0
+    assert QUICK.head_timeout_s - 0.05 <= took_s < CLOSED_WITHIN_S
     assert status == 200
 
 
@@ -105,7 +119,7 @@ def test_a_head_trickled_a_byte_at_a_time_is_closed_at_the_head_deadline() -> No
             async with stream:
                 await stream.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
                 started = time.monotonic()
-                with anyio.fail_after(5):
+                with anyio.fail_after(40):
                     try:
                         while True:
                             await stream.send(b"X-a: b\r\n")
@@ -113,7 +127,7 @@ def test_a_head_trickled_a_byte_at_a_time_is_closed_at_the_head_deadline() -> No
                     except (anyio.BrokenResourceError, ConnectionResetError, OSError):
                         return time.monotonic() - started
 
-    assert anyio.run(main) < QUICK.head_timeout_s + 2.0
+    assert anyio.run(main) < CLOSED_WITHIN_S
 
 
 def test_a_head_over_64_kib_is_a_400_and_the_connection_closed() -> None:
@@ -126,7 +140,7 @@ def test_a_head_over_64_kib_is_a_400_and_the_connection_closed() -> None:
             async with stream:
                 await stream.send(PARTIAL_HEAD + b"a" * (MAX_HEAD_BYTES + 1024))
                 answer = b""
-                with anyio.fail_after(5):
+                with anyio.fail_after(40):
                     try:
                         while True:
                             answer += await stream.receive()
@@ -153,13 +167,13 @@ def test_a_slow_body_is_closed_at_the_body_deadline() -> None:
                 return await closed_after_s(stream)
 
     took_s = anyio.run(main)
-    assert QUICK.body_timeout_s - 0.05 <= took_s < QUICK.body_timeout_s + 2.0
+    assert QUICK.body_timeout_s - 0.05 <= took_s < CLOSED_WITHIN_S
 
 
 def test_connections_past_the_cap_are_closed_at_once_and_the_server_recovers() -> None:
     """With 4 connections open (the cap), a fifth is closed at once, long before any
     deadline; once they go, the server answers again."""
-    limits = Limits(head_timeout_s=30.0, body_timeout_s=30.0, max_connections=4)
+    limits = Limits(head_timeout_s=120.0, body_timeout_s=120.0, max_connections=4)
 
     async def main() -> tuple[float, int | None, int]:
         async with serving(limits) as (host, port):
@@ -169,20 +183,20 @@ def test_connections_past_the_cap_are_closed_at_once_and_the_server_recovers() -
             await anyio.sleep(0.1)  # the server has taken them
             extra = await anyio.connect_tcp(host, port)
             async with extra:
-                took_s = await closed_after_s(extra, limit_s=5.0)
+                took_s = await closed_after_s(extra)
             try:
                 full: int | None = await healthy(host, port)
             except httpx.TransportError:
                 full = None  # closed at once, as the fifth
             for stream in held:
                 await stream.aclose()
-            with anyio.fail_after(5):
+            with anyio.fail_after(40):
                 while (status := await healthy(host, port)) != 200:
                     await anyio.sleep(0.05)
             return took_s, full, status
 
     took_s, full, status = anyio.run(main)
-    assert took_s < 2.0
+    assert took_s < CLOSED_WITHIN_S  # long before the 120 s head deadline
     assert full is None
     assert status == 200
 

@@ -121,7 +121,7 @@ def test_without_an_inbox_module_serve_still_runs(monkeypatch: pytest.MonkeyPatc
         async with httpx.AsyncClient(transport=httpx.MockTransport(provider)) as client:
             return await original(store, client=client, **kwargs)
 
-    monkeypatch.setattr(waitbound, "work", work)
+    monkeypatch.setattr(waitbound.web._run, "work", work)  # where serve looks it up
 
     async def main() -> None:
         stop = anyio.Event()

@@ -529,7 +529,7 @@ def test_a_bad_named_token_file_is_one_line_without_the_token(text, message):
 def test_a_readable_serve_toml_with_literal_secrets_is_warned_about(tmp_path: Path, capsys):
     """serve.toml holding a secret itself and readable by others: a warning naming the
     file and its mode; one whose secrets are all ${NAME}: none needed."""
-    from waitbound.cli._serve import warn_if_readable
+    from waitbound.cli._tokens import warn_if_readable
 
     secret = "whsec_" + "c2VjcmV0LXdlYmhvb2sta2V5LWZvci10ZXN0cw=="
     path = tmp_path / "serve.toml"

@@ -11,7 +11,7 @@ import pytest
 
 from waitbound import UsageError
 from waitbound.cli import run
-from waitbound.cli._serve import default_token_file, is_loopback, read_or_create_token, read_token
+from waitbound.cli._tokens import default_token_file, is_loopback, read_or_create_token, read_token
 
 
 def _mode(path: Path) -> int:
@@ -204,7 +204,7 @@ def test_a_created_file_is_not_readable_by_others_even_with_a_loose_umask(
 def test_read_holders_reads_a_named_token_file_and_a_single_token_one(tmp_path: Path) -> None:
     """serve's reader: NAME ROLE TOKEN lines give each holder; a one-token file (the
     earlier format) gives the shared admin token."""
-    from waitbound.cli._serve import read_holders
+    from waitbound.cli._tokens import read_holders
 
     named = tmp_path / "named"
     named.write_text("ann decider " + "a" * 20 + "\nops viewer " + "o" * 20 + "\n")

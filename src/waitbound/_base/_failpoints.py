@@ -8,7 +8,11 @@ send SIGKILL to this process — the same death as ``kill -9``, at a chosen mome
 ``sleep``; the worker's ``sleep``), so under a virtual clock the pause is virtual too.
 Unset (always, outside tests), :func:`hit` is a dictionary lookup.
 
-Points: ``reserved`` (a request is counted and persisted, not yet sent), ``answered``
+Points: ``reserved`` (a request is counted and persisted, not yet sent),
+``send.after_plan`` (its lease was checked and its send planned, nothing opened yet),
+``send.after_connect`` (the transport has its connection, opened for it or taken from
+the pool, and nothing of the request was written; the lease is checked again after),
+``send.after_send`` (its bytes left; its answer not read yet), ``answered``
 (its answer arrived, not yet persisted) and ``saving`` (its answer's write is about
 to be made: after ``answered``, and again before each write made again after a
 conflict); each is also named with the request kind, e.g. ``reserved-result``.

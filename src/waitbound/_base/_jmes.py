@@ -18,7 +18,7 @@ import jmespath.functions
 import jmespath.parser
 
 from waitbound._base._errors import ProfileError
-from waitbound._base._json import JSON
+from waitbound._base._json_types import JSON
 
 __all__ = ["Expression", "compile_expression", "search"]
 

@@ -17,8 +17,9 @@ import json
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Final, TypeAlias
+from typing import Final
 
+from waitbound._base._json_types import JSON, JSONScalar
 from waitbound._base._secrets import redact_bytes, redact_text
 
 __all__ = [
@@ -33,9 +34,6 @@ __all__ = [
     "redact_json",
     "show",
 ]
-
-JSONScalar: TypeAlias = str | int | float | bool | None
-JSON: TypeAlias = JSONScalar | list["JSON"] | dict[str, "JSON"]
 
 MAX_DEPTH: Final = 128
 """How deeply a provider's body may nest arrays and objects (``[[1]]`` is 2 levels):

@@ -73,6 +73,7 @@ from waitbound._rules._credentials import (
 )
 from waitbound._rules._learned import ModelLookup
 from waitbound.stores import Store, open_store
+from waitbound.transports import Fence, Fenced
 
 __all__ = [
     "exchange",
@@ -226,7 +227,13 @@ def exchange(
     it at least :data:`MIN_SEND_S` (or its whole timeout, when shorter) before the
     lease's margin, with its timeout cut to end that margin before the lease does, by
     the monotonic clock; otherwise — or when *stopping* says the worker was told to
-    stop — it is not sent, and its reservation is released (``send_skipped``). A
+    stop — it is not sent, and its reservation is released (``send_skipped``). The
+    same check is made again by the transport at the last moment, right before a
+    connection is opened for the request and right before its bytes are written
+    (``_Send.fence``, ``transports._fence``): a process frozen after planning the send
+    (failpoint ``send.after_plan``) or after opening its connection
+    (``send.after_connect``) sends nothing on waking once the lease no longer covers
+    it, and the reservation is released the same way. A
     persisted answer that conflicts (someone wrote the record meanwhile: a person's
     decision, an agent's request) is applied to the fresh record while that record
     still carries this reservation (``Lease.holds``); otherwise the lease ran out and
@@ -253,15 +260,27 @@ def exchange(
         )
     if why:
         return (yield from _release(reserved, request, lease, why, clock))
+    fence = Fence(
+        ends_at=lease.started + lease.length_s - margin_s,
+        min_s=min(request.timeout_s, MIN_SEND_S),
+    )
     if covered_s < request.timeout_s:
         request = replace(request, timeout_s=covered_s)
     content = submission.body if kind == "submit" and submission else None
     sent = _request_headers(request, reserved, headers, submission)
     secrets = credential_values(headers(reserved))
+    if pause := hit("send.after_plan", f"send.after_plan-{kind}"):
+        yield _Pause(pause)
     failure: Exception | None = None
     observation: Observation | None = None
     try:
-        answer = yield _Send(request, sent, content, secrets, reserved)
+        answer = yield _Send(request, sent, content, secrets, reserved, fence)
+    except Fenced as fenced:  # checked again at the last moment: nothing was sent
+        why = (
+            f"its lease had {max(0.0, fenced.left_s + margin_s):.3g}s of {lease.length_s:.3g}s "
+            "left when its bytes were due to leave (the process stalled after planning it)"
+        )
+        return (yield from _release(reserved, request, lease, why, clock))
     except Exception as exc:  # the transport broke on this request only
         failure = exc
     else:

@@ -18,6 +18,7 @@ from waitbound._model._audit import AuditEvent
 from waitbound._model._record import Record
 from waitbound._rules._controller import Request, Transition
 from waitbound.stores import Store
+from waitbound.transports import Fence
 
 __all__ = [
     "Credentials",
@@ -47,6 +48,9 @@ class _Send:
     secrets: tuple[str, ...]
     record: Record
     """The reserved record the request is sent for (its span's attributes)."""
+    fence: Fence | None = None
+    """Its lease's last moment, checked by the transport right before a connection is
+    opened for it and right before its bytes are written (``transports._fence``)."""
 
 
 @dataclass(frozen=True, slots=True)

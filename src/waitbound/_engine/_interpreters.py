@@ -78,6 +78,8 @@ def run_sync_effects(
                                 profile=profile,
                                 clock=tools.clock,
                                 settings=http,
+                                fence=effect.fence,
+                                sleep=sleep,
                             )
                             sent.answered(observation)
                     except Exception as exc:  # the loop records it on this operation
@@ -113,7 +115,9 @@ async def run_async_effects(
                     effect = loop.send(None)
                 case _Send():
                     try:
-                        observation = await _send_async(http_client, effect, tools, profile, http)
+                        observation = await _send_async(
+                            http_client, effect, tools, profile, http, sleep
+                        )
                     except Exception as exc:  # the loop records it on this operation
                         effect = loop.throw(exc)
                     else:
@@ -147,7 +151,7 @@ async def run_exchange_async(
             match effect:
                 case _Send():
                     try:
-                        observation = await _send_async(client, effect, tools, profile, http)
+                        observation = await _send_async(client, effect, tools, profile, http, sleep)
                     except Exception as exc:  # the exchange records it on this operation
                         effect = steps.throw(exc)
                     else:
@@ -193,6 +197,8 @@ def run_exchange_sync(
                                 profile=profile,
                                 clock=tools.clock,
                                 settings=http,
+                                fence=effect.fence,
+                                sleep=sleep,
                             )
                             sent.answered(observation)
                     except Exception as exc:  # the exchange records it on this operation
@@ -218,8 +224,13 @@ def run_exchange_sync(
         return ended
 
 
-async def _send_async(
-    client: httpx.AsyncClient, effect: _Send, tools: Tools, profile: Profile, http: HttpSettings
+async def _send_async(  # noqa: PLR0917 - the interpreters' one call
+    client: httpx.AsyncClient,
+    effect: _Send,
+    tools: Tools,
+    profile: Profile,
+    http: HttpSettings,
+    sleep: Callable[[float], Awaitable[object]],
 ) -> Observation:
     with sending(effect.record, effect.request, effect.headers, profile) as sent:
         observation = await send_async(
@@ -231,6 +242,8 @@ async def _send_async(
             profile=profile,
             clock=tools.clock,
             settings=http,
+            fence=effect.fence,
+            sleep=sleep,
         )
         sent.answered(observation)
     return observation

@@ -14,7 +14,7 @@ fleet that arrives as one wave learns its own mean rate and is spread to near it
 lone operation is never delayed (``allowed >= 1``, and the mean includes itself).
 
 Where no bucket up to ``latest_at`` has room, the planned time stands: a bounded lag
-beats a perfect spread. The caller's ``latest_at`` (``_next_poll.paced``) is the
+beats a perfect spread. The caller's ``latest_at`` (``_next_poll.next_poll_time``) is the
 planned time plus the policy's ``max_delay_s``, never past the deadline, so pacing
 never breaks a bound; it never changes how many requests are sent.
 

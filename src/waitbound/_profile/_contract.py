@@ -22,7 +22,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
@@ -32,6 +32,7 @@ from waitbound._profile._actions import CancelContract, SubmitContract
 from waitbound._profile._decided_by import DecidedBy, Verdict
 from waitbound._profile._protocol import UrlKind
 from waitbound._profile._throttle import Throttle
+from waitbound._profile._times import parse_time
 from waitbound._profile._webhooks import WebhookContract
 
 __all__ = [
@@ -45,8 +46,6 @@ __all__ = [
     "StateTable",
     "ValueKey",
     "is_present",
-    "parse_rfc3339",
-    "parse_time",
     "value_key",
 ]
 
@@ -230,33 +229,6 @@ class ResultReading:
 def is_present(value: JSON) -> bool:
     """Tell whether a read value counts as present: not null, not ``""``, ``[]`` or ``{}``."""
     return value is not None and value not in ("", [], {})
-
-
-def parse_rfc3339(value: object) -> datetime | None:
-    """Parse an RFC 3339 time with a zone offset (``Z`` allowed); ``None`` if it is not one."""
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
-
-
-def parse_time(value: object, time_format: str) -> datetime | None:
-    """Parse a body time in *time_format*; ``None`` if it is not one.
-
-    ``rfc3339``: see :func:`parse_rfc3339`. ``epoch_s``: a non-negative JSON number of
-    seconds since 1970-01-01T00:00:00Z (OpenAI's Batch times), aware UTC.
-    """
-    if time_format != "epoch_s":
-        return parse_rfc3339(value)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        return None
-    try:
-        return datetime.fromtimestamp(value, UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

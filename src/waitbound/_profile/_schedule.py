@@ -40,9 +40,10 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from functools import partial
-from typing import Final
+from typing import Final, Protocol
 
-from waitbound._profile._contract import Profile, Reading, parse_time
+from waitbound._base._json_types import JSON
+from waitbound._profile._times import parse_time
 
 __all__ = [
     "DEFAULT_BACKOFF_GROWTH",
@@ -51,8 +52,11 @@ __all__ = [
     "DEFAULT_HINT_JITTER",
     "DEFAULT_HINT_JITTER_MAX_S",
     "DEFAULT_MAX_DELAY_S",
+    "BodyHints",
     "DelaySource",
     "Hint",
+    "HintRules",
+    "ThrottleHints",
     "InvalidHint",
     "backoff_bounds_s",
     "backoff_delay_s",
@@ -62,6 +66,53 @@ __all__ = [
     "read_hints",
     "read_retry_after",
 ]
+
+
+class ThrottleHints(Protocol):
+    """What :func:`read_hints` reads of a profile's throttle (``_throttle.Throttle``)."""
+
+    @property
+    def reset_headers(self) -> tuple[tuple[str, str], ...]:
+        """``(header, unit)`` hints read only on a throttled answer."""
+
+    @property
+    def default_delay_s(self) -> float | None:
+        """Seconds to wait on a throttled answer that names none, or ``None``."""
+
+
+class HintRules(Protocol):
+    """What :func:`read_hints` reads of a profile (``_contract.Profile``): where its
+    provider puts hints, and how its times are written."""
+
+    @property
+    def hint_headers(self) -> tuple[tuple[str, str], ...]:
+        """``(header, unit)`` hints read from every answer."""
+
+    @property
+    def throttle(self) -> ThrottleHints | None:
+        """The throttle rule, or ``None``."""
+
+    @property
+    def time_format(self) -> str:
+        """``rfc3339`` or ``epoch_s``."""
+
+
+class BodyHints(Protocol):
+    """What :func:`read_hints` reads of a body (``_contract.Reading``): the hints as
+    given, unvalidated."""
+
+    @property
+    def poll_hint_s(self) -> JSON:
+        """The body's poll hint in seconds, or ``None``."""
+
+    @property
+    def poll_hint_ms(self) -> JSON:
+        """The body's poll hint in milliseconds, or ``None``."""
+
+    @property
+    def next_check_at(self) -> JSON:
+        """The body's next-check time in the profile's ``time_format``, or ``None``."""
+
 
 # The default pacing, in one place: Policy, the CLI flags and the docs follow these.
 DEFAULT_BASE_DELAY_S: Final = 5.0
@@ -349,8 +400,8 @@ def _number(value: object) -> int | float:
 
 def read_hints(
     headers: Mapping[str, str],
-    reading: Reading | None,
-    profile: Profile,
+    reading: BodyHints | None,
+    profile: HintRules,
     *,
     now: datetime,
     throttled: bool = False,

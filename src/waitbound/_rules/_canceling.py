@@ -8,7 +8,6 @@ the record with the answer's bookkeeping applied and the observation in, a
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Final
 
 from waitbound._base._json import show
@@ -17,15 +16,12 @@ from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Phase, Record
 from waitbound._rules import _sentences as sentences
-from waitbound._rules._finish import Step, escalate, seconds_between, timed_out
-from waitbound._rules._options import cancel_allowed
+from waitbound._rules._finish import Step, escalate, timed_out
+from waitbound._rules._stop import cancel_asker
 
 __all__ = [
     "DEADLINE_CANCEL_REQUESTS",
-    "accepted_cancel",
     "after_refused_cancel",
-    "deadline_cancel_at",
-    "deadline_cancel_reserve_s",
     "decide_cancel",
     "is_deadline_cancel",
     "refused_cancel_look",
@@ -53,7 +49,7 @@ def decide_cancel(record: Record, observation: Observation) -> Step:
     code = observation.http_status
     answer = observation.transport_error or f"HTTP {code}"
     accepted = code is not None and 200 <= code < 300
-    asker = _cancel_asker(record)
+    asker = cancel_asker(record)
     by_deadline = is_deadline_cancel(record)
     record = record.evolve(oversight=record.oversight.evolve(cancel_due=False))
     if now >= record.stop_at:
@@ -163,42 +159,6 @@ def _last_seen(record: Record) -> str:
     return f"The job was last seen {show(record.answer.provider_state)}"
 
 
-def _cancel_asker(record: Record) -> str:
-    """Whose cancel this was, in words: "the cancel decided by ann at …" (a person's
-    decision), "… requested by …" (``waitbound cancel`` of a running operation)."""
-    last = record.oversight.decisions[-1] if record.oversight.decisions else None
-    at = record.oversight.cancel_requested_at
-    if record.oversight.cancel_requested_by is None or at is None:
-        return "the cancel"
-    how = (
-        "decided" if last is not None and last.option == "cancel" and last.at == at else "requested"
-    )
-    return f"the cancel {how} by {record.oversight.cancel_requested_by} at {at.isoformat()}"
-
-
-def accepted_cancel(record: Record) -> str | None:
-    """What a stop without a terminal answer must also say when the provider accepted
-    a cancel (``cancel_accepted_at``) and no answer since said how the job ended: "the
-    cancel requested by ana at … was accepted by the provider at …, but how the job
-    ended is not known"; ``None`` otherwise."""
-    if record.answer.ended_seen_at is not None:  # a terminal answer was seen
-        return None
-    at = record.oversight.cancel_accepted_at
-    if at is None:
-        if (
-            record.oversight.cancel_refused is not None
-            and record.oversight.cancel_refused_at is not None
-        ):
-            return (
-                f"{record.oversight.cancel_refused}, and no status look since told how the job is"
-            )
-        return None
-    return (
-        f"{_cancel_asker(record)} was accepted by the provider at {at.isoformat()}, but "
-        "how the job ended is not known"
-    )
-
-
 def is_deadline_cancel(record: Record) -> bool:
     """Whether the one cancel *record* sent is ``--cancel-on-deadline``'s: it asked for
     one, and no person asked for a cancel (a person's cancel records who and when)."""
@@ -207,33 +167,3 @@ def is_deadline_cancel(record: Record) -> bool:
         and record.counters.cancel_requests_used == 1
         and record.oversight.cancel_requested_at is None
     )
-
-
-def deadline_cancel_reserve_s(record: Record) -> float:
-    """How long before the stop time ``--cancel-on-deadline`` sends its cancel (seconds):
-    room for the cancel and one status look after it, each within one request slot
-    (``min(request_timeout_s, lease_s)``), so ``2 * slot``, but never more than a quarter
-    of the whole wait (a short deadline is not spent mostly waiting for the cancel)."""
-    policy = record.contract.policy
-    slot_s = min(policy.request_timeout_s, policy.lease_s)
-    return min(2 * slot_s, seconds_between(record.contract.created_at, record.stop_at) / 4)
-
-
-def deadline_cancel_at(record: Record) -> datetime | None:
-    """When ``--cancel-on-deadline``'s one cancel is due, or ``None`` when none is: the
-    operation asked for it, has not sent it, is still waiting on the job, has a cancel
-    action and may be canceled by what it last said (:func:`cancel_allowed`).
-
-    It is due :func:`deadline_cancel_reserve_s` before the stop time, so that the cancel
-    and one status look both fit before the deadline (no request is sent at or after
-    it), and a provider that confirms the cancel is reported ``canceled``.
-    """
-    if not (
-        record.contract.cancel_on_deadline
-        and not record.counters.cancel_requests_used
-        and record.ending.phase is Phase.WAITING
-        and record.cancel_target() is not None
-        and cancel_allowed(record)
-    ):
-        return None
-    return record.stop_at - timedelta(seconds=deadline_cancel_reserve_s(record))

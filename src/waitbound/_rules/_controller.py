@@ -10,13 +10,20 @@ One step of an operation (the order matters):
 
 1. finished → stop.
 2. ``now >= stop_at`` (the deadline, or the business deadline when earlier) →
-   ``timed_out`` (checked before any request).
-3. the next request would exceed ``max_requests`` → escalate ``request_budget_exhausted``.
+   ``timed_out`` (checked before any request), then the next request would exceed
+   ``max_requests`` → escalate ``request_budget_exhausted``: both are
+   ``_stop.stop_reason``'s, the one rule of whether to stop, which an answer that plans
+   another look asks too (``_next_poll.schedule``).
+3. a cancel due (a person's, or ``--cancel-on-deadline``'s) → reserve it.
 4. ``now < next_poll_at`` → sleep until then (or the deadline), holding no lease;
    on waking late, send ONE request, never a burst.
 5. take the lease, reserve the request (count it) and persist: :func:`plan` → :class:`Send`.
 6. send it (the driver).
-7. :func:`observe` the answer: classify, decide, schedule; persist; the lease is released.
+7. :func:`observe` the answer: classify and decide by the request's kind
+   (``_status_answer``, ``_submit_answer``, ``_result_answer``, ``_canceling``, each
+   reading a polling URL through its kind's reader, ``_polling_kinds``; a throttle's or a
+   5xx's tolerance in ``_trouble``); the next poll time is ``_next_poll.next_poll_time``'s
+   alone; persist; the lease is released.
 """
 
 from __future__ import annotations
@@ -25,7 +32,6 @@ import random
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from waitbound._base._json import show
 from waitbound._base._urls import redact_url, resolve, shown_url
 from waitbound._model._audit import AuditEvent, EventKind
 from waitbound._model._audit_record import audit_event
@@ -40,26 +46,19 @@ from waitbound._profile._schedule import DelaySource
 from waitbound._rules import _sentences as sentences
 from waitbound._rules._canceling import (
     DEADLINE_CANCEL_REQUESTS,
-    accepted_cancel,
     after_refused_cancel,
-    deadline_cancel_at,
     decide_cancel,
     refused_cancel_look,
 )
 from waitbound._rules._estimate import provider_estimate
-from waitbound._rules._finish import (
-    Step,
-    deadline_reached,
-    escalate,
-    seconds_between,
-    settled_without_receipt,
-)
+from waitbound._rules._finish import Step, escalate, seconds_between
 from waitbound._rules._learned import ModelLookup
-from waitbound._rules._next_poll import paced
-from waitbound._rules._options import undone_action
+from waitbound._rules._next_poll import Timing, wait_demanded
+from waitbound._rules._polling_kinds import first_answer_reader, polling_kind
 from waitbound._rules._result_answer import decide_errors, decide_result
 from waitbound._rules._status_answer import decide_status
-from waitbound._rules._submit_answer import decide_submit, first_answer_kind
+from waitbound._rules._stop import Bound, cancel_note, deadline_cancel_at, stop_reason
+from waitbound._rules._submit_answer import decide_submit
 
 __all__ = [
     "Decision",
@@ -231,39 +230,21 @@ def plan(
             )
             step = escalate(record, now, Reason.RESULT_UNCONFIRMED, detail)
             return _finish_early(record, now, notes, step)
-    budget_left = record.requests_used < record.max_requests
     if record.ending.phase is Phase.SUBMITTING:
-        if not budget_left:
-            return _budget_spent(record, now, notes, "the submission cannot be sent")
+        spent = stop_reason(
+            record, now, bounds=(Bound.BUDGET,), why="the submission cannot be sent"
+        )
+        if spent is not None:
+            return _finish_early(record, now, notes, spent)
         return _plan_submit(record, now, owner, notes, can_submit=can_submit, lease_s=lease_s)
+    if (stop := stop_reason(record, now)) is not None:  # the deadline, then the budget
+        return _finish_early(record, now, notes, stop)
     cancel_at = record.cancel_target()
     deadline_cancel = deadline_cancel_at(record)
-    if now >= record.stop_at:
-        undone = undone_action(record)
-        if deadline_cancel is not None and undone is None:
-            undone = "the cancel asked for at the deadline (cancel_on_deadline) was not sent"
-        late = "the deadline passed before any wait or worker sent a request for it"
-        again = record.oversight.decisions[-1].option if record.oversight.decisions else None
-        if (
-            undone
-            and again == "fetch_result_again"
-            and record.ending.phase is Phase.FETCHING_RESULT
-        ):
-            detail = (
-                f"{undone}: {late}. The job succeeded at the provider; its result was not "
-                "fetched. Do not submit the job again"
-            )
-            step = escalate(record, now, Reason.RESULT_UNCONFIRMED, detail)
-            return _finish_early(record, now, notes, step)
-        why = f"; {undone}: {late}" if undone else _accepted_cancel_note(record)
-        return _finish_early(record, now, notes, deadline_reached(record, now, why))
-    if record.oversight.cancel_due and cancel_at and budget_left:
+    if record.oversight.cancel_due and cancel_at:
         return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
-    if deadline_cancel is not None and cancel_at and budget_left and now >= deadline_cancel:
+    if deadline_cancel is not None and cancel_at and now >= deadline_cancel:
         return _reserve(record, now, owner, notes, "cancel", cancel_at, lease_s=lease_s)
-    if not budget_left:
-        undone = undone_action(record)
-        return _budget_spent(record, now, notes, f"{undone}: no request was left" if undone else "")
     requests_left = record.max_requests - record.requests_used
     if deadline_cancel is not None and requests_left <= DEADLINE_CANCEL_REQUESTS:
         # The last requests are the deadline cancel's and its one look: no status poll
@@ -307,9 +288,9 @@ def _plan_submit(
     elif not can_submit:
         why = "its body and headers are not at hand (they are never stored)"
     else:
-        if now >= record.stop_at:
-            why = _accepted_cancel_note(record)
-            return _finish_early(record, now, notes, deadline_reached(record, now, why))
+        stop = stop_reason(record, now, bounds=(Bound.DEADLINE,), why=cancel_note(record))
+        if stop is not None:
+            return _finish_early(record, now, notes, stop)
         if now < record.schedule.next_poll_at:
             until = min(record.schedule.next_poll_at, record.stop_at)
             return Sleep(until=until, seconds=seconds_between(now, until))
@@ -334,42 +315,6 @@ def _plan_submit(
         f"Check with the provider, or submit again with the same idempotency key{key}"
     )
     return _finish_early(record, now, notes, escalate(record, now, Reason.PROVIDER_FAILURE, detail))
-
-
-def _budget_spent(record: Record, now: datetime, notes: list[AuditEvent], why: str) -> Finish:
-    """Every request of the budget is used (submit, status, result and cancel alike).
-
-    After a terminal success, with only its result left to fetch, the detail says so:
-    the job is known to be complete at the provider; its result is what is missing.
-    """
-    if (missing := record.unfetched) is not None:
-        ended = record.provider_outcome
-        assert ended is not None
-        detail = (
-            f"the job {ended.value} at the provider (last state "
-            f"{show(record.answer.provider_state)}), but all {record.max_requests} requests of the "
-            f"budget are used: its {missing} was not fetched"
-        )
-    else:
-        detail = (
-            f"all {record.max_requests} requests of the budget are used "
-            f"without a terminal answer (last state {show(record.answer.provider_state)})"
-        )
-    if why:
-        detail = f"{why}: {detail}"
-    if (settled := settled_without_receipt(record, now, ": no request was left")) is not None:
-        return _finish_early(record, now, notes, settled)
-    if (cancel := accepted_cancel(record)) is not None:
-        detail = f"{detail}; {cancel}"
-    step = escalate(record, now, Reason.REQUEST_BUDGET_EXHAUSTED, detail)
-    return _finish_early(record, now, notes, step)
-
-
-def _accepted_cancel_note(record: Record) -> str:
-    """``"; the cancel … was accepted …"`` for a stop's detail (see
-    :func:`~waitbound._rules._canceling.accepted_cancel`), or ``""``."""
-    cancel = accepted_cancel(record)
-    return f"; {cancel}" if cancel is not None else ""
 
 
 def _finish_early(record: Record, now: datetime, notes: list[AuditEvent], step: Step) -> Finish:
@@ -560,35 +505,29 @@ def observe(
             base = base.evolve(
                 answer=base.answer.evolve(estimated_end_at=end, estimate_from=source)
             )
+    timing = Timing(
+        rng=rng,
+        models=models,
+        pacer=pacer,
+        refused_cancel=after_refused_cancel
+        if refused_cancel_look(record, observation.kind)
+        else None,
+    )
     match observation.kind:
         case _ if bad_url is not None:
             step = escalate(
                 base, now, Reason.INTEGRATION_FAILURE, bad_url, response=observation.body
             )
         case "submit":
-            step = decide_submit(base, observation, reading, rng, models=models)
+            step = decide_submit(base, observation, reading, timing)
         case "result":
-            step = decide_result(base, observation, rng)
+            step = decide_result(base, observation, timing)
         case "errors":
             step = decide_errors(base, observation)
         case "cancel":
             step = decide_cancel(base, observation)
         case _:
-            step = decide_status(base, observation, reading, rng, models=models)
-            if refused_cancel_look(record, observation.kind):
-                step = after_refused_cancel(step, observation)
-    if step.kind is EventKind.SCHEDULED and _hinted_in_flight(record, observation, step.record):
-        # The answer may predate what the webhook announced: look again at once.
-        after = step.record.evolve(
-            schedule=step.record.schedule.evolve(
-                next_poll_at=min(step.record.schedule.next_poll_at, now), delay_source=None
-            )
-        )
-        step = replace(step, record=after).said(
-            "; a webhook arrived while this request was in flight, so its answer may "
-            "predate it: the next check is due now"
-        )
-    step = paced(step, now, pacer, rng)
+            step = decide_status(base, observation, reading, timing)
     after = step.record
     observed = audit_event(
         after,
@@ -604,37 +543,6 @@ def observe(
         deadline_at=after.schedule.deadline_at.isoformat(),
     )
     return Transition(record=after, events=(observed, step.event(now)))
-
-
-def _hinted_in_flight(before: Record, observation: Observation, after: Record) -> bool:
-    """Whether a webhook delivery was applied to the operation after this status request
-    was sent (``waitbound._engine._inbox``: a hint that lands while a request is in flight only
-    brings the poll forward), and the answer scheduled a later poll that would lose it.
-
-    A wait the provider demanded (see :func:`wait_demanded`) is never cut short.
-    """
-    delivered_at = before.push.last_delivery_at
-    if observation.kind != "status" or delivered_at is None:
-        return False
-    sent_at = observation.at - timedelta(seconds=max(0.0, observation.elapsed_s))
-    return delivered_at > sent_at and not wait_demanded(after)
-
-
-def wait_demanded(record: Record) -> bool:
-    """Whether the scheduled next request waits because the provider demanded it, so a
-    webhook hint must not bring it forward: the last answer was a 429, or another
-    answer that is not a 2xx (a 503, a throttle by the profile's rule) whose hint set the
-    time (``provider_retry_after``: a ``Retry-After``, a reset header, a throttle's
-    default delay).
-
-    A pacing hint on an ordinary answer (``Retry-After`` on a 202, a body poll hint) is
-    not a demand: a webhook is newer news about the job than that pacing.
-    """
-    code = record.answer.last_http_status
-    if code == 429:
-        return True
-    ordinary = code is not None and 200 <= code < 300
-    return record.schedule.delay_source is DelaySource.PROVIDER_RETRY_AFTER and not ordinary
 
 
 def _absolute(record: Record, url: str | None, what: str) -> tuple[str | None, str | None]:
@@ -658,9 +566,9 @@ def _read(record: Record, observation: Observation) -> Reading | None:
         return None
     match observation.kind:
         case "status":
-            return record.contract.profile.read(observation.body, record.submission.poll_kind)
+            return polling_kind(record).read(record, observation.body)
         case "submit":
-            return record.contract.profile.read(observation.body, first_answer_kind(record))
+            return first_answer_reader(record).read(record, observation.body)
         case _:
             return None
 

@@ -18,17 +18,15 @@ evidence ends the doubt; still doubtful after that, the operation escalates
 
 from __future__ import annotations
 
-import random
-
 from waitbound._base._json import JSON
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import Reason
 from waitbound._model._record import Record
 from waitbound._profile._contract import Reading
-from waitbound._profile._protocol import UrlKind
 from waitbound._rules._final_state import staged
 from waitbound._rules._finish import Step, escalate, seconds_between
-from waitbound._rules._next_poll import schedule
+from waitbound._rules._next_poll import Timing, schedule
+from waitbound._rules._polling_kinds import polling_kind, reader_of
 
 __all__ = ["cleared", "doubt", "foreign_job"]
 
@@ -39,11 +37,7 @@ def foreign_job(record: Record, named: str | None) -> str | None:
     document), and they differ. Only answers of the status monitor (and receipts and
     result documents) are compared: a ``location`` or ``resource`` URL's body is
     another resource, whose ``id`` is not the job's."""
-    if (
-        record.submission.job_id is None
-        or named is None
-        or record.submission.poll_kind is not UrlKind.STATUS
-    ):
+    if record.submission.job_id is None or named is None or not polling_kind(record).names_the_job:
         return None
     if _receipt_is_the_resource(record):
         return None
@@ -57,8 +51,8 @@ def _receipt_is_the_resource(record: Record) -> bool:
     the monitor an operation on it, each with its own ``id``; those are not compared."""
     if record.submission.submit_method is None:
         return False
-    kinds = {source.kind for source in record.contract.profile.submit.polling}
-    return staged(record) or bool(kinds - {UrlKind.STATUS})
+    readers = (reader_of(source.kind) for source in record.contract.profile.submit.polling)
+    return staged(record) or any(not reader.names_the_job for reader in readers)
 
 
 def cleared(record: Record) -> Record:
@@ -74,7 +68,7 @@ def doubt(
     record: Record,
     observation: Observation,
     reading: Reading | None,
-    rng: random.Random,
+    timing: Timing,
     why: str,
     *,
     extra: dict[str, JSON] | None = None,
@@ -106,5 +100,5 @@ def doubt(
         counters=record.counters.evolve(confirm_requests_used=confirms),
     )
     return schedule(
-        record, observation, reading, rng, note=f"{why}; confirming", confirming=True
+        record, observation, reading, timing, note=f"{why}; confirming", confirming=True
     ).adding(data)

@@ -16,7 +16,8 @@ from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind
 from waitbound._model._record import Record
 from waitbound._profile._contract import Reading, is_present
-from waitbound._profile._protocol import FinalStateVia, UrlKind
+from waitbound._profile._protocol import FinalStateVia
+from waitbound._rules._polling_kinds import polling_kind
 
 __all__ = ["empty_resource", "monitor_result", "resource_required", "staged"]
 
@@ -49,7 +50,7 @@ def resource_required(record: Record) -> bool:
     return (
         by_method == "request_url"
         or via is FinalStateVia.ORIGINAL_URI
-        or record.submission.poll_kind is UrlKind.RESOURCE
+        or polling_kind(record).resource
     )
 
 
@@ -79,7 +80,7 @@ def empty_resource(record: Record, observation: Observation, outcome: OutcomeKin
         return None
     code = observation.http_status
     kinds = {"submit": "submission", "result": "result URL"}
-    where = kinds.get(observation.kind, f"{record.submission.poll_kind.value} URL")
+    where = kinds.get(observation.kind, polling_kind(record).name)
     what = "no body" if observation.body is None else f"an empty body ({show(observation.body)})"
     if observation.kind == "result" and not resource_required(record):
         return (

@@ -1,23 +1,23 @@
 """When to look again after an answer that does not end the operation.
 
 Pure functions (see the rules atop ``_controller.py``) used by the answer modules
-(``_status_answer.py`` and the others, ``_settle.py``): the next poll time from hints,
-backoff and jitter (:func:`schedule`), the throttle and provider-trouble budgets that
-stop an operation (:func:`throttled`, :func:`provider_trouble`), and the backup
-schedule of an operation that expects webhooks. The rules are stated in
+(``_status_answer.py`` and the others, ``_settle.py``, ``_trouble.py``): the next poll
+time from hints, backoff and jitter (:func:`schedule`), and the backup schedule of an
+operation that expects webhooks. Whether a throttle or a 5xx is still tolerable is
+decided in ``_trouble.py``. The rules are stated in
 ``docs/waiting.md`` (hints, backoff, budgets).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from waitbound._base._json import JSON, show
+from waitbound._base._json import JSON
 from waitbound._model._audit import EventKind
 from waitbound._model._observation import Observation
-from waitbound._model._outcome import Reason
 from waitbound._model._pacing import Pacer, origin_key
 from waitbound._model._record import Phase, Record
 from waitbound._profile._contract import Reading
@@ -31,8 +31,7 @@ from waitbound._profile._schedule import (
     read_hints,
 )
 from waitbound._rules import _sentences as sentences
-from waitbound._rules._canceling import accepted_cancel, deadline_cancel_at
-from waitbound._rules._finish import Step, deadline_reached, escalate, seconds_between
+from waitbound._rules._finish import Step, seconds_between
 from waitbound._rules._learned import LearnedSchedule, ModelLookup, learned_jitter_s
 from waitbound._rules._plan import (
     HINT_SOURCES,
@@ -43,93 +42,147 @@ from waitbound._rules._plan import (
     reserve_requests,
     status_requests_left,
 )
+from waitbound._rules._stop import Look, deadline_cancel_at, stop_reason
 
 __all__ = [
     "THROTTLE_FACTOR",
-    "is_throttled",
-    "paced",
-    "provider_trouble",
+    "NextPoll",
+    "Timing",
+    "next_poll_time",
     "schedule",
-    "throttled",
+    "wait_demanded",
 ]
 
 THROTTLE_FACTOR = 4.0
 """A throttle without a hint backs off at least this many times the current delay."""
 
 
-def is_throttled(record: Record, observation: Observation, reading: Reading | None) -> bool:
-    """The answer is a throttle by the profile's word: its body's ``throttled``
-    expression, or its ``throttle`` rule (a status such as GitHub's 403 with a
-    rate-limit header), checked before the 401/403 rule; a 429 always is."""
-    code = observation.http_status
-    body_throttled = reading is not None and reading.throttled
-    return body_throttled or (
-        code is not None and record.contract.profile.throttled_by(code, observation.headers)
-    )
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timing:
+    """What picking the next poll time needs beyond the record and the answer."""
+
+    rng: random.Random
+    """Draws the jitter (and origin pacing's choice among equal buckets)."""
+    models: ModelLookup | None = None
+    """The learned schedules a ``Policy.schedule = "learned"`` operation's next status
+    poll is planned from (``None``: the formula); see ``_learned.py``."""
+    pacer: Pacer | None = None
+    """The store's origin calendar a ``Policy.origin_pacing`` operation's next status
+    poll is paced through, after every other rule (``None``: not paced); see
+    ``_pacing.py``."""
+    refused_cancel: Callable[[Step, Observation], Step] | None = None
+    """When the answer is the one status look after a cancel the provider did not
+    accept: that look's decision (``_canceling.after_refused_cancel``, handed in by
+    ``_controller.observe``); ``None`` for any other answer. A look it schedules while
+    the job still runs is never sent (the operation stops), so it is neither brought
+    forward nor paced."""
 
 
-def throttled(
-    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
-) -> Step:
-    used = record.counters.rate_limited_used + 1
-    record = record.evolve(counters=record.counters.evolve(rate_limited_used=used))
-    if used > record.max_rate_limited:
-        return escalate(
-            record,
-            observation.at,
-            Reason.RATE_LIMITED,
-            f"throttled {used} times; the rate-limit budget is {record.max_rate_limited}",
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NextPoll:
+    """The next poll time :func:`next_poll_time` picked, and what the record keeps of
+    how (the delay source, the backoff's attempt, the delay and the hint)."""
+
+    at: datetime
+    """When the next request is due (``next_poll_at``), never past the stop."""
+    source: DelaySource | None
+    """The rule that set it (``delay_source``); ``None``: due at once (a webhook)."""
+    attempt: int
+    """The backoff's attempt counter after this look (``attempt``)."""
+    last_delay_s: float
+    """The planned delay (seconds; a throttle's without its factor), before a webhook
+    or pacing moved it: the next backoff step goes on from it."""
+    last_hint_s: float | None
+    """The provider's hint on this answer (seconds), or ``None``."""
+    hints_followed: int
+    """The operation's followed hints, this look's counted."""
+    hints_true: int
+    """Of those, the hints that came true, this look's counted."""
+    look: Look
+    """The soonest the next look may be sent, for ``_stop.stop_reason``."""
+    said: str
+    """The ``scheduled`` sentence (``_sentences.scheduled``)."""
+    more: str
+    """What a webhook in flight and origin pacing add to it (``""``: nothing)."""
+    extra: dict[str, JSON]
+    """The ``scheduled`` event's data (hints, the learned plan, the budget's pace)."""
+    more_extra: dict[str, JSON]
+    """What origin pacing adds to it (``paced_by_origin``)."""
+
+    def counted(self, record: Record) -> Record:
+        """*record* with this look's hint evidence and backoff attempt counted."""
+        return record.evolve(
+            schedule=record.schedule.evolve(
+                attempt=self.attempt, hints_followed=self.hints_followed, hints_true=self.hints_true
+            )
         )
-    return schedule(record, observation, reading, rng, note="throttled", throttle=True, unseen=True)
 
-
-def provider_trouble(
-    record: Record, observation: Observation, reading: Reading | None, rng: random.Random
-) -> Step:
-    what = observation.transport_error or f"HTTP {observation.http_status}"
-    used = record.counters.transport_failures_used + 1
-    record = record.evolve(counters=record.counters.evolve(transport_failures_used=used))
-    if used > record.max_transport_failures:
-        settled, missing = record.provider_outcome, record.unfetched
-        learned = (
-            f"the job {settled.value} at the provider (last state "
-            f"{show(record.answer.provider_state)}), but its {missing} could not be fetched"
-            if settled is not None and missing is not None
-            else "the job's state could not be learned "
-            f"(last known {show(record.answer.provider_state)})"
+    def kept(self, record: Record) -> Record:
+        """*record* with the next poll time and how it was picked (:meth:`counted` too)."""
+        counted = self.counted(record)
+        return counted.evolve(
+            schedule=counted.schedule.evolve(
+                next_poll_at=self.at,
+                delay_source=self.source,
+                last_delay_s=self.last_delay_s,
+                last_hint_s=self.last_hint_s,
+            )
         )
-        return escalate(
-            record,
-            observation.at,
-            Reason.PROVIDER_FAILURE,
-            f"{what}; {used} transport failures (budget {record.max_transport_failures}); "
-            + learned,
-        )
-    return schedule(
-        record,
-        observation,
-        reading,
-        rng,
-        note=f"provider trouble ({what})",
-        demanded=observation.http_status == 503,
-        unseen=True,
-    )
 
 
 def schedule(
     record: Record,
     observation: Observation,
     reading: Reading | None,
-    rng: random.Random,
+    timing: Timing,
     *,
     note: str = "",
     throttle: bool = False,
     demanded: bool = False,
     confirming: bool = False,
-    models: ModelLookup | None = None,
     unseen: bool = False,
+    extra: Mapping[str, JSON] | None = None,
 ) -> Step:
-    """Set ``next_poll_at`` from hints, backoff and jitter; stop if it lands past the deadline.
+    """Look again later: the ``scheduled`` step at :func:`next_poll_time`'s time, or
+    the stop ``_stop.stop_reason`` decides when that look would be past the deadline.
+
+    The arguments are :func:`next_poll_time`'s; *extra* is added to the step's data
+    (a moved polling URL). The status look after a refused cancel is decided by
+    :attr:`Timing.refused_cancel` before a webhook's or pacing's words are added.
+    """
+    poll = next_poll_time(
+        record, observation, reading, timing, note=note, throttle=throttle,
+        demanded=demanded, confirming=confirming, unseen=unseen,
+    )  # fmt: skip
+    added = dict(extra or {})
+    stop = stop_reason(poll.counted(record), observation.at, look=poll.look)
+    if stop is not None:
+        return replace(stop, extra=poll.extra | stop.extra).adding(added)
+    step = Step(poll.kept(record), EventKind.SCHEDULED, poll.said, poll.extra | added)
+    if timing.refused_cancel is not None:
+        step = timing.refused_cancel(step, observation)
+    if step.kind is not EventKind.SCHEDULED:
+        return step
+    return step.said(poll.more).adding(poll.more_extra)
+
+
+def next_poll_time(
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    timing: Timing,
+    *,
+    note: str = "",
+    throttle: bool = False,
+    demanded: bool = False,
+    confirming: bool = False,
+    unseen: bool = False,
+) -> NextPoll:
+    """When to look again after *observation*: the one function that picks the next
+    poll time (hints, backoff, jitter, the budget's pace, a webhook that arrived while
+    the request was in flight, origin pacing). It only picks the time: whether the
+    operation stops instead (the look would land past the deadline) is
+    ``_stop.stop_reason``'s, asked with :attr:`NextPoll.look`.
 
     A valid hint at or above the floor is a minimum, jittered upward only (at most
     ``hint_jitter`` of it and ``hint_jitter_max_s``). Without one, or with a hint below
@@ -142,7 +195,7 @@ def schedule(
     multiplied by ``policy.backup_factor``, and a hint is a minimum of that backoff: the
     later of the two applies (its source recorded).
 
-    *models*: the learned schedules (``Policy.schedule = "learned"``, see
+    *timing.models*: the learned schedules (``Policy.schedule = "learned"``, see
     ``_learned.py``). Asked only where the formula's plain backoff would apply (no
     valid hint, no throttle or demanded wait, no confirmation, not the backup
     schedule, while waiting on the job): a planned delay replaces the backoff's,
@@ -157,6 +210,15 @@ def schedule(
     of a spacing before the stop), never sooner than the minimum. Without it, a throttle
     near the deadline would clip the retry to the deadline and the wait would end
     ``timed_out`` with a job that ended in time unseen.
+
+    A status answer to a request sent before a webhook delivery was applied may
+    predate what the webhook announced: the next look is due at once (delay source
+    ``None``), unless the wait was demanded (:func:`wait_demanded`). Then origin
+    pacing (:attr:`Timing.pacer`) may move a status poll later (:func:`_paced`).
+
+    Returns:
+        The time, its source and attempt, the words and data of the ``scheduled``
+        event, and :attr:`NextPoll.look` for the stop rule. Raises nothing.
     """
     now = observation.at
     policy = record.contract.policy
@@ -198,7 +260,7 @@ def schedule(
     extra_learned: dict[str, JSON] | None = None
     factor = 1.0  # a throttle's multiple of the backoff's step (the step goes on, not it)
     planned = _learned_delay_s(
-        record, now, models, plain=not (throttle or demanded or confirming or backup)
+        record, now, timing.models, plain=not (throttle or demanded or confirming or backup)
     )
     raw_s = _continued_raw_s(record, base_s, cap_s) if planned is None else planned[1]
     followed = hint is not None and (
@@ -208,20 +270,27 @@ def schedule(
     if hint is not None and followed:
         minimum = hint.delay_s
         delay = hinted_delay_s(
-            minimum, jitter=policy.hint_jitter, max_jitter_s=policy.hint_jitter_max_s, rng=rng
+            minimum,
+            jitter=policy.hint_jitter,
+            max_jitter_s=policy.hint_jitter_max_s,
+            rng=timing.rng,
         )
         source = hint.source
         demanded = demanded or throttle
         if backup:  # the hint is a minimum under the backup schedule, not a shortcut
             slower = backoff_delay_s(
-                record.schedule.attempt, base_delay_s=base_s, max_delay_s=cap_s, rng=rng, **shape
+                record.schedule.attempt,
+                base_delay_s=base_s,
+                max_delay_s=cap_s,
+                rng=timing.rng,
+                **shape,
             )
             if slower > delay:
                 delay, source = slower, DelaySource.BACKUP_POLLING
     elif planned is not None:
         minimum = max(floor, unfollowed.delay_s if unfollowed else 0.0)
         model, planned_s = planned
-        delay = max(minimum, learned_jitter_s(planned_s, policy, rng))
+        delay = max(minimum, learned_jitter_s(planned_s, policy, timing.rng))
         source = DelaySource.LEARNED_SCHEDULE
         extra_learned = {"planned_s": round(planned_s, 3), **model.describe()}
     else:
@@ -235,7 +304,7 @@ def schedule(
             low = max(low, min(record.schedule.last_delay_s, raw_s))  # never shorter than the hint
         if unfollowed is not None:  # the hint stays a minimum
             low = max(low, min(unfollowed.delay_s, raw_s))
-        delay = rng.uniform(low, raw_s)
+        delay = timing.rng.uniform(low, raw_s)
         if throttle and unfollowed is None:
             delay *= THROTTLE_FACTOR
             minimum = delay
@@ -259,7 +328,6 @@ def schedule(
         extra_budget = True
     else:
         extra_budget = False
-    attempt = record.schedule.attempt + 1  # set with the next poll time below: one copy
     extra: dict[str, JSON] = {
         "invalid_hints": [
             {"origin": bad.origin, "value": bad.value, "problem": bad.problem} for bad in invalid
@@ -313,84 +381,115 @@ def schedule(
             f"{note + '; ' if note else ''}no status request fits before the deadline: "
             f"the cancel is sent at {cancel_at.isoformat()}, before it"
         )
-    elif earliest >= record.stop_at and (demanded or record.requests_used < record.max_requests):
-        # (with no request left the budget, spent first, is the stop: the controller's)
-        wait = (
-            f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
-        )
-        record = record.evolve(schedule=record.schedule.evolve(attempt=attempt))
-        if demanded:
-            stop = escalate(
-                record,
-                now,
-                Reason.RATE_LIMITED,
-                f"{note or 'throttled'}: {wait}, past the deadline",
-            )
-        else:
-            cancel = accepted_cancel(record)
-            stop = deadline_reached(
-                record, now, f"; {wait}, past the deadline" + (f"; {cancel}" if cancel else "")
-            )
-        return replace(stop, extra=extra | stop.extra)
-    next_poll_at = min(now + timedelta(seconds=delay), record.stop_at)
+    wait = f"told to wait {minimum:g}s ({hint.origin})" if hint else f"backing off {minimum:.3g}s"
+    due = min(now + timedelta(seconds=delay), record.stop_at)
     if record.requests_used >= record.max_requests and not demanded:
         # Every request is used: nothing is left to wait for, and the stop is the
         # budget's now (the controller's), never a backoff that runs into the deadline.
-        next_poll_at = now
-    record = record.evolve(
-        schedule=record.schedule.evolve(
-            attempt=attempt,
-            next_poll_at=next_poll_at,
-            delay_source=source,
-            last_delay_s=round(seconds_between(now, next_poll_at) / factor, 6),
-            last_hint_s=told.delay_s if told is not None else None,
-        )
-    )
+        due = now
     ignored = [(b.origin, b.value) for b in invalid]
-    summary = sentences.scheduled(note, seconds_between(now, next_poll_at), source, ignored)
-    return Step(record, EventKind.SCHEDULED, summary, extra)
+    at, more = due, ""
+    more_extra: dict[str, JSON] = {}
+    final_source: DelaySource | None = source
+    if not (timing.refused_cancel is not None and record.answer.success_seen_at is None):
+        if _hinted_in_flight(record, observation) and not _demanded(
+            observation.http_status, source
+        ):  # the answer may predate what the webhook announced: look again at once
+            at, final_source = min(due, now), None
+            more = (
+                "; a webhook arrived while this request was in flight, so its answer may "
+                "predate it: the next check is due now"
+            )
+        at, paced_said, more_extra = _paced(record, now, at, timing)
+        more += paced_said
+    return NextPoll(
+        at=at,
+        source=final_source,
+        attempt=record.schedule.attempt + 1,
+        last_delay_s=round(seconds_between(now, due) / factor, 6),
+        last_hint_s=told.delay_s if told is not None else None,
+        hints_followed=record.schedule.hints_followed,
+        hints_true=record.schedule.hints_true,
+        look=Look(at=earliest, demanded=demanded, wait=wait, note=note),
+        said=sentences.scheduled(note, seconds_between(now, due), source, ignored),
+        more=more,
+        extra=extra,
+        more_extra=more_extra,
+    )
 
 
-def paced(step: Step, now: datetime, pacer: Pacer | None, rng: random.Random) -> Step:
+def _paced(
+    record: Record, now: datetime, planned: datetime, timing: Timing
+) -> tuple[datetime, str, dict[str, JSON]]:
     """Origin pacing (``Policy.origin_pacing``, see ``_pacing.py``), after every other
-    rule: a scheduled status poll may move later, to where its origin's calendar has
-    room, by at most the policy's ``max_delay_s`` and never past the deadline; a hint
-    stays a minimum (the time only moves later), the delay source stays the rule that
-    planned it, and the audit names what pacing added (``paced_by_origin``).
+    rule: a status poll planned at *planned* may move later, to where its origin's
+    calendar has room, by at most the policy's ``max_delay_s`` and never past the
+    deadline; a hint stays a minimum (the time only moves later), the delay source
+    stays the rule that planned it, and the audit names what pacing added
+    (``paced_by_origin``).
 
-    Any other step (an outcome, an escalation, a result fetch, a poll due now, a
-    confirmation re-check, which must fit its ``confirm_window_s``) is returned as it
-    is, as is every step without a *pacer* or with pacing off.
+    Returns ``(time, words added to the sentence, data added to the event)``: the
+    planned time, ``""`` and ``{}`` for any poll not paced (no pacer or pacing off,
+    not waiting on the job, a poll due now, a confirmation re-check, which must fit its
+    ``confirm_window_s``, a doubt's re-check).
     """
-    record = step.record
-    planned = record.schedule.next_poll_at
+    pacer = timing.pacer
+    unchanged: tuple[datetime, str, dict[str, JSON]] = (planned, "", {})
     if (
         pacer is None
-        or step.kind is not EventKind.SCHEDULED
         or not record.contract.policy.origin_pacing
         or record.ending.phase is not Phase.WAITING
         or record.answer.success_seen_at is not None  # a confirmation re-check fits its window
         or record.answer.doubted_at is not None
         or planned <= now
     ):
-        return step
+        return unchanged
     where = origin_key(record.submission.status_url)
     if where is None:
-        return step
+        return unchanged
     latest = min(planned + timedelta(seconds=record.contract.policy.max_delay_s), record.stop_at)
     if latest <= planned:
-        return step
-    at = pacer(where, planned, latest_at=latest, now=now, rng=rng)
+        return unchanged
+    at = pacer(where, planned, latest_at=latest, now=now, rng=timing.rng)
     at = min(latest, max(planned, at))
     added_s = seconds_between(planned, at)
     if added_s <= 0:
-        return step
-    paced_step = replace(
-        step, record=record.evolve(schedule=record.schedule.evolve(next_poll_at=at))
-    )
-    return paced_step.said(sentences.paced(where, added_s, seconds_between(now, at))).adding(
-        {"paced_by_origin": {"origin": where, "added_s": round(added_s, 3)}}
-    )
+        return unchanged
+    said = sentences.paced(where, added_s, seconds_between(now, at))
+    return at, said, {"paced_by_origin": {"origin": where, "added_s": round(added_s, 3)}}
+
+
+def _hinted_in_flight(record: Record, observation: Observation) -> bool:
+    """Whether a webhook delivery was applied to the operation after this status request
+    was sent (``waitbound._engine._inbox``: a hint that lands while a request is in
+    flight only brings the poll forward)."""
+    delivered_at = record.push.last_delivery_at
+    if observation.kind != "status" or delivered_at is None:
+        return False
+    sent_at = observation.at - timedelta(seconds=max(0.0, observation.elapsed_s))
+    return delivered_at > sent_at
+
+
+def wait_demanded(record: Record) -> bool:
+    """Whether the scheduled next request waits because the provider demanded it, so a
+    webhook hint must not bring it forward: the last answer was a 429, or another
+    answer that is not a 2xx (a 503, a throttle by the profile's rule) whose hint set the
+    time (``provider_retry_after``: a ``Retry-After``, a reset header, a throttle's
+    default delay).
+
+    A pacing hint on an ordinary answer (``Retry-After`` on a 202, a body poll hint) is
+    not a demand: a webhook is newer news about the job than that pacing.
+    """
+    return _demanded(record.answer.last_http_status, record.schedule.delay_source)
+
+
+def _demanded(code: int | None, source: DelaySource | None) -> bool:
+    """:func:`wait_demanded` for the last answer's HTTP status *code* and the next
+    request's delay *source*."""
+    if code == 429:
+        return True
+    ordinary = code is not None and 200 <= code < 300
+    return source is DelaySource.PROVIDER_RETRY_AFTER and not ordinary
 
 
 def _learned_delay_s(

@@ -8,7 +8,6 @@ The HTTP meaning of an answer is stated in ``docs/waiting.md``.
 
 from __future__ import annotations
 
-import random
 from typing import Final
 
 from waitbound._base._json import JSON
@@ -22,8 +21,9 @@ from waitbound._rules._answers import Meaning, meaning
 from waitbound._rules._doubt import cleared, doubt, foreign_job
 from waitbound._rules._final_state import empty_resource
 from waitbound._rules._finish import Step, escalate, finish, terminal
-from waitbound._rules._next_poll import is_throttled, provider_trouble, schedule, throttled
+from waitbound._rules._next_poll import Timing, schedule
 from waitbound._rules._settle import complete
+from waitbound._rules._trouble import is_throttled, provider_trouble, throttled
 
 __all__ = ["decide_errors", "decide_result"]
 
@@ -31,7 +31,7 @@ __all__ = ["decide_errors", "decide_result"]
 _UNSUCCESSFUL: Final = frozenset({OutcomeKind.FAILED, OutcomeKind.CANCELED, OutcomeKind.EXPIRED})
 
 
-def decide_result(record: Record, observation: Observation, rng: random.Random) -> Step:
+def decide_result(record: Record, observation: Observation, timing: Timing) -> Step:
     """Decide what a result-endpoint answer means: 409/425 not ready, 2xx the result
     document (the tables in ``_answers.py``)."""
     now = observation.at
@@ -39,20 +39,22 @@ def decide_result(record: Record, observation: Observation, rng: random.Random) 
     answer = meaning("result", code, throttled=is_throttled(record, observation, None))
     match answer.meaning:
         case Meaning.TROUBLE:
-            return provider_trouble(record, observation, None, rng)
+            return provider_trouble(record, observation, None, timing)
         case Meaning.DENIED:
             return escalate(
                 record, now, Reason.AUTHORIZATION_DENIED, f"the result URL answered HTTP {code}"
             )
         case Meaning.THROTTLED:
-            return throttled(record, observation, None, rng)
+            return throttled(record, observation, None, timing)
         case Meaning.NOT_READY:
-            return schedule(record, observation, None, rng, note=f"result not ready (HTTP {code})")
+            return schedule(
+                record, observation, None, timing, note=f"result not ready (HTTP {code})"
+            )
         case Meaning.BODY if observation.body_problem is None:
             document = record.contract.profile.read_result(observation.body)
             if (other := foreign_job(record, document.job_id)) is not None:
                 return doubt(
-                    record, observation, None, rng,
+                    record, observation, None, timing,
                     f"the result document names job {other}, not this operation's job "
                     f"{record.submission.job_id}",
                     extra={"job_mismatch": {"expected": record.submission.job_id, "named": other}},

@@ -11,7 +11,6 @@ outcome rules are stated in ``docs/waiting.md``.
 
 from __future__ import annotations
 
-import random
 from datetime import datetime
 from typing import Final
 
@@ -23,11 +22,11 @@ from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Phase, Record
 from waitbound._profile._actions import repeated_key
 from waitbound._profile._contract import Classification, Counts, Reading, is_present
-from waitbound._profile._protocol import final_url
 from waitbound._rules import _sentences as sentences
 from waitbound._rules._final_state import empty_resource, monitor_result
 from waitbound._rules._finish import Step, escalate, seconds_between, terminal
-from waitbound._rules._next_poll import schedule
+from waitbound._rules._next_poll import Timing, schedule
+from waitbound._rules._polling_kinds import PollingKind
 
 __all__ = ["complete", "ended", "settle"]
 
@@ -37,16 +36,17 @@ def settle(
     observation: Observation,
     classification: Classification,
     reading: Reading | None,
-    rng: random.Random,
+    timing: Timing,
     *,
-    final_here: bool,
+    answered_by: PollingKind | None,
 ) -> Step:
     """A terminal success or partial success: validate it, then fetch or finish.
 
-    *final_here*: this answer's body is the final state (a ``location`` or
-    ``resource`` URL's, or a first answer that ended the operation), read as the
-    result document; else the final state is fetched once from the result URL or
-    where ``final-state-via`` points, or is the monitor's own ``result``.
+    *answered_by*: the reader of the URL that answered (``_polling_kinds``). When it
+    says its answer is the final state (a ``location`` or ``resource`` URL's), or is
+    ``None`` (a first answer that named no polling URL), this answer's body is read
+    as the result document; else the final state is fetched once from the result URL
+    or where the reader says (``final-state-via``), or is the monitor's own ``result``.
 
     Counts that report unsuccessful items decide the outcome first (they explain a
     missing output file); only a success they leave standing needs its required fields.
@@ -80,7 +80,7 @@ def settle(
             record,
             observation,
             reading,
-            rng,
+            timing,
             note=f"success without {', '.join(reading.missing_required)}; confirming",
             confirming=True,
         )
@@ -94,7 +94,7 @@ def settle(
     )
     if outcome in (OutcomeKind.FAILED, OutcomeKind.CANCELED, OutcomeKind.EXPIRED):
         return ended(record, now, outcome, reading, counts=counts)
-    result_url = _result_url(record, observation, reading, final_here=final_here)
+    result_url = _result_url(record, observation, reading, answered_by)
     if isinstance(result_url, ValueError):
         return escalate(record, now, Reason.INTEGRATION_FAILURE, str(result_url))
     if result_url in (HERE, None) and observation.body_problem is not None:
@@ -252,27 +252,32 @@ HERE: Final = "this answer"
 
 
 def _result_url(
-    record: Record, observation: Observation, reading: Reading | None, *, final_here: bool
+    record: Record,
+    observation: Observation,
+    reading: Reading | None,
+    answered_by: PollingKind | None,
 ) -> str | ValueError | None:
     """Where the final state is: a URL to fetch once, :data:`HERE`, or ``None`` when
     the status monitor is the final state and its ``result`` the result.
 
     A URL the caller or the receipt named comes first; then, unless this answer is
-    final by its kind (*final_here*), the place ``final-state-via`` names, the
-    monitor's ``result_url`` / ``result_id`` among them (``_protocol.final_url``).
+    final by its kind (see :func:`settle`), the place the reader of the URL that
+    answered names (``final-state-via``; the monitor's ``result_url`` / ``result_id``
+    among them: ``StatusMonitorPolling.final_url``).
     Relative URLs resolve against the status URL; the URL that just answered is not
     fetched again (:data:`HERE`).
     """
     profile = record.contract.profile
     base = record.submission.status_url or ""
-    if record.submission.result_url is None and final_here:
+    if record.submission.result_url is None and (answered_by is None or answered_by.final_here):
         return HERE
     candidate = record.submission.result_url
     if candidate is None:
+        assert answered_by is not None
         named = _named_result_url(record, reading)
         if isinstance(named, ValueError):
             return named
-        candidate = _final_url(record, named)
+        candidate = answered_by.final_url(record, named)
     if candidate is None:
         return None
     try:
@@ -302,19 +307,6 @@ def _named_result_url(record: Record, reading: Reading | None) -> str | ValueErr
         return resolve(record.submission.status_url or record.submission.submit_url or "", named)
     except ValueError as exc:
         return ValueError(f"the result URL {shown_url(named)} cannot be used ({exc})")
-
-
-def _final_url(record: Record, monitor_result_url: str | None) -> str | None:
-    """Where the protocol puts the final state (``_protocol.final_url``) for *record*."""
-    contract = record.contract.profile.submit
-    return final_url(
-        method=record.submission.submit_method,
-        request_url=record.submission.submit_url,
-        location_url=record.submission.location_url,
-        monitor_result_url=monitor_result_url,
-        via=record.contract.final_state_via or contract.final_state_via,
-        by_method=contract.final_get,
-    )
 
 
 def complete(

@@ -12,26 +12,26 @@ stated in ``docs/waiting.md``.
 
 from __future__ import annotations
 
-import random
 from datetime import datetime
 from typing import Final
 
 from waitbound._base._json import JSON, show
-from waitbound._base._urls import redact_url, resolve, shown_url
+from waitbound._base._urls import redact_url
+from waitbound._model._audit import EventKind
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Record
 from waitbound._profile._actions import repeated_key
 from waitbound._profile._contract import Classification, Reading
-from waitbound._profile._protocol import UrlKind
 from waitbound._rules._answers import Meaning, meaning
 from waitbound._rules._doubt import cleared, doubt, foreign_job
 from waitbound._rules._finish import Step, escalate, seconds_between
-from waitbound._rules._learned import ModelLookup
-from waitbound._rules._next_poll import is_throttled, provider_trouble, schedule, throttled
+from waitbound._rules._next_poll import Timing, schedule
+from waitbound._rules._polling_kinds import PollingKind, UnusablePollingUrl, polling_kind
 from waitbound._rules._settle import ended, settle
+from waitbound._rules._trouble import is_throttled, provider_trouble, throttled
 
-__all__ = ["TERMINAL", "by_table", "classified", "decide_status"]
+__all__ = ["TERMINAL", "classified", "decide_status"]
 
 
 TERMINAL: Final = frozenset(Classification) - {Classification.PENDING, Classification.UNKNOWN}
@@ -42,9 +42,7 @@ def decide_status(
     record: Record,
     observation: Observation,
     reading: Reading | None,
-    rng: random.Random,
-    *,
-    models: ModelLookup | None = None,
+    timing: Timing,
 ) -> Step:
     """Decide what a status answer means (the tables in ``_answers.py`` and the rules
     in ``docs/waiting.md``), read by the kind of the URL that answered.
@@ -53,10 +51,21 @@ def decide_status(
         record: the record with the answer's bookkeeping applied.
         observation: the answer.
         reading: what the profile read from its JSON body, or ``None``.
-        rng: draws the jitter of the next delay.
-        models: the learned schedules (``Policy.schedule = "learned"``); ``None``:
-            the formula.
+        timing: what the next poll time needs (the jitter's generator, the learned
+            schedules, the origin calendar), and whether this answer is the one look
+            after a cancel the provider did not accept (``timing.refused_cancel``:
+            ``_canceling.after_refused_cancel``, which decides what it means for the
+            operation; a look it schedules is decided in ``_next_poll.schedule``).
     """
+    step = _decide_status(record, observation, reading, timing)
+    if timing.refused_cancel is not None and step.kind is not EventKind.SCHEDULED:
+        step = timing.refused_cancel(step, observation)
+    return step
+
+
+def _decide_status(
+    record: Record, observation: Observation, reading: Reading | None, timing: Timing
+) -> Step:
     now = observation.at
     code = observation.http_status
     if reading is not None and reading.ambiguous is not None and code is not None:
@@ -67,20 +76,24 @@ def decide_status(
             repeated_key("status body", reading.ambiguous),
             response=observation.body,
         )
-    table = record.contract.profile.table(record.submission.poll_kind)
+    reader = polling_kind(record)
     answer = meaning(
-        "status", code, table=table, throttled=is_throttled(record, observation, reading)
+        "status",
+        code,
+        table=reader.table(record),
+        throttled=is_throttled(record, observation, reading),
     )
     match answer.meaning:
         case Meaning.TROUBLE:
-            return provider_trouble(record, observation, reading, rng)
+            return provider_trouble(record, observation, reading, timing)
         case Meaning.THROTTLED:
-            return throttled(record, observation, reading, rng)
+            return throttled(record, observation, reading, timing)
         case Meaning.CLASSIFIED:
             assert answer.classification is not None
             return classified(
-                record, observation, answer.classification, reading, rng, models=models
-            )
+                record, observation, answer.classification, reading, timing,
+                answered_by=reader,
+            )  # fmt: skip
         case Meaning.DENIED:
             return escalate(
                 record,
@@ -90,14 +103,14 @@ def decide_status(
                 response=observation.body,
             )
         case Meaning.NOT_FOUND:
-            return _not_visible(record, observation, reading, rng, f"HTTP {code}")
+            return _not_visible(record, observation, reading, timing, f"HTTP {code}")
         case Meaning.BODY:
-            found = by_table(record, observation, reading)
+            found = reader.status(record, observation, reading)
             if found is not None:
-                return classified(record, observation, found, reading, rng, models=models)
+                return classified(record, observation, found, reading, timing, answered_by=reader)
             if reading is not None and _not_seen_yet(record, now):  # eventual consistency
                 note = f"HTTP {code} with no state: not visible yet"
-                return schedule(record, observation, reading, rng, note=note)
+                return schedule(record, observation, reading, timing, note=note)
             if reading is not None:
                 return _no_state(record, observation)
             problem = observation.body_problem or "an empty body"
@@ -119,22 +132,6 @@ def decide_status(
             )
 
 
-def by_table(
-    record: Record, observation: Observation, reading: Reading | None
-) -> Classification | None:
-    """The class the polling URL's state table gives this answer: an exact code row,
-    the body's state, or the ``when_no_state`` row for a body (possibly empty) without
-    one; ``None`` when none applies."""
-    table = record.contract.profile.table(record.submission.poll_kind)
-    code = observation.http_status
-    if code is None or observation.body_problem is not None:
-        return None
-    if (by_code := table.by_code(code)) is not None:
-        return by_code
-    found = reading.classification if reading is not None else None
-    return found if found is not None else table.when_no_state.get(code)
-
-
 def _no_state(record: Record, observation: Observation) -> Step:
     """A 2xx JSON body in which the profile finds no state (and no ``when_no_state`` row
     applies): an answer that can never become valid, so the operation stops at once.
@@ -143,18 +140,14 @@ def _no_state(record: Record, observation: Observation) -> Step:
     said what it holds; asking again spends requests on the same broken document
     (azure-core raises on the first such body too).
     """
-    table = record.contract.profile.table(record.submission.poll_kind)
-    where = (
-        "status URL"
-        if record.submission.poll_kind is UrlKind.STATUS
-        else f"{record.submission.poll_kind.value} URL"
-    )
+    reader = polling_kind(record)
+    table = reader.table(record)
     field = str(table.state.expression) if table.state is not None else "done"
     return escalate(
         record,
         observation.at,
         Reason.INTEGRATION_FAILURE,
-        f"the {where} answered HTTP {observation.http_status} with a body that has no state "
+        f"the {reader.name} answered HTTP {observation.http_status} with a body that has no state "
         f"(nothing at {field!r}); such an answer can never become a valid status, so it is "
         "not asked again",
         response=observation.body,
@@ -171,13 +164,13 @@ def _not_seen_yet(record: Record, now: datetime) -> bool:
 
 
 def _not_visible(
-    record: Record, observation: Observation, reading: Reading | None, rng: random.Random, what: str
+    record: Record, observation: Observation, reading: Reading | None, timing: Timing, what: str
 ) -> Step:
     """A 404 or 410: "not visible yet" within the not-found grace before the job was
     ever seen; else the contract does not explain it."""
     now = observation.at
     if _not_seen_yet(record, now):
-        return schedule(record, observation, reading, rng, note=f"{what}: not visible yet")
+        return schedule(record, observation, reading, timing, note=f"{what}: not visible yet")
     seen = "after the job was seen" if record.answer.job_seen_at else "past the not-found grace"
     return escalate(
         record,
@@ -193,25 +186,25 @@ def classified(
     observation: Observation,
     classification: Classification,
     reading: Reading | None,
-    rng: random.Random,
+    timing: Timing,
     *,
-    final_here: bool | None = None,
-    models: ModelLookup | None = None,
+    answered_by: PollingKind | None,
 ) -> Step:
     """A classified answer: pending → schedule (moving the polling URL when the answer
-    names a new one); terminal → the outcome. *final_here*: this answer's body is the
-    final state (by default: it came from a ``location`` or ``resource`` URL)."""
+    names a new one); terminal → the outcome. *answered_by*: the reader of the URL that
+    answered (the polling URL's, or the first answer's); ``None``: a first answer that
+    named no polling URL, itself the final state (see :func:`~waitbound._rules._settle.settle`)."""
     now = observation.at
     if reading is not None and (other := foreign_job(record, reading.job_id)) is not None:
         what = "first answer" if observation.kind == "submit" else "status answer"
         return doubt(
-            record, observation, reading, rng,
+            record, observation, reading, timing,
             f"the {what} names job {other}, not this operation's job {record.submission.job_id}",
             extra={"job_mismatch": {"expected": record.submission.job_id, "named": other}},
         )  # fmt: skip
     if reading is not None and reading.ending_unnamed:
         return doubt(
-            record, observation, reading, rng,
+            record, observation, reading, timing,
             f"the answer says the run is over ({show(reading.decided)}) but its state "
             f"{show(reading.state)} names no ending",
         )  # fmt: skip
@@ -236,8 +229,6 @@ def classified(
     )
     if treated:  # a person decided this one value is pending for this operation
         classification = Classification.PENDING
-    if final_here is None:
-        final_here = record.submission.poll_kind is not UrlKind.STATUS
     if classification is Classification.PENDING:  # the history's duration evidence
         record = record.evolve(answer=record.answer.evolve(pending_seen_at=now))
     elif classification in TERMINAL and record.answer.ended_seen_at is None:
@@ -261,9 +252,11 @@ def classified(
                     f"{reading.expires_at.isoformat()}",
                     response=observation.body,
                 )
-            return _pending(record, observation, reading, rng, treated=treated, models=models)
+            return _pending(record, observation, reading, timing, treated=treated)
         case Classification.SUCCEEDED | Classification.PARTIAL:
-            return settle(record, observation, classification, reading, rng, final_here=final_here)
+            return settle(
+                record, observation, classification, reading, timing, answered_by=answered_by
+            )
         case Classification.FAILED:
             return ended(record, now, OutcomeKind.FAILED, reading)
         case Classification.CANCELED:
@@ -287,10 +280,9 @@ def _pending(
     record: Record,
     observation: Observation,
     reading: Reading | None,
-    rng: random.Random,
+    timing: Timing,
     *,
     treated: bool = False,
-    models: ModelLookup | None = None,
 ) -> Step:
     """Still running: look again later, at the polling URL this answer names (a new
     ``Location`` on every 202 moves it; same-origin and credential rules as ever)."""
@@ -299,30 +291,18 @@ def _pending(
         notes.append(f"unlisted state {show(reading.state)}: pending by the profile")
     if treated and reading is not None:
         notes.append(f"state {show(reading.state)}: pending by a person's decision")
-    header = record.submission.poll_header
-    named = observation.headers.get(header) if header and observation.kind == "status" else None
+    reader = polling_kind(record)
     moved: dict[str, JSON] = {}
-    if named:
-        try:
-            url = record.contract.profile.submit.carried(
-                resolve(record.submission.status_url or "", named), record.submission.submit_url
-            )
-        except ValueError as exc:
-            return escalate(
-                record,
-                observation.at,
-                Reason.INTEGRATION_FAILURE,
-                f"the {header} header named a polling URL {shown_url(named)} that cannot be "
-                f"used ({exc})",
-            )
-        if url != record.submission.status_url:
-            old = record.submission.status_url or ""
-            moved = {"polling_url_moved": {"from": redact_url(old), "to": redact_url(url)}}
-            notes.append(f"polling URL moved from {redact_url(old)} to {redact_url(url)}")
-            pinned = record.submission.caller_url or record.submission.submit_url or old
-            record = record.evolve(
-                submission=record.submission.evolve(status_url=url, caller_url=pinned)
-            )
-    return schedule(record, observation, reading, rng, note="; ".join(notes), models=models).adding(
-        moved
-    )
+    try:
+        url = reader.next_url(record, observation)
+    except UnusablePollingUrl as exc:
+        return escalate(record, observation.at, Reason.INTEGRATION_FAILURE, str(exc))
+    if url is not None and reader.moved(record, url):
+        old = record.submission.status_url or ""
+        moved = {"polling_url_moved": {"from": redact_url(old), "to": redact_url(url)}}
+        notes.append(f"polling URL moved from {redact_url(old)} to {redact_url(url)}")
+        pinned = record.submission.caller_url or record.submission.submit_url or old
+        record = record.evolve(
+            submission=record.submission.evolve(status_url=url, caller_url=pinned)
+        )
+    return schedule(record, observation, reading, timing, note="; ".join(notes), extra=moved)

@@ -9,31 +9,27 @@ A terminal state in the first answer is decided as a status answer's is
 
 from __future__ import annotations
 
-import random
-
 from waitbound._base._urls import redact_url, same_url
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Phase, Record
 from waitbound._profile._actions import repeated_key
 from waitbound._profile._contract import Reading
-from waitbound._profile._protocol import IDEMPOTENT_METHODS, UrlKind
 from waitbound._rules._answers import Meaning, meaning
 from waitbound._rules._finish import Step, bounded, escalate, terminal
-from waitbound._rules._learned import ModelLookup
-from waitbound._rules._next_poll import is_throttled, schedule
-from waitbound._rules._status_answer import TERMINAL, by_table, classified
+from waitbound._rules._next_poll import Timing, schedule
+from waitbound._rules._polling_kinds import first_answer_reader, polling_kind
+from waitbound._rules._status_answer import TERMINAL, classified
+from waitbound._rules._trouble import is_throttled, submission_trouble
 
-__all__ = ["decide_submit", "first_answer_kind"]
+__all__ = ["decide_submit"]
 
 
 def decide_submit(
     record: Record,
     observation: Observation,
     reading: Reading | None,
-    rng: random.Random,
-    *,
-    models: ModelLookup | None = None,
+    timing: Timing,
 ) -> Step:
     """Read the first answer: an outcome already, or where and when to poll.
 
@@ -50,45 +46,9 @@ def decide_submit(
     now = observation.at
     code = observation.http_status
     answer = meaning("submit", code, throttled=is_throttled(record, observation, reading))
-    resend = (
-        bool(record.submission.idempotency_key)
-        or record.submission.submit_method in IDEMPOTENT_METHODS
-    )
     match answer.meaning:
         case Meaning.TROUBLE:
-            what = observation.transport_error or f"HTTP {code}"
-            record = record.evolve(
-                counters=record.counters.evolve(
-                    transport_failures_used=record.counters.transport_failures_used + 1
-                )
-            )
-            if resend and record.counters.submit_attempts < record.contract.max_submit_attempts:
-                why = (
-                    "with the same idempotency key"
-                    if record.submission.idempotency_key
-                    else f"({record.submission.submit_method} is idempotent)"
-                )
-                return schedule(
-                    record,
-                    observation,
-                    None,
-                    rng,
-                    note=f"no answer to the submission ({what}); sending it again {why}",
-                    demanded=code == 503,
-                )
-            key = (
-                f" with idempotency key {record.submission.idempotency_key}"
-                if record.submission.idempotency_key
-                else ""
-            )
-            return escalate(
-                record,
-                now,
-                Reason.PROVIDER_FAILURE,
-                f"no answer to the submission ({what}) after {record.counters.submit_attempts} "
-                "attempt(s)"
-                f"{key}; it may have created a job",
-            )
+            return submission_trouble(record, observation, timing)
         case Meaning.DENIED:
             return escalate(
                 record,
@@ -107,7 +67,7 @@ def decide_submit(
                 response=observation.body,
             )
         case Meaning.BODY:
-            return _receipt(record, observation, reading, rng, models=models)
+            return _receipt(record, observation, reading, timing)
         case _:
             return terminal(
                 record,
@@ -121,9 +81,7 @@ def _receipt(
     record: Record,
     observation: Observation,
     reading: Reading | None,
-    rng: random.Random,
-    *,
-    models: ModelLookup | None = None,
+    timing: Timing,
 ) -> Step:
     """A 2xx (or 303) first answer: end here, or poll where it says."""
     now = observation.at
@@ -160,7 +118,7 @@ def _receipt(
         if stated in TERMINAL or by_code in TERMINAL:
             done = stated if stated in TERMINAL else by_code
             assert done is not None
-            return classified(record, observation, done, reading, rng, final_here=True)
+            return classified(record, observation, done, reading, timing, answered_by=None)
         places = ", ".join(s.origin for s in contract.polling) or "nowhere"
         return escalate(
             record,
@@ -177,37 +135,21 @@ def _receipt(
             poll_header=receipt.status_url_header,
         )
     )
-    kind = first_answer_kind(record)
-    if kind is UrlKind.RESOURCE and same_url(receipt.status_url, record.submission.submit_url):
+    first = first_answer_reader(record)
+    if first.resource and same_url(receipt.status_url, record.submission.submit_url):
         # Polling the original URI: the first answer is its first answer, read whole.
-        stated = by_table(record, observation, reading) or stated
+        stated = polling_kind(record).status(record, observation, reading) or stated
     if stated in TERMINAL:
         assert stated is not None
-        final_here = kind is not UrlKind.STATUS
-        return classified(record, observation, stated, reading, rng, final_here=final_here)
+        return classified(record, observation, stated, reading, timing, answered_by=first)
     hint = Reading(classification=None, poll_hint_s=receipt.poll_hint)
     job = f" job {receipt.job_id}" if receipt.job_id else ""
-    polled = receipt.status_url_kind
-    kind_note = f" ({polled.value} URL)" if polled is not UrlKind.STATUS else ""
+    kind_note = polling_kind(record).aside
     return schedule(
         record,
         observation,
         hint,
-        rng,
+        timing,
         note=f"submitted:{job} status at {redact_url(receipt.status_url)}{kind_note} "
         f"(from the {receipt.status_url_origin})",
-        models=models,
     )
-
-
-def first_answer_kind(record: Record) -> UrlKind:
-    """How the first answer's body is read: as the resource itself when the profile
-    polls the original URI for this method (a PUT or PATCH at Azure), else as a
-    status body."""
-    for source in record.contract.profile.submit.polling:
-        if (
-            source.kind is UrlKind.RESOURCE
-            and record.submission.submit_method in source.request_methods
-        ):
-            return UrlKind.RESOURCE
-    return UrlKind.STATUS

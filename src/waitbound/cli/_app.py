@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-import waitbound
+from waitbound._base._version import VERSION
 from waitbound.cli._audit import audit
 from waitbound.cli._db import db
 from waitbound.cli._decisions import decide_command, escalations_command
@@ -32,7 +32,7 @@ __all__ = ["cli"]
     help="Wait on long-running operations at external APIs: bounded, durable, auditable.\n\n"
     + EXIT_CODES_HELP,
 )
-@click.version_option(waitbound.__version__, prog_name="waitbound")
+@click.version_option(VERSION, prog_name="waitbound")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     # OTEL_EXPORTER_OTLP_ENDPOINT: export this command's traces and metrics (serve

@@ -12,15 +12,24 @@ from pathlib import Path
 
 import click
 
-import waitbound
-from waitbound import AuditCheckpoint, AuditFinding, UsageError
+from waitbound._base._audit_key import load_audit_key
+from waitbound._base._errors import UsageError
 from waitbound._base._json import JSON
+from waitbound._engine._audit_check import (
+    AuditCheckpoint,
+    audit_checkpoint,
+    export_audit,
+    verify_audit,
+    verify_checkpoint,
+)
+from waitbound._model._audit import AuditFinding
+from waitbound._story import chain_status
 from waitbound.cli._exits import EXIT_AUDIT_BROKEN
 from waitbound.cli._flags import AUDIT_KEY_FILE_HELP, STORE_HELP
-from waitbound.cli._inspect import chain_status, print_story, read_operation, report_broken
 from waitbound.cli._params import STORED_TEXT
 from waitbound.cli._render import printable, record_summary
 from waitbound.cli._store_access import opened_store
+from waitbound.cli._stored import print_story, read_operation, report_broken
 
 __all__ = ["audit"]
 
@@ -70,14 +79,14 @@ def verify(  # noqa: PLR0917 - click passes every option
     chosen = _one_or_all(operation_id, every, "verify")
     if checkpoint is not None and chosen is not None:
         raise UsageError("audit verify: --checkpoint checks the whole store; use it with --all")
-    key = waitbound.load_audit_key(audit_key_file)
+    key = load_audit_key(audit_key_file)
     recorded = _recorded(checkpoint) if checkpoint is not None else None
     with opened_store(store, read_only=True, then="run the command again") as opened:
-        findings = waitbound.verify_audit(opened, chosen, key=key)
-        now = waitbound.audit_checkpoint(opened, now=datetime.now(UTC))
+        findings = verify_audit(opened, chosen, key=key)
+        now = audit_checkpoint(opened, now=datetime.now(UTC))
         checked = 1 if chosen is not None else now.operations
         if isinstance(recorded, AuditCheckpoint):
-            findings = _merged(findings, waitbound.verify_checkpoint(opened, recorded))
+            findings = _merged(findings, verify_checkpoint(opened, recorded))
     store_line = None
     if isinstance(recorded, str) and recorded != now.digest:
         store_line = (
@@ -162,7 +171,7 @@ def checkpoint(store: str | None, as_json: bool) -> None:
     audit_seq, audit_head), in id order.
     """
     with opened_store(store, read_only=True, then="run the command again") as opened:
-        taken = waitbound.audit_checkpoint(opened, now=datetime.now(UTC))
+        taken = audit_checkpoint(opened, now=datetime.now(UTC))
     if as_json:
         click.echo(json.dumps(taken.as_json(), ensure_ascii=False))
     else:
@@ -184,7 +193,7 @@ def story(operation_id: str, store: str | None, audit_key_file: str | None) -> i
     The chain is verified first; a broken one is printed, then said in one line on
     stderr, and exits 6.
     """
-    key = waitbound.load_audit_key(audit_key_file)
+    key = load_audit_key(audit_key_file)
     record, events = read_operation(store, operation_id)
     chain, finding = chain_status(record, events, key)
     for line in record_summary(record):
@@ -209,5 +218,5 @@ def export(operation_id: str | None, every: bool, store: str | None, jsonl: bool
     operation_id, seq, at, kind, summary, data, prev_hash, hash."""
     chosen = _one_or_all(operation_id, every, "export")
     with opened_store(store, read_only=True, then="run the command again") as opened:
-        for event in waitbound.export_audit(opened, chosen):
+        for event in export_audit(opened, chosen):
             click.echo(json.dumps(event))

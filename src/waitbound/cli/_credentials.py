@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from waitbound import Record, UsageError
 from waitbound._base._config_file import expand_env, load_toml
+from waitbound._base._errors import UsageError
+from waitbound._model._record import Record
 from waitbound._rules._credentials import BoundCredentials, Origin, origin_of
 from waitbound.cli._params import header_problem, parse_header
 

@@ -12,14 +12,17 @@ import json
 
 import click
 
-import waitbound
-from waitbound import Outcome, Profile, Store, UsageError
+from waitbound._base._errors import UsageError
 from waitbound._base._json import JSON
+from waitbound._engine._escalations import decide, escalations
+from waitbound._model._outcome import Outcome
+from waitbound._profile._contract import Profile
 from waitbound.cli._flags import STORE_HELP, profile_from_flags
-from waitbound.cli._groups import group_document, stopped_group_lines, stopped_groups
 from waitbound.cli._params import STORED_TEXT, NumberRange, WholeRange
 from waitbound.cli._render import printable
 from waitbound.cli._store_access import opened_store, resume_hint
+from waitbound.cli._stored import group_document, stopped_group_lines, stopped_groups
+from waitbound.stores import Store
 
 __all__ = ["decide_command", "escalations_command"]
 
@@ -45,7 +48,7 @@ __all__ = ["decide_command", "escalations_command"]
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def escalations_command(label_prefix: str, store: str | None, as_json: bool) -> int:
     with opened_store(store, then="run the command again") as opened:
-        found = waitbound.escalations(store=opened, label_prefix=label_prefix)
+        found = escalations(store=opened, label_prefix=label_prefix)
         stopped = stopped_groups(opened)
         group_text = [stopped_group_lines(opened, row) for row in stopped]
         group_json = [group_document(opened, row) for row in stopped]
@@ -168,7 +171,7 @@ def decide_command(  # noqa: PLR0917 - click passes every option
         by = f"{by.strip()[:96]} (os user {_os_user()[:24]})"
 
     def act(opened: Store) -> tuple[Outcome, JSON]:
-        outcome = waitbound.decide(
+        outcome = decide(
             operation_id,
             option,
             why=why,

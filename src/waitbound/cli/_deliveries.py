@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 
 import click
 
-import waitbound
-from waitbound import OutboxEntry, OutboxStatus
 from waitbound._base._json import JSON
 from waitbound._base._urls import origin_only
+from waitbound._engine._outbox import replay_delivery
+from waitbound._model._push import OutboxEntry, OutboxStatus
 from waitbound.cli._flags import STORE_HELP
 from waitbound.cli._params import STORED_TEXT, WholeRange
 from waitbound.cli._render import printable
@@ -157,7 +157,7 @@ def deliveries(  # noqa: PLR0917 - click passes every option
 def replay(ctx: click.Context, delivery_id: str, store: str | None, as_json: bool) -> int:
     chosen = store if store is not None else ctx.obj
     with opened_store(chosen, then="run the command again") as opened:
-        entry = waitbound.replay_delivery(opened, delivery_id, now=datetime.now(UTC))
+        entry = replay_delivery(opened, delivery_id, now=datetime.now(UTC))
     if as_json:
         click.echo(json.dumps(entry_json(entry), ensure_ascii=False))
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from waitbound import WaitboundError
+from waitbound._base._errors import WaitboundError
 
 EXIT_SUCCEEDED: Final = 0
 EXIT_NOT_SUCCEEDED: Final = 1

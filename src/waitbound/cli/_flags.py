@@ -9,11 +9,11 @@ from typing import Any, Final, TypeVar
 
 import click
 
-import waitbound
-from waitbound import HttpSettings, Policy, Profile, UsageError
+from waitbound._base._errors import UsageError
 from waitbound._base._json import JSON
-from waitbound._model._record import MAX_COUNT
-from waitbound._profile._policy import budget_disagreement, quiet_budget_warning
+from waitbound._profile._contract import Profile
+from waitbound._profile._contract_parse import parse_profile
+from waitbound._profile._policy import MAX_COUNT, Policy, budget_disagreement, quiet_budget_warning
 from waitbound._profile._schedule import (
     DEFAULT_BACKOFF_GROWTH,
     DEFAULT_BACKOFF_JITTER_FLOOR,
@@ -32,6 +32,7 @@ from waitbound.cli._params import (
     split_values,
 )
 from waitbound.profiles import resolve_profile
+from waitbound.transports import HttpSettings
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -87,7 +88,7 @@ def profile_from_flags(profile_spec: str | None, inline: dict[str, object]) -> P
         table["require_on_success"] = list(inline["require"])  # type: ignore[call-overload]
     if not table:
         raise UsageError("no profile: give --profile FILE|NAME or --state-path with value lists")
-    return waitbound.parse_profile(table, name=name)
+    return parse_profile(table, name=name)
 
 
 def flag_names(message: str) -> str:

@@ -14,9 +14,8 @@ from typing import Any
 
 import click
 
-import waitbound
-from waitbound import GroupResult, Store, UsageError
-from waitbound._base._json import JSON
+from waitbound._base._errors import UsageError
+from waitbound._engine._fan_in import GroupResult, wait_all, wait_any
 from waitbound.cli._exits import EXIT_CODES_HELP
 from waitbound.cli._flags import STORE_HELP, http_settings
 from waitbound.cli._params import (
@@ -29,16 +28,9 @@ from waitbound.cli._params import (
 from waitbound.cli._render import printable
 from waitbound.cli._store_access import opened_store
 from waitbound.cli._time import timing
-from waitbound.stores._groups import GroupRow, groups_of
+from waitbound.stores._groups import groups_of
 
-__all__ = [
-    "group_document",
-    "group_lines",
-    "stopped_group_lines",
-    "stopped_groups",
-    "wait_all_command",
-    "wait_any_command",
-]
+__all__ = ["wait_all_command", "wait_any_command"]
 
 _GROUP_HELP = (
     "The group's own deadline and request budget bound it on top of each operation's "
@@ -98,9 +90,9 @@ def _run_group(flags: dict[str, Any], *, kind: str, cancel_rest: bool = False) -
     }
     with opened_store(flags["store"], then="resume with --group (printed above)") as opened:
         if kind == "any":
-            result = waitbound.wait_any(list(ids), store=opened, cancel_rest=cancel_rest, **options)
+            result = wait_any(list(ids), store=opened, cancel_rest=cancel_rest, **options)
         else:
-            result = waitbound.wait_all(list(ids), store=opened, **options)
+            result = wait_all(list(ids), store=opened, **options)
         row = groups_of(opened).get_group(result.group_id)
     stored_kind = row.kind if row is not None else kind
     exit_code = result.exit_code("any" if stored_kind == "any" else "all")
@@ -169,72 +161,3 @@ def wait_all_command(**flags: Any) -> int:
 )
 def wait_any_command(cancel_rest: bool, **flags: Any) -> int:
     return _run_group(flags, kind="any", cancel_rest=cancel_rest)
-
-
-# --- what show and escalations print of groups ------------------------------------------
-
-
-def group_document(store: Store, row: GroupRow) -> dict[str, JSON]:
-    """A group and its members' states, as ``show GROUP_ID --json`` prints it."""
-    members: list[JSON] = []
-    for operation_id in row.members:
-        record = store.get(operation_id)
-        members.append(
-            {
-                "operation_id": operation_id,
-                "state": None
-                if record is None
-                else (record.outcome.value if record.outcome else record.phase.value),
-                "reason": record.reason.value if record is not None and record.reason else None,
-            }
-        )
-    return {
-        "group_id": row.group_id,
-        "kind": row.kind,
-        "state": row.state,
-        "reason": row.reason,
-        "created_at": row.created_at.isoformat(),
-        "deadline_at": row.deadline_at.isoformat() if row.deadline_at else None,
-        "ended_at": row.ended_at.isoformat() if row.ended_at else None,
-        "requests_used": row.requests_used,
-        "max_requests": row.max_requests,
-        "members": members,
-    }
-
-
-def group_lines(store: Store, row: GroupRow) -> list[str]:
-    """A group and its members, one line each (``show GROUP_ID``)."""
-    document = group_document(store, row)
-    why = f" ({row.reason})" if row.reason else ""
-    budget = f" of {row.max_requests}" if row.max_requests is not None else ""
-    deadline = row.deadline_at.isoformat() if row.deadline_at else "none (members' own)"
-    lines = [
-        f"group {row.group_id} ({row.kind}): {row.state}{why}",
-        f"  requests used: {row.requests_used}{budget}; deadline: {deadline}",
-        f"  members ({len(row.members)}):",
-    ]
-    members = document["members"]
-    assert isinstance(members, list)
-    for member in members:
-        assert isinstance(member, dict)
-        state = member["state"] or "not in the store"
-        reason = f" ({member['reason']})" if member["reason"] else ""
-        lines.append(f"    {member['operation_id']}: {state}{reason}")
-    return lines
-
-
-def stopped_groups(store: Store) -> list[GroupRow]:
-    """The groups their own bound stopped, newest first (``escalations`` lists them)."""
-    return groups_of(store).list_groups(state="stopped")
-
-
-def stopped_group_lines(store: Store, row: GroupRow) -> list[str]:
-    """What ``escalations`` says of a group its own bound stopped."""
-    waiting = [i for i in row.members if (r := store.get(i)) is not None and not r.is_finished]
-    return [
-        f"Group {row.group_id} ({row.kind}) stopped at its own bound ({row.reason}): "
-        f"{len(waiting)} of {len(row.members)} members still wait within their own bounds"
-        + (f": {', '.join(waiting)}" if waiting else "")
-        + ".",
-        f"Resume: waitbound wait-{'any' if row.kind == 'any' else 'all'} --group {row.group_id}",
-    ]

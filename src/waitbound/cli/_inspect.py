@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
 import click
 
-import waitbound
-from waitbound import AuditFinding, Record, StoredAuditEvent
+from waitbound._base._audit_key import load_audit_key
+from waitbound._base._errors import UsageError
 from waitbound._story import chain_status, operation_document
-from waitbound.cli._exits import EXIT_AUDIT_BROKEN
 from waitbound.cli._flags import AUDIT_KEY_FILE_HELP, STORE_HELP
-from waitbound.cli._groups import group_document, group_lines
 from waitbound.cli._params import STORED_TEXT
-from waitbound.cli._render import group_line, grouped, printable, record_summary
+from waitbound.cli._render import printable, record_summary
 from waitbound.cli._store_access import opened_store
+from waitbound.cli._stored import (
+    group_document,
+    group_lines,
+    print_story,
+    read_operation,
+    report_broken,
+)
 from waitbound.stores._groups import GroupRow, groups_of, is_group_id
 
-__all__ = ["chain_status", "print_story", "read_operation", "report_broken", "show"]
+__all__ = ["show"]
 
 
 def _show_group(store: str | None, group_id: str, as_json: bool) -> int:
@@ -26,7 +30,7 @@ def _show_group(store: str | None, group_id: str, as_json: bool) -> int:
     with opened_store(store, read_only=True, then="run the command again") as opened:
         row = groups_of(opened).get_group(group_id)
         if row is None:
-            raise waitbound.UsageError(f"no group with id {group_id[:40]!r} in the store")
+            raise UsageError(f"no group with id {group_id[:40]!r} in the store")
         if as_json:
             click.echo(json.dumps({"group": group_document(opened, row)}, ensure_ascii=False))
         else:
@@ -38,40 +42,6 @@ def _show_group(store: str | None, group_id: str, as_json: bool) -> int:
 def _groups_of(store: str | None, operation_id: str) -> list[GroupRow]:
     with opened_store(store, read_only=True, then="run the command again") as opened:
         return groups_of(opened).groups_of_operation(operation_id)
-
-
-def read_operation(store: str | None, operation_id: str) -> tuple[Record, list[StoredAuditEvent]]:
-    """The operation's record and its audit events, from the store opened read-only.
-
-    Raises:
-        OperationNotFoundError: no operation with this id (exit 2).
-    """
-    with opened_store(store, read_only=True, then="run the command again") as opened:
-        record = opened.get(operation_id)
-        if record is None:
-            raise waitbound.OperationNotFoundError(operation_id)
-        return record, opened.audit(operation_id)
-
-
-def report_broken(finding: AuditFinding) -> int:
-    """Say on stderr, in one line, what is wrong with the chain; return exit code 6."""
-    click.echo(
-        f"waitbound: error: audit chain broken: {printable(finding.line())}; "
-        "do not trust this story (see docs/audit.md)",
-        err=True,
-    )
-    return EXIT_AUDIT_BROKEN
-
-
-def print_story(events: Sequence[StoredAuditEvent], *, every_event: bool) -> None:
-    """The audit story: one line per request (grouped), or per event, numbered by seq."""
-    plain = [stored.event for stored in events]
-    spans = [(i, i) for i in range(len(plain))] if every_event else grouped(plain)
-    for first, last in spans:
-        seqs = (
-            f"{events[first].seq}" if first == last else f"{events[first].seq}-{events[last].seq}"
-        )
-        click.echo(f"  {seqs:>7} {group_line(plain[first : last + 1])}")
 
 
 @click.command()
@@ -98,7 +68,7 @@ def show(
     """
     if is_group_id(operation_id):
         return _show_group(store, operation_id, as_json)
-    key = waitbound.load_audit_key(audit_key_file)
+    key = load_audit_key(audit_key_file)
     record, events = read_operation(store, operation_id)
     chain, finding = chain_status(record, events, key)
     groups = _groups_of(store, operation_id)

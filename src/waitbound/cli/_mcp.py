@@ -11,12 +11,13 @@ import anyio
 import click
 import platformdirs
 
-import waitbound
 from waitbound._base._errors import UsageError
+from waitbound._engine._worker import WorkerSettings
 from waitbound._profile._policy import budget_disagreement
 from waitbound.cli._params import WholeRange
-from waitbound.cli._serve import default_token_file, is_loopback, tokens_of
 from waitbound.cli._telemetry import LOG_FORMAT_OPTION, apply_log_format
+from waitbound.cli._tokens import default_token_file, is_loopback, tokens_of
+from waitbound.stores import open_store
 
 __all__ = ["MCP_TOOLS", "mcp_command"]
 
@@ -130,7 +131,9 @@ def mcp_command(  # noqa: PLR0917 - click passes every option
     log_format: str,
 ) -> int:
     try:
-        from waitbound.mcp import Jobs, create_server, load_config
+        from waitbound.mcp._config import load_config
+        from waitbound.mcp._jobs import Jobs
+        from waitbound.mcp._server import create_server
     except ImportError:
         raise UsageError(
             "the MCP server needs the 'mcp' package: pip install 'waitbound[mcp]'"
@@ -147,12 +150,12 @@ def mcp_command(  # noqa: PLR0917 - click passes every option
         if (disagreement := budget_disagreement(provider.policy)) is not None:
             click.echo(f"waitbound: warning: providers.{name}.policy: {disagreement}", err=True)
     spec = store or config.store or platformdirs.user_state_path("waitbound") / "mcp.db"
-    opened = waitbound.open_store(spec)
+    opened = open_store(spec)
     # stdout belongs to the protocol; the SDK's and httpx's chatter stays off stderr too.
     apply_log_format(log_format)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     jobs = Jobs(config, opened)
-    settings = waitbound.WorkerSettings(concurrency=concurrency)
+    settings = WorkerSettings(concurrency=concurrency)
     try:
         if transport == "stdio":
             create_server(jobs, settings=settings).run("stdio")

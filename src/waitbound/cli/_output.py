@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import click
 
-from waitbound import Outcome
+from waitbound._model._outcome import Outcome
 from waitbound.cli._render import option_lines, printable
 
 

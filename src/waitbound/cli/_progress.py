@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from waitbound import AuditEvent, Store
+from waitbound._model._audit import AuditEvent
 from waitbound.cli._render import LiveStatus, StoryGrouper, status_line
+from waitbound.stores import Store
 
 
 class _StatusView:

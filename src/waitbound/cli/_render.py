@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from waitbound import AuditEvent, Record
-from waitbound import option_costs as costs_of
 from waitbound._base._json import JSON, show
 from waitbound._base._urls import redact_url
-from waitbound._model._audit import EventKind
+from waitbound._model._audit import AuditEvent, EventKind
+from waitbound._model._record import Record
+from waitbound._rules._options import option_costs as costs_of
 from waitbound._story import event_details as _details
 from waitbound._story import printable, story_line
 from waitbound._story import timestamp as _time

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import click
 
-import waitbound
+from waitbound._base._clock import SystemClock
 from waitbound._base._errors import UsageError
 from waitbound.cli._flags import STORE_HELP
 from waitbound.cli._render import printable
@@ -69,7 +69,7 @@ def sessions(ctx: click.Context, store: str | None, everything: bool, as_json: b
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of sessions.")
 def list_command(store: str | None = None, everything: bool = False, as_json: bool = False) -> None:
     """The open sessions, newest first: id, who, role, how they signed in, times."""
-    now = waitbound.SystemClock().now()
+    now = SystemClock().now()
     with opened_store(store, read_only=True, then="run it again") as opened:
         rows = sessions_of(opened).list_sessions(now=now, ended=everything)
     _print(rows, as_json, now, "no sessions")
@@ -86,7 +86,7 @@ def revoke_command(
     """Revoke the session SESSION_ID (its 12 characters, as listed), or --all."""
     if (session_id is None) == (not everything):
         raise UsageError("give one session id (as `waitbound sessions` lists it), or --all")
-    now = waitbound.SystemClock().now()
+    now = SystemClock().now()
     with opened_store(store, then="run it again") as opened:
         found = sessions_of(opened).revoke_sessions(at=now, shown_id=session_id)
     rows = [replace(row, revoked_at=now) for row in found]

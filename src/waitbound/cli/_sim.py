@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from waitbound import UsageError
+from waitbound._base._errors import UsageError
 from waitbound.cli._params import WholeRange
 from waitbound.cli._store_access import stop_on_sigterm
 

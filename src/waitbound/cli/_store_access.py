@@ -11,11 +11,10 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Final, Protocol, TypeVar
 
-import waitbound
-from waitbound import SchemaVersionError, Store, StoreError, UsageError
+from waitbound._base._errors import SchemaVersionError, StoreError, UsageError
 from waitbound._base._urls import redact_url
 from waitbound.cli._exits import Interrupted, StoreFailed
-from waitbound.stores import STORE_ENV, is_postgres_dsn
+from waitbound.stores import STORE_ENV, Store, is_postgres_dsn, open_store
 
 _T = TypeVar("_T")
 
@@ -108,7 +107,7 @@ def opened_store(
     """
     refuse_memory_store(spec, memory)
     try:
-        store = waitbound.open_store(spec, create=create, read_only=read_only)
+        store = open_store(spec, create=create, read_only=read_only)
     except StoreError as exc:
         if _is_usage(exc):
             raise

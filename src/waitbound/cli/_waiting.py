@@ -8,23 +8,23 @@ from typing import Any, BinaryIO
 
 import click
 
-import waitbound
-from waitbound import (
-    AuditEvent,
-    FinalStateVia,
-    Operation,
-    Outcome,
-    Record,
-    Store,
-    Submission,
-    UrlKind,
-    UsageError,
-)
+from waitbound._base._errors import UsageError
 from waitbound._base._json import JSON
 from waitbound._base._urls import redact_url
-from waitbound._engine._operation import check_first_poll_after, check_push, check_urls
+from waitbound._engine import _api
+from waitbound._engine._operation import (
+    Operation,
+    Submission,
+    check_first_poll_after,
+    check_push,
+    check_urls,
+    new_operation_id,
+)
 from waitbound._engine._outbox import resolve_notify_secret
-from waitbound._model._audit import EventKind
+from waitbound._model._audit import AuditEvent, EventKind
+from waitbound._model._outcome import Outcome
+from waitbound._model._record import Record
+from waitbound._profile._protocol import FinalStateVia, UrlKind
 from waitbound.cli._exits import EXIT_CODES_HELP
 from waitbound.cli._flags import (
     MAX_RESPONSE_OPTION,
@@ -45,6 +45,7 @@ from waitbound.cli._progress import Progress
 from waitbound.cli._render import option_costs, printable
 from waitbound.cli._store_access import MEMORY_EMPTY, drive, header_names, resume_hint
 from waitbound.cli._time import timing
+from waitbound.stores import Store
 
 __all__ = ["cancel_command", "run", "submit", "wait"]
 
@@ -209,7 +210,7 @@ def wait(  # noqa: PLR0917 - click passes every option
         raise UsageError(flag_names(str(exc))) from None
     if operation is not None:
         _check_new(operation, needs_secret=not detach)  # before the store is opened
-    op_id = waitbound.new_operation_id() if operation_id is None else operation_id
+    op_id = new_operation_id() if operation_id is None else operation_id
     names = header_names(sent)
     if detach:
         if operation is None:
@@ -218,7 +219,7 @@ def wait(  # noqa: PLR0917 - click passes every option
             op_id,
             store,
             lambda opened: (
-                waitbound.start(
+                _api.start(
                     operation,
                     operation_id=op_id,
                     store=opened,
@@ -240,7 +241,7 @@ def wait(  # noqa: PLR0917 - click passes every option
             _check_credential_label(opened.get(op_id), credential_label)
         sink.start(op_id)
         sink.attach(opened, op_id)
-        outcome = waitbound.wait(
+        outcome = _api.wait(
             operation,
             operation_id=op_id,
             store=opened,
@@ -342,7 +343,7 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
     submission = _submission(flags)
     _check_new(submission, needs_secret=True)
     given = flags.pop("operation_id")
-    op_id = waitbound.new_operation_id() if given is None else given
+    op_id = new_operation_id() if given is None else given
     as_json = bool(flags.pop("as_json"))
     sink = Progress(
         flags.pop("progress"),
@@ -366,9 +367,9 @@ def _submit_and_maybe_wait(flags: dict[str, Any], *, wait_for_outcome: bool) -> 
             **timing(),
         }
         if waits:
-            outcome = waitbound.run(submission, **common)
+            outcome = _api.run(submission, **common)
         else:
-            outcome = waitbound.submit(submission, **common).status().outcome
+            outcome = _api.submit(submission, **common).status().outcome
         return outcome, opened.get(op_id)
 
     memory = None if waits else DETACHED_IN_MEMORY if detach else SUBMITTED_IN_MEMORY
@@ -469,7 +470,7 @@ def cancel_command(  # noqa: PLR0917 - click passes every option
     def act(opened: Store) -> tuple[Outcome, Record | None]:
         sink.attach(opened, operation_id)
         try:
-            outcome = waitbound.cancel(
+            outcome = _api.cancel(
                 operation_id,
                 reason=reason,
                 requested_by=requested_by,

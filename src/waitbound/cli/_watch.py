@@ -16,13 +16,14 @@ from urllib.parse import quote
 import click
 import httpx
 
-import waitbound
-from waitbound import AuditEvent, OutcomeKind, UsageError, WaitboundError
+from waitbound._base._errors import OperationNotFoundError, UsageError, WaitboundError
 from waitbound._base._json import JSON
+from waitbound._model._audit import AuditEvent
+from waitbound._model._outcome import OutcomeKind
 from waitbound.cli._exits import EXIT_CODES_HELP, EXIT_STILL_WAITING
 from waitbound.cli._params import STORED_TEXT
 from waitbound.cli._render import printable, story_line
-from waitbound.cli._serve import DEFAULT_PORT, TOKEN_FILE_HELP, default_token_file, read_token
+from waitbound.cli._tokens import DEFAULT_PORT, TOKEN_FILE_HELP, default_token_file, read_token
 
 __all__ = [
     "RETRIES",
@@ -104,7 +105,7 @@ def _refused(response: httpx.Response, operation_id: str, url: str) -> Waitbound
             "waitbound serve uses"
         )
     if response.status_code == 404:
-        return waitbound.OperationNotFoundError(operation_id)
+        return OperationNotFoundError(operation_id)
     return UsageError(
         f"the service at {url} answered {response.status_code}: {printable(detail)[:200]}"
     )

@@ -11,11 +11,11 @@ from pathlib import Path
 import anyio
 import click
 
-import waitbound
-from waitbound import AuditEvent, StoreError, UsageError, WaitboundError, WorkerSettings
+from waitbound._base._errors import StoreError, UsageError, WaitboundError
 from waitbound._base._json import JSON
 from waitbound._engine._outbox import resolve_notify_secret, webhook_signer
-from waitbound._model._audit import EventKind
+from waitbound._engine._worker import WorkerSettings, work
+from waitbound._model._audit import AuditEvent, EventKind
 from waitbound.cli._credentials import OriginCredentials, from_flags, load_credentials
 from waitbound.cli._exits import EXIT_CODES_HELP
 from waitbound.cli._flags import MAX_RESPONSE_OPTION, STORE_HELP, http_settings, options
@@ -227,7 +227,7 @@ def worker(  # noqa: PLR0917 - click passes every option
                             return
 
                 group.start_soon(on_signal)
-                steps = await waitbound.work(
+                steps = await work(
                     opened,
                     settings=settings,
                     # PostgreSQL: LISTEN/NOTIFY wakes it for new and resumed operations

@@ -22,7 +22,7 @@ from waitbound._base._secrets import REDACTED
 from waitbound._engine._escalations import Escalation
 from waitbound._model._outcome import OutcomeKind
 from waitbound._model._record import Phase, Record, reported_counts
-from waitbound.mcp._config import LABEL_PREFIX
+from waitbound.mcp._labels import LABEL_PREFIX
 
 __all__ = [
     "SMALL_CHARS",

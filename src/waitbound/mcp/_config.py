@@ -47,13 +47,12 @@ from waitbound._profile._contract import Profile
 from waitbound._profile._contract_parse import parse_profile
 from waitbound._profile._policy import quiet_budget_warning
 from waitbound._rules._credentials import Binding, BoundCredentials, Place
+from waitbound.mcp._labels import LABEL_PREFIX
 from waitbound.profiles import resolve_profile
 from waitbound.stores import is_postgres_dsn
 
-__all__ = ["LABEL_PREFIX", "McpConfig", "ProviderConfig", "load_config", "parse_config"]
+__all__ = ["McpConfig", "ProviderConfig", "load_config", "parse_config"]
 
-LABEL_PREFIX: Final = "mcp:"
-"""The label prefix of every operation an MCP server starts (``mcp:PROVIDER``)."""
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2
 _FIELD_VALUE: Final = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")  # §5.5, ASCII

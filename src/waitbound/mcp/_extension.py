@@ -31,8 +31,8 @@ from pydantic import ConfigDict, Field
 
 from waitbound._base._errors import OperationNotFoundError, UsageError, WaitboundError
 from waitbound.mcp._answers import Answer, scrub
-from waitbound.mcp._jobs import Jobs
 from waitbound.mcp._principal import acting_for, principal_of_request
+from waitbound.mcp._task_source import TaskSource
 from waitbound.mcp._tasks import EXTENSION_ID, TASK_PROTOCOL_VERSIONS, TASK_TOOLS
 
 __all__ = ["TasksExtension", "declares_tasks"]
@@ -96,7 +96,7 @@ class TasksExtension(Extension):
 
     identifier = EXTENSION_ID
 
-    def __init__(self, jobs: Jobs) -> None:
+    def __init__(self, jobs: TaskSource) -> None:
         self.jobs = jobs
         self._secrets = jobs.config.secrets()
 

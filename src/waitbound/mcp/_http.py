@@ -45,11 +45,10 @@ from waitbound._engine._worker import WorkerSettings
 from waitbound.mcp._jobs import Jobs
 from waitbound.mcp._principal import NOBODY, OPEN_SESSION_KEY, acting_for
 from waitbound.web._auth import cross_origin
-from waitbound.web._bounded import bounded_server, budget_of, run_beside
+from waitbound.web._bounded import bounded_server, budget_of, listen, run_beside, url_of
 from waitbound.web._budget import BudgetGuard
 from waitbound.web._hosts import HostGuard, allowed_hosts
 from waitbound.web._protocol import Limits
-from waitbound.web._run import listen, url_of
 from waitbound.web._tokens import Holder, match_token
 
 __all__ = [

@@ -25,8 +25,8 @@ from waitbound._engine._operation import Submission
 from waitbound._engine._worker import WorkerSettings, work
 from waitbound._model._record import Phase, Record
 from waitbound.mcp._answers import Answer
-from waitbound.mcp._config import LABEL_PREFIX
 from waitbound.mcp._job_tasks import JobTasks
+from waitbound.mcp._labels import LABEL_PREFIX
 from waitbound.mcp._principal import current
 
 __all__ = ["Jobs"]

@@ -26,7 +26,8 @@ from waitbound._model._record import Phase, Record
 from waitbound._observe._metrics import label_profiles
 from waitbound._rules._controller import Finish
 from waitbound.mcp._answers import Answer, provider_of, scrub, view
-from waitbound.mcp._config import LABEL_PREFIX, McpConfig, ProviderConfig
+from waitbound.mcp._config import McpConfig, ProviderConfig
+from waitbound.mcp._labels import LABEL_PREFIX
 from waitbound.mcp._principal import current
 from waitbound.stores import Store
 from waitbound.transports import HttpSettings

@@ -34,9 +34,9 @@ from pydantic import BaseModel, ConfigDict
 
 from waitbound._base._errors import WaitboundError
 from waitbound.mcp._answers import Answer
-from waitbound.mcp._config import LABEL_PREFIX
-from waitbound.mcp._jobs import Jobs
+from waitbound.mcp._labels import LABEL_PREFIX
 from waitbound.mcp._principal import acting_for, principal_of_request
+from waitbound.mcp._task_source import TaskSource
 from waitbound.mcp._tasks import EXTENSION_ID
 from waitbound.stores._protocol import AuditCursor, cursor_of
 
@@ -88,7 +88,7 @@ class TaskListener:
 
     def __init__(
         self,
-        jobs: Jobs,
+        jobs: TaskSource,
         *,
         poll_s: float = 0.5,
         look_back_s: float = 2.0,

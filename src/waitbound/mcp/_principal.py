@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from waitbound._base._errors import UsageError
-from waitbound.mcp._config import LABEL_PREFIX
+from waitbound.mcp._labels import LABEL_PREFIX
 from waitbound.web._session import BEARER_DECIDER
 from waitbound.web._tokens import ADMIN, DECIDER, VIEWER, allows
 

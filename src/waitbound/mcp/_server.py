@@ -16,8 +16,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
-from waitbound import __version__
 from waitbound._base._errors import WaitboundError
+from waitbound._base._version import VERSION
 from waitbound._engine._worker import WorkerSettings
 from waitbound.mcp._answers import Answer, scrub
 from waitbound.mcp._extension import TasksExtension
@@ -103,7 +103,7 @@ def create_server(
     server = _Server(
         name="waitbound",
         instructions=INSTRUCTIONS,
-        version=__version__,
+        version=VERSION,
         lifespan=lifespan,
         log_level="WARNING",
         extensions=[TasksExtension(jobs)],

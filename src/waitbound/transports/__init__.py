@@ -9,10 +9,13 @@ from waitbound.transports._clients import (
     shared_client,
     worker_limits,
 )
+from waitbound.transports._fence import Fence, Fenced
 from waitbound.transports._http import HttpSettings, send_async, send_sync
 from waitbound.transports._pool import ShardedTransport
 
 __all__ = [
+    "Fence",
+    "Fenced",
     "HttpSettings",
     "ShardedTransport",
     "borrow_async_client",

@@ -40,6 +40,7 @@ from typing import Final
 import httpx
 from sniffio import AsyncLibraryNotFoundError, current_async_library
 
+from waitbound.transports._bounded import mark_bounded
 from waitbound.transports._pool import ShardedTransport
 
 __all__ = [
@@ -116,7 +117,7 @@ def new_async_client(concurrency: int = DEFAULT_CONCURRENCY) -> httpx.AsyncClien
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     transport = ShardedTransport(max_connections=concurrency, keepalive_expiry_s=KEEPALIVE_EXPIRY_S)
-    return httpx.AsyncClient(follow_redirects=False, transport=transport)
+    return mark_bounded(httpx.AsyncClient(follow_redirects=False, transport=transport))
 
 
 @dataclass(slots=True)

@@ -26,6 +26,8 @@ from typing import Final
 
 import httpx
 
+from waitbound.transports._bounded import bounded
+
 __all__ = ["SHARD_SIZE", "ShardedTransport"]
 
 SHARD_SIZE: Final = 4
@@ -132,4 +134,6 @@ class ShardedTransport(httpx.AsyncBaseTransport):
 
 
 def _http11(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
-    return httpx.AsyncHTTPTransport(limits=limits, http1=True, http2=False)
+    """A shard: httpx's transport, its reads and writes bounded by the request's deadline
+    (``transports._bounded``)."""
+    return bounded(httpx.AsyncHTTPTransport(limits=limits, http1=True, http2=False))

@@ -23,13 +23,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-import waitbound
 from waitbound._base._errors import StoreError, UsageError
 from waitbound._base._json import JSON
 from waitbound._model._audit import StoredAuditEvent
 from waitbound._model._record import Record
 from waitbound._story import chain_status, printable
 from waitbound._story import operation_document as build_document
+from waitbound.stores import Store
 from waitbound.stores._groups import groups_of
 from waitbound.stores._protocol import AuditCursor
 from waitbound.web._auth import BearerAuth, is_page, is_public
@@ -97,19 +97,17 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"ok": True, **_service(request).health})
 
 
-def _read(
-    store: waitbound.Store, operation_id: str
-) -> tuple[Record | None, list[StoredAuditEvent]]:
+def _read(store: Store, operation_id: str) -> tuple[Record | None, list[StoredAuditEvent]]:
     record = store.get(operation_id)
     return record, store.audit(operation_id) if record is not None else []
 
 
-def _group_ids(store: waitbound.Store, operation_id: str) -> list[str]:
+def _group_ids(store: Store, operation_id: str) -> list[str]:
     """The ids of the groups *operation_id* is a member of (none for a store kind that
     keeps no groups)."""
     try:
         return [row.group_id for row in groups_of(store).groups_of_operation(operation_id)]
-    except waitbound.UsageError:
+    except UsageError:
         return []
 
 

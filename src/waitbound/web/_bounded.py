@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, Final
 
@@ -33,7 +34,15 @@ from waitbound.web._protocol import (
     protocol_of,
 )
 
-__all__ = ["GRACEFUL_S", "BoundedServer", "budget_of", "bounded_server", "run_beside"]
+__all__ = [
+    "GRACEFUL_S",
+    "BoundedServer",
+    "budget_of",
+    "bounded_server",
+    "listen",
+    "run_beside",
+    "url_of",
+]
 
 GRACEFUL_S: Final = 5
 """How long shutdown waits for answers in flight before it cancels them (seconds)."""
@@ -46,6 +55,35 @@ class BoundedServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to *host*:*port* (``0``: any free port), not yet listening.
+
+    Raises:
+        UsageError: the address cannot be bound (in use, not this machine's, …).
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+        except OSError:
+            sock.close()
+            raise
+    except OSError as exc:
+        raise UsageError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; give another --host or --port"
+        ) from None
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    """``http://HOST:PORT`` of a bound socket (an IPv6 host in brackets)."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def budget_of(limits: Limits) -> tuple[int, ConnectionBudget]:

@@ -33,7 +33,6 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-import waitbound
 from waitbound._base._errors import (
     DecisionConflictError,
     OperationNotFoundError,
@@ -41,7 +40,7 @@ from waitbound._base._errors import (
     UsageError,
 )
 from waitbound._base._numbers import parse_integer, parse_number
-from waitbound._engine._escalations import SCAN_LIMIT
+from waitbound._engine._escalations import SCAN_LIMIT, Escalation, decide_async, escalations
 from waitbound._model._outcome import OutcomeKind
 from waitbound._model._record import Record
 from waitbound._rules._decisions import MAX_WHY_CHARS
@@ -189,8 +188,8 @@ async def decisions_page(request: Request) -> Response:
     """``GET /``: Needs a decision."""
     service = _service(request)
 
-    def read() -> tuple[list[waitbound.Escalation], int]:
-        found = waitbound.escalations(store=service.store, clock=service.clock)
+    def read() -> tuple[list[Escalation], int]:
+        found = escalations(store=service.store, clock=service.clock)
         count, _ = service.store.pending_summary()
         return found, count
 
@@ -326,7 +325,7 @@ def _read_groups(service: Service, operation_id: str) -> list[GroupView]:
     """The groups (``wait_all`` / ``wait_any``) the operation is a member of."""
     try:
         rows = groups_of(service.store).groups_of_operation(operation_id)
-    except waitbound.UsageError:  # a store kind that keeps no groups
+    except UsageError:  # a store kind that keeps no groups
         return []
     views = []
     for row in rows:
@@ -447,7 +446,7 @@ class _Operation:
         except (UsageError, ProfileError) as exc:
             return await self.show(request, option, status=400, error=str(exc), form=form)
         try:
-            await waitbound.decide_async(
+            await decide_async(
                 operation_id,
                 option,
                 why=why,

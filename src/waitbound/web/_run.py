@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import logging
 import random
-import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -28,13 +27,11 @@ import anyio
 import anyio.to_thread
 from starlette.routing import BaseRoute
 
-import waitbound
-from waitbound._base._errors import UsageError
 from waitbound._engine._effects import Credentials
 from waitbound._engine._group_commit import first_of
 from waitbound._engine._inbox import sweep_inbox
 from waitbound._engine._outbox import OnComplete
-from waitbound._engine._worker import WorkerSettings
+from waitbound._engine._worker import WorkerSettings, work
 from waitbound._model._audit import AuditEvent
 from waitbound.stores import Store
 from waitbound.stores._inbox_retention import prune_inbox
@@ -42,7 +39,14 @@ from waitbound.stores._sessions import sessions_of
 from waitbound.transports import HttpSettings
 from waitbound.web._app import DEFAULT_PING_S, DEFAULT_POLL_S, create_app
 from waitbound.web._auth import is_public
-from waitbound.web._bounded import GRACEFUL_S, bounded_server, budget_of, run_beside
+from waitbound.web._bounded import (
+    GRACEFUL_S,
+    bounded_server,
+    budget_of,
+    listen,
+    run_beside,
+    url_of,
+)
 from waitbound.web._hosts import allowed_hosts
 from waitbound.web._inbound_commit import InboundCommit
 from waitbound.web._protocol import Limits
@@ -53,9 +57,7 @@ __all__ = [
     "PRUNE_EVERY_S",
     "SWEEP_EVERY_S",
     "SWEEP_LIMIT",
-    "listen",
     "serve",
-    "url_of",
 ]
 
 _LOG = logging.getLogger("waitbound.serve")
@@ -68,35 +70,6 @@ PRUNE_EVERY_S: Final = 3600.0
 """The webhook inbox is pruned at start and then this often (seconds)."""
 SWEEP_LIMIT: Final = 100
 """Deliveries one sweep applies at most (a full sweep is followed by another at once)."""
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to *host*:*port* (``0``: any free port), not yet listening.
-
-    Raises:
-        UsageError: the address cannot be bound (in use, not this machine's, …).
-    """
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, kind, proto, _, address = infos[0]
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-        except OSError:
-            sock.close()
-            raise
-    except OSError as exc:
-        raise UsageError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}; give another --host or --port"
-        ) from None
-    return sock
-
-
-def url_of(sock: socket.socket) -> str:
-    """``http://HOST:PORT`` of a bound socket (an IPv6 host in brackets)."""
-    host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def worker_wake(store: Store, hinted: Nudge) -> Callable[[float], Awaitable[object]]:
@@ -251,7 +224,7 @@ async def serve(
     hinted = Nudge()  # the sweep applied deliveries: the worker looks for due work at once
 
     async def drive() -> None:
-        await waitbound.work(
+        await work(
             service.store,
             settings=worker_settings,
             headers=headers,
