@@ -527,6 +527,20 @@ def test_an_accepted_cancel_with_no_request_left_says_so() -> None:
     assert "how the job ended is not known" in said, said
 
 
+def test_a_grant_carries_the_result_request_on_top_of_its_checks() -> None:
+    """Found by a long hunt: a person's grant of one check on a job whose result is
+    still to fetch gives that check and the result request (issue 33: a grant that sees
+    the job succeed also fetches its result); the oracle had counted the check only."""
+    world = memory_world("fetched")
+    stopped = world.drive(status=[RUNNING])
+    assert stopped.outcome is OutcomeKind.TIMED_OUT
+    used = world.record.requests_used
+    assert world.decide("extend", checks=1)
+    assert world.record.max_requests == used + 2
+    after = world.drive(status=[DONE])
+    assert after.outcome is OutcomeKind.SUCCEEDED
+
+
 def test_a_persons_cancel_whose_window_passed_is_reported_not_sent() -> None:
     """Fault 4: the grant's window passes before anyone runs wait: the cancel is never
     sent, and the outcome says so."""
