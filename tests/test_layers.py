@@ -132,10 +132,11 @@ def test_the_import_chains_do_not_grow() -> None:
     package, their commands no longer import one another, and the profile's and base's
     modules take types and constants from leaf modules. The deepest module of each layer
     then: base 2, profile 7, model 9, observe 10, transports 11, stores 14, rules 17,
-    engine 21, fronts 28 (it was 3, 8, 11, 12, 13, 16, 19, 23, 32). The goal (issue 35)
-    is 14; lower this bound as chains shorten."""
+    engine 21, fronts 28 (it was 3, 8, 11, 12, 13, 16, 19, 23, 32); 27 once the commit
+    pause's constants sit with the group commit (the web receiver no longer imports the
+    worker). The goal (issue 35) is 14; lower this bound as chains shorten."""
     length, chain = longest_chain(_graph())
-    assert length <= 28, " → ".join(chain)
+    assert length <= 27, " → ".join(chain)
 
 
 def test_the_checks_find_what_they_guard() -> None:

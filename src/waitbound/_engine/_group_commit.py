@@ -28,7 +28,22 @@ import anyio
 
 from waitbound._base._failpoints import hit
 
-__all__ = ["GroupCommit", "Offload", "first_of", "in_thread", "inline"]
+__all__ = [
+    "DEFAULT_COMMIT_PAUSE_S",
+    "MAX_COMMIT_PAUSE_S",
+    "GroupCommit",
+    "Offload",
+    "first_of",
+    "in_thread",
+    "inline",
+]
+
+DEFAULT_COMMIT_PAUSE_S = 0.002
+"""How long the group commit waits for more answers once one is queued (seconds),
+chosen by measurement (``docs/benchmarks.md``, "The commit pause")."""
+
+MAX_COMMIT_PAUSE_S = 0.1
+"""The longest commit pause allowed (seconds): it delays every answer's write."""
 
 _T = TypeVar("_T")
 _Item = TypeVar("_Item")

@@ -67,7 +67,15 @@ from waitbound._base._urls import origin
 from waitbound._engine._delivery import adopt_orphans, deliver_due_async
 from waitbound._engine._driver import exchange, reservation_of, safe_plan, tools
 from waitbound._engine._effects import Credentials
-from waitbound._engine._group_commit import GroupCommit, Offload, first_of, in_thread, inline
+from waitbound._engine._group_commit import (
+    DEFAULT_COMMIT_PAUSE_S,
+    MAX_COMMIT_PAUSE_S,
+    GroupCommit,
+    Offload,
+    first_of,
+    in_thread,
+    inline,
+)
 from waitbound._engine._inbox import sweep_inbox
 from waitbound._engine._interpreters import run_exchange_async
 from waitbound._engine._lease import Lease, holder_is_gone, lease_of, new_owner
@@ -89,13 +97,6 @@ _LOG = logging.getLogger("waitbound.worker")
 _BUSY_RECHECK_S = 0.01
 """The shortest pause between looks for due work when one looked due but was not
 claimed (another worker took it at that moment), in seconds."""
-
-DEFAULT_COMMIT_PAUSE_S = 0.002
-"""How long the group commit waits for more answers once one is queued (seconds),
-chosen by measurement (``docs/benchmarks.md``, "The commit pause")."""
-
-MAX_COMMIT_PAUSE_S = 0.1
-"""The longest commit pause allowed (seconds): it delays every answer's write."""
 
 _LOOK_AHEAD = 2
 """After a pass left due operations for their origins' limits, the next offers the

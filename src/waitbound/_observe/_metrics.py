@@ -41,6 +41,7 @@ from opentelemetry.metrics import _internal as metrics_internal
 
 from waitbound._base._clock import Clock, SystemClock
 from waitbound._base._urls import origin
+from waitbound._base._version import VERSION
 from waitbound._model._push import OutboxEntry, OutboxStatus
 from waitbound._model._record import Record
 
@@ -67,8 +68,7 @@ __all__ = [
     "store_transaction",
 ]
 
-_VERSION: Final = "0.1.0"
-METER: Final = metrics.get_meter("waitbound", _VERSION)
+METER: Final = metrics.get_meter("waitbound", VERSION)
 
 GAUGE_LIMIT: Final = 10_000
 """The most open operations (and pending outbox entries) one collection reads from the

@@ -54,6 +54,7 @@ from opentelemetry.trace import (
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from waitbound._base._urls import redact_url
+from waitbound._base._version import VERSION
 from waitbound._model._audit import AuditEvent, EventKind, StoredAuditEvent
 from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind
@@ -86,8 +87,7 @@ __all__ = [
     "with_caller_context",
 ]
 
-_VERSION: Final = "0.1.0"
-TRACER: Final = trace.get_tracer("waitbound", _VERSION)
+TRACER: Final = trace.get_tracer("waitbound", VERSION)
 TRACE_CONTEXT_KEY: Final = "trace_context"
 """The ``created`` audit event's data key holding the caller's W3C ``traceparent``."""
 _PROPAGATOR: Final = TraceContextTextMapPropagator()

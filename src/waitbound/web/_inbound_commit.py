@@ -19,8 +19,7 @@ from contextlib import contextmanager
 
 import anyio
 
-from waitbound._engine._group_commit import GroupCommit, Offload, in_thread
-from waitbound._engine._worker import DEFAULT_COMMIT_PAUSE_S
+from waitbound._engine._group_commit import DEFAULT_COMMIT_PAUSE_S, GroupCommit, Offload, in_thread
 from waitbound._model._push import InboundDelivery
 from waitbound.stores import Store
 
