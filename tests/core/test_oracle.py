@@ -580,6 +580,32 @@ def test_a_cancel_the_provider_refuses_ends_the_wait_saying_so() -> None:
     assert "cancel" in detail(record)
 
 
+@pytest.mark.parametrize(
+    "after",
+    [
+        # The look shows "done" with no output: a contradiction (the long hunt's case
+        # had the budget end the confirming look instead; the same words were missing).
+        [Reply("done_bare", 200, status("done"))],
+        # The look's answer has no state: an integration failure, a stop of its own.
+        [Reply("no_state", 200, {"id": "job-7"})],
+    ],
+    ids=["a bare done", "no state"],
+)
+def test_a_refused_cancel_is_said_by_whatever_stop_follows(after: list[Reply]) -> None:
+    """Found by a long hunt: a person's cancel refused by the provider, then the look
+    after it ended in another stop (a bare "done", the budget while confirming it, an
+    answer with no state): the outcome's words did not say the cancel was refused.
+    Every stop now speaks of a cancel it did not carry out (``_finish.finish``)."""
+    world = memory_world(max_requests=9)
+    world.drive(status=[RUNNING], kill=Kill(at=2, where="reserved"))
+    world.advance(30)
+    refused = Reply("refused", 409, {"error": "not cancelable"})
+    record = world.cancel(cancel=[refused], status=after)
+    assert record is not None
+    assert record.outcome in (OutcomeKind.ESCALATED, OutcomeKind.TIMED_OUT), record.outcome
+    assert "cancel" in detail(record), detail(record)
+
+
 @pytest.mark.parametrize("minutes", [1e-12, 1e-320, 1e-6])
 def test_a_grant_too_small_to_mean_anything_costs_no_grant(minutes: float) -> None:
     """Fault 5: --minutes 1e-12 (and 1e-320): refused without using one of

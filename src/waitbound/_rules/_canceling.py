@@ -16,8 +16,7 @@ from waitbound._model._observation import Observation
 from waitbound._model._outcome import OutcomeKind, Reason
 from waitbound._model._record import Phase, Record
 from waitbound._rules import _sentences as sentences
-from waitbound._rules._finish import Step, escalate, timed_out
-from waitbound._rules._stop import cancel_asker
+from waitbound._rules._finish import Step, cancel_asker, escalate, timed_out
 
 __all__ = [
     "DEADLINE_CANCEL_REQUESTS",

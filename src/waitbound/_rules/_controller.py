@@ -51,13 +51,13 @@ from waitbound._rules._canceling import (
     refused_cancel_look,
 )
 from waitbound._rules._estimate import provider_estimate
-from waitbound._rules._finish import Step, escalate, seconds_between
+from waitbound._rules._finish import Step, cancel_note, escalate, seconds_between
 from waitbound._rules._learned import ModelLookup
 from waitbound._rules._next_poll import Timing, wait_demanded
 from waitbound._rules._polling_kinds import first_answer_reader, polling_kind
 from waitbound._rules._result_answer import decide_errors, decide_result
 from waitbound._rules._status_answer import decide_status
-from waitbound._rules._stop import Bound, cancel_note, deadline_cancel_at, stop_reason
+from waitbound._rules._stop import Bound, deadline_cancel_at, stop_reason
 from waitbound._rules._submit_answer import decide_submit
 
 __all__ = [

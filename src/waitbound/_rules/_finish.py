@@ -22,7 +22,10 @@ from waitbound._rules._options import open_request
 
 __all__ = [
     "Step",
+    "accepted_cancel",
     "bounded",
+    "cancel_asker",
+    "cancel_note",
     "deadline_reached",
     "escalate",
     "finish",
@@ -179,6 +182,11 @@ def finish(
     detail: str | None = None,
     response: JSON = None,
 ) -> Step:
+    if detail is not None and outcome in (OutcomeKind.ESCALATED, OutcomeKind.TIMED_OUT):
+        # A stop speaks of a cancel it did not carry out, whichever rule stopped it.
+        cancel = accepted_cancel(record)
+        if cancel is not None and cancel not in detail:
+            detail = f"{detail}; {cancel}"
     if detail is not None:
         error: dict[str, JSON] = {"reason": reason.value if reason else None, "detail": detail}
         if response is not None:
@@ -208,6 +216,55 @@ def finish(
         summary,
         {"outcome": outcome.value, "reason": reason.value if reason else None},
     )
+
+
+def cancel_note(record: Record) -> str:
+    """``"; the cancel … was accepted …"`` for a stop's detail (see
+    :func:`accepted_cancel`), or ``""``."""
+    cancel = accepted_cancel(record)
+    return f"; {cancel}" if cancel is not None else ""
+
+
+# --- the cancel a stop speaks of, and the deadline's own cancel ---------------------
+
+
+def accepted_cancel(record: Record) -> str | None:
+    """What a stop must also say of a cancel: the provider accepted it
+    (``cancel_accepted_at``) and no answer since said how the job ended ("the cancel
+    requested by ana at … was accepted by the provider at …, but how the job ended is
+    not known"); it refused it and no look since told how the job is ("… was refused by
+    the provider (HTTP 409), and no status look since told how the job is"); it refused
+    it and a terminal answer was seen (:attr:`Record.late_cancel`: it came too late);
+    ``None`` when there is no cancel to speak of."""
+    if record.answer.ended_seen_at is not None:  # a terminal answer was seen
+        return record.late_cancel  # a refused cancel that came too late, or nothing
+    at = record.oversight.cancel_accepted_at
+    if at is None:
+        if (
+            record.oversight.cancel_refused is not None
+            and record.oversight.cancel_refused_at is not None
+        ):
+            return (
+                f"{record.oversight.cancel_refused}, and no status look since told how the job is"
+            )
+        return None
+    return (
+        f"{cancel_asker(record)} was accepted by the provider at {at.isoformat()}, but "
+        "how the job ended is not known"
+    )
+
+
+def cancel_asker(record: Record) -> str:
+    """Whose cancel this was, in words: "the cancel decided by ann at …" (a person's
+    decision), "… requested by …" (``waitbound cancel`` of a running operation)."""
+    last = record.oversight.decisions[-1] if record.oversight.decisions else None
+    at = record.oversight.cancel_requested_at
+    if record.oversight.cancel_requested_by is None or at is None:
+        return "the cancel"
+    how = (
+        "decided" if last is not None and last.option == "cancel" and last.at == at else "requested"
+    )
+    return f"the cancel {how} by {record.oversight.cancel_requested_by} at {at.isoformat()}"
 
 
 def bounded(value: JSON) -> JSON:

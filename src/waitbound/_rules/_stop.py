@@ -22,6 +22,8 @@ from waitbound._model._outcome import Reason
 from waitbound._model._record import Phase, Record
 from waitbound._rules._finish import (
     Step,
+    accepted_cancel,
+    cancel_note,
     deadline_reached,
     escalate,
     seconds_between,
@@ -32,9 +34,6 @@ from waitbound._rules._options import cancel_allowed, undone_action
 __all__ = [
     "Bound",
     "Look",
-    "accepted_cancel",
-    "cancel_asker",
-    "cancel_note",
     "deadline_cancel_at",
     "deadline_cancel_reserve_s",
     "stop_reason",
@@ -173,52 +172,6 @@ def _budget(record: Record, now: datetime, why: str | None) -> Step | None:
     if (cancel := accepted_cancel(record)) is not None:
         detail = f"{detail}; {cancel}"
     return escalate(record, now, Reason.REQUEST_BUDGET_EXHAUSTED, detail)
-
-
-def cancel_note(record: Record) -> str:
-    """``"; the cancel … was accepted …"`` for a stop's detail (see
-    :func:`accepted_cancel`), or ``""``."""
-    cancel = accepted_cancel(record)
-    return f"; {cancel}" if cancel is not None else ""
-
-
-# --- the cancel a stop speaks of, and the deadline's own cancel ---------------------
-
-
-def accepted_cancel(record: Record) -> str | None:
-    """What a stop without a terminal answer must also say when the provider accepted
-    a cancel (``cancel_accepted_at``) and no answer since said how the job ended: "the
-    cancel requested by ana at … was accepted by the provider at …, but how the job
-    ended is not known"; ``None`` otherwise."""
-    if record.answer.ended_seen_at is not None:  # a terminal answer was seen
-        return None
-    at = record.oversight.cancel_accepted_at
-    if at is None:
-        if (
-            record.oversight.cancel_refused is not None
-            and record.oversight.cancel_refused_at is not None
-        ):
-            return (
-                f"{record.oversight.cancel_refused}, and no status look since told how the job is"
-            )
-        return None
-    return (
-        f"{cancel_asker(record)} was accepted by the provider at {at.isoformat()}, but "
-        "how the job ended is not known"
-    )
-
-
-def cancel_asker(record: Record) -> str:
-    """Whose cancel this was, in words: "the cancel decided by ann at …" (a person's
-    decision), "… requested by …" (``waitbound cancel`` of a running operation)."""
-    last = record.oversight.decisions[-1] if record.oversight.decisions else None
-    at = record.oversight.cancel_requested_at
-    if record.oversight.cancel_requested_by is None or at is None:
-        return "the cancel"
-    how = (
-        "decided" if last is not None and last.option == "cancel" and last.at == at else "requested"
-    )
-    return f"the cancel {how} by {record.oversight.cancel_requested_by} at {at.isoformat()}"
 
 
 def deadline_cancel_reserve_s(record: Record) -> float:
