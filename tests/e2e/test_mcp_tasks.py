@@ -101,10 +101,11 @@ def write_config(
             allow_cancel=allow_cancel,
             decide=decide,
             max_requests=max_requests,
-            # The plan keeps a budget's last request late in the deadline (docs/waiting.md):
-            # a small budget gets a short deadline it covers, its last look 2 s before it.
+            # The plan keeps a budget's last request late in the deadline unless the cap
+            # is five times the deadline (docs/waiting.md): at a 60 s cap a small budget's
+            # looks go at the backoff, and it is spent well before its 12 s deadline.
             deadline_s=12 if max_requests <= 3 else 600,
-            max_delay_s=10 if max_requests <= 3 else 0.4,
+            max_delay_s=60 if max_requests <= 3 else 0.4,
         )
         text += PROFILE.format(name=name)
     path = folder / "waitbound-mcp.toml"
@@ -241,7 +242,7 @@ def test_a_failed_job_is_a_completed_task_with_is_error(transport: str, tmp_path
 def test_input_required_decided_through_tasks_update(transport: str, tmp_path: Path) -> None:
     answer = {
         "action": "accept",
-        "content": {"option": "extend", "why": "the export is large", "checks": 3, "minutes": 0.5},
+        "content": {"option": "extend", "why": "the export is large", "checks": 3, "minutes": 0.2},
     }
     with (
         Simulator(scenario(RUNNING, DONE)) as sim,
@@ -273,7 +274,7 @@ def test_input_required_decided_through_tasks_update(transport: str, tmp_path: P
     # the authenticated principal, never the name the client gives itself
     assert "ext-tasks-requester" not in decision.by
     assert decision.by == "ann" if transport == "http" else decision.by.startswith("os user ")
-    assert decision.detail["grant"] == {"minutes": 0.5, "checks": 3}
+    assert decision.detail["grant"] == {"minutes": 0.2, "checks": 3}
 
 
 def test_input_required_decided_by_a_person_when_answers_do_not_decide(
@@ -303,7 +304,7 @@ def test_input_required_decided_by_a_person_when_answers_do_not_decide(
         assert stored(s, task_id).decision_request == request
         release(sim.base_url)  # the job is stopped: nothing is asked until a person decides
         decided = cli("decide", task_id, "extend", "--why", "ok, go on", "--checks", "3",
-                      "--minutes", "0.5", "--store", s.store)  # fmt: skip
+                      "--minutes", "0.2", "--store", s.store)  # fmt: skip
         assert decided.returncode == 0, decided.stderr
         settled = s.requester.reply(settling)
     assert settled["status"] == "completed"
