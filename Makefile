@@ -9,6 +9,12 @@ STAMP  := $(VENV)/.installed-test
 # The browser tests drive Debian's Chromium (Playwright's own download is not used).
 CHROMIUM := /usr/bin/chromium
 
+# The suite starts a few hundred Python processes, and pytest-xdist workers collect every
+# test module: with bytecode written, each module is compiled (a test module's asserts
+# rewritten) once, not in every process. An environment that turns it off (a sandbox's
+# PYTHONDONTWRITEBYTECODE) made collection three times slower.
+unexport PYTHONDONTWRITEBYTECODE
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -37,7 +43,7 @@ typecheck: $(STAMP)
 # Property tests run the example counts they are written with (the `ci` profile).
 pytest: $(STAMP) $(CHROMIUM)
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 4 -m "not e2e"
-	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 4 -m e2e
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 6 -m e2e tests/e2e tests/browser
 
 test: lint typecheck pytest
 
