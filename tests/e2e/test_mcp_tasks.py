@@ -10,6 +10,13 @@ next; two servers on one PostgreSQL store; bad input through the task methods. T
 provider is the real simulator on loopback; nothing waits on a timer to check a rule
 (a job ends when the test asks the simulator's ``/release``), and every wait is
 bounded.
+
+What differs between the transports runs on both (:func:`transport`): the happy path,
+who an answer is recorded as (the operator on stdio, the token's holder over HTTP), a
+restart (the requester's child on stdio, a server of ours over HTTP), the extension
+declared per request. A path whose handling is the same task method behind either
+transport runs on one (:func:`one`), the two transports taking turns: ``isError``,
+a person's decision, a cancel accepted or refused, a client without the extension.
 """
 
 from __future__ import annotations
@@ -177,7 +184,13 @@ ENV = {"TASKS_TOKEN": SECRET}
 
 @pytest.fixture(params=["stdio", "http"])
 def transport(request: pytest.FixtureRequest) -> str:
+    """Both transports."""
     return str(request.param)
+
+
+def one(name: str) -> pytest.MarkDecorator:
+    """Run a test on the transport *name* only (it overrides :func:`transport`)."""
+    return pytest.mark.parametrize("transport", [name])
 
 
 @contextmanager
@@ -227,6 +240,7 @@ def test_working_then_completed(transport: str, tmp_path: Path) -> None:
     assert sim.count("submit") == 1
 
 
+@one("stdio")
 def test_a_failed_job_is_a_completed_task_with_is_error(transport: str, tmp_path: Path) -> None:
     failed = {"code": 200, "body": {"status": "failed", "error": "disk full"}, "after": "release"}
     with Simulator(scenario(RUNNING, failed)) as sim, served(transport, tmp_path, sim) as s:
@@ -277,6 +291,7 @@ def test_input_required_decided_through_tasks_update(transport: str, tmp_path: P
     assert decision.detail["grant"] == {"minutes": 0.2, "checks": 3}
 
 
+@one("stdio")
 def test_input_required_decided_by_a_person_when_answers_do_not_decide(
     transport: str, tmp_path: Path
 ) -> None:
@@ -314,6 +329,7 @@ def test_input_required_decided_by_a_person_when_answers_do_not_decide(
     assert "mcp-client" not in decision.by
 
 
+@one("http")
 def test_cancel_accepted_ends_cancelled_once_the_provider_says_so(
     transport: str, tmp_path: Path
 ) -> None:
@@ -330,6 +346,7 @@ def test_cancel_accepted_ends_cancelled_once_the_provider_says_so(
     assert sim.count("cancel") == 1
 
 
+@one("stdio")
 def test_cancel_refused_is_an_error_and_the_task_goes_on(transport: str, tmp_path: Path) -> None:
     with (
         Simulator(scenario(RUNNING, DONE, cancel=True)) as sim,
@@ -360,6 +377,7 @@ def test_a_restarted_server_answers_for_the_task(transport: str, tmp_path: Path)
     assert sim.count("submit") == 1
 
 
+@one("http")
 def test_a_client_without_the_extension_gets_todays_answers(transport: str, tmp_path: Path) -> None:
     with Simulator(scenario(RUNNING, DONE)) as sim, served(transport, tmp_path, sim) as s:
         started = s.raw("tools/call", {"name": "start_job", "arguments": {"provider": "reports"}},
