@@ -43,7 +43,7 @@ typecheck: $(STAMP)
 # Property tests run the example counts they are written with (the `ci` profile).
 pytest: $(STAMP) $(CHROMIUM)
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 4 -m "not e2e"
-	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 6 -m e2e tests/e2e tests/browser
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 6 --dist loadgroup -m e2e tests/e2e tests/browser
 
 test: lint typecheck pytest
 

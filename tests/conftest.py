@@ -14,7 +14,6 @@ LONGEST_FIRST = (
     "tests/e2e/test_fleet_race.py",
     "tests/e2e/test_mcp_conformance.py::test_the_scenario_lists_cover_the_whole_suite",
     "tests/e2e/test_stall.py",
-    "tests/browser/test_inbox.py::test_an_exhausted_wait_is_extended_by_a_click",
     "tests/e2e/test_resume.py",
     "tests/e2e/test_serve.py::test_a_dropped_stream_resumed",
     "tests/e2e/test_mcp_http_security.py::test_idle_sockets_past_the_descriptor_limit",
@@ -47,7 +46,9 @@ LONGEST_FIRST = (
 2-core machine). pytest-xdist hands tests out in collection order, so these start
 first, spread over the workers, and the run does not end waiting on one long test a
 worker drew last. Every other test keeps its place after them; the order is the same
-in every worker (xdist requires that), whatever the machine's speed."""
+in every worker (xdist requires that), whatever the machine's speed. (The browser
+modules are each one ``xdist_group``, one Chromium per module: ``--dist loadgroup``
+hands the groups out first, the largest first.)"""
 
 
 def _rank(nodeid: str) -> int:

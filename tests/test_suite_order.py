@@ -13,7 +13,7 @@ from tests.conftest import LONGEST_FIRST
 
 ROOT = Path(__file__).resolve().parents[1]
 E2E_FOLDERS = ("tests/e2e", "tests/browser")
-"""The folders ``make test``'s end-to-end tier collects (``pytest -m e2e tests/e2e
+"""The folders ``make test``'s end-to-end tier collects (``pytest … -m e2e tests/e2e
 tests/browser``: collecting only them spares each worker the other 400 modules)."""
 
 
