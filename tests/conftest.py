@@ -12,15 +12,12 @@ register()
 LONGEST_FIRST = (
     # the end-to-end tier (real processes on real time): 8-35 s each
     "tests/e2e/test_fleet_race.py",
-    "tests/e2e/test_mcp_conformance.py::test_the_scenario_lists_cover_the_whole_suite",
     "tests/e2e/test_stall.py",
     "tests/e2e/test_resume.py",
     "tests/e2e/test_serve.py::test_a_dropped_stream_resumed",
     "tests/e2e/test_mcp_http_security.py::test_idle_sockets_past_the_descriptor_limit",
     "tests/e2e/test_mcp_tasks.py::test_two_servers_on_one_postgres_store",
     "tests/e2e/test_mcp_server.py::test_every_tool_over_stdio",
-    "tests/e2e/test_provider_kit.py::test_waitbound_cancel_cancels_a_running_job",
-    "tests/e2e/test_provider_kit.py::test_an_uncancelable_job_refuses_waitbound_cancel",
     "tests/e2e/test_mcp_http_security.py::test_a_slow_request_head_is_closed",
     "tests/e2e/test_serve.py::test_watch_sees_every_event_of_a_wait_in_order",
     "tests/e2e/test_mcp_tasks.py::test_a_restarted_server",
@@ -46,9 +43,10 @@ LONGEST_FIRST = (
 2-core machine). pytest-xdist hands tests out in collection order, so these start
 first, spread over the workers, and the run does not end waiting on one long test a
 worker drew last. Every other test keeps its place after them; the order is the same
-in every worker (xdist requires that), whatever the machine's speed. (The browser
-modules are each one ``xdist_group``, one Chromium per module: ``--dist loadgroup``
-hands the groups out first, the largest first.)"""
+in every worker (xdist requires that), whatever the machine's speed. (Tests sharing a
+costly module-scoped fixture — Chromium, the provider kit's app, the MCP conformance
+server, the push path's guarded service — are an ``xdist_group`` each, so it starts
+once: ``--dist loadgroup`` hands the groups out first, the largest first.)"""
 
 
 def _rank(nodeid: str) -> int:

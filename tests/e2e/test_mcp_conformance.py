@@ -18,7 +18,8 @@ import pytest
 
 from tests.e2e.mcp_tasks import HERE, HttpServer, npm_install
 
-pytestmark = pytest.mark.e2e
+# one worker runs the module (`make test`: --dist loadgroup): its module-scoped server starts once
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("mcp-conformance")]
 
 APPLIES = (
     "server-initialize",

@@ -20,7 +20,8 @@ import pytest
 from tests.e2e.runner import cli, wait_for_record
 from waitbound import Record
 
-pytestmark = pytest.mark.e2e
+# one worker runs the module (`make test`: --dist loadgroup): its module-scoped app starts once
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("provider-kit")]
 ROOT = Path(__file__).resolve().parents[2]
 
 
