@@ -1,7 +1,10 @@
-"""Shared by every test: the Hypothesis profiles (``tests/hypothesis_profiles.py``) and
-the order tests are handed to pytest-xdist's workers in (:data:`LONGEST_FIRST`)."""
+"""Shared by every test: the Hypothesis profiles (``tests/hypothesis_profiles.py``), the
+order tests are handed to pytest-xdist's workers in (:data:`LONGEST_FIRST`), and the
+tests that share one worker under ``--dist loadgroup`` (:data:`GROUPS`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -43,10 +46,24 @@ LONGEST_FIRST = (
 2-core machine). pytest-xdist hands tests out in collection order, so these start
 first, spread over the workers, and the run does not end waiting on one long test a
 worker drew last. Every other test keeps its place after them; the order is the same
-in every worker (xdist requires that), whatever the machine's speed. (Tests sharing a
-costly module-scoped fixture — Chromium, the provider kit's app, the MCP conformance
-server, the push path's guarded service — are an ``xdist_group`` each, so it starts
-once: ``--dist loadgroup`` hands the groups out first, the largest first.)"""
+in every worker (xdist requires that), whatever the machine's speed."""
+
+GROUPS = {
+    "tests/browser/test_inbox.py::": "browser-inbox",
+    "tests/browser/test_cross_port.py::": "browser-cross-port",
+    "tests/e2e/test_provider_kit.py::": "provider-kit",
+    "tests/e2e/test_provider_kit_azure.py::": "provider-kit-azure",
+    "tests/e2e/test_mcp_conformance.py::": "mcp-conformance",
+    "tests/e2e/test_push_path.py::test_a_bad_delivery_or_token_is_refused": "push-guarded",
+    "tests/e2e/test_push_path.py::test_a_replayed_delivery_is_acknowledged": "push-guarded",
+}
+"""Node-id prefixes of tests that share a costly module-scoped fixture (Chromium, the
+provider kit's app under uvicorn, the MCP conformance server, the push path's guarded
+service), and the group each is run in: under ``--dist loadgroup`` (the end-to-end
+tier) a group goes to one worker, so its fixture starts once, not in every worker
+that drew one of its tests; the groups are handed out first, the largest first.
+(pytest-xdist's own ``xdist_group`` mark sets a node id that pytest 9 no longer reads,
+so the groups are named here, by node id, as the controller sees them.)"""
 
 
 def _rank(nodeid: str) -> int:
@@ -54,6 +71,24 @@ def _rank(nodeid: str) -> int:
         if nodeid.startswith(prefix):
             return rank
     return len(LONGEST_FIRST)
+
+
+def _group(nodeid: str) -> str | None:
+    return next((name for prefix, name in GROUPS.items() if nodeid.startswith(prefix)), None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadgroup``: pytest-xdist's scheduling by scope, each test its
+    own scope but for :data:`GROUPS`; any other ``--dist``: xdist's own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no types
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid) or nodeid
+
+    return Grouped(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

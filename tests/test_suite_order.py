@@ -1,6 +1,7 @@
 """How the suite is run (``tests/conftest.py``, the Makefile): every test moved to the
-front of the run exists, so a renamed test cannot silently drop out of the order; and
-the end-to-end tests live where the end-to-end tier collects them."""
+front of the run or grouped on one worker exists, so a renamed test cannot silently
+drop out of the order or its group; and the end-to-end tests live where the
+end-to-end tier collects them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LONGEST_FIRST
+from tests.conftest import GROUPS, LONGEST_FIRST
 
 ROOT = Path(__file__).resolve().parents[1]
 E2E_FOLDERS = ("tests/e2e", "tests/browser")
@@ -17,8 +18,8 @@ E2E_FOLDERS = ("tests/e2e", "tests/browser")
 tests/browser``: collecting only them spares each worker the other 400 modules)."""
 
 
-@pytest.mark.parametrize("prefix", LONGEST_FIRST)
-def test_each_longest_first_prefix_names_a_test(prefix: str) -> None:
+@pytest.mark.parametrize("prefix", [*LONGEST_FIRST, *GROUPS])
+def test_each_longest_first_or_group_prefix_names_a_test(prefix: str) -> None:
     path, _, name = prefix.partition("::")
     source = ROOT / path
     assert source.is_file(), f"{path} does not exist"

@@ -22,8 +22,7 @@ import waitbound
 from tests.browser.conftest import Inbox
 from waitbound.stores._sessions import sessions_of
 
-# one worker runs the module (`make test`: --dist loadgroup), one Chromium for all of it
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("browser-cross-port")]
+pytestmark = pytest.mark.e2e
 
 
 @dataclass

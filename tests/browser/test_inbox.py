@@ -20,8 +20,7 @@ from playwright.sync_api import Locator, Page, Request, expect
 import waitbound
 from tests.browser.conftest import SESSION_PATH, Inbox
 
-# one worker runs the module (`make test`: --dist loadgroup), one Chromium for all of it
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("browser-inbox")]
+pytestmark = pytest.mark.e2e
 
 DOCS_SHOT = Path(__file__).parents[2] / "docs" / "inbox.png"
 LIVE = waitbound.Policy(deadline_s=120, max_requests=3, base_delay_s=2.0, max_delay_s=600)

@@ -18,8 +18,7 @@ import pytest
 
 from tests.e2e.mcp_tasks import HERE, HttpServer, npm_install
 
-# one worker runs the module (`make test`: --dist loadgroup): its module-scoped server starts once
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("mcp-conformance")]
+pytestmark = pytest.mark.e2e
 
 APPLIES = (
     "server-initialize",

@@ -20,8 +20,7 @@ import pytest
 from tests.e2e.runner import cli, wait_for_record
 from waitbound import Record
 
-# one worker runs the module (`make test`: --dist loadgroup): its module-scoped app starts once
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("provider-kit")]
+pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -34,8 +34,7 @@ from azure.core.polling import LROPoller
 from azure.core.polling.base_polling import LROBasePolling, OperationFailed
 from azure.core.rest import HttpRequest
 
-# one worker runs the module (`make test`: --dist loadgroup): its module-scoped app starts once
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("provider-kit-azure")]
+pytestmark = pytest.mark.e2e
 POLL_S = 0.05
 """azure-core's own wait between polls (the kit's ``Retry-After: 0`` imposes none)."""
 BOUND_S = 30.0

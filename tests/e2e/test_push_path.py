@@ -789,12 +789,7 @@ REFUSED = {
 }  # fmt: skip
 
 
-GUARDED = pytest.mark.xdist_group("push-guarded")
-"""The tests of :func:`guarded` run on one worker (``--dist loadgroup``): one service."""
-
-
 @pytest.mark.e2e
-@GUARDED
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_a_bad_delivery_or_token_is_refused_and_changes_nothing(
     guarded: Guarded, case: str
@@ -816,7 +811,6 @@ def test_a_bad_delivery_or_token_is_refused_and_changes_nothing(
 
 
 @pytest.mark.e2e
-@GUARDED
 def test_a_replayed_delivery_is_acknowledged_as_a_duplicate_and_changes_nothing(
     guarded: Guarded,
 ) -> None:
