@@ -41,10 +41,13 @@ typecheck: $(STAMP)
 # Unit, property, contract and scenario tests (the scenario files run in-process on
 # virtual time) first; then the end-to-end tests, which run real processes on real time
 # (their elapsed-time bounds must not compete with the CPU-heavy tests for 2 cores).
-# Property tests run the example counts they are written with (the `ci` profile).
+# Property tests run the example counts they are written with (the `ci` profile). The
+# end-to-end tier collects only its folders and runs 6 workers (its tests mostly wait on
+# other processes), the groups of tests/conftest.py on one worker each (--dist loadgroup);
+# each tier ends with its 15 slowest tests, so a new slow one is seen.
 pytest: $(STAMP) $(CHROMIUM)
-	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 4 -m "not e2e"
-	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 6 --dist loadgroup -m e2e tests/e2e tests/browser
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 4 --durations=15 -m "not e2e"
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 6 --dist loadgroup --durations=15 -m e2e tests/e2e tests/browser
 
 test: lint typecheck pytest
 
