@@ -6,6 +6,7 @@ MemoryStore's (crowded beforehand through its own ``pace``)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from datetime import UTC, datetime, timedelta
@@ -45,6 +46,51 @@ def _crowd(store: MemoryStore, start: datetime, polls: int, *, seconds: float = 
     for k in range(polls):
         planned = start + timedelta(seconds=seconds * k / polls)
         store.pace(ORIGIN, planned, latest_at=planned, now=start, rng_offset=0.0)
+
+
+Wave = tuple[datetime, int, float]
+"""``(start, polls, seconds)``: :func:`_crowd`'s arguments."""
+
+
+@functools.cache
+def _crowded_calendar(waves: tuple[Wave, ...]) -> tuple[dict[str, dict[int, int]], int]:
+    """The calendar (counts per origin and bucket, and where pruning stands) that
+    :func:`_crowd` builds for *waves* in a new store, built once per *waves*: the
+    crowding is deterministic, and 40,000 calls of ``pace`` cost more than the wait."""
+    scratch = MemoryStore()
+    for first, polls, seconds in waves:
+        _crowd(scratch, first, polls, seconds=seconds)
+    return scratch._calendar, scratch._pruned_before
+
+
+def _crowded(*waves: Wave) -> MemoryStore:
+    """A new store whose calendar is what :func:`_crowd` builds for *waves* in order
+    (a copy of :func:`_crowded_calendar`'s; ``test_a_copied_crowd_is_the_one_pace_builds``
+    holds the copy to the real thing)."""
+    calendar, pruned_before = _crowded_calendar(waves)
+    store = MemoryStore()
+    store._calendar = {origin: dict(counts) for origin, counts in calendar.items()}
+    store._pruned_before = pruned_before
+    return store
+
+
+def test_a_copied_crowd_is_the_one_pace_builds() -> None:
+    """:func:`_crowded` gives the calendar that crowding a store through ``pace`` gives:
+    the same counts, and the same times for the polls that come after."""
+    waves: tuple[Wave, ...] = ((T0, 2000, 120.0), (T0 + timedelta(seconds=4), 2000, 3.0))
+    built = MemoryStore()
+    for first, polls, seconds in waves:
+        _crowd(built, first, polls, seconds=seconds)
+    copied = _crowded(*waves)
+    assert copied.calendar_size() == built.calendar_size() > 0
+    rng = random.Random(3)
+    for k in range(300):
+        planned = T0 + timedelta(seconds=5 + k / 10)
+        offset = rng.random()
+        latest = planned + timedelta(seconds=30)
+        assert copied.pace(
+            ORIGIN, planned, latest_at=latest, now=T0, rng_offset=offset
+        ) == built.pace(ORIGIN, planned, latest_at=latest, now=T0, rng_offset=offset)
 
 
 def _wait(
@@ -178,10 +224,10 @@ def test_pacing_never_breaks_a_bound(
     the deadline, the outcome by it, never earlier than a Retry-After, consecutive
     requests at least the floor apart."""
     policy = Policy(origin_pacing=True, deadline_s=deadline_s, max_requests=max_requests)
-    store = MemoryStore()
     start = FakeClock().now()
-    _crowd(store, start, crowd)
-    _crowd(store, start + timedelta(seconds=4), crowd, seconds=3)  # and a wave
+    store = _crowded(
+        (start, crowd, 120.0), (start + timedelta(seconds=4), crowd, 3.0)
+    )  # and a wave
     provider, record = _wait(policy, store, answers, seed)
     assert len(provider.log) <= policy.max_requests
     assert all(sent < record.deadline_at for sent, _, _, _ in provider.log)
@@ -223,9 +269,7 @@ def test_a_paced_poll_is_between_its_planned_time_and_its_latest(
     observation = Observation(
         kind="status", at=now, http_status=200, headers=headers, body={"status": "running"}
     )
-    store = MemoryStore()
-    _crowd(store, now, crowd)
-    _crowd(store, now + timedelta(seconds=4), crowd, seconds=20)  # and a wave
+    store = _crowded((now, crowd, 120.0), (now + timedelta(seconds=4), crowd, 20.0))  # and a wave
     paced = observe(record, observation, rng=random.Random(seed), pacer=pacer_for(store))
     plain = observe(record, observation, rng=random.Random(seed))
     planned, got = plain.record.next_poll_at, paced.record.next_poll_at

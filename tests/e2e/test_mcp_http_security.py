@@ -74,7 +74,10 @@ async def _call(url: str, token: str, tool: str, arguments: dict[str, Any]) -> A
             return await client.call_tool(tool, arguments)
 
 
-def _initialize(url: str, headers: dict[str, str], host: str | None = None) -> httpx.Response:
+def _initialize(
+    url: str, headers: dict[str, str], host: str | None = None, client: httpx.Client | None = None
+) -> httpx.Response:
+    """An ``initialize`` request (through *client*, else a client of its own)."""
     body = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -86,7 +89,7 @@ def _initialize(url: str, headers: dict[str, str], host: str | None = None) -> h
         },
     }
     extra = {"Host": host} if host else {}
-    return httpx.post(
+    return (client or httpx).post(
         url,
         json=body,
         headers={"Accept": "application/json, text/event-stream", **headers, **extra},
@@ -256,8 +259,9 @@ def test_sessions_are_capped_with_health_checks_still_answered(tmp_path: Path) -
     /healthz is answered all the while."""
     config = tmp_path / "c.toml"
     config.write_text(CONFIG.format(base_url="http://127.0.0.1:9"))
-    with _Tokens(config, str(tmp_path / "s.db")) as server:
-        opened = [_initialize(server.url, _bearer(BOB)) for _ in range(MAX_SESSIONS)]
+    with _Tokens(config, str(tmp_path / "s.db")) as server, httpx.Client() as client:
+        # one client, one connection: a session is its id, never its connection
+        opened = [_initialize(server.url, _bearer(BOB), client=client) for _ in range(MAX_SESSIONS)]
         assert all(r.status_code == 200 for r in opened)
         assert len({r.headers["mcp-session-id"] for r in opened}) == MAX_SESSIONS
         assert _initialize(server.url, _bearer(BOB)).status_code == 503

@@ -10,6 +10,13 @@ next; two servers on one PostgreSQL store; bad input through the task methods. T
 provider is the real simulator on loopback; nothing waits on a timer to check a rule
 (a job ends when the test asks the simulator's ``/release``), and every wait is
 bounded.
+
+What differs between the transports runs on both (:func:`transport`): the happy path,
+who an answer is recorded as (the operator on stdio, the token's holder over HTTP), a
+restart (the requester's child on stdio, a server of ours over HTTP), the extension
+declared per request. A path whose handling is the same task method behind either
+transport runs on one (:func:`one`), the two transports taking turns: ``isError``,
+a person's decision, a cancel accepted or refused, a client without the extension.
 """
 
 from __future__ import annotations
@@ -101,10 +108,11 @@ def write_config(
             allow_cancel=allow_cancel,
             decide=decide,
             max_requests=max_requests,
-            # The plan keeps a budget's last request late in the deadline (docs/waiting.md):
-            # a small budget gets a short deadline it covers, its last look 2 s before it.
+            # The plan keeps a budget's last request late in the deadline unless the cap
+            # is five times the deadline (docs/waiting.md): at a 60 s cap a small budget's
+            # looks go at the backoff, and it is spent well before its 12 s deadline.
             deadline_s=12 if max_requests <= 3 else 600,
-            max_delay_s=10 if max_requests <= 3 else 0.4,
+            max_delay_s=60 if max_requests <= 3 else 0.4,
         )
         text += PROFILE.format(name=name)
     path = folder / "waitbound-mcp.toml"
@@ -176,7 +184,13 @@ ENV = {"TASKS_TOKEN": SECRET}
 
 @pytest.fixture(params=["stdio", "http"])
 def transport(request: pytest.FixtureRequest) -> str:
+    """Both transports."""
     return str(request.param)
+
+
+def one(name: str) -> pytest.MarkDecorator:
+    """Run a test on the transport *name* only (it overrides :func:`transport`)."""
+    return pytest.mark.parametrize("transport", [name])
 
 
 @contextmanager
@@ -226,6 +240,7 @@ def test_working_then_completed(transport: str, tmp_path: Path) -> None:
     assert sim.count("submit") == 1
 
 
+@one("stdio")
 def test_a_failed_job_is_a_completed_task_with_is_error(transport: str, tmp_path: Path) -> None:
     failed = {"code": 200, "body": {"status": "failed", "error": "disk full"}, "after": "release"}
     with Simulator(scenario(RUNNING, failed)) as sim, served(transport, tmp_path, sim) as s:
@@ -241,7 +256,7 @@ def test_a_failed_job_is_a_completed_task_with_is_error(transport: str, tmp_path
 def test_input_required_decided_through_tasks_update(transport: str, tmp_path: Path) -> None:
     answer = {
         "action": "accept",
-        "content": {"option": "extend", "why": "the export is large", "checks": 3, "minutes": 0.5},
+        "content": {"option": "extend", "why": "the export is large", "checks": 3, "minutes": 0.2},
     }
     with (
         Simulator(scenario(RUNNING, DONE)) as sim,
@@ -273,9 +288,10 @@ def test_input_required_decided_through_tasks_update(transport: str, tmp_path: P
     # the authenticated principal, never the name the client gives itself
     assert "ext-tasks-requester" not in decision.by
     assert decision.by == "ann" if transport == "http" else decision.by.startswith("os user ")
-    assert decision.detail["grant"] == {"minutes": 0.5, "checks": 3}
+    assert decision.detail["grant"] == {"minutes": 0.2, "checks": 3}
 
 
+@one("stdio")
 def test_input_required_decided_by_a_person_when_answers_do_not_decide(
     transport: str, tmp_path: Path
 ) -> None:
@@ -303,7 +319,7 @@ def test_input_required_decided_by_a_person_when_answers_do_not_decide(
         assert stored(s, task_id).decision_request == request
         release(sim.base_url)  # the job is stopped: nothing is asked until a person decides
         decided = cli("decide", task_id, "extend", "--why", "ok, go on", "--checks", "3",
-                      "--minutes", "0.5", "--store", s.store)  # fmt: skip
+                      "--minutes", "0.2", "--store", s.store)  # fmt: skip
         assert decided.returncode == 0, decided.stderr
         settled = s.requester.reply(settling)
     assert settled["status"] == "completed"
@@ -313,6 +329,7 @@ def test_input_required_decided_by_a_person_when_answers_do_not_decide(
     assert "mcp-client" not in decision.by
 
 
+@one("http")
 def test_cancel_accepted_ends_cancelled_once_the_provider_says_so(
     transport: str, tmp_path: Path
 ) -> None:
@@ -329,6 +346,7 @@ def test_cancel_accepted_ends_cancelled_once_the_provider_says_so(
     assert sim.count("cancel") == 1
 
 
+@one("stdio")
 def test_cancel_refused_is_an_error_and_the_task_goes_on(transport: str, tmp_path: Path) -> None:
     with (
         Simulator(scenario(RUNNING, DONE, cancel=True)) as sim,
@@ -359,6 +377,7 @@ def test_a_restarted_server_answers_for_the_task(transport: str, tmp_path: Path)
     assert sim.count("submit") == 1
 
 
+@one("http")
 def test_a_client_without_the_extension_gets_todays_answers(transport: str, tmp_path: Path) -> None:
     with Simulator(scenario(RUNNING, DONE)) as sim, served(transport, tmp_path, sim) as s:
         started = s.raw("tools/call", {"name": "start_job", "arguments": {"provider": "reports"}},

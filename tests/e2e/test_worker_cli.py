@@ -20,6 +20,9 @@ from waitbound.sim import Simulator, parse_scenario
 
 STATE = ["--state-path", "status", "--pending", "running", "--succeeded", "done"]
 PACE = ["--base-delay", "0.1s", "--max-delay", "0.2s", "--deadline", "30s"]
+PACE += ["--max-requests", "2000"]
+"""Looks 0.1-0.2 s apart: 2,000 requests at the 0.2 s cap cover even a 300 s deadline, so
+the plan never spreads them over it (30, the default, were about 1 s and 10 s apart)."""
 
 
 @pytest.mark.e2e

@@ -5,8 +5,8 @@ answer, its duration estimate) in the real :class:`~waitbound.provider.ProviderA
 served over ASGI in process, waited on by ``waitbound.run_async`` with ``Policy()``
 and the built-in ``provider-kit`` profile, on virtual time: the app's clock is the
 wait's clock, and the job ends when the virtual clock passes its duration. (The 45 s
-job through the real CLI against the app under uvicorn, on real time:
-``tests/e2e/test_provider_kit.py``.)"""
+job through the real CLI against the app under uvicorn, on the same virtual time:
+``test_kit_cli.py``.)"""
 
 from __future__ import annotations
 

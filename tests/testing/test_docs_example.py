@@ -7,11 +7,19 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import httpcore  # noqa: F401  # imported before any in-process run: see below
 import pytest
 
 from tests.testing.conftest import PLUGIN_ARGS
 
 pytest_plugins = ["pytester"]
+"""``pytester.runpytest`` runs in this process and, after the run, drops every module the
+run imported first. httpx imports httpcore at its first transport and keeps httpcore's
+exception classes to translate them: had a run here been a worker's first use of httpx,
+the httpcore imported again later would raise exceptions httpx no longer recognises
+(``httpcore.RemoteProtocolError`` escaping as itself, not ``httpx.RemoteProtocolError``)
+in whatever tests that worker ran next. Importing it with this module keeps one httpcore
+for the whole process."""
 
 DOC = Path(__file__).parents[2] / "docs" / "testing.md"
 _FILE = re.compile(r"<!-- file: (\S+) -->\n```python\n(.*?)```", re.DOTALL)
