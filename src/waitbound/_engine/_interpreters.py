@@ -66,22 +66,9 @@ def run_sync_effects(
                 case _Sleep(seconds=seconds):
                     sleep(seconds)
                     effect = loop.send(None)
-                case _Send(request=request, content=content, secrets=secrets):
+                case _Send():
                     try:
-                        with sending(effect.record, request, effect.headers, profile) as sent:
-                            observation = send_sync(
-                                http_client,
-                                request,
-                                headers=sent.headers,
-                                content=content,
-                                secrets=secrets,
-                                profile=profile,
-                                clock=tools.clock,
-                                settings=http,
-                                fence=effect.fence,
-                                sleep=sleep,
-                            )
-                            sent.answered(observation)
+                        observation = _send_sync(http_client, effect, tools, profile, http, sleep)
                     except Exception as exc:  # the loop records it on this operation
                         effect = loop.throw(exc)
                     else:
@@ -185,22 +172,9 @@ def run_exchange_sync(
         effect = next(steps)
         while True:
             match effect:
-                case _Send(request=request, content=content, secrets=secrets):
+                case _Send():
                     try:
-                        with sending(effect.record, request, effect.headers, profile) as sent:
-                            observation = send_sync(
-                                http_client,
-                                request,
-                                headers=sent.headers,
-                                content=content,
-                                secrets=secrets,
-                                profile=profile,
-                                clock=tools.clock,
-                                settings=http,
-                                fence=effect.fence,
-                                sleep=sleep,
-                            )
-                            sent.answered(observation)
+                        observation = _send_sync(http_client, effect, tools, profile, http, sleep)
                     except Exception as exc:  # the exchange records it on this operation
                         effect = steps.throw(exc)
                     else:
@@ -234,6 +208,31 @@ async def _send_async(  # noqa: PLR0917 - the interpreters' one call
 ) -> Observation:
     with sending(effect.record, effect.request, effect.headers, profile) as sent:
         observation = await send_async(
+            client,
+            effect.request,
+            headers=sent.headers,
+            content=effect.content,
+            secrets=effect.secrets,
+            profile=profile,
+            clock=tools.clock,
+            settings=http,
+            fence=effect.fence,
+            sleep=sleep,
+        )
+        sent.answered(observation)
+    return observation
+
+
+def _send_sync(  # noqa: PLR0917 - the interpreters' one call, as _send_async's
+    client: httpx.Client,
+    effect: _Send,
+    tools: Tools,
+    profile: Profile,
+    http: HttpSettings,
+    sleep: Callable[[float], None],
+) -> Observation:
+    with sending(effect.record, effect.request, effect.headers, profile) as sent:
+        observation = send_sync(
             client,
             effect.request,
             headers=sent.headers,
